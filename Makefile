@@ -1,0 +1,56 @@
+# Two commands do all set-up on a fresh machine (Python 3.10+ and pip are enough):
+#   make demo   create .venv, install, run the whole DVC pipeline on the bundled sample
+#   make test   create .venv, install, lint, type-check and run every test
+PY ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+UV_VERSION := 0.13.9
+
+export DVC_NO_ANALYTICS := true
+export DVC_NO_UPDATE_CHECK := true
+export TF_CPP_MIN_LOG_LEVEL := 2
+# A test run must not be slowed down by a previous user's fsspec/dvc config.
+export PYTHONDONTWRITEBYTECODE := 1
+
+.PHONY: install demo test test-fast lint bench clean
+
+install: $(BIN)/.installed
+
+# The lock file is resolved in one pass (s3fs/aiobotocore/botocore/moto pin each
+# other tightly), so nothing installed later can upgrade one of them by accident.
+$(BIN)/.installed: pyproject.toml requirements/lock.txt
+	test -x $(BIN)/python || $(PY) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --disable-pip-version-check uv==$(UV_VERSION)
+	$(BIN)/uv pip install --quiet --python $(BIN)/python -r requirements/lock.txt
+	$(BIN)/uv pip install --quiet --python $(BIN)/python --no-deps -e .
+	touch $@
+
+demo: install
+	test -d .git || git init --quiet
+	test -d .dvc || $(BIN)/dvc init --quiet
+	$(BIN)/dvc config core.analytics false
+	PATH=$(CURDIR)/$(BIN):$$PATH $(BIN)/dvc repro
+	PATH=$(CURDIR)/$(BIN):$$PATH $(BIN)/python -m tfshards.summary
+
+lint: install
+	$(BIN)/ruff check src stages tests bench
+	$(BIN)/ruff format --check src stages tests bench
+	$(BIN)/mypy
+
+test: lint
+	$(BIN)/pytest -n 2 --durations=15
+
+test-fast: install
+	$(BIN)/pytest -n 2 -m "not slow"
+
+bench: install
+	$(BIN)/python -m bench.run --out bench/results
+
+# Refresh requirements/lock.txt after changing dependencies in pyproject.toml.
+lock: install
+	$(BIN)/uv pip compile pyproject.toml --extra cpu --extra s3 --extra dask --extra bench \
+	  --extra dev --python-version 3.11 --python-platform x86_64-manylinux_2_28 \
+	  -o requirements/lock.txt
+
+clean:
+	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache

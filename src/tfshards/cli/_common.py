@@ -1,0 +1,37 @@
+"""What every command shares: one-line errors and the worker-count default."""
+
+from __future__ import annotations
+
+import functools
+import os
+from collections.abc import Callable
+from typing import ParamSpec, TypeVar
+
+import typer
+
+from tfshards.errors import TfshardsError
+
+P = ParamSpec("P")
+R = TypeVar("R")
+
+
+def one_line_errors(fn: Callable[P, R]) -> Callable[P, R]:
+    """Turn a :class:`TfshardsError` into one line on stderr and exit code 1.
+
+    Anything else is a bug and keeps its traceback.
+    """
+
+    @functools.wraps(fn)
+    def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
+        try:
+            return fn(*args, **kwargs)
+        except TfshardsError as exc:
+            typer.echo(f"error: {exc}", err=True)
+            raise typer.Exit(1) from None
+
+    return wrapper
+
+
+def default_workers() -> int:
+    """All cores this process may use."""
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
