@@ -10,8 +10,11 @@ system temp dir, so its final move is not atomic across filesystems).
 
 from __future__ import annotations
 
+import contextlib
 import os
 import posixpath
+import re
+import socket
 import uuid
 from collections.abc import Iterable
 from typing import Any
@@ -83,33 +86,110 @@ def read_bytes(fs: Any, path: str) -> bytes:
 def write_atomic(fs: Any, path: str, chunks: Iterable[Chunk]) -> int:
     """Publish ``chunks`` as ``path`` so that readers see all of it or nothing.
 
-    Local disk: write a temp file beside ``path`` and ``os.replace`` it into
-    place. Object stores (and ``memory://``): one upload, which becomes visible
-    only once complete. Returns the number of bytes written.
+    Returns the number of bytes written. See :class:`AtomicSink`.
     """
-    if is_local(fs):
-        directory = os.path.dirname(path)
-        os.makedirs(directory or ".", exist_ok=True)
-        tmp = os.path.join(directory, f".{os.path.basename(path)}.tmp-{uuid.uuid4().hex[:12]}")
-        total = 0
-        try:
-            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
-            try:
-                total = _write_all(fd, chunks)
-            finally:
-                os.close(fd)
-            os.replace(tmp, path)
-        except BaseException:
-            if os.path.exists(tmp):
-                os.unlink(tmp)
-            raise
-        return total
-    data = b"".join(chunks)
-    parent = posixpath.dirname(path)
-    if parent:
-        fs.makedirs(parent, exist_ok=True)
-    fs.pipe_file(path, data)
-    return len(data)
+    sink = AtomicSink(fs, path)
+    try:
+        sink.write(chunks)
+    except BaseException:
+        sink.abort()
+        raise
+    sink.commit()
+    return sink.size
+
+
+class AtomicSink:
+    """A file that becomes visible under its final name only on :meth:`commit`.
+
+    Local disk: chunks stream into a temp file beside ``path`` (named with this
+    host and pid, so a later run can tell a dead writer's leftovers from a live
+    one's) and ``os.replace`` moves it into place. Object stores and
+    ``memory://``: chunks are kept in memory and uploaded in one call, and an
+    object appears only once its upload completes.
+    """
+
+    def __init__(self, fs: Any, path: str) -> None:
+        self.fs, self.path, self.size = fs, path, 0
+        self._fd: int | None = None
+        self._chunks: list[Chunk] = []
+        self._tmp = ""
+        if is_local(fs):
+            directory = os.path.dirname(path) or "."
+            os.makedirs(directory, exist_ok=True)
+            self._tmp = os.path.join(directory, _tmp_name(os.path.basename(path)))
+            self._fd = os.open(self._tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+
+    def write(self, chunks: Iterable[Chunk]) -> None:
+        if self._fd is not None:
+            self.size += _write_all(self._fd, chunks)
+        else:
+            for chunk in chunks:
+                self._chunks.append(chunk)
+                self.size += len(chunk)
+
+    def commit(self) -> None:
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
+            os.replace(self._tmp, self.path)
+            return
+        parent = posixpath.dirname(self.path)
+        if parent:
+            self.fs.makedirs(parent, exist_ok=True)
+        self.fs.pipe_file(self.path, b"".join(self._chunks))
+        self._chunks = []
+
+    def abort(self) -> None:
+        """Drop everything written; nothing becomes visible."""
+        self._chunks = []
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(self._tmp)
+
+
+_TMP = re.compile(r"^\.(?P<name>.+)\.tmp-(?P<host>[^-]+)-(?P<pid>\d+)-[0-9a-f]+$")
+
+
+def _tmp_name(name: str) -> str:
+    host = socket.gethostname().replace("-", "_") or "host"
+    return f".{name}.tmp-{host}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+
+
+def is_temp_name(name: str) -> bool:
+    """True for the temp files :class:`AtomicSink` writes before publishing."""
+    return _TMP.match(name) is not None
+
+
+def remove_stale_temps(fs: Any, directory: str) -> int:
+    """Delete temp files left in ``directory`` by writers of this host that died.
+
+    A temp file of a live process (another writer racing on the same
+    directory) is left alone. Returns how many were removed.
+    """
+    if not is_local(fs) or not os.path.isdir(directory):
+        return 0
+    host = socket.gethostname().replace("-", "_") or "host"
+    removed = 0
+    for name in os.listdir(directory):
+        m = _TMP.match(name)
+        if m is None or m["host"] != host or _pid_alive(int(m["pid"])):
+            continue
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(os.path.join(directory, name))
+            removed += 1
+    return removed
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
 
 
 _IOV_MAX = 1024  # Linux limit on buffers per writev call
@@ -138,11 +218,3 @@ def _writev(fd: int, batch: list[Chunk]) -> int:
             n = os.write(fd, rest)
             rest = rest[n:]
     return expected
-
-
-def remove_quietly(fs: Any, path: str) -> None:
-    """Delete ``path`` if it exists; used for temp files left by a killed writer."""
-    try:
-        fs.rm_file(path)
-    except FileNotFoundError:
-        pass

@@ -1,0 +1,385 @@
+"""Encode and decode ``tf.train.Example`` protos byte-deterministically, without TensorFlow.
+
+The encoder writes the protobuf wire format directly, features in sorted key
+order, so its bytes equal ``Example.SerializeToString(deterministic=True)``
+(the tests check this against TensorFlow) in every interpreter. The default
+``SerializeToString()`` orders the feature map differently from one process to
+the next (FACTS.md), which would make every run's shards differ.
+
+Wire format (all fields length-delimited unless noted)::
+
+    Example   { 1: Features }
+    Features  { 1: repeated MapEntry { 1: key (string), 2: Feature } }
+    Feature   { 1: BytesList { 1: repeated bytes }
+              | 2: FloatList { 1: packed float32 }
+              | 3: Int64List { 1: packed varint } }
+"""
+
+from __future__ import annotations
+
+import functools
+import struct
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Literal
+
+import numpy as np
+
+from tfshards.errors import ConfigError, TransformError
+
+Dtype = Literal["bytes", "int64", "float"]
+DTYPES: tuple[Dtype, ...] = ("bytes", "int64", "float")
+Piece = bytes | memoryview
+Values = list[bytes] | list[int] | list[float] | np.ndarray
+
+_TAG1 = b"\x0a"  # field 1, length-delimited
+_TAG2 = b"\x12"  # field 2, length-delimited
+_TAG3 = b"\x1a"  # field 3, length-delimited
+_KIND_TAG: dict[str, bytes] = {"bytes": _TAG1, "float": _TAG2, "int64": _TAG3}
+_SMALL_VARINTS = [bytes([i]) for i in range(128)]
+
+
+@dataclass(frozen=True)
+class FeatureSpec:
+    """One feature of the schema.
+
+    Attributes:
+        name: feature key in the Example.
+        dtype: ``"bytes"``, ``"int64"`` or ``"float"``.
+        shape: fixed shape (``()`` for a scalar), or None when lengths vary.
+    """
+
+    name: str
+    dtype: Dtype
+    shape: tuple[int, ...] | None = ()
+
+    def __post_init__(self) -> None:
+        if not self.name:
+            raise ConfigError("feature name must not be empty")
+        if self.dtype not in DTYPES:
+            raise ConfigError(
+                f"feature {self.name!r}: dtype must be one of {DTYPES}, got {self.dtype!r}"
+            )
+        if self.shape is not None and any(d < 0 for d in self.shape):
+            raise ConfigError(
+                f"feature {self.name!r}: shape must be non-negative, got {self.shape}"
+            )
+
+    @property
+    def size(self) -> int | None:
+        """Number of values in one example, or None when it varies."""
+        return None if self.shape is None else int(np.prod(self.shape, dtype=np.int64))
+
+    def to_json(self) -> dict[str, Any]:
+        return {"dtype": self.dtype, "shape": None if self.shape is None else list(self.shape)}
+
+
+def schema_to_json(schema: Sequence[FeatureSpec]) -> dict[str, dict[str, Any]]:
+    return {spec.name: spec.to_json() for spec in sorted(schema, key=lambda s: s.name)}
+
+
+def schema_from_json(data: Mapping[str, Any]) -> tuple[FeatureSpec, ...]:
+    try:
+        return tuple(
+            FeatureSpec(
+                name,
+                value["dtype"],
+                None if value["shape"] is None else tuple(int(d) for d in value["shape"]),
+            )
+            for name, value in sorted(data.items())
+        )
+    except (KeyError, TypeError) as exc:
+        raise ConfigError(f"malformed schema: {exc!r}") from exc
+
+
+def merge_specs(a: FeatureSpec, b: FeatureSpec) -> FeatureSpec:
+    """Combine what two shards saw of one feature; shapes that differ become variable."""
+    if a.dtype != b.dtype:
+        raise TransformError(
+            f"feature {a.name!r}: dtype differs between records "
+            f"(expected {a.dtype}, found {b.dtype})",
+            feature=a.name,
+        )
+    return a if a.shape == b.shape else FeatureSpec(a.name, a.dtype, None)
+
+
+# ----------------------------------------------------------------------------- values
+
+
+def normalize(name: str, value: Any) -> tuple[Dtype, Values, tuple[int, ...]]:
+    """Turn a Python/numpy value into ``(dtype, flat values, shape)``.
+
+    Accepts bytes, str (UTF-8), bool/int, float, numpy scalars and arrays, and
+    lists/tuples of one of those. Raises :class:`TransformError` naming the
+    feature and the type otherwise.
+    """
+    if isinstance(value, (bytes, bytearray, memoryview)):
+        return "bytes", [bytes(value) if not isinstance(value, bytes) else value], ()
+    if isinstance(value, str):
+        return "bytes", [value.encode()], ()
+    if isinstance(value, (bool, int, np.integer, np.bool_)):
+        return "int64", [int(value)], ()
+    if isinstance(value, (float, np.floating)):
+        return "float", [float(value)], ()
+    if isinstance(value, np.ndarray):
+        kind = value.dtype.kind
+        if kind in "iub":
+            return "int64", value.astype(np.int64).ravel(), value.shape
+        if kind == "f":
+            return "float", value.astype("<f4").ravel(), value.shape
+        if kind in "SO" and all(isinstance(v, bytes) for v in value.ravel()):
+            return "bytes", list(value.ravel()), value.shape
+        raise TransformError(
+            f"feature {name!r}: unsupported numpy dtype {value.dtype} "
+            "(expected an integer, float or bytes array)",
+            feature=name,
+        )
+    if isinstance(value, (list, tuple)):
+        if not value:
+            raise TransformError(
+                f"feature {name!r}: empty list has no dtype (use a numpy array with a dtype)",
+                feature=name,
+            )
+        kinds = {normalize(name, v)[0] for v in value}
+        if len(kinds) != 1:
+            raise TransformError(
+                f"feature {name!r}: list mixes types {sorted(kinds)}", feature=name
+            )
+        (dtype,) = kinds
+        flat = [normalize(name, v)[1][0] for v in value]
+        return dtype, flat, (len(value),)  # type: ignore[return-value]
+    raise TransformError(
+        f"feature {name!r}: unsupported type {type(value).__name__} "
+        "(expected bytes, str, int, float, a list of those, or a numpy array)",
+        feature=name,
+    )
+
+
+# ----------------------------------------------------------------------------- encode
+
+
+def _slow_varint(n: int) -> bytes:
+    n &= 0xFFFFFFFFFFFFFFFF  # negative int64 values take 10 bytes
+    out = bytearray()
+    while n > 0x7F:
+        out.append((n & 0x7F) | 0x80)
+        n >>= 7
+    out.append(n)
+    return bytes(out)
+
+
+_VARINTS = [_slow_varint(i) for i in range(1 << 14)]  # every length below 16 KiB: one lookup
+_JOIN_BELOW = 64 << 10  # smaller records are joined into one bytes (one memcpy beats many calls)
+
+
+def varint(n: int) -> bytes:
+    """Protobuf base-128 varint; negative int64 values take 10 bytes."""
+    if 0 <= n < 16384:
+        return _VARINTS[n]
+    return _slow_varint(n)
+
+
+@functools.lru_cache(maxsize=1024)
+def _key_field(name: str) -> bytes:
+    key = name.encode()
+    return _TAG1 + varint(len(key)) + key
+
+
+def _feature_pieces(dtype: Dtype, values: Values) -> tuple[list[Piece], int]:
+    """Pieces and byte length of one ``Feature`` message."""
+    if dtype == "bytes":
+        if len(values) == 1:  # the common case: one payload, no loop
+            v = values[0]
+            head = _TAG1 + varint(len(v))
+            inner = len(head) + len(v)
+            return [_TAG1 + varint(inner) + head, v], inner + 1 + len(varint(inner))
+        pieces: list[Piece] = []
+        inner = 0
+        for v in values:
+            head = _TAG1 + varint(len(v))
+            pieces += (head, v)
+            inner += len(head) + len(v)
+    else:
+        if dtype == "float":
+            packed = np.asarray(values, dtype="<f4").tobytes()
+        else:
+            packed = b"".join([varint(int(v)) for v in values])
+        pieces = [_TAG1 + varint(len(packed)), packed] if len(packed) else []
+        inner = sum(len(p) for p in pieces)
+    head = _KIND_TAG[dtype] + varint(inner)
+    return [head, *pieces], len(head) + inner
+
+
+def _scalar_bytes_head(key_field: bytes, n: int) -> bytes:
+    """Everything of a one-value ``bytes`` map entry that precedes the value itself."""
+    len_v = varint(n)
+    list_len = 1 + len(len_v) + n
+    len_list = varint(list_len)
+    feat_len = 1 + len(len_list) + list_len
+    len_feat = varint(feat_len)
+    entry_len = len(key_field) + 1 + len(len_feat) + feat_len
+    return b"".join(
+        (_TAG1, varint(entry_len), key_field, _TAG2, len_feat, _TAG1, len_list, _TAG1, len_v)
+    )
+
+
+@functools.lru_cache(maxsize=4096)
+def _scalar_int_entry(name: str, value: int) -> bytes:
+    return _entry(name, "int64", [value])
+
+
+def _entry(name: str, dtype: Dtype, values: Values) -> bytes:
+    key_field = _key_field(name)
+    feat_pieces, feat_len = _feature_pieces(dtype, values)
+    value_head = _TAG2 + varint(feat_len)
+    entry_len = len(key_field) + len(value_head) + feat_len
+    return b"".join([_TAG1, varint(entry_len), key_field, value_head, *feat_pieces])
+
+
+def encode(features: Mapping[str, tuple[Dtype, Values]]) -> tuple[list[Piece], int]:
+    """Serialize an Example from ``{name: (dtype, flat values)}``.
+
+    Returns the pieces to write and their total length. Keys are written in
+    sorted order. A record under 64 KiB comes back as one piece; larger
+    payloads are passed through as their own pieces, never copied.
+    """
+    body: list[Piece] = []
+    body_len = 0
+    for name in sorted(features):
+        dtype, values = features[name]
+        if len(values) == 1 and dtype == "bytes":  # payloads, paths, hashes: the hot path
+            value = values[0]
+            head = _scalar_bytes_head(_key_field(name), len(value))
+            body.append(head)
+            body.append(value)
+            body_len += len(head) + len(value)
+        else:
+            if len(values) == 1 and dtype == "int64":
+                entry = _scalar_int_entry(name, int(values[0]))
+            else:
+                entry = _entry(name, dtype, values)
+            body.append(entry)
+            body_len += len(entry)
+    head = _TAG1 + varint(body_len)
+    total = len(head) + body_len
+    if total < _JOIN_BELOW:
+        return [b"".join([head, *body])], total
+    return [head, *body], total
+
+
+def encode_bytes(features: Mapping[str, tuple[Dtype, Values]]) -> bytes:
+    """:func:`encode`, joined into one ``bytes`` object."""
+    return b"".join(encode(features)[0])
+
+
+# ----------------------------------------------------------------------------- decode
+
+
+class DecodeError(ValueError):
+    """The bytes are not a well-formed ``tf.train.Example``."""
+
+
+def _read_varint(buf: memoryview, pos: int) -> tuple[int, int]:
+    result = 0
+    shift = 0
+    while True:
+        if pos >= len(buf):
+            raise DecodeError("truncated varint")
+        b = buf[pos]
+        pos += 1
+        result |= (b & 0x7F) << shift
+        if not b & 0x80:
+            return result, pos
+        shift += 7
+        if shift > 63:
+            raise DecodeError("varint longer than 10 bytes")
+
+
+def _fields(buf: memoryview) -> list[tuple[int, memoryview]]:
+    """Split a message into (field number, payload) for length-delimited fields."""
+    out = []
+    pos = 0
+    end = len(buf)
+    while pos < end:
+        key, pos = _read_varint(buf, pos)
+        if key & 7 != 2:
+            raise DecodeError(
+                f"field {key >> 3}: wire type {key & 7}, expected 2 (length-delimited)"
+            )
+        length, pos = _read_varint(buf, pos)
+        if pos + length > end:
+            raise DecodeError(f"field {key >> 3}: length {length} runs past the message end")
+        out.append((key >> 3, buf[pos : pos + length]))
+        pos += length
+    return out
+
+
+_FLOAT = struct.Struct("<f")
+
+
+def decode(data: bytes | memoryview) -> dict[str, tuple[Dtype, list[Any]]]:
+    """Parse an Example into ``{name: (dtype, values)}``; bytes values are memoryviews.
+
+    Raises:
+        DecodeError: the bytes are not a well-formed Example.
+    """
+    features: dict[str, tuple[Dtype, list[Any]]] = {}
+    for num, msg in _fields(memoryview(data)):
+        if num != 1:
+            continue
+        for entry_num, entry in _fields(msg):
+            if entry_num != 1:
+                continue
+            key = ""
+            dtype: Dtype = "bytes"
+            values: list[Any] = []
+            for f, payload in _fields(entry):
+                if f == 1:
+                    key = bytes(payload).decode()
+                elif f == 2:
+                    dtype, values = _decode_feature(payload)
+            features[key] = (dtype, values)
+    return features
+
+
+def _decode_feature(msg: memoryview) -> tuple[Dtype, list[Any]]:
+    fields = _fields(msg)
+    if not fields:
+        return "bytes", []
+    kind, payload = fields[0]
+    inner = _fields(payload)
+    if kind == 1:
+        return "bytes", [p for _, p in inner]
+    if kind == 2:
+        packed = b"".join(bytes(p) for _, p in inner)
+        if len(packed) % 4:
+            raise DecodeError(f"float list of {len(packed)} bytes is not a multiple of 4")
+        return "float", list(np.frombuffer(packed, "<f4"))
+    if kind == 3:
+        ints = []
+        for _, p in inner:
+            pos = 0
+            while pos < len(p):
+                v, pos = _read_varint(p, pos)
+                ints.append(v - (1 << 64) if v >= 1 << 63 else v)
+        return "int64", ints
+    raise DecodeError(f"feature kind {kind} is not bytes_list, float_list or int64_list")
+
+
+def conformance_problem(
+    decoded: Mapping[str, tuple[Dtype, list[Any]]], schema: Sequence[FeatureSpec]
+) -> str | None:
+    """Say how a decoded Example breaks the schema, or None if it conforms."""
+    for spec in schema:
+        if spec.name not in decoded:
+            return f"feature {spec.name!r} missing"
+        dtype, values = decoded[spec.name]
+        if dtype != spec.dtype and values:
+            return f"feature {spec.name!r}: expected dtype {spec.dtype}, found {dtype}"
+        if spec.size is not None and len(values) != spec.size:
+            shape = list(spec.shape or ())
+            return (
+                f"feature {spec.name!r}: expected {spec.size} values (shape {shape}), "
+                f"found {len(values)}"
+            )
+    return None

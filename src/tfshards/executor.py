@@ -1,0 +1,148 @@
+"""Run one picklable function over many tasks: local processes, threads, or Dask.
+
+The writer and the validator hand their per-shard function here. Local work
+uses ``concurrent.futures.ProcessPoolExecutor`` (a SIGKILLed worker raises
+``BrokenProcessPool`` at once, where ``multiprocessing.Pool`` hangs forever),
+started with ``forkserver`` so a parent that has imported TensorFlow never forks
+its threads. Beyond one machine the same function runs on a Dask cluster.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures as cf
+import multiprocessing
+import os
+import sys
+from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures.process import BrokenProcessPool
+from typing import Any, TypeVar
+
+from tfshards.errors import ConfigError, ShardError
+
+T = TypeVar("T")
+R = TypeVar("R")
+
+EXECUTORS = ("auto", "process", "thread", "serial", "dask")
+
+
+def resolve(executor: str, workers: int, protocols: Sequence[str]) -> str:
+    """Pick the concrete executor for ``"auto"`` and reject impossible combinations.
+
+    ``memory://`` is a per-process store: what a worker process writes there
+    never reaches the parent, so it runs on threads.
+    """
+    if executor not in EXECUTORS:
+        raise ConfigError(f"executor must be one of {EXECUTORS}, got {executor!r}")
+    if workers < 1:
+        raise ConfigError(f"workers must be >= 1, got {workers}")
+    in_memory = "memory" in protocols
+    if executor == "auto":
+        if in_memory:
+            return "thread"
+        return "process" if workers > 1 else "serial"
+    if in_memory and executor in ("process", "dask"):
+        raise ConfigError(
+            f"memory:// lives in one process, so executor {executor!r} cannot share it; "
+            "use executor 'thread' or 'serial'"
+        )
+    return executor
+
+
+def _worker_init(cwd: str) -> None:
+    # DVC runs stages from the repository root; a transform `mypkg.mod:fn`
+    # given there must import in the workers too.
+    if cwd not in sys.path:
+        sys.path.insert(0, cwd)
+
+
+def run(
+    fn: Callable[[T], R],
+    tasks: Sequence[T],
+    *,
+    executor: str,
+    workers: int,
+    dask_address: str | None = None,
+    describe: Callable[[T], str] = str,
+) -> Iterator[tuple[int, R]]:
+    """Yield ``(task index, result)`` as tasks finish.
+
+    The first failing task stops the run: pending tasks are cancelled and its
+    exception (a :class:`~tfshards.errors.TfshardsError` arrives whole) is
+    re-raised. A worker process that dies (SIGKILL, OOM) becomes a
+    :class:`ShardError` naming the tasks that were in flight.
+    """
+    if not tasks:
+        return
+    if executor == "serial":
+        for i, task in enumerate(tasks):
+            yield i, fn(task)
+        return
+    if executor == "dask":
+        yield from _run_dask(fn, tasks, workers, dask_address)
+        return
+    pool: cf.Executor
+    if executor == "thread":
+        pool = cf.ThreadPoolExecutor(max_workers=min(workers, len(tasks)))
+    elif executor == "process":
+        pool = cf.ProcessPoolExecutor(
+            max_workers=min(workers, len(tasks)),
+            mp_context=multiprocessing.get_context("forkserver"),
+            initializer=_worker_init,
+            initargs=(os.getcwd(),),
+        )
+    else:
+        raise ConfigError(f"executor must be one of {EXECUTORS}, got {executor!r}")
+    with pool:
+        futures = {pool.submit(fn, task): i for i, task in enumerate(tasks)}
+        try:
+            for future in cf.as_completed(futures):
+                yield futures[future], future.result()
+        except BrokenProcessPool as exc:
+            lost = [describe(tasks[i]) for f, i in futures.items() if not f.done() or f.exception()]
+            raise ShardError(
+                f"a worker process died (killed by a signal or out of memory) while working on "
+                f"{', '.join(lost[:4])}{' ...' if len(lost) > 4 else ''}; "
+                "finished shards are kept: run again to resume",
+                shards=lost,
+            ) from exc
+        finally:
+            for f in futures:
+                f.cancel()
+
+
+def _run_dask(
+    fn: Callable[[T], R], tasks: Sequence[T], workers: int, address: str | None
+) -> Iterator[tuple[int, R]]:
+    try:
+        from distributed import Client, LocalCluster, as_completed
+    except ImportError as exc:
+        raise ConfigError(
+            "executor 'dask' needs dask[distributed]: pip install 'tfshards[dask]'"
+        ) from exc
+    cluster: Any = None
+    if address in (None, "", "local"):
+        # Loopback only: LocalCluster serves on 0.0.0.0:8787 unless told otherwise.
+        cluster = LocalCluster(
+            n_workers=workers,
+            threads_per_worker=1,
+            processes=True,
+            host="127.0.0.1",
+            dashboard_address="127.0.0.1:0",
+        )
+        client = Client(cluster)
+    else:
+        client = Client(address)
+    try:
+        client.run(_worker_init, os.getcwd())
+        # pure=False: with the default, Dask runs identical calls only once.
+        futures = client.map(fn, list(tasks), pure=False)
+        index = {f.key: i for i, f in enumerate(futures)}
+        try:
+            for future, result in as_completed(futures, with_results=True):
+                yield index[future.key], result
+        finally:
+            client.cancel(futures)
+    finally:
+        client.close()
+        if cluster is not None:
+            cluster.close()

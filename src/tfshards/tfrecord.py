@@ -1,0 +1,160 @@
+"""TFRecord framing: write records, and scan them back checking both CRCs.
+
+A TFRecord file is a sequence of::
+
+    uint64 length            little-endian
+    uint32 masked_crc32c(length bytes)
+    byte   data[length]
+    uint32 masked_crc32c(data)
+
+This module needs no TensorFlow. CRCs use the hardware-accelerated ``crc32c``
+package (~20 GB/s here), so framing costs far less than hashing the payload.
+"""
+
+from __future__ import annotations
+
+import struct
+import zlib
+from collections.abc import Iterable, Iterator, Sequence
+from typing import NamedTuple
+
+import crc32c
+
+from tfshards.errors import ConfigError
+
+HEADER_BYTES = 12  # length (8) + its masked crc (4)
+FOOTER_BYTES = 4
+_MASK_DELTA = 0xA282EAD8
+_U32 = 0xFFFFFFFF
+_LENGTH = struct.Struct("<Q")
+_CRC = struct.Struct("<I")
+
+COMPRESSIONS = ("none", "gzip", "zlib")
+_WBITS = {"gzip": 31, "zlib": 15}  # what TF's ZlibInputStream expects for each
+
+
+def mask(crc: int) -> int:
+    """TFRecord's CRC mask: rotate right by 15 bits and add a constant."""
+    return (((crc >> 15) | (crc << 17)) + _MASK_DELTA) & _U32
+
+
+def masked_crc(data: bytes | memoryview) -> int:
+    return mask(crc32c.crc32c(data))
+
+
+def header(length: int) -> bytes:
+    """The 12 bytes that precede a record of ``length`` bytes."""
+    raw = _LENGTH.pack(length)
+    return raw + _CRC.pack(masked_crc(raw))
+
+
+def frame(pieces: Sequence[bytes | memoryview]) -> list[bytes | memoryview]:
+    """Frame one record given as pieces, without joining (copying) them.
+
+    Returns the chunks to write: header, the pieces themselves, footer.
+    """
+    if len(pieces) == 1:  # small records: one joined piece, one chunk out
+        data = pieces[0]
+        return [b"".join((header(len(data)), data, _CRC.pack(masked_crc(data))))]
+    crc = 0
+    length = 0
+    for piece in pieces:
+        crc = crc32c.crc32c(piece, crc)
+        length += len(piece)
+    return [header(length), *pieces, _CRC.pack(mask(crc))]
+
+
+class Compressor:
+    """Compress a TFRecord stream the way ``TFRecordWriter(options=GZIP|ZLIB)`` does.
+
+    The gzip header zlib writes has no timestamp, so output is byte-deterministic.
+    """
+
+    def __init__(self, compression: str) -> None:
+        if compression not in COMPRESSIONS:
+            raise ConfigError(f"compression must be one of {COMPRESSIONS}, got {compression!r}")
+        self.compression = compression
+        self._z = (
+            None
+            if compression == "none"
+            else zlib.compressobj(6, zlib.DEFLATED, _WBITS[compression])
+        )
+
+    def feed(self, chunks: Iterable[bytes | memoryview]) -> list[bytes | memoryview]:
+        if self._z is None:
+            return list(chunks)
+        out = [self._z.compress(c) for c in chunks]
+        return [c for c in out if c]
+
+    def finish(self) -> list[bytes]:
+        return [] if self._z is None else [self._z.flush()]
+
+
+def decompress(data: bytes, compression: str) -> bytes:
+    """Undo :class:`Compressor` (gzip or zlib); ``"none"`` returns ``data``."""
+    if compression == "none":
+        return data
+    if compression not in _WBITS:
+        raise ConfigError(f"compression must be one of {COMPRESSIONS}, got {compression!r}")
+    return zlib.decompress(data, _WBITS[compression])
+
+
+class Scanned(NamedTuple):
+    """One step of :func:`scan`: a record, or a problem found at ``offset``.
+
+    ``problem`` is None for a good record. A data-CRC problem still carries the
+    data (the length was trustworthy); a framing problem ends the scan.
+    """
+
+    index: int
+    offset: int
+    data: memoryview | None
+    problem: str | None
+
+
+def scan(buf: bytes | memoryview) -> Iterator[Scanned]:
+    """Walk the records of an uncompressed TFRecord buffer, checking both CRCs.
+
+    Unlike TensorFlow's reader, a file cut inside a record header is reported,
+    not read as a shorter valid file.
+    """
+    view = memoryview(buf)
+    size = len(view)
+    offset = 0
+    index = 0
+    while offset < size:
+        if size - offset < HEADER_BYTES:
+            yield Scanned(index, offset, None, f"truncated header: {size - offset} of 12 bytes")
+            return
+        raw_len = view[offset : offset + 8]
+        (length,) = _LENGTH.unpack(raw_len)
+        (stored,) = _CRC.unpack(view[offset + 8 : offset + 12])
+        computed = masked_crc(raw_len)
+        if stored != computed:
+            yield Scanned(
+                index,
+                offset,
+                None,
+                f"length CRC mismatch (stored {stored:#010x}, computed {computed:#010x})",
+            )
+            return
+        start = offset + HEADER_BYTES
+        end = start + length
+        if end + FOOTER_BYTES > size:
+            yield Scanned(
+                index,
+                offset,
+                None,
+                f"truncated record: length field says {length} bytes + 4 CRC bytes, "
+                f"file has {max(size - start, 0)} left",
+            )
+            return
+        data = view[start:end]
+        (stored,) = _CRC.unpack(view[end : end + FOOTER_BYTES])
+        computed = masked_crc(data)
+        problem = None
+        if stored != computed:
+            problem = f"data CRC mismatch (stored {stored:#010x}, computed {computed:#010x})"
+        yield Scanned(index, offset, data, problem)
+        offset = end + FOOTER_BYTES
+        index += 1

@@ -1,0 +1,129 @@
+"""The hand-written Example encoder matches protobuf's deterministic bytes, and decodes back."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from tfshards import example
+from tfshards.errors import TransformError
+
+CASES = {
+    "image": ("bytes", [b"\xff\xd8" + bytes(range(256)) * 20]),
+    "label": ("int64", [3]),
+    "neg": ("int64", [-1, -(2**63), 2**63 - 1, 0, 300]),
+    "floats": ("float", [1.5, -2.25, 0.0]),
+    "empty_f": ("float", []),
+    "empty_i": ("int64", []),
+    "empty_b": ("bytes", []),
+    "many": ("bytes", [b"a", b"", b"ccc"]),
+    "unicode_é": ("bytes", ["ünï".encode()]),
+}
+
+
+def _tf_bytes(features):
+    import tensorflow as tf
+
+    def feature(dtype, values):
+        if dtype == "bytes":
+            return tf.train.Feature(bytes_list=tf.train.BytesList(value=values))
+        if dtype == "int64":
+            return tf.train.Feature(int64_list=tf.train.Int64List(value=values))
+        return tf.train.Feature(float_list=tf.train.FloatList(value=values))
+
+    ex = tf.train.Example(
+        features=tf.train.Features(feature={k: feature(*v) for k, v in features.items()})
+    )
+    return ex.SerializeToString(deterministic=True)
+
+
+def test_encoding_equals_protobuf_deterministic_serialization():
+    assert example.encode_bytes(CASES) == _tf_bytes(CASES)
+
+
+def test_encoding_is_independent_of_dict_order():
+    reversed_cases = dict(reversed(list(CASES.items())))
+    assert example.encode_bytes(reversed_cases) == example.encode_bytes(CASES)
+
+
+def test_tensorflow_parses_our_encoding():
+    import tensorflow as tf
+
+    spec = {
+        "image": tf.io.FixedLenFeature([], tf.string),
+        "label": tf.io.FixedLenFeature([], tf.int64),
+        "neg": tf.io.FixedLenFeature([5], tf.int64),
+        "floats": tf.io.FixedLenFeature([3], tf.float32),
+    }
+    parsed = tf.io.parse_single_example(example.encode_bytes(CASES), spec)
+    assert parsed["image"].numpy() == CASES["image"][1][0]
+    assert int(parsed["label"]) == 3
+    assert parsed["neg"].numpy().tolist() == CASES["neg"][1]
+    assert parsed["floats"].numpy().tolist() == [1.5, -2.25, 0.0]
+
+
+def test_decode_round_trips():
+    decoded = example.decode(example.encode_bytes(CASES))
+    assert set(decoded) == set(CASES)
+    for name, (dtype, values) in CASES.items():
+        got_dtype, got = decoded[name]
+        assert [bytes(v) if dtype == "bytes" else v for v in got] == values
+        if values:
+            assert got_dtype == dtype
+
+
+def test_decode_rejects_garbage():
+    with pytest.raises(example.DecodeError):
+        example.decode(b"\x0a\xff\xff\xff\x0f")
+
+
+def test_conformance_names_missing_and_wrong_features():
+    schema = (
+        example.FeatureSpec("image", "bytes", ()),
+        example.FeatureSpec("label", "int64", ()),
+        example.FeatureSpec("vec", "float", (2,)),
+    )
+    ok = {"image": ("bytes", [b"x"]), "label": ("int64", [1]), "vec": ("float", [1.0, 2.0])}
+    assert example.conformance_problem(example.decode(example.encode_bytes(ok)), schema) is None
+    missing = {k: v for k, v in ok.items() if k != "label"}
+    problem = example.conformance_problem(example.decode(example.encode_bytes(missing)), schema)
+    assert problem == "feature 'label' missing"
+    short = {**ok, "vec": ("float", [1.0])}
+    problem = example.conformance_problem(example.decode(example.encode_bytes(short)), schema)
+    assert problem is not None and "expected 2 values" in problem and "found 1" in problem
+
+
+@pytest.mark.parametrize(
+    ("value", "dtype", "shape"),
+    [
+        (b"x", "bytes", ()),
+        ("é", "bytes", ()),
+        (7, "int64", ()),
+        (True, "int64", ()),
+        (0.5, "float", ()),
+        ([1, 2, 3], "int64", (3,)),
+        (np.zeros((2, 3), np.uint8), "int64", (2, 3)),
+        (np.ones((4,), np.float64), "float", (4,)),
+    ],
+)
+def test_normalize_infers_dtype_and_shape(value, dtype, shape):
+    got_dtype, _, got_shape = example.normalize("f", value)
+    assert (got_dtype, tuple(got_shape)) == (dtype, shape)
+
+
+@pytest.mark.parametrize("value", [None, {"a": 1}, [], [1, "a"], np.array(["a"], dtype="U1")])
+def test_normalize_names_feature_and_type_on_unsupported_values(value):
+    with pytest.raises(TransformError, match="feature 'f'"):
+        example.normalize("f", value)
+
+
+def test_schema_json_round_trip():
+    schema = (example.FeatureSpec("a", "bytes", ()), example.FeatureSpec("b", "float", None))
+    assert example.schema_from_json(example.schema_to_json(schema)) == schema
+
+
+def test_merge_specs_makes_differing_shapes_variable():
+    a = example.FeatureSpec("x", "float", (2,))
+    assert example.merge_specs(a, example.FeatureSpec("x", "float", (3,))).shape is None
+    with pytest.raises(TransformError, match="dtype differs"):
+        example.merge_specs(a, example.FeatureSpec("x", "int64", (2,)))
