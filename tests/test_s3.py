@@ -1,0 +1,121 @@
+"""S3 through a real HTTP endpoint on 127.0.0.1 (moto's server): list, write, resume."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tfshards import storage
+from tfshards.listing import list_files, write_listing
+from tfshards.manifest import MANIFEST_NAME, Manifest
+from tfshards.sample import write_synthetic
+from tfshards.writer import WriteConfig, write
+
+pytestmark = pytest.mark.slow
+REPO = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="module")
+def endpoint() -> Iterator[str]:
+    from moto.server import ThreadedMotoServer
+
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+    server.start()
+    host, port = server.get_host_and_port()
+    yield f"http://{host}:{port}"
+    server.stop()
+
+
+@pytest.fixture
+def s3(endpoint: str) -> Iterator[dict[str, Any]]:
+    """Storage options for a fresh bucket; reset after each test."""
+    import s3fs
+
+    options = {"endpoint_url": endpoint, "key": "testing", "secret": "testing"}
+    fs = s3fs.S3FileSystem(**options, skip_instance_cache=True)
+    fs.mkdir("bucket")
+    yield options
+    fs.rm("bucket", recursive=True)
+    s3fs.S3FileSystem.clear_instance_cache()
+
+
+@pytest.fixture
+def raw_on_s3(tmp_path: Path, s3: dict[str, Any]) -> str:
+    import s3fs
+
+    local = tmp_path / "raw"
+    write_synthetic(str(local), 40, 16, workers=1)
+    fs = s3fs.S3FileSystem(**s3)
+    fs.put(str(local) + "/", "bucket/raw/", recursive=True)
+    return "s3://bucket/raw"
+
+
+def test_listing_s3_matches_local_paths_and_labels(tmp_path, raw_on_s3, s3):
+    remote = list_files(raw_on_s3, storage_options=s3)
+    local = list_files(str(tmp_path / "raw"))
+    assert [(e.path, e.size, e.label) for e in remote.entries] == [
+        (e.path, e.size, e.label) for e in local.entries
+    ]
+    assert all(e.token for e in remote.entries)  # the ETag
+
+
+def test_write_to_s3_gives_the_local_bytes_and_resumes(tmp_path, raw_on_s3, s3):
+    import s3fs
+
+    local = write(
+        WriteConfig(out=str(tmp_path / "out"), num_shards=3, executor="serial"),
+        list_files(str(tmp_path / "raw")),
+        progress=False,
+    ).manifest
+    listing = list_files(raw_on_s3, storage_options=s3)
+    config = WriteConfig(
+        out="s3://bucket/shards",
+        num_shards=3,
+        workers=2,
+        executor="process",
+        source_options=s3,
+        out_options=s3,
+        manifest_copy=str(tmp_path / "manifest.json"),
+    )
+    remote = write(config, listing, progress=False)
+    manifest = remote.manifest
+    assert manifest.root.startswith("s3://bucket/shards/")
+    fs = s3fs.S3FileSystem(**s3)
+    for mine, theirs in zip(manifest.shards, local.shards, strict=True):
+        assert fs.cat_file(manifest.shard_url(mine)) == Path(local.shard_url(theirs)).read_bytes()
+    assert fs.exists(storage.join(manifest.root, MANIFEST_NAME))
+    assert Manifest.from_json((tmp_path / "manifest.json").read_bytes()) == manifest
+
+    fs.rm_file(manifest.shard_url(manifest.shards[1]))  # as if the upload never finished
+    again = write(config, listing, progress=False)
+    assert again.reused == 2 and again.manifest == manifest
+
+
+def test_cli_writes_to_s3_with_credentials_from_the_environment(tmp_path, raw_on_s3, s3):
+    write_listing(list_files(raw_on_s3, storage_options=s3), str(tmp_path / "listing"))
+    env = {
+        **os.environ,
+        "FSSPEC_S3_ENDPOINT_URL": s3["endpoint_url"],
+        "AWS_ACCESS_KEY_ID": "testing",
+        "AWS_SECRET_ACCESS_KEY": "testing",
+    }
+    result = subprocess.run(
+        [
+            *(sys.executable, str(REPO / "stages" / "write_shards.py"), str(tmp_path / "listing")),
+            *("--out", "s3://bucket/cli", "--manifest", str(tmp_path / "m.json")),
+            *("--num-shards", "2", "--no-progress"),
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+    )
+    assert result.returncode == 0, result.stderr
+    assert "wrote 40 records in 2 shards" in result.stdout
+    assert "testing" not in result.stdout + result.stderr
