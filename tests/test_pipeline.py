@@ -1,0 +1,86 @@
+"""The real thing: `dvc repro` of dvc.yaml in a temporary git repository."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tfshards.manifest import Manifest
+
+pytestmark = pytest.mark.slow
+REPO = Path(__file__).resolve().parents[1]
+
+
+def _run(cmd: list[str], cwd: Path) -> str:
+    env = {
+        **os.environ,
+        "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}",
+        "DVC_NO_ANALYTICS": "true",
+        "GIT_AUTHOR_NAME": "t",
+        "GIT_AUTHOR_EMAIL": "t@example.com",
+        "GIT_COMMITTER_NAME": "t",
+        "GIT_COMMITTER_EMAIL": "t@example.com",
+    }
+    result = subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True, timeout=900)
+    assert result.returncode == 0, f"{cmd}: {result.stdout}\n{result.stderr}"
+    return result.stdout + result.stderr
+
+
+@pytest.fixture(scope="module")
+def project(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A fresh git + DVC repository holding this project's pipeline, reproduced once."""
+    root = tmp_path_factory.mktemp("project")
+    for name in ("dvc.yaml", "params.yaml", ".dvcignore"):
+        shutil.copy(REPO / name, root / name)
+    for name in ("stages", "src"):
+        shutil.copytree(REPO / name, root / name, ignore=shutil.ignore_patterns("__pycache__"))
+    _run(["git", "init", "-q"], root)
+    _run(["dvc", "init", "-q"], root)
+    _run(["dvc", "config", "core.analytics", "false"], root)
+    _run(["git", "add", "-A"], root)
+    _run(["git", "commit", "-qm", "pipeline"], root)
+    _run(["dvc", "repro"], root)
+    return root
+
+
+def test_repro_writes_listing_shards_and_manifest(project):
+    meta = json.loads((project / "data/listing/meta.json").read_text())
+    assert meta["files"] == 1797 and len(meta["labels"]) == 10
+    manifest = Manifest.from_json((project / "data/manifest.json").read_bytes())
+    assert manifest.records == 1797 and len(manifest.shards) == 16
+    assert manifest.root.startswith("data/shards/")
+    for shard in manifest.shards:
+        assert (project / manifest.root / shard.name).stat().st_size == shard.bytes
+
+
+def test_second_repro_changes_nothing(project):
+    before = {p: p.read_bytes() for p in (project / "data").rglob("*") if p.is_file()}
+    lock = (project / "dvc.lock").read_bytes()
+    output = _run(["dvc", "repro"], project)
+    assert "Data and pipelines are up to date." in output
+    assert "Running stage" not in output
+    after = {p: p.read_bytes() for p in (project / "data").rglob("*") if p.is_file()}
+    assert after == before and (project / "dvc.lock").read_bytes() == lock
+
+
+def test_a_changed_param_makes_a_new_version_beside_the_old(project):
+    old = Manifest.from_json((project / "data/manifest.json").read_bytes())
+    _run(["dvc", "repro", "-s", "write", "--force"], project)  # same params: same bytes
+    same = Manifest.from_json((project / "data/manifest.json").read_bytes())
+    assert same == old
+    params = (project / "params.yaml").read_text()
+    (project / "params.yaml").write_text(params.replace("seed: 42 ", "seed: 7 "))
+    try:
+        _run(["dvc", "repro", "write"], project)
+        new = Manifest.from_json((project / "data/manifest.json").read_bytes())
+        assert new.root != old.root
+        assert (project / old.root / "manifest.json").exists()  # old version kept
+    finally:
+        (project / "params.yaml").write_text(params)
+        _run(["dvc", "repro", "write"], project)
