@@ -21,7 +21,7 @@ import functools
 import struct
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, Literal, cast
 
 import numpy as np
 
@@ -189,13 +189,13 @@ def _feature_pieces(dtype: Dtype, values: Values) -> tuple[list[Piece], int]:
     """Pieces and byte length of one ``Feature`` message."""
     if dtype == "bytes":
         if len(values) == 1:  # the common case: one payload, no loop
-            v = values[0]
+            v = cast(bytes, values[0])
             head = _TAG1 + varint(len(v))
             inner = len(head) + len(v)
             return [_TAG1 + varint(inner) + head, v], inner + 1 + len(varint(inner))
         pieces: list[Piece] = []
         inner = 0
-        for v in values:
+        for v in cast(list[bytes], values):
             head = _TAG1 + varint(len(v))
             pieces += (head, v)
             inner += len(head) + len(v)
@@ -248,7 +248,7 @@ def encode(features: Mapping[str, tuple[Dtype, Values]]) -> tuple[list[Piece], i
     for name in sorted(features):
         dtype, values = features[name]
         if len(values) == 1 and dtype == "bytes":  # payloads, paths, hashes: the hot path
-            value = values[0]
+            value = cast(bytes, values[0])
             head = _scalar_bytes_head(_key_field(name), len(value))
             body.append(head)
             body.append(value)

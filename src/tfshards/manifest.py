@@ -7,6 +7,7 @@ and a format ``version``, so the same shards always give the same bytes.
 
 from __future__ import annotations
 
+import builtins
 import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -94,7 +95,7 @@ class Manifest:
         name = shard if isinstance(shard, str) else shard.name
         return storage.join(self.root, name)
 
-    def to_json(self) -> bytes:
+    def to_json(self) -> builtins.bytes:
         doc = {
             "compression": self.compression,
             "fingerprint": self.fingerprint,
@@ -116,7 +117,7 @@ class Manifest:
         return (json.dumps(doc, sort_keys=True, indent=2, ensure_ascii=False) + "\n").encode()
 
     @classmethod
-    def from_json(cls, data: bytes | str, source: str = "manifest") -> Manifest:
+    def from_json(cls, data: builtins.bytes | str, source: str = "manifest") -> Manifest:
         try:
             doc = json.loads(data)
         except json.JSONDecodeError as exc:

@@ -106,7 +106,7 @@ class Scanned(NamedTuple):
     data (the length was trustworthy); a framing problem ends the scan.
     """
 
-    index: int
+    index: int  # type: ignore[assignment]  # shadows tuple.index on purpose: record number
     offset: int
     data: memoryview | None
     problem: str | None
