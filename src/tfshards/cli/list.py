@@ -1,0 +1,78 @@
+"""``tfshards list``: the listing stage (also run by ``stages/list_files.py``)."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+
+from tfshards.cli._common import one_line_errors
+from tfshards.listing import DEFAULT_EXTENSIONS, format_skipped, list_files, write_listing
+
+
+@one_line_errors
+def list_files_command(
+    root: Annotated[
+        str,
+        typer.Argument(
+            help="Folder or fsspec URL (s3://bucket/raw, gs://..., memory://...) to list.",
+            show_default=False,
+        ),
+    ],
+    out: Annotated[
+        str,
+        typer.Option(
+            "--out",
+            help="Folder to write files.jsonl and meta.json into (local path or URL).",
+            show_default=False,
+        ),
+    ],
+    index: Annotated[
+        str | None,
+        typer.Option(
+            "--index",
+            help="CSV (.csv, columns path,label) or JSON lines (.jsonl/.json, keys path, label) "
+            "with paths relative to ROOT. Default: labels are ROOT's first-level folders.",
+        ),
+    ] = None,
+    extensions: Annotated[
+        str,
+        typer.Option(
+            "--extensions",
+            help="Comma-separated file suffixes to keep, case-insensitive; '*' keeps every file.",
+        ),
+    ] = ",".join(DEFAULT_EXTENSIONS),
+    glob: Annotated[
+        str | None,
+        typer.Option(
+            "--glob",
+            help="fnmatch pattern the path relative to ROOT must match ('*' also matches '/'), "
+            "e.g. 'train/*'.",
+        ),
+    ] = None,
+) -> None:
+    """List ROOT's files and labels into OUT/files.jsonl and OUT/meta.json.
+
+    Labels are the first folder level under ROOT (ImageFolder layout):
+
+    \b
+        ROOT/cat/0001.jpg        -> label "cat"
+        ROOT/cat/more/0002.jpg   -> label "cat"
+        ROOT/dog/0003.png        -> label "dog"
+        ROOT/notes.jpg           -> skipped (no-label)
+        ROOT/.cache/, ROOT/.x.jpg -> skipped (hidden)
+
+    With --index, labels come from the index file instead. Every skipped file is
+    counted by reason (hidden, extension, glob, no-label, not-a-file) in
+    meta.json and in the summary line. files.jsonl holds one JSON object per
+    file, sorted by path: label, label_index, path, size and a change token.
+    Credentials for URLs come from the environment or fsspec config.
+    """
+    listing = list_files(root, index=index, extensions=extensions.split(","), glob=glob)
+    write_listing(listing, out)
+    total = sum(listing.skipped.values())
+    detail = f" = {format_skipped(listing.skipped)}" if total else ""
+    typer.echo(
+        f"listed {len(listing.entries)} files in {len(listing.labels)} labels "
+        f"(skipped: {total}{detail}) -> {out}"
+    )

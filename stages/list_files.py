@@ -1,0 +1,11 @@
+"""DVC stage ``list``: raw files under a root -> ``files.jsonl`` + ``meta.json``.
+
+Same options as ``tfshards list``; run ``python stages/list_files.py --help``.
+"""
+
+import typer
+
+from tfshards.cli.list import list_files_command
+
+if __name__ == "__main__":
+    typer.run(list_files_command)

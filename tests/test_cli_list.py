@@ -1,0 +1,134 @@
+"""``tfshards list`` and ``stages/list_files.py``: summary line, one-line errors, --help."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import fsspec
+import pytest
+from typer.testing import CliRunner
+
+from tfshards.cli import app
+
+REPO = Path(__file__).resolve().parents[1]
+runner = CliRunner()
+
+
+@pytest.fixture
+def raw(tmp_path: Path) -> Path:
+    root = tmp_path / "raw"
+    for rel in ("cat/1.jpg", "cat/2.png", "dog/3.jpeg", "dog/notes.txt", "top.jpg", ".DS_Store"):
+        (root / rel).parent.mkdir(parents=True, exist_ok=True)
+        (root / rel).write_bytes(b"x" * 10)
+    return root
+
+
+def test_list_writes_listing_and_prints_one_summary_line(raw: Path, tmp_path: Path) -> None:
+    out = tmp_path / "listing"
+    result = runner.invoke(app, ["list", str(raw), "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    assert result.stdout == (
+        f"listed 3 files in 2 labels (skipped: 3 = 1 hidden, 1 extension, 1 no-label) -> {out}\n"
+    )
+    meta = json.loads((out / "meta.json").read_text(encoding="utf-8"))
+    assert meta["files_per_label"] == {"cat": 2, "dog": 1}
+    assert meta["skipped"] == {
+        "extension": 1,
+        "glob": 0,
+        "hidden": 1,
+        "no-label": 1,
+        "not-a-file": 0,
+    }
+
+
+def test_list_options_reach_the_listing(raw: Path, tmp_path: Path) -> None:
+    out = tmp_path / "listing"
+    args = ["list", str(raw), "--out", str(out), "--extensions", "JPG,txt", "--glob", "cat/*"]
+    result = runner.invoke(app, args)
+    assert result.exit_code == 0, result.output
+    assert result.stdout.startswith("listed 1 files in 1 labels (skipped: 5 = ")
+
+
+def test_list_with_index_and_memory_output(raw: Path, tmp_path: Path) -> None:
+    index = tmp_path / "labels.jsonl"
+    index.write_text('{"path": "dog/3.jpeg", "label": "any"}\n', encoding="utf-8")
+    result = runner.invoke(app, ["list", str(raw), "--out", "memory://l", "--index", str(index)])
+    assert result.exit_code == 0, result.output
+    assert result.stdout == "listed 1 files in 1 labels (skipped: 0) -> memory://l\n"
+    assert fsspec.filesystem("memory").exists("/l/files.jsonl")
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["{tmp}/nope"], "{tmp}/nope: root folder not found"),
+        (["{raw}/top.jpg"], "{raw}/top.jpg: expected a folder of files, found a file"),
+        (["{empty}"], "{empty}: expected label folders with files, found no files"),
+        (
+            ["{raw}", "--glob", "zebra/*"],
+            "{raw}: no file to list: all 6 entries were skipped (1 hidden, 1 extension, 4 glob; "
+            "extensions .bmp,.gif,.jpeg,.jpg,.png,.webp, glob 'zebra/*')",
+        ),
+        (["{raw}", "--index", "{tmp}/i.tsv"], "{tmp}/i.tsv: unknown index format"),
+        (["{raw}", "--index", "{tmp}/i.csv"], "{tmp}/i.csv: index file not found"),
+    ],
+)
+def test_list_errors_are_one_line_on_stderr_with_exit_1(
+    raw: Path, tmp_path: Path, args: list[str], message: str
+) -> None:
+    (tmp_path / "empty").mkdir()
+    fill = {"tmp": tmp_path, "raw": raw, "empty": tmp_path / "empty"}
+    argv = ["list", *(a.format(**fill) for a in args), "--out", str(tmp_path / "out")]
+    result = runner.invoke(app, argv)
+    assert result.exit_code == 1
+    assert result.stdout == ""
+    assert result.stderr.startswith("error: " + message.format(**fill))
+    assert result.stderr.count("\n") == 1
+    assert not (tmp_path / "out").exists()
+
+
+def test_index_error_names_file_line_and_path(raw: Path, tmp_path: Path) -> None:
+    index = tmp_path / "i.csv"
+    index.write_text("path,label\ncat/1.jpg,a\ncat/9.jpg,a\n", encoding="utf-8")
+    result = runner.invoke(app, ["list", str(raw), "--out", "o", "--index", str(index)])
+    assert result.exit_code == 1
+    assert result.stderr == (
+        f"error: {index}:3: cat/9.jpg: expected a file under {raw}, found nothing\n"
+    )
+
+
+def test_missing_out_option_is_a_usage_error(raw: Path) -> None:
+    result = runner.invoke(app, ["list", str(raw)])
+    assert result.exit_code == 2
+    assert "--out" in result.output
+
+
+def _run(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, *args], cwd=REPO, capture_output=True, text=True, timeout=60, check=False
+    )
+
+
+def test_stage_script_help_runs_in_a_real_process() -> None:
+    result = _run("stages/list_files.py", "--help")
+    assert result.returncode == 0, result.stderr
+    assert "--out" in result.stdout and "--index" in result.stdout
+    assert "ImageFolder" in result.stdout
+
+
+def test_module_cli_help_runs_in_a_real_process() -> None:
+    result = _run("-m", "tfshards", "list", "--help")
+    assert result.returncode == 0, result.stderr
+    assert "--extensions" in result.stdout and "--glob" in result.stdout
+
+
+def test_stage_script_lists_in_a_real_process(raw: Path, tmp_path: Path) -> None:
+    result = _run("stages/list_files.py", str(raw), "--out", str(tmp_path / "l"))
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.startswith("listed 3 files in 2 labels")
+    bad = _run("stages/list_files.py", str(tmp_path / "nope"), "--out", str(tmp_path / "l"))
+    assert bad.returncode == 1
+    assert bad.stderr == f"error: {tmp_path / 'nope'}: root folder not found\n"
