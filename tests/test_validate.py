@@ -1,0 +1,480 @@
+"""The validate stage: a clean set passes, and each planted corruption is found where it is."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import random
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from tfshards import storage, tfrecord
+from tfshards.cli import app
+from tfshards.errors import ConfigError, InputError, ValidationError
+from tfshards.example import FeatureSpec, encode_bytes, varint
+from tfshards.listing import list_files
+from tfshards.manifest import Manifest
+from tfshards.sample import write_synthetic
+from tfshards.validate import (
+    ValidateConfig,
+    ValidationReport,
+    _check_slow,
+    _Plan,
+    validate,
+    write_metrics,
+)
+from tfshards.writer import WriteConfig, write
+
+REPO = Path(__file__).resolve().parents[1]
+COUNT, CLASSES, SHARDS = 40, 4, 4
+SHARD = [f"data-{i:05d}-of-{SHARDS:05d}.tfrecord" for i in range(SHARDS)]
+
+
+def _make_set(tmp_path: Path, **kw: object) -> tuple[str, Manifest]:
+    """40 tiny JPEGs in 4 classes -> 4 shards; returns (manifest copy path, manifest)."""
+    raw = tmp_path / "raw"
+    write_synthetic(str(raw), COUNT, 16, classes=CLASSES, workers=1)
+    copy = str(tmp_path / "manifest.json")
+    config = WriteConfig(
+        out=str(tmp_path / "shards"),
+        num_shards=SHARDS,
+        workers=1,
+        executor="serial",
+        manifest_copy=copy,
+        **kw,  # type: ignore[arg-type]
+    )
+    result = write(config, list_files(str(raw)), progress=False)
+    return copy, result.manifest
+
+
+@pytest.fixture
+def shard_set(tmp_path: Path) -> tuple[str, Manifest]:
+    return _make_set(tmp_path)
+
+
+def _check(manifest_path: str, **kw: object) -> ValidationReport:
+    kw.setdefault("executor", "serial")
+    return validate(ValidateConfig(manifest_path, **kw))  # type: ignore[arg-type]
+
+
+def _lines(report: ValidationReport) -> list[str]:
+    return [str(p) for p in report.problems]
+
+
+def _path(manifest: Manifest, shard: int) -> Path:
+    return Path(manifest.shard_url(SHARD[shard]))
+
+
+def _records(path: Path) -> list[tfrecord.Scanned]:
+    return list(tfrecord.scan(path.read_bytes()))
+
+
+def _flip(path: Path, pos: int) -> None:
+    data = bytearray(path.read_bytes())
+    data[pos] ^= 0x01
+    path.write_bytes(bytes(data))
+
+
+def _sha(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def _edit_manifest(manifest_path: str, edit) -> None:  # type: ignore[no-untyped-def]
+    doc = json.loads(Path(manifest_path).read_text())
+    edit(doc)
+    Path(manifest_path).write_text(json.dumps(doc))
+
+
+def _append_record(manifest_path: str, manifest: Manifest, shard: int, features) -> int:  # type: ignore[no-untyped-def]
+    """Append one crafted record to a shard and fix the manifest so only the record is wrong.
+
+    Returns the new record's byte offset.
+    """
+    path = _path(manifest, shard)
+    offset = path.stat().st_size
+    with path.open("ab") as f:
+        f.write(b"".join(tfrecord.frame([encode_bytes(features)])))
+
+    def fix(doc):  # type: ignore[no-untyped-def]
+        entry = doc["shards"][shard]
+        entry.update(records=entry["records"] + 1, bytes=path.stat().st_size, sha256=_sha(path))
+        doc["totals"]["listed"] += 1
+
+    _edit_manifest(manifest_path, fix)
+    return offset
+
+
+def _good_features(image: bytes, label: int = 1) -> dict:  # type: ignore[type-arg]
+    return {
+        "image": ("bytes", [image]),
+        "label": ("int64", [label]),
+        "path": ("bytes", [b"01/crafted.jpg"]),
+        "sha256": ("bytes", [hashlib.sha256(image).hexdigest().encode()]),
+    }
+
+
+# ----------------------------------------------------------------------------- clean sets
+
+
+def test_clean_set_passes_with_exact_metrics(shard_set):
+    manifest_path, manifest = shard_set
+    report = _check(manifest_path)
+    assert report.ok, _lines(report)
+    assert report.metrics() == {
+        "bytes": manifest.bytes,
+        "ok": True,
+        "problems": 0,
+        "records": COUNT,
+        "records_per_label": {"00": 10, "01": 10, "02": 10, "03": 10},
+        "rejected_inputs": 0,
+        "shards": SHARDS,
+    }
+
+
+def test_process_pool_of_two_gives_the_same_report(shard_set):
+    manifest_path, _ = shard_set
+    serial = _check(manifest_path)
+    pooled = _check(manifest_path, executor="process", workers=2)
+    assert pooled.metrics() == serial.metrics()
+
+
+def test_gzip_set_passes_and_a_damaged_stream_is_reported(tmp_path):
+    manifest_path, manifest = _make_set(tmp_path, compression="gzip")
+    assert _check(manifest_path).ok
+    path = _path(manifest, 1)
+    path.write_bytes(path.read_bytes()[:-9])
+    lines = _lines(_check(manifest_path))
+    assert any(line.startswith(f"{SHARD[1]}: cannot decompress (gzip): ") for line in lines)
+
+
+def test_memory_shard_set_validates_on_threads_and_finds_damage():
+    raw = "memory://raw"
+    write_synthetic(raw, COUNT, 16, classes=CLASSES, workers=1)
+    config = WriteConfig(out="memory://shards", num_shards=SHARDS, workers=2, executor="thread")
+    manifest = write(config, list_files(raw), progress=False).manifest
+    manifest_url = storage.join(manifest.root, "manifest.json")
+    report = validate(ValidateConfig(manifest_url, workers=2))  # auto -> thread for memory://
+    assert report.ok and report.records == COUNT
+    fs, root = storage.open_url(manifest.root)
+    fs.pipe_file(storage.join(root, SHARD[2]), b"")
+    assert f"{SHARD[2]}: size mismatch: expected {manifest.shards[2].bytes} bytes, found 0" in (
+        _lines(validate(ValidateConfig(manifest_url, workers=2)))
+    )
+
+
+# ----------------------------------------------------------------------------- framing
+
+
+@pytest.mark.parametrize(
+    ("where", "expected"),
+    [
+        ("payload", "data CRC mismatch"),
+        ("length", "length CRC mismatch"),
+        ("length crc", "length CRC mismatch"),
+        ("data crc", "data CRC mismatch"),
+    ],
+)
+def test_flipped_byte_is_found_at_its_record_and_offset(shard_set, where, expected):
+    manifest_path, manifest = shard_set
+    path = _path(manifest, 1)
+    record = _records(path)[2]
+    assert record.data is not None
+    end = record.offset + 12 + len(record.data)
+    pos = {"payload": record.offset + 50, "length": record.offset, "length crc": record.offset + 9}
+    _flip(path, pos.get(where, end + 2))
+    info = manifest.shards[1]
+    lines = _lines(_check(manifest_path))
+    assert lines[0] == f"{SHARD[1]}: sha256 mismatch: expected {info.sha256}, found {_sha(path)}"
+    assert lines[1].startswith(f"{SHARD[1]}: record 2 at byte {record.offset}: {expected} (stored ")
+    if expected.startswith("data"):  # the record is still counted; the scan goes on
+        assert len(lines) == 2, lines
+    else:  # a length that cannot be trusted ends the scan
+        assert lines[2:] == [
+            f"{SHARD[1]}: record count mismatch: expected {info.records}, found 2",
+            f"manifest.json: total record count mismatch: expected {COUNT}, "
+            f"found {COUNT - info.records + 2}",
+        ]
+
+
+def test_truncated_shard_is_reported_with_offset(shard_set):
+    manifest_path, manifest = shard_set
+    path = _path(manifest, 0)
+    record = _records(path)[3]
+    assert record.data is not None
+    cut = record.offset + 12 + len(record.data) // 2
+    path.write_bytes(path.read_bytes()[:cut])
+    info = manifest.shards[0]
+    lines = _lines(_check(manifest_path))
+    assert lines[:4] == [
+        f"{SHARD[0]}: size mismatch: expected {info.bytes} bytes, found {cut}",
+        f"{SHARD[0]}: sha256 mismatch: expected {info.sha256}, found {_sha(path)}",
+        f"{SHARD[0]}: record 3 at byte {record.offset}: truncated record: length field says "
+        f"{len(record.data)} bytes + 4 CRC bytes, file has {cut - record.offset - 12} left",
+        f"{SHARD[0]}: record count mismatch: expected {info.records}, found 3",
+    ]
+    assert lines[4] == f"manifest.json: total record count mismatch: expected {COUNT}, " + (
+        f"found {COUNT - info.records + 3}"
+    )
+
+
+def test_missing_shard_is_reported_and_the_rest_still_checked(shard_set):
+    manifest_path, manifest = shard_set
+    _path(manifest, 2).unlink()
+    info = manifest.shards[2]
+    report = _check(manifest_path)
+    assert _lines(report) == [
+        f"{SHARD[2]}: missing: expected {info.bytes} bytes holding {info.records} records",
+        f"manifest.json: total record count mismatch: expected {COUNT}, "
+        f"found {COUNT - info.records}",
+    ]
+    assert report.records == COUNT - info.records
+
+
+def test_unlisted_shard_and_stale_temp_file_are_reported(shard_set):
+    manifest_path, manifest = shard_set
+    root = Path(manifest.root)
+    extra = "data-00004-of-00004.tfrecord"
+    (root / extra).write_bytes(_path(manifest, 0).read_bytes())
+    temp = f".{SHARD[0]}.tmp-somehost-123-0123abcd"
+    (root / temp).write_bytes(b"partial")
+    assert storage.is_temp_name(temp)
+    assert _lines(_check(manifest_path)) == [
+        f"{temp}: stale temp file (a writer stopped before publishing it)",
+        f"{extra}: file not listed in the manifest",
+    ]
+
+
+# ----------------------------------------------------------------------------- manifest
+
+
+def test_manifest_count_off_by_one_is_reported_per_shard_and_in_total(shard_set):
+    manifest_path, manifest = shard_set
+    _edit_manifest(manifest_path, lambda doc: doc["shards"][0].update(records=11))
+    assert manifest.shards[0].records == 10
+    assert _lines(_check(manifest_path)) == [
+        f"{SHARD[0]}: record count mismatch: expected 11, found 10",
+        f"manifest.json: total record count mismatch: expected {COUNT + 1}, found {COUNT}",
+        f"manifest.json: inputs do not add up: expected {COUNT} listed = records + rejected, "
+        f"found {COUNT + 1} + 0",
+    ]
+
+
+def test_wrong_sha256_in_manifest_is_the_only_problem(shard_set):
+    manifest_path, manifest = shard_set
+    _edit_manifest(manifest_path, lambda doc: doc["shards"][1].update(sha256="0" * 64))
+    assert _lines(_check(manifest_path)) == [
+        f"{SHARD[1]}: sha256 mismatch: expected {'0' * 64}, found {manifest.shards[1].sha256}"
+    ]
+
+
+def test_unreadable_manifest_is_an_input_error(tmp_path):
+    with pytest.raises(InputError, match="manifest not found"):
+        _check(str(tmp_path / "nope.json"))
+    with pytest.raises(ConfigError, match="workers must be >= 1"):
+        ValidateConfig("m.json", workers=0)
+
+
+# ----------------------------------------------------------------------------- records
+
+
+def test_record_without_a_schema_feature_is_reported(shard_set):
+    manifest_path, manifest = shard_set
+    features = _good_features(b"\xff\xd8 jpeg-ish")
+    del features["path"]
+    offset = _append_record(manifest_path, manifest, 3, features)
+    index = manifest.shards[3].records
+    assert _lines(_check(manifest_path)) == [
+        f"{SHARD[3]}: record {index} at byte {offset}: feature 'path' missing"
+    ]
+
+
+def test_record_with_wrong_dtype_or_garbage_is_reported(shard_set):
+    manifest_path, manifest = shard_set
+    features = _good_features(b"x")
+    features["label"] = ("float", [1.0])
+    offset = _append_record(manifest_path, manifest, 3, features)
+    index = manifest.shards[3].records
+    assert _lines(_check(manifest_path)) == [
+        f"{SHARD[3]}: record {index} at byte {offset}: "
+        "feature 'label': expected dtype int64, found float"
+    ]
+
+
+def test_wrong_stored_sha256_feature_is_reported(shard_set):
+    manifest_path, manifest = shard_set
+    image = b"\xff\xd8 some image bytes"
+    features = _good_features(image)
+    features["sha256"] = ("bytes", [hashlib.sha256(b"other").hexdigest().encode()])
+    offset = _append_record(manifest_path, manifest, 0, features)
+    assert _lines(_check(manifest_path)) == [
+        f"{SHARD[0]}: record 10 at byte {offset}: feature 'sha256' does not match the sha256 "
+        f"of feature 'image': expected {hashlib.sha256(image).hexdigest()}, "
+        f"found {hashlib.sha256(b'other').hexdigest()}"
+    ]
+
+
+def test_label_out_of_range_is_reported_and_not_counted(shard_set):
+    manifest_path, manifest = shard_set
+    offset = _append_record(manifest_path, manifest, 1, _good_features(b"img", label=CLASSES))
+    report = _check(manifest_path)
+    assert _lines(report) == [
+        f"{SHARD[1]}: record 10 at byte {offset}: label out of range: expected 0..3 "
+        f"(4 labels), found {CLASSES}"
+    ]
+    assert sum(report.records_per_label.values()) == COUNT
+
+
+def test_decode_option_reports_undecodable_images(shard_set):
+    manifest_path, manifest = shard_set
+    assert _check(manifest_path, decode_images=True).ok
+    offset = _append_record(manifest_path, manifest, 2, _good_features(b"not an image"))
+    assert _check(manifest_path).ok
+    (line,) = _lines(_check(manifest_path, decode_images=True))
+    assert line.startswith(
+        f"{SHARD[2]}: record 10 at byte {offset}: feature 'image' does not decode as an image: "
+        "UnidentifiedImageError: "
+    )
+
+
+def test_valid_record_in_another_key_order_passes_through_the_general_decoder(shard_set):
+    manifest_path, manifest = shard_set
+    features = _good_features(b"\xff\xd8 payload", label=2)
+    entries = [encode_bytes({k: v})[2:] for k, v in features.items()]  # drop Example head
+    body = b"".join(reversed(entries))  # not the sorted order the fast path expects
+    data = b"\x0a" + varint(len(body)) + body
+    path = _path(manifest, 0)
+    with path.open("ab") as f:
+        f.write(b"".join(tfrecord.frame([data])))
+
+    def fix(doc):  # type: ignore[no-untyped-def]
+        doc["shards"][0].update(records=11, bytes=path.stat().st_size, sha256=_sha(path))
+        doc["totals"]["listed"] += 1
+
+    _edit_manifest(manifest_path, fix)
+    report = _check(manifest_path)
+    assert report.ok, _lines(report)
+    assert report.records_per_label["02"] == 11
+
+
+def test_fast_path_agrees_with_the_general_decoder_on_mutated_records():
+    schema = (
+        FeatureSpec("image", "bytes"),
+        FeatureSpec("label", "int64"),
+        FeatureSpec("path", "bytes"),
+        FeatureSpec("sha256", "bytes"),
+        FeatureSpec("xy", "float", (2,)),
+    )
+    plan = _Plan.build(schema, "image")
+    rng = random.Random(0)
+    fast_hits = 0
+    for i in range(3000):
+        features = _good_features(rng.randbytes(rng.choice([0, 5, 200])), rng.choice([0, 3, -1]))
+        features["xy"] = ("float", [1.0, 2.0])
+        data = bytearray(encode_bytes(features))
+        for _ in range(i % 3):  # 0, 1 or 2 random byte changes
+            data[rng.randrange(len(data))] = rng.randrange(256)
+        data = bytes(data)
+        fast = plan.check(data, 0, len(data))
+        slow = _check_slow(memoryview(data), schema, "image")
+        if i % 3 == 0:
+            assert fast is not None  # the canonical layout always takes the fast path
+        if fast is not None:
+            fast_hits += 1
+            label, ps, pe, ss, se = fast
+            assert not isinstance(slow, str), slow
+            assert (label, data[ps:pe], data[ss:se]) == (slow[0], bytes(slow[1]), bytes(slow[2]))
+    assert fast_hits >= 1000
+
+
+# ----------------------------------------------------------------------------- CLI
+
+
+def test_cli_passes_a_clean_set_and_writes_byte_stable_metrics(shard_set, tmp_path):
+    manifest_path, _ = shard_set
+    metrics = tmp_path / "results" / "validate" / "metrics.json"
+    args = ["validate", manifest_path, "--metrics", str(metrics), "--no-progress"]
+    result = CliRunner().invoke(app, [*args, "--workers", "1"])
+    assert result.exit_code == 0, result.output
+    assert result.stdout.startswith(f"validated {COUNT} records in {SHARDS} shards (")
+    assert result.stdout.rstrip().endswith(": OK")
+    first = metrics.read_bytes()
+    assert json.loads(first)["ok"] is True
+    assert "seconds" not in json.loads(first)
+    again = CliRunner().invoke(app, [*args, "--workers", "2", "--executor", "thread"])
+    assert again.exit_code == 0, again.output
+    assert metrics.read_bytes() == first
+
+
+def test_cli_lists_problems_up_to_a_bound_then_a_summary_and_exits_1(shard_set, tmp_path):
+    manifest_path, manifest = shard_set
+    path = _path(manifest, 0)
+    for record in _records(path)[:8]:
+        _flip(path, record.offset + 20)
+    metrics = tmp_path / "m.json"
+    result = CliRunner().invoke(
+        app,
+        [
+            "validate",
+            manifest_path,
+            "--metrics",
+            str(metrics),
+            "--max-problems",
+            "3",
+            "--workers",
+            "1",
+        ],
+    )
+    assert result.exit_code == 1
+    lines = result.stderr.splitlines()
+    assert len(lines) == 5, lines
+    assert lines[0].startswith(f"{SHARD[0]}: sha256 mismatch: ")
+    assert lines[1].startswith(f"{SHARD[0]}: record 0 at byte 0: data CRC mismatch (stored ")
+    assert lines[3] == "... and 6 more problems"
+    assert lines[4].startswith(f"error: validated {COUNT} records in {SHARDS} shards (")
+    assert lines[4].endswith(f": 9 problems in {manifest.root}")
+    assert json.loads(metrics.read_text())["problems"] == 9
+    assert json.loads(metrics.read_text())["ok"] is False
+
+
+def test_report_raises_validation_error_with_each_problem(shard_set):
+    manifest_path, manifest = shard_set
+    _path(manifest, 3).unlink()
+    report = _check(manifest_path)
+    with pytest.raises(ValidationError) as info:
+        report.raise_for_problems()
+    assert info.value.problems == _lines(report)  # type: ignore[attr-defined]
+    write_metrics(report, str(Path(manifest_path).parent / "m" / "metrics.json"))
+
+
+def test_stage_script_help_runs_as_a_real_process():
+    result = subprocess.run(
+        [sys.executable, str(REPO / "stages" / "validate_shards.py"), "--help"],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "COLUMNS": "120"},
+        timeout=60,
+    )
+    assert result.returncode == 0, result.stderr
+    assert "--metrics" in result.stdout and "--decode" in result.stdout
+
+
+# ----------------------------------------------------------------------------- cross-check
+
+
+@pytest.mark.slow
+def test_counts_agree_with_tensorflow_reading_the_same_shards(shard_set):
+    import tensorflow as tf
+
+    manifest_path, manifest = shard_set
+    report = _check(manifest_path)
+    labels = [0] * CLASSES
+    for shard in manifest.shards:
+        for raw in tf.data.TFRecordDataset(manifest.shard_url(shard)):
+            example = tf.train.Example.FromString(raw.numpy())
+            labels[example.features.feature["label"].int64_list.value[0]] += 1
+    assert dict(zip(manifest.labels, labels, strict=True)) == report.records_per_label
