@@ -1,0 +1,11 @@
+"""DVC stage ``train``: validated shards -> models/model.keras + results/train/ (metrics, dvclive).
+
+Same options as ``tfshards train``; run ``python stages/train.py --help``.
+"""
+
+import typer
+
+from tfshards.cli.train import train_command
+
+if __name__ == "__main__":
+    typer.run(train_command)

@@ -1,0 +1,132 @@
+"""Remote shards are read through a verified local cache: fetched once, re-fetched when damaged."""
+
+from __future__ import annotations
+
+import collections
+import json
+import os
+from pathlib import Path
+
+import pytest
+from fsspec.implementations.memory import MemoryFileSystem
+
+from tfshards import loader
+from tfshards.cache import SIDECAR, ShardCache, default_cache_dir
+from tfshards.errors import ShardError
+from tfshards.listing import list_files
+from tfshards.manifest import Manifest
+from tfshards.sample import write_synthetic
+from tfshards.writer import WriteConfig, write
+
+
+@pytest.fixture
+def remote(tmp_path: Path) -> Manifest:
+    """60 synthetic 16 px JPEGs in 4 shards on memory://."""
+    write_synthetic(str(tmp_path / "img"), 60, 16, classes=3, workers=1)
+    config = WriteConfig(out="memory://bucket/shards", num_shards=4, executor="serial")
+    return write(config, list_files(str(tmp_path / "img")), progress=False).manifest
+
+
+def _remote_path(manifest: Manifest, name: str) -> str:
+    return manifest.shard_url(name).removeprefix("memory://")
+
+
+def test_remote_shards_are_read_through_the_cache(remote, tmp_path):
+    cache_dir = str(tmp_path / "cache")
+    ds = loader.make_dataset(
+        remote.shards, remote, batch_size=7, training=False, cache_dir=cache_dir, decode=False
+    )
+    assert sum(int(labels.shape[0]) for _, labels in ds) == 60
+    cache = ShardCache(cache_dir)
+    for shard in remote.shards:
+        assert Path(cache.path(shard)).stat().st_size == shard.bytes
+        assert json.loads(Path(cache.path(shard) + SIDECAR).read_text())["sha256"] == shard.sha256
+
+
+def test_training_on_remote_shards_waits_for_each_download(remote, tmp_path):
+    ds = loader.make_dataset(
+        remote.shards,
+        remote,
+        batch_size=8,
+        training=True,
+        repeat=False,
+        cache_dir=str(tmp_path / "cache"),
+        features=["path"],
+        decode=False,
+    )
+    seen = collections.Counter(p for features, _ in ds for p in features["path"].numpy().tolist())
+    assert len(seen) == 60 and set(seen.values()) == {1}
+
+
+def test_verified_copies_are_reused_without_the_remote(remote, tmp_path):
+    cache = ShardCache(str(tmp_path / "cache"))
+    cache.fetch_all(remote, remote.shards)
+    for shard in remote.shards:
+        MemoryFileSystem().rm(_remote_path(remote, shard.name))
+    paths = cache.fetch_all(remote, remote.shards)
+    assert paths == [cache.path(s) for s in remote.shards]
+
+
+def test_tampered_copy_is_fetched_again(remote, tmp_path):
+    cache = ShardCache(str(tmp_path / "cache"))
+    cache.fetch_all(remote, remote.shards)
+    shard = remote.shards[2]
+    path = Path(cache.path(shard))
+    good = path.read_bytes()
+    bad = bytearray(good)
+    bad[100] ^= 0x01  # same size, one bit: only the hash can tell
+    path.write_bytes(bytes(bad))
+    assert not cache.is_verified(shard)
+    cache.fetch_all(remote, remote.shards)
+    assert path.read_bytes() == good
+    assert cache.is_verified(shard)
+
+
+def test_partial_copy_is_fetched_again(remote, tmp_path):
+    cache = ShardCache(str(tmp_path / "cache"))
+    cache.fetch_all(remote, remote.shards)
+    shard = remote.shards[0]
+    path = Path(cache.path(shard))
+    good = path.read_bytes()
+    path.write_bytes(good[:-5])
+    os.unlink(str(path) + SIDECAR)
+    assert not cache.is_verified(shard)
+    ds = loader.make_dataset(
+        remote.shards,
+        remote,
+        batch_size=60,
+        training=False,
+        cache_dir=str(tmp_path / "cache"),
+        features=["path"],
+        decode=False,
+    )
+    seen = collections.Counter(p for features, _ in ds for p in features["path"].numpy().tolist())
+    assert len(seen) == 60 and set(seen.values()) == {1}
+    assert path.read_bytes() == good
+
+
+def test_remote_shard_that_does_not_match_the_manifest_is_refused(remote, tmp_path):
+    shard = remote.shards[1]
+    fs = MemoryFileSystem()
+    data = bytearray(fs.cat_file(_remote_path(remote, shard.name)))
+    data[10] ^= 0xFF
+    fs.pipe_file(_remote_path(remote, shard.name), bytes(data))
+    cache = ShardCache(str(tmp_path / "cache"))
+    with pytest.raises(ShardError, match=rf"{shard.name}: does not match the manifest"):
+        cache.fetch_all(remote, remote.shards)
+    assert not Path(cache.path(shard)).exists()  # nothing unverified under a final name
+
+
+def test_missing_remote_shard_names_it(remote, tmp_path):
+    shard = remote.shards[3]
+    MemoryFileSystem().rm(_remote_path(remote, shard.name))
+    with pytest.raises(ShardError, match=rf"{shard.name}: shard listed in the manifest is missing"):
+        ShardCache(str(tmp_path / "cache")).fetch_all(remote, remote.shards)
+
+
+def test_cache_dir_comes_from_the_environment(monkeypatch, tmp_path):
+    monkeypatch.setenv("TFSHARDS_CACHE", str(tmp_path / "c"))
+    assert default_cache_dir() == str(tmp_path / "c")
+    monkeypatch.delenv("TFSHARDS_CACHE")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "x"))
+    assert default_cache_dir() == str(tmp_path / "x" / "tfshards")

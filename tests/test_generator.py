@@ -1,0 +1,298 @@
+"""from_files gives the elements a serial loop gives, in every mode, and names the file at fault."""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import signal
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+from PIL import Image
+
+from tfshards import generator
+from tfshards.errors import ConfigError
+from tfshards.listing import Entry, Listing, list_files
+from tfshards.sample import write_synthetic
+
+SIZE = 16
+
+
+# Module-level functions: worker processes import them from this module by name.
+def load_image(path: str, label: int) -> tuple[np.ndarray[Any, Any], int]:
+    with open(path, "rb") as f:
+        image = Image.open(io.BytesIO(f.read())).convert("RGB")
+    return np.asarray(image.resize((8, 8)), dtype=np.float32) / 255.0, label
+
+
+def path_digits(path: str, label: int) -> dict[str, Any]:
+    return {"n": np.array([sum(map(ord, path)) % 997], np.int64), "name": path.encode()}
+
+
+def wrong_shape(path: str, label: int) -> tuple[np.ndarray[Any, Any], int]:
+    return np.zeros((3,), np.float32), label
+
+
+def fails_on_third(path: str, label: int) -> tuple[np.ndarray[Any, Any], int]:
+    if path.endswith("000002.jpg"):
+        raise ValueError("cannot open")
+    return np.zeros((8, 8, 3), np.float32), label
+
+
+def variable_length(path: str, label: int) -> tuple[np.ndarray[Any, Any], int]:
+    return np.arange(label + 1, dtype=np.int64), label
+
+
+def sleep_2ms(path: str, label: int) -> tuple[np.ndarray[Any, Any], int]:
+    time.sleep(0.002)
+    return np.array([label], np.int64), label
+
+
+@pytest.fixture(scope="module")
+def listing(tmp_path_factory: pytest.TempPathFactory) -> Listing:
+    root = tmp_path_factory.mktemp("files") / "img"
+    write_synthetic(str(root), 40, SIZE, classes=4, workers=1)
+    return list_files(str(root))
+
+
+def _image_signature() -> Any:
+    import tensorflow as tf
+
+    return (tf.TensorSpec((8, 8, 3), tf.float32), tf.TensorSpec((), tf.int64))
+
+
+def _serial_loop(listing: Listing, fn: Any) -> list[tuple[np.ndarray[Any, Any], int]]:
+    return [fn(str(Path(listing.root) / e.path), e.label) for e in listing.entries]
+
+
+def _unbatched(ds: Any) -> list[tuple[np.ndarray[Any, Any], int]]:
+    out = []
+    for images, labels in ds:
+        if len(labels.shape) == 0:
+            out.append((images.numpy(), int(labels)))
+        else:
+            out += [(i, int(v)) for i, v in zip(images.numpy(), labels.numpy(), strict=True)]
+    return out
+
+
+def _same(a: list[tuple[np.ndarray[Any, Any], int]], b: list[tuple[Any, int]]) -> bool:
+    return len(a) == len(b) and all(
+        np.array_equal(x, y) and u == v for (x, u), (y, v) in zip(a, b, strict=True)
+    )
+
+
+# ----------------------------------------------------------------------------- split
+
+
+def test_split_files_is_deterministic_disjoint_and_never_empty(listing):
+    a = generator.split_files(listing, 0.1, seed=4)
+    assert a == generator.split_files(listing, 0.1, seed=4)
+    train = {e.path for e in a.train.entries}
+    val = {e.path for e in a.val.entries}
+    assert len(val) == 4 and not train & val and len(train | val) == 40
+    assert a.val.root == listing.root and a.val.labels == listing.labels
+    doc = json.loads(a.to_json())
+    assert doc["val"]["files"] == 4 and doc["train"]["files"] == 36
+    with pytest.warns(UserWarning, match="effective fraction"):
+        tiny = generator.split_files(listing, 0.001, seed=0)
+    assert len(tiny.val.entries) == 1
+
+
+# ----------------------------------------------------------------------------- modes
+
+
+@pytest.mark.parametrize("mode", ["serial", "threads", "processes"])
+@pytest.mark.parametrize("batch_size", [None, 16])
+def test_python_modes_give_the_serial_loops_elements_in_order(listing, mode, batch_size):
+    ds = generator.from_files(
+        listing, load_image, output_signature=_image_signature(), mode=mode, batch_size=batch_size
+    )
+    assert _same(_unbatched(ds), _serial_loop(listing, load_image))
+
+
+def test_graph_mode_maps_tensorflow_ops(listing):
+    import tensorflow as tf
+
+    def tf_load(path: Any, label: Any) -> Any:
+        image = tf.io.decode_jpeg(tf.io.read_file(path), channels=3)
+        return tf.image.resize(image, (8, 8)) / 255.0, label
+
+    ds = generator.from_files(
+        listing, tf_load, output_signature=_image_signature(), mode="graph", batch_size=8
+    )
+    assert ds.element_spec[0].shape.as_list() == [None, 8, 8, 3]
+    got = _unbatched(ds)
+    expected = [
+        (tf_load(tf.constant(str(Path(listing.root) / e.path)), e.label)[0].numpy(), e.label)
+        for e in listing.entries
+    ]
+    assert _same(got, expected)
+
+
+def test_graph_mode_rejects_a_function_that_cannot_meet_the_signature(listing):
+    import tensorflow as tf
+
+    with pytest.raises(ConfigError, match=r"declares float32 .* fn makes uint8"):
+        generator.from_files(
+            listing,
+            lambda p, label: (tf.zeros((8, 8, 3), tf.uint8), label),
+            output_signature=_image_signature(),
+            mode="graph",
+        )
+
+
+def test_dict_outputs_and_strings_keep_their_structure(listing):
+    import tensorflow as tf
+
+    signature = {"n": tf.TensorSpec((1,), tf.int64), "name": tf.TensorSpec((), tf.string)}
+    ds = generator.from_files(
+        listing, path_digits, output_signature=signature, mode="processes", batch_size=10
+    )
+    batches = list(ds)
+    assert len(batches) == 4 and set(batches[0]) == {"n", "name"}
+    names = [n for b in batches for n in b["name"].numpy().tolist()]
+    assert names == [str(Path(listing.root) / e.path).encode() for e in listing.entries]
+
+
+def test_variable_shapes_are_yielded_one_by_one(listing):
+    import tensorflow as tf
+
+    signature = (tf.TensorSpec((None,), tf.int64), tf.TensorSpec((), tf.int64))
+    ds = generator.from_files(listing, variable_length, output_signature=signature, mode="threads")
+    got = [(x.numpy(), int(y)) for x, y in ds]
+    assert _same(got, _serial_loop(listing, variable_length))
+
+
+def test_shuffle_is_seeded_new_each_epoch_and_complete(listing):
+    def labels_and_names(seed: int) -> list[list[bytes]]:
+        import tensorflow as tf
+
+        signature = {"n": tf.TensorSpec((1,), tf.int64), "name": tf.TensorSpec((), tf.string)}
+        ds = generator.from_files(
+            listing,
+            path_digits,
+            output_signature=signature,
+            mode="threads",
+            shuffle=True,
+            seed=seed,
+        ).repeat(2)
+        names = [x["name"].numpy() for x in ds]
+        return [names[:40], names[40:]]
+
+    first, second = labels_and_names(1)
+    assert sorted(first) == sorted(second) and len(set(first)) == 40
+    assert first != second  # a new order each epoch
+    assert labels_and_names(1) == [first, second]
+    assert labels_and_names(2)[0] != first
+
+
+def test_drop_remainder_gives_a_static_batch_dimension(listing):
+    ds = generator.from_files(
+        listing,
+        load_image,
+        output_signature=_image_signature(),
+        mode="processes",
+        batch_size=16,
+        drop_remainder=True,
+    )
+    assert ds.element_spec[0].shape.as_list() == [16, 8, 8, 3]
+    assert sum(int(y.shape[0]) for _, y in ds) == 32
+
+
+# ----------------------------------------------------------------------------- errors
+
+
+@pytest.mark.parametrize("mode", ["serial", "threads", "processes"])
+def test_output_that_breaks_the_signature_names_the_file(listing, mode):
+    import tensorflow as tf
+
+    ds = generator.from_files(
+        listing, wrong_shape, output_signature=_image_signature(), mode=mode, batch_size=4
+    )
+    first = str(Path(listing.root) / listing.entries[0].path)
+    with pytest.raises(tf.errors.OpError, match=rf"{first}: output 0: expected float32 of shape"):
+        list(ds)
+
+
+def test_function_failure_names_the_file(listing):
+    import tensorflow as tf
+
+    ds = generator.from_files(
+        listing, fails_on_third, output_signature=_image_signature(), mode="threads"
+    )
+    with pytest.raises(tf.errors.OpError, match=r"000002\.jpg: fails_on_third failed: ValueError"):
+        list(ds)
+
+
+def _fake_listing(root: str, n: int) -> Listing:
+    return Listing(root, ("a",), tuple(Entry(f"a/{i:05d}.jpg", 1, 0, "t") for i in range(n)))
+
+
+def test_processes_cannot_read_memory_files():
+    with pytest.raises(ConfigError, match="memory://"):
+        generator.from_files(
+            _fake_listing("memory://x", 3),
+            load_image,
+            output_signature=_image_signature(),
+            mode="processes",
+        )
+
+
+def test_auto_mode_picks_by_what_the_function_is():
+    assert generator._resolve_mode("auto", load_image, in_memory=False) == "processes"
+    assert generator._resolve_mode("auto", load_image, in_memory=True) == "threads"
+    assert generator._resolve_mode("auto", lambda p, label: p, in_memory=False) == "threads"
+
+
+def test_unpicklable_function_cannot_use_processes(listing):
+    with pytest.raises(ConfigError, match="pickles"):
+        generator.from_files(
+            listing, lambda p, label: p, output_signature=_image_signature(), mode="processes"
+        )
+
+
+def test_bad_mode_is_rejected(listing):
+    with pytest.raises(ConfigError, match="mode must be one of"):
+        generator.from_files(listing, load_image, output_signature=None, mode="gpu")
+
+
+# ----------------------------------------------------------------------------- speed
+
+
+@pytest.mark.slow
+def test_threads_beat_a_serial_loop_on_a_waiting_function():
+    import tensorflow as tf
+
+    signature = (tf.TensorSpec((1,), tf.int64), tf.TensorSpec((), tf.int64))
+    many = _fake_listing("/nowhere", 500)  # sleep_2ms never opens its file
+    start = time.perf_counter()
+    _serial_loop(many, sleep_2ms)
+    serial = time.perf_counter() - start
+    ds = generator.from_files(many, sleep_2ms, output_signature=signature, mode="threads")
+    start = time.perf_counter()
+    assert len(list(ds)) == 500
+    assert serial / (time.perf_counter() - start) > 3
+
+
+def dies_on_fifth(path: str, label: int) -> tuple[np.ndarray[Any, Any], int]:
+    if path.endswith("000004.jpg"):
+        os.kill(os.getpid(), signal.SIGKILL)  # what the OOM killer does
+    return np.zeros((8, 8, 3), np.float32), label
+
+
+def test_killed_worker_is_an_error_not_a_hang(listing):
+    import tensorflow as tf
+
+    ds = generator.from_files(
+        listing, dies_on_fifth, output_signature=_image_signature(), mode="processes"
+    )
+    with pytest.raises(tf.errors.OpError, match="worker process died"):
+        list(ds)
+    again = generator.from_files(
+        listing, load_image, output_signature=_image_signature(), mode="processes"
+    )
+    assert len(list(again)) == 40  # a fresh pool replaces the broken one

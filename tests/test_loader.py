@@ -1,0 +1,319 @@
+"""The loader splits shards by file, deterministically, and reads every record once per epoch."""
+
+from __future__ import annotations
+
+import collections
+import hashlib
+import json
+import warnings
+from pathlib import Path
+
+import pytest
+
+from tfshards import loader
+from tfshards.errors import ConfigError, RecordError, ShardError
+from tfshards.example import FeatureSpec
+from tfshards.listing import list_files
+from tfshards.manifest import Manifest, ShardInfo
+from tfshards.sample import write_synthetic
+from tfshards.writer import WriteConfig, write
+
+IMAGES = 200
+SIZE = 32
+SHARDS = 8
+
+
+def _fake_manifest(records: list[int]) -> Manifest:
+    shards = tuple(
+        ShardInfo(f"data-{i:05d}-of-{len(records):05d}.tfrecord", n, 100 * n, f"{i:064x}")
+        for i, n in enumerate(records)
+    )
+    schema = (FeatureSpec("image", "bytes", ()), FeatureSpec("label", "int64", ()))
+    return Manifest("/nowhere", "f" * 16, {}, schema, ("a", "b"), "none", shards)
+
+
+@pytest.fixture(scope="module")
+def shard_set(tmp_path_factory: pytest.TempPathFactory) -> tuple[Manifest, dict[bytes, int]]:
+    """200 synthetic 32 px JPEGs in 8 shards, and the sha256 -> label of every image."""
+    base = tmp_path_factory.mktemp("shards")
+    write_synthetic(str(base / "img"), IMAGES, SIZE, workers=1)
+    listing = list_files(str(base / "img"))
+    config = WriteConfig(out=str(base / "shards"), num_shards=SHARDS, workers=1, executor="serial")
+    manifest = write(config, listing, progress=False).manifest
+    truth = {}
+    for entry in listing.entries:
+        data = (base / "img" / entry.path).read_bytes()
+        truth[hashlib.sha256(data).hexdigest().encode()] = entry.label
+    return manifest, truth
+
+
+def _collect(ds) -> collections.Counter[bytes]:  # type: ignore[no-untyped-def]
+    seen: collections.Counter[bytes] = collections.Counter()
+    for features, _ in ds:
+        seen.update(features["sha256"].numpy().tolist())
+    return seen
+
+
+# ----------------------------------------------------------------------------- split
+
+
+def test_split_is_a_pure_function_of_manifest_fraction_and_seed():
+    manifest = _fake_manifest([25] * 16)
+    a = loader.split(manifest, 0.25, seed=7)
+    b = loader.split(manifest, 0.25, seed=7)
+    assert a == b and a.to_json() == b.to_json()
+    others = {tuple(s.name for s in loader.split(manifest, 0.25, seed=s).val) for s in range(8)}
+    assert len(others) > 1  # the seed matters
+
+
+def test_split_is_stable_across_machines():
+    # random.Random(seed).shuffle on the sorted names is the same on every CPython;
+    # if this changes, every recorded split in every lineage file changes with it.
+    split = loader.split(_fake_manifest([25] * 8), 0.25, seed=0)
+    assert [s.name[:10] for s in split.val] == ["data-00001", "data-00004"]
+
+
+def test_split_is_disjoint_and_covers_every_shard():
+    manifest = _fake_manifest([10, 11, 12, 13, 14, 15, 16, 17, 18])
+    with pytest.warns(loader.SplitWarning):
+        split = loader.split(manifest, 0.3, seed=3)
+    train, val = {s.name for s in split.train}, {s.name for s in split.val}
+    assert not train & val
+    assert train | val == {s.name for s in manifest.shards}
+    assert split.train_records + split.val_records == manifest.records
+    assert [s.name for s in split.train] == sorted(train)
+
+
+def test_tiny_fraction_still_gets_one_val_shard_and_warns_with_the_effective_fraction():
+    manifest = _fake_manifest([25] * 8)
+    with pytest.warns(loader.SplitWarning, match=r"effective fraction of 0\.1250"):
+        split = loader.split(manifest, 0.01, seed=0)
+    assert len(split.val) == 1 and len(split.train) == 7
+    assert split.effective_val_fraction == pytest.approx(0.125)
+    assert split.val_fraction == 0.01
+
+
+def test_large_fraction_keeps_one_train_shard():
+    with pytest.warns(loader.SplitWarning):
+        split = loader.split(_fake_manifest([25] * 3), 0.99, seed=0)
+    assert len(split.train) == 1 and len(split.val) == 2
+
+
+def test_fraction_the_shards_can_meet_does_not_warn():
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        split = loader.split(_fake_manifest([25] * 16), 0.25, seed=1)
+    assert split.effective_val_fraction == 0.25 and split.val_records == 100
+
+
+def test_effective_fraction_counts_records_not_shards():
+    with pytest.warns(loader.SplitWarning):
+        split = loader.split(_fake_manifest([100, 1, 1, 1]), 0.5, seed=0)
+    assert split.effective_val_fraction == pytest.approx(split.val_records / 103)
+
+
+def test_one_shard_cannot_be_split():
+    with pytest.raises(ConfigError, match="at least 2 shards"):
+        loader.split(_fake_manifest([25]), 0.1, seed=0)
+
+
+def test_zero_fraction_puts_everything_in_train():
+    split = loader.split(_fake_manifest([5]), 0.0, seed=0)
+    assert split.val == () and split.train_records == 5
+
+
+@pytest.mark.parametrize("fraction", [-0.1, 1.0, 1.5, float("nan")])
+def test_fraction_out_of_range_is_rejected(fraction):
+    with pytest.raises(ConfigError, match="val_fraction"):
+        loader.split(_fake_manifest([5, 5]), fraction, seed=0)
+
+
+def test_split_json_records_where_each_shard_went():
+    manifest = _fake_manifest([25] * 4)
+    split = loader.split(manifest, 0.25, seed=2)
+    doc = json.loads(split.to_json())
+    assert doc["val"]["shards"] == [s.name for s in split.val]
+    assert doc["train"]["records"] == 75 and doc["val"]["records"] == 25
+    assert doc["seed"] == 2 and doc["fingerprint"] == manifest.fingerprint
+
+
+# ----------------------------------------------------------------------------- dataset
+
+
+def test_eval_epoch_reads_every_record_exactly_once(shard_set):
+    manifest, truth = shard_set
+    ds = loader.make_dataset(
+        manifest.shards, manifest, batch_size=16, training=False, features=["image", "sha256"]
+    )
+    assert _collect(ds) == collections.Counter(dict.fromkeys(truth, 1))
+
+
+def test_training_epoch_without_repeat_reads_every_record_exactly_once(shard_set):
+    manifest, truth = shard_set
+    ds = loader.make_dataset(
+        manifest.shards,
+        manifest,
+        batch_size=16,
+        training=True,
+        repeat=False,
+        features=["sha256"],
+        decode=False,
+    )
+    assert _collect(ds) == collections.Counter(dict.fromkeys(truth, 1))
+
+
+def test_labels_travel_with_their_images(shard_set):
+    manifest, truth = shard_set
+    ds = loader.make_dataset(
+        manifest.shards, manifest, batch_size=32, training=False, features=["sha256"]
+    )
+    for features, labels in ds:
+        for sha, label in zip(features["sha256"].numpy(), labels.numpy(), strict=True):
+            assert truth[sha] == label
+
+
+def test_default_elements_are_float_images_in_unit_range_with_int64_labels(shard_set):
+    import tensorflow as tf
+
+    manifest, _ = shard_set
+    ds = loader.make_dataset(manifest.shards, manifest, batch_size=16, training=False)
+    image_spec, label_spec = ds.element_spec
+    assert image_spec == tf.TensorSpec((None, SIZE, SIZE, 3), tf.float32)
+    assert label_spec == tf.TensorSpec((None,), tf.int64)
+    images, _ = next(iter(ds))
+    assert float(tf.reduce_min(images)) >= 0.0 and float(tf.reduce_max(images)) <= 1.0
+    assert float(tf.reduce_max(images)) > 0.5  # scaled, not all black
+
+
+def test_training_stream_has_a_fully_static_element_spec(shard_set):
+    manifest, _ = shard_set
+    ds = loader.make_dataset(
+        manifest.shards, manifest, batch_size=16, training=True, image_size=(24, 20), channels=1
+    )
+    image_spec, label_spec = ds.element_spec
+    assert image_spec.shape.as_list() == [16, 24, 20, 1]
+    assert label_spec.shape.as_list() == [16]
+    images, _ = next(iter(ds))
+    assert images.shape == (16, 24, 20, 1)
+
+
+def test_uint8_images_are_the_decoded_pixels_unscaled(shard_set):
+    import tensorflow as tf
+
+    manifest, _ = shard_set
+    kwargs = {"batch_size": 8, "training": False}
+    as_uint8 = loader.make_dataset(manifest.shards, manifest, image_dtype="uint8", **kwargs)
+    as_float = loader.make_dataset(manifest.shards, manifest, **kwargs)
+    assert as_uint8.element_spec[0].dtype == tf.uint8
+    (raw, _), (scaled, _) = next(iter(as_uint8)), next(iter(as_float))
+    assert tf.reduce_all(tf.abs(tf.cast(raw, tf.float32) / 255.0 - scaled) < 1e-6)
+
+
+def test_training_repeats_until_told_to_stop(shard_set):
+    manifest, _ = shard_set
+    ds = loader.make_dataset(manifest.shards, manifest, batch_size=64, training=True)
+    assert sum(1 for _ in ds.take(10)) == 10  # 640 records from 200: it went round
+
+
+def test_same_seed_gives_the_same_order_when_deterministic(shard_set):
+    manifest, _ = shard_set
+
+    def order(seed: int) -> list[bytes]:
+        ds = loader.make_dataset(
+            manifest.shards,
+            manifest,
+            batch_size=16,
+            training=True,
+            seed=seed,
+            deterministic=True,
+            features=["path"],
+            decode=False,
+        )
+        return [p for features, _ in ds.take(20) for p in features["path"].numpy().tolist()]
+
+    first = order(5)
+    assert first == order(5)
+    assert first != order(6)
+    assert len(set(first[:200])) == 200  # the first 200 are one full epoch
+
+
+def test_undecoded_images_are_the_stored_bytes(shard_set):
+    manifest, truth = shard_set
+    ds = loader.make_dataset(manifest.shards, manifest, batch_size=8, training=False, decode=False)
+    encoded, _ = next(iter(ds))
+    for data in encoded.numpy():
+        assert hashlib.sha256(data).hexdigest().encode() in truth
+
+
+def test_unknown_feature_is_a_config_error(shard_set):
+    manifest, _ = shard_set
+    with pytest.raises(ConfigError, match="not in the shards' schema"):
+        loader.make_dataset(
+            manifest.shards, manifest, batch_size=8, training=False, features=["nope"]
+        )
+
+
+def test_shard_of_another_manifest_is_rejected(shard_set):
+    manifest, _ = shard_set
+    stranger = ShardInfo("data-00000-of-00008.tfrecord", 1, 2, "0" * 64)
+    with pytest.raises(ConfigError, match="not a shard of this manifest"):
+        loader.make_dataset([stranger], manifest, batch_size=8, training=False)
+
+
+# ----------------------------------------------------------------------------- damage
+
+
+def _copy_shards(manifest: Manifest, dest: Path) -> Manifest:
+    dest.mkdir()
+    for shard in manifest.shards:
+        (dest / shard.name).write_bytes(Path(manifest.shard_url(shard)).read_bytes())
+    return Manifest(
+        str(dest),
+        manifest.fingerprint,
+        manifest.params,
+        manifest.schema,
+        manifest.labels,
+        manifest.compression,
+        manifest.shards,
+        listed=manifest.listed,
+    )
+
+
+def test_truncated_local_shard_is_refused_before_reading(shard_set, tmp_path):
+    manifest = _copy_shards(shard_set[0], tmp_path / "copy")
+    shard = manifest.shards[3]
+    path = Path(manifest.shard_url(shard))
+    path.write_bytes(path.read_bytes()[: shard.bytes // 2])
+    with pytest.raises(ShardError, match=rf"{shard.name}: expected {shard.bytes} bytes"):
+        loader.make_dataset(manifest.shards, manifest, batch_size=8, training=False)
+
+
+def test_corrupt_record_raises_record_error_naming_the_shard(shard_set, tmp_path):
+    manifest = _copy_shards(shard_set[0], tmp_path / "copy")
+    shard = manifest.shards[5]
+    path = Path(manifest.shard_url(shard))
+    data = bytearray(path.read_bytes())
+    data[len(data) // 2] ^= 0xFF  # inside some record's payload: its data CRC breaks
+    path.write_bytes(bytes(data))
+    ds = loader.make_dataset(manifest.shards, manifest, batch_size=16, training=False)
+    pattern = rf"{shard.name}: record \d+ at byte \d+"
+    with pytest.raises(RecordError, match=pattern) as info, loader.shard_errors(manifest):
+        for _ in ds:
+            pass
+    assert info.value.shard == shard.name
+    assert "CRC" in str(info.value) and isinstance(info.value.offset, int)
+    assert loader.find_corrupt_record(manifest, manifest.shards[:5]) is None
+
+
+def test_clean_shards_have_no_corrupt_record(shard_set):
+    assert loader.find_corrupt_record(shard_set[0]) is None
+
+
+def test_errors_that_are_not_about_records_pass_through(shard_set):
+    import tensorflow as tf
+
+    with (
+        pytest.raises(tf.errors.InvalidArgumentError, match="model"),
+        loader.shard_errors(shard_set[0]),
+    ):
+        raise tf.errors.InvalidArgumentError(None, None, "model input has the wrong rank")
