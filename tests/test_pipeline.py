@@ -59,6 +59,29 @@ def test_repro_writes_listing_shards_and_manifest(project):
         assert (project / manifest.root / shard.name).stat().st_size == shard.bytes
 
 
+def test_validate_passes_and_reports_metrics(project):
+    metrics = json.loads((project / "results/validate/metrics.json").read_text())
+    assert metrics["ok"] is True and metrics["problems"] == 0
+    assert metrics["records"] == 1797 and sum(metrics["records_per_label"].values()) == 1797
+
+
+def test_training_on_the_digits_reaches_90_percent(project):
+    # Any label scrambling anywhere in list -> write -> load would sink this.
+    metrics = json.loads((project / "results/train/metrics.json").read_text())
+    assert metrics["val_accuracy"] >= 0.90
+    assert 0.0 <= metrics["input_bound_fraction"] <= 1.0
+    assert (project / "models/model.keras").stat().st_size > 0
+    split = json.loads((project / "results/train/split.json").read_text())
+    assert split  # which shard went where, for lineage
+
+
+def test_dvc_metrics_and_plots_show(project):
+    shown = _run(["dvc", "metrics", "show", "--json"], project)
+    assert "val_accuracy" in shown and "records_per_label" in shown
+    plots = _run(["dvc", "plots", "show", "--json"], project)
+    assert "val_accuracy" in plots
+
+
 def test_second_repro_changes_nothing(project):
     before = {p: p.read_bytes() for p in (project / "data").rglob("*") if p.is_file()}
     lock = (project / "dvc.lock").read_bytes()
@@ -84,3 +107,11 @@ def test_a_changed_param_makes_a_new_version_beside_the_old(project):
     finally:
         (project / "params.yaml").write_text(params)
         _run(["dvc", "repro", "write"], project)
+
+
+def test_dvc_exp_run_with_a_changed_param_is_listed(project):
+    _run(["git", "add", "-A"], project)
+    _run(["git", "commit", "-qm", "reproduced"], project)
+    _run(["dvc", "exp", "run", "-S", "train.epochs=1", "-n", "one-epoch"], project)
+    shown = _run(["dvc", "exp", "show", "--json"], project)
+    assert "one-epoch" in shown
