@@ -2,11 +2,9 @@
 
 from __future__ import annotations
 
-import numpy as np
 import pytest
 
 from tfshards import example
-from tfshards.errors import TransformError
 
 CASES = {
     "image": ("bytes", [b"\xff\xd8" + bytes(range(256)) * 20]),
@@ -91,39 +89,3 @@ def test_conformance_names_missing_and_wrong_features():
     short = {**ok, "vec": ("float", [1.0])}
     problem = example.conformance_problem(example.decode(example.encode_bytes(short)), schema)
     assert problem is not None and "expected 2 values" in problem and "found 1" in problem
-
-
-@pytest.mark.parametrize(
-    ("value", "dtype", "shape"),
-    [
-        (b"x", "bytes", ()),
-        ("é", "bytes", ()),
-        (7, "int64", ()),
-        (True, "int64", ()),
-        (0.5, "float", ()),
-        ([1, 2, 3], "int64", (3,)),
-        (np.zeros((2, 3), np.uint8), "int64", (2, 3)),
-        (np.ones((4,), np.float64), "float", (4,)),
-    ],
-)
-def test_normalize_infers_dtype_and_shape(value, dtype, shape):
-    got_dtype, _, got_shape = example.normalize("f", value)
-    assert (got_dtype, tuple(got_shape)) == (dtype, shape)
-
-
-@pytest.mark.parametrize("value", [None, {"a": 1}, [], [1, "a"], np.array(["a"], dtype="U1")])
-def test_normalize_names_feature_and_type_on_unsupported_values(value):
-    with pytest.raises(TransformError, match="feature 'f'"):
-        example.normalize("f", value)
-
-
-def test_schema_json_round_trip():
-    schema = (example.FeatureSpec("a", "bytes", ()), example.FeatureSpec("b", "float", None))
-    assert example.schema_from_json(example.schema_to_json(schema)) == schema
-
-
-def test_merge_specs_makes_differing_shapes_variable():
-    a = example.FeatureSpec("x", "float", (2,))
-    assert example.merge_specs(a, example.FeatureSpec("x", "float", (3,))).shape is None
-    with pytest.raises(TransformError, match="dtype differs"):
-        example.merge_specs(a, example.FeatureSpec("x", "int64", (2,)))

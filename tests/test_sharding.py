@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import itertools
+
 import pytest
 
 from tfshards import sharding
@@ -22,7 +24,7 @@ def test_shuffled_order_is_stable_across_releases():
 
 def test_boundaries_balance_records():
     bounds = sharding.shard_boundaries(1797, 16)
-    sizes = [b - a for a, b in zip(bounds, bounds[1:], strict=False)]
+    sizes = [b - a for a, b in itertools.pairwise(bounds)]
     assert bounds[0] == 0 and bounds[-1] == 1797
     assert max(sizes) - min(sizes) <= 1 and len(sizes) == 16
 

@@ -22,7 +22,7 @@ from tfshards import executor as executors
 from tfshards import sharding, storage
 from tfshards import transform as transforms
 from tfshards.errors import ConfigError, InputError, TransformError
-from tfshards.example import Dtype, FeatureSpec, Values, encode, merge_specs, normalize
+from tfshards.example import encode
 from tfshards.listing import Listing, listing_digest, read_listing
 from tfshards.manifest import (
     FORMAT_VERSION,
@@ -35,6 +35,7 @@ from tfshards.manifest import (
     sidecar_json,
 )
 from tfshards.progress import Progress
+from tfshards.schema import Dtype, FeatureSpec, Values, merge_specs, normalize
 from tfshards.tfrecord import COMPRESSIONS, Compressor, frame
 
 FLUSH_BYTES = 4 << 20  # hand chunks to the OS in ~4 MB writev calls
