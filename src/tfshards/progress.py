@@ -11,6 +11,7 @@ from typing import Any
 from tqdm import tqdm
 
 LOG_EVERY_S = 30.0  # CI logs: one line every half minute is enough to show life
+tqdm.monitor_interval = 0  # no monitor thread: a thread-free parent can fork its workers cheaply
 
 
 def _is_terminal() -> bool:
