@@ -19,15 +19,9 @@ from tfshards.errors import ConfigError, InputError, ValidationError
 from tfshards.example import FeatureSpec, encode_bytes, varint
 from tfshards.listing import list_files
 from tfshards.manifest import Manifest
+from tfshards.recordcheck import _check_slow, _Plan
 from tfshards.sample import write_synthetic
-from tfshards.validate import (
-    ValidateConfig,
-    ValidationReport,
-    _check_slow,
-    _Plan,
-    validate,
-    write_metrics,
-)
+from tfshards.validate import ValidateConfig, ValidationReport, validate, write_metrics
 from tfshards.writer import WriteConfig, write
 
 REPO = Path(__file__).resolve().parents[1]

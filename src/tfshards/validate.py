@@ -4,39 +4,28 @@ Each shard is one task (:func:`validate_shard`) on plain values, run on any
 executor. Nothing stops at the first problem: every problem is collected with
 where it is (shard, record index, byte offset; offsets count in the
 decompressed stream for gzip/zlib shards) and what was expected and found.
-
-Records take a fast path (``_Plan.check``, ~3 us for four features where
-``example.decode`` + ``conformance_problem`` take ~20) that walks the canonical
-layout :func:`tfshards.example.encode` writes, with int indexing on the shard
-bytes and no lists built. A record it does not accept goes through the general
-decoder, which decides and words the problem, so both paths accept the same
-records and report the same words.
+The records themselves are checked by :func:`tfshards.recordcheck.check_records`.
 """
 
 from __future__ import annotations
 
 import hashlib
-import io
 import json
 import posixpath
-import re
-import struct
 import time
 import zlib
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-import crc32c
-
 from tfshards import executor as executors
 from tfshards import storage
-from tfshards import tfrecord as tfr
 from tfshards.errors import ConfigError, ValidationError
-from tfshards.example import DecodeError, FeatureSpec, conformance_problem, decode
+from tfshards.example import FeatureSpec
 from tfshards.manifest import MANIFEST_NAME, SIDECAR_SUFFIX, Manifest, load
 from tfshards.progress import Progress
-from tfshards.tfrecord import FOOTER_BYTES, HEADER_BYTES, decompress
+from tfshards.recordcheck import check_records
+from tfshards.tfrecord import decompress
 
 # Below this much shard data, executor "auto" checks on threads, not processes: starting
 # a forkserver pool cost 0.5-1.5 s here (its workers import tfshards and numpy), which
@@ -216,307 +205,19 @@ def validate_shard(task: ShardCheck) -> ShardReport:
             found.add(f"cannot decompress ({task.compression}): {exc}")
         else:
             del raw
-            records = _check_records(buf, task, found, labels)
+            records = check_records(
+                buf,
+                task.schema,
+                task.image_feature,
+                num_labels=task.num_labels,
+                check_sha=task.check_sha,
+                decode_images=task.decode_images,
+                labels=labels,
+                add=found.add,
+            )
             if records != task.records:
                 found.add(f"record count mismatch: expected {task.records}, found {records}")
     return ShardReport(task.name, records, nbytes, tuple(labels), tuple(found.kept), found.count)
-
-
-def _check_records(buf: bytes, task: ShardCheck, found: _Found, labels: list[int]) -> int:
-    """Scan every record of ``buf``; returns how many records the framing holds."""
-    plan = _Plan.build(task.schema, task.image_feature)
-    has_image = _scalar(task.schema, task.image_feature, "bytes")
-    check_sha = task.check_sha and has_image and _scalar(task.schema, "sha256", "bytes")
-    decode_images = task.decode_images and has_image
-    count_labels = _scalar(task.schema, "label", "int64")
-    num_labels = task.num_labels
-    view = memoryview(buf)
-    check, sha256 = plan.check, hashlib.sha256  # locals: this loop runs ~100k times a second
-    records = 0
-    for index, offset, start, end, problem in _frames(buf):
-        if problem is not None:
-            found.add(problem, index, offset)
-            if start < 0:  # the framing cannot be trusted past here
-                break
-            records += 1  # a data CRC problem: the bytes are damaged, parsing says no more
-            continue
-        records += 1
-        checked = check(buf, start, end)
-        if checked is None:  # not the canonical layout: the general decoder decides, and says why
-            slow = _check_slow(view[start:end], task.schema, task.image_feature)
-            if isinstance(slow, str):
-                found.add(slow, index, offset)
-                continue
-            label, payload, stored = slow
-        else:
-            label, ps, pe, ss, se = checked
-            payload, stored = view[ps:pe], buf[ss:se]
-        if count_labels:
-            if 0 <= label < num_labels:
-                labels[label] += 1
-            else:
-                found.add(
-                    f"label out of range: expected 0..{num_labels - 1} "
-                    f"({num_labels} labels), found {label}",
-                    index,
-                    offset,
-                )
-        if check_sha:
-            digest = sha256(payload).hexdigest().encode()
-            if digest != stored:
-                found.add(
-                    f"feature 'sha256' does not match the sha256 of feature "
-                    f"{task.image_feature!r}: expected {digest.decode()}, "
-                    f"found {bytes(stored).decode('ascii', 'backslashreplace')}",
-                    index,
-                    offset,
-                )
-        if decode_images:
-            why = _undecodable(payload)
-            if why is not None:
-                found.add(
-                    f"feature {task.image_feature!r} does not decode as an image: {why}",
-                    index,
-                    offset,
-                )
-    return records
-
-
-def _frames(buf: bytes) -> Iterator[tuple[int, int, int, int, str | None]]:
-    """``(index, offset, data start, data end, problem)`` of each record in ``buf``.
-
-    :func:`tfshards.tfrecord.scan`'s checks without its per-record objects
-    (~1 us less per record); from the first problem on, ``scan`` itself takes
-    over, so problems are found and worded in one place. A framing problem
-    has start -1 and ends the records.
-    """
-    view = memoryview(buf)
-    size = len(buf)
-    offset = index = 0
-    header, footer, crc, mask = _HEADER.unpack_from, _FOOTER.unpack_from, crc32c.crc32c, tfr.mask
-    while size - offset >= HEADER_BYTES + FOOTER_BYTES:
-        length, length_crc = header(buf, offset)
-        start = offset + HEADER_BYTES
-        end = start + length
-        if (
-            end + FOOTER_BYTES > size
-            or mask(crc(view[offset : offset + 8])) != length_crc
-            or mask(crc(view[start:end])) != footer(buf, end)[0]
-        ):
-            break
-        yield index, offset, start, end, None
-        offset = end + FOOTER_BYTES
-        index += 1
-    if offset < size:
-        for i, at, data, problem in tfr.scan(view[offset:]):
-            start = -1 if data is None else offset + at + HEADER_BYTES
-            yield index + i, offset + at, start, start + len(data or b""), problem
-
-
-def _scalar(schema: Sequence[FeatureSpec], name: str, dtype: str) -> bool:
-    return any(s.name == name and s.dtype == dtype and s.size == 1 for s in schema)
-
-
-def _check_slow(
-    data: memoryview, schema: Sequence[FeatureSpec], image_feature: str
-) -> str | tuple[int, Any, Any]:
-    """The general path: a problem, or ``(label, payload, stored sha256)`` of a good record."""
-    try:
-        decoded = decode(data)
-    except (DecodeError, UnicodeDecodeError) as exc:
-        return f"not a tf.train.Example: {exc}"
-    problem = conformance_problem(decoded, schema)
-    if problem is not None:
-        return problem
-
-    def first(name: str, default: Any) -> Any:
-        values = decoded.get(name, ("bytes", []))[1]
-        return values[0] if len(values) == 1 else default
-
-    return first("label", 0), first(image_feature, b""), first("sha256", b"")
-
-
-def _undecodable(payload: Any) -> str | None:
-    """Why Pillow cannot decode ``payload``, or None when it can."""
-    from PIL import Image  # only with --decode
-
-    try:
-        with Image.open(io.BytesIO(payload)) as img:
-            img.load()
-    # What Pillow raises for bad image bytes; anything else is a bug and propagates.
-    except (OSError, SyntaxError, ValueError, EOFError, Image.DecompressionBombError) as exc:
-        return f"{type(exc).__name__}: {exc}"
-    return None
-
-
-# ----------------------------------------------------------------------------- fast path
-_HEADER = struct.Struct("<QI")  # TFRecord: length, masked crc32c of the length
-_FOOTER = struct.Struct("<I")  # masked crc32c of the data
-_TAG1 = 0x0A  # field 1, length-delimited: Example.features, map entry, key, each list
-_KIND_TAG = {"bytes": 0x0A, "float": 0x12, "int64": 0x1A}  # Feature's oneof fields 1, 2, 3
-_OTHER, _PAYLOAD, _STORED, _LABEL = range(4)  # what a feature is to the record checks
-_TOO_LONG = 1 << 64  # a length no record has, so every bounds check after it fails
-_LONG_VARINT = re.compile(rb"[\x80-\xff]{10}")  # example.decode rejects varints over 10 bytes
-_HIGH_BYTES = bytes(range(0x80, 0x100))
-
-
-def _more(b: bytes, pos: int, x: int) -> tuple[int, int]:
-    """Finish a varint whose first byte ``x`` (>= 0x80) ends just before ``pos``.
-
-    Returns ``(value, next position)``, or :data:`_TOO_LONG` past 10 bytes.
-    Callers read one-byte varints inline: a call costs more than the decoding.
-    """
-    result, shift = x & 0x7F, 7
-    while shift < 70:
-        x = b[pos]
-        pos += 1
-        result |= (x & 0x7F) << shift
-        if x < 0x80:
-            return result, pos
-        shift += 7
-    return _TOO_LONG, pos
-
-
-@dataclass(frozen=True)
-class _Plan:
-    """The schema, laid out as :func:`tfshards.example.encode` writes it (keys sorted).
-
-    ``specs`` holds per feature: the bytes that open its map entry's key
-    field and its ``Feature`` tag (``0x0A len key 0x12``) and their length,
-    its list kind tag, its size (-1: varies), its role in the record checks,
-    and whether it is a single bytes value (the common case, unrolled).
-    """
-
-    specs: tuple[tuple[bytes, int, int, int, int, bool], ...]
-
-    @classmethod
-    def build(cls, schema: Sequence[FeatureSpec], image_feature: str) -> _Plan:
-        roles = {(image_feature, "bytes"): _PAYLOAD, ("sha256", "bytes"): _STORED}
-        roles[("label", "int64")] = _LABEL
-        specs = []
-        for s in schema:
-            key = s.name.encode()
-            if len(key) >= 0x80:  # a two-byte key length: leave such rare schemas to decode
-                return cls(())
-            role = roles.get((s.name, s.dtype), _OTHER) if s.size == 1 else _OTHER
-            head = bytes([_TAG1, len(key)]) + key + b"\x12"  # key field, then Feature's tag
-            size = -1 if s.size is None else s.size
-            scalar_bytes = size == 1 and s.dtype == "bytes"
-            specs.append((key, (head, len(head), _KIND_TAG[s.dtype], size, role, scalar_bytes)))
-        return cls(tuple(spec for _, spec in sorted(specs)))
-
-    def check(self, b: bytes, pos: int, end: int) -> tuple[int, int, int, int, int] | None:
-        """``(label, payload start, payload end, sha256 start, sha256 end)`` of ``b[pos:end]``.
-
-        Returns them only for an Example in the canonical layout that conforms
-        to the schema; None for anything else (the general path then decides,
-        and words any problem as :func:`conformance_problem` does). Each length
-        is checked against its enclosing end before use, so bytes past ``end``
-        never count.
-        """
-        if not self.specs:
-            return None
-        label = ps = pe = ss = se = first = first_end = 0
-        try:
-            if b[pos] != _TAG1:
-                return None
-            n = b[pos + 1]
-            pos += 2
-            if n > 0x7F:
-                n, pos = _more(b, pos, n)
-            if pos + n != end:
-                return None
-            for head, head_len, tag, size, role, scalar_bytes in self.specs:
-                if b[pos] != _TAG1:
-                    return None
-                n = b[pos + 1]
-                pos += 2
-                if n > 0x7F:
-                    n, pos = _more(b, pos, n)
-                entry_end = pos + n
-                if entry_end > end or not b.startswith(head, pos, entry_end):
-                    return None
-                pos += head_len  # key field and the Feature's tag; now the Feature's length
-                n = b[pos]
-                pos += 1
-                if n > 0x7F:
-                    n, pos = _more(b, pos, n)
-                if pos + n != entry_end or not n or b[pos] != tag:
-                    return None  # (an empty Feature, or a list kind the schema does not say)
-                n = b[pos + 1]
-                pos += 2
-                if n > 0x7F:
-                    n, pos = _more(b, pos, n)
-                if pos + n != entry_end:
-                    return None
-                count = 0
-                if scalar_bytes:  # the common case, unrolled: exactly one {1: bytes}
-                    if b[pos] != _TAG1:
-                        return None
-                    n = b[pos + 1]
-                    pos += 2
-                    if n > 0x7F:
-                        n, pos = _more(b, pos, n)
-                    if pos + n != entry_end:
-                        return None
-                    if role == _PAYLOAD:
-                        ps, pe = pos, entry_end
-                    elif role == _STORED:
-                        ss, se = pos, entry_end
-                    pos = entry_end
-                    continue
-                if tag == _TAG1:  # BytesList: repeated {1: bytes}
-                    while pos < entry_end:
-                        if b[pos] != _TAG1:
-                            return None
-                        n = b[pos + 1]
-                        pos += 2
-                        if n > 0x7F:
-                            n, pos = _more(b, pos, n)
-                        if not count:
-                            first, first_end = pos, pos + n
-                        pos += n
-                        count += 1
-                    if pos != entry_end:
-                        return None
-                    if role == _PAYLOAD:
-                        ps, pe = first, first_end
-                    elif role == _STORED:
-                        ss, se = first, first_end
-                elif pos < entry_end:  # FloatList or Int64List: {1: packed}
-                    if b[pos] != _TAG1:
-                        return None
-                    n = b[pos + 1]
-                    pos += 2
-                    if n > 0x7F:
-                        n, pos = _more(b, pos, n)
-                    if pos + n != entry_end:
-                        return None
-                    if tag == 0x12:
-                        if n % 4:
-                            return None
-                        count = n // 4
-                    else:
-                        count = len(b[pos:entry_end].translate(None, _HIGH_BYTES))
-                        # Some varints take several bytes: the last must end, none run long.
-                        if count < n and (
-                            b[entry_end - 1] > 0x7F or _LONG_VARINT.search(b, pos, entry_end)
-                        ):
-                            return None
-                        if role == _LABEL:
-                            label = b[pos]
-                            if label > 0x7F:
-                                label = _more(b, pos + 1, label)[0]
-                            if label >= 1 << 63:
-                                label -= 1 << 64
-                if size >= 0 and count != size:
-                    return None
-                pos = entry_end
-        except IndexError:
-            return None
-        if pos != end:
-            return None  # features the schema does not name
-        return label, ps, pe, ss, se
 
 
 # ----------------------------------------------------------------------------- run
