@@ -35,7 +35,7 @@ _LAZY = {
     "load_manifest": "tfshards.manifest",
     # validate
     "ValidateConfig": "tfshards.validate",
-    "validate": "tfshards.validate",
+    "validate_shards": "tfshards.validate",
     # read (TensorFlow)
     "Split": "tfshards.loader",
     "SplitWarning": "tfshards.loader",
@@ -51,7 +51,9 @@ _LAZY = {
     "write_digits": "tfshards.sample",
     "write_synthetic": "tfshards.sample",
 }
-_RENAMED = {"load_manifest": "load"}
+# Exported under another name where the plain one is a submodule's: after
+# `import tfshards.validate`, `tfshards.validate` is the module, not the function.
+_RENAMED = {"load_manifest": "load", "validate_shards": "validate"}
 
 
 def __getattr__(name: str) -> Any:

@@ -50,92 +50,46 @@ order (or a seeded shuffle of it, new each epoch), whatever the parallelism.
 
 from __future__ import annotations
 
-import collections
-import concurrent.futures as cf
-import hashlib
-import json
-import multiprocessing
-import os
 import pickle
 import random
-import threading
-import weakref
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from concurrent.futures.process import BrokenProcessPool
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from tfshards import storage
-from tfshards.errors import ConfigError, InputError
+from tfshards.errors import ConfigError
 from tfshards.listing import Listing
-from tfshards.loader import choose_val
+from tfshards.pools import (
+    AHEAD,
+    CHUNK_ITEMS,
+    DEFAULT_THREADS,
+    Item,
+    Leaf,
+    Runner,
+    apply_chunk,
+    check_element,
+)
+from tfshards.splits import FileSplit, split_files
 
 if TYPE_CHECKING:
     import tensorflow as tf
 
+__all__ = [
+    "AHEAD",
+    "CHUNK_ITEMS",
+    "DEFAULT_THREADS",
+    "MODES",
+    "FileSplit",
+    "Item",
+    "Leaf",
+    "apply_chunk",
+    "check_element",
+    "from_files",
+    "split_files",
+]
+
 MODES = ("auto", "serial", "threads", "processes", "graph")
-DEFAULT_THREADS = 32  # 16 calls + 16 threads gave 5.8x on a 2 ms wait (FACTS.md); more waits more
-CHUNK_ITEMS = 64  # elements per task / per yield when not batching: amortizes IPC and tf.data
-AHEAD = 4  # tasks in flight per worker: a worker the OS pauses does not stall the others
-
-Item = tuple[str, int]  # (path or URL of a file, label index)
-
-
-# ----------------------------------------------------------------------------- split
-
-
-@dataclass(frozen=True)
-class FileSplit:
-    """Train and validation files, chosen by :func:`split_files`."""
-
-    train: Listing
-    val: Listing
-    seed: int
-    val_fraction: float
-    effective_val_fraction: float
-
-    def to_json(self) -> bytes:
-        """Counts and a digest of each side's paths: enough for lineage without a file list."""
-
-        def side(listing: Listing) -> dict[str, Any]:
-            digest = hashlib.sha256("\n".join(e.path for e in listing.entries).encode())
-            return {"files": len(listing.entries), "paths_sha256": digest.hexdigest()}
-
-        doc = {
-            "effective_val_fraction": round(self.effective_val_fraction, 6),
-            "root": self.train.root,
-            "seed": self.seed,
-            "train": side(self.train),
-            "val": side(self.val),
-            "val_fraction": self.val_fraction,
-            "version": 1,
-        }
-        return (json.dumps(doc, sort_keys=True, indent=2) + "\n").encode()
-
-
-def split_files(listing: Listing, val_fraction: float, seed: int = 0) -> FileSplit:
-    """Split a listing's files into train and validation, like :func:`tfshards.loader.split`.
-
-    The sorted paths are shuffled with ``random.Random(seed)`` and the first
-    ``round(val_fraction * files)`` (at least one, at most all but one) go to
-    validation. Both sides keep the listing's root and labels.
-    """
-    entries = listing.entries
-    train, val, effective = choose_val(
-        [e.path for e in entries],
-        [1] * len(entries),
-        val_fraction,
-        seed,
-        unit="file",
-        counted="files",
-    )
-
-    def sub(indices: list[int]) -> Listing:
-        return Listing(listing.root, listing.labels, tuple(entries[i] for i in indices))
-
-    return FileSplit(sub(train), sub(val), seed, val_fraction, effective)
 
 
 # ----------------------------------------------------------------------------- dataset
@@ -202,7 +156,7 @@ def from_files(
 
     leaves = tuple(_leaf(tf, spec) for spec in tf.nest.flatten(output_signature))
     template = tf.nest.map_structure(lambda _: None, output_signature)
-    runner = _Runner(mode, fn, leaves, num_parallel_calls)
+    runner = Runner(mode, fn, leaves, num_parallel_calls)
     # from_generator costs ~0.1-0.5 ms per element it yields, far more than a cheap fn: with
     # fixed shapes, yield stacked chunks (a batch, or CHUNK_ITEMS then unbatch in TF).
     fixed = all(leaf.shape is not None and None not in leaf.shape for leaf in leaves)
@@ -259,15 +213,7 @@ def _picklable(fn: Callable[..., Any]) -> bool:
     return True
 
 
-# ----------------------------------------------------------------------------- checks
-
-
-class Leaf(NamedTuple):
-    """One declared output: numpy dtype (None for strings) and shape (None = any size)."""
-
-    dtype: str | None
-    shape: tuple[int | None, ...] | None
-    name: str
+# ----------------------------------------------------------------------------- structure
 
 
 def _leaf(tf: Any, spec: Any) -> Leaf:
@@ -278,16 +224,8 @@ def _leaf(tf: Any, spec: Any) -> Leaf:
     return Leaf(dtype, dims, spec.name or "")
 
 
-def _flatten(value: Any) -> list[Any]:
-    """Leaves in ``tf.nest`` order (dict values by sorted key), without TensorFlow."""
-    if isinstance(value, Mapping):
-        return [leaf for key in sorted(value) for leaf in _flatten(value[key])]
-    if isinstance(value, (tuple, list)):
-        return [leaf for item in value for leaf in _flatten(item)]
-    return [value]
-
-
 def _pack(template: Any, leaves: Sequence[Any]) -> Any:
+    """``template``'s structure filled from ``leaves`` in ``tf.nest`` (sorted-key) order."""
     it = iter(leaves)
 
     def build(node: Any) -> Any:
@@ -299,176 +237,6 @@ def _pack(template: Any, leaves: Sequence[Any]) -> Any:
         return next(it)
 
     return build(template)
-
-
-_KINDS = {"b": "biu", "i": "iu", "u": "iu", "f": "fiu", "c": "cfiu"}
-
-
-def check_element(value: Any, leaves: Sequence[Leaf], path: str) -> list[np.ndarray[Any, Any]]:
-    """Flatten ``value`` and check it against ``leaves``; returns arrays of the declared dtypes.
-
-    Raises:
-        InputError: naming ``path``, the output, what was declared and what was found.
-    """
-    found = _flatten(value)
-    if len(found) != len(leaves):
-        raise InputError(
-            f"{path}: fn returned {len(found)} values, output_signature declares {len(leaves)}",
-            path=path,
-        )
-    out = []
-    for i, (raw, leaf) in enumerate(zip(found, leaves, strict=True)):
-        array = np.asarray(raw)
-        label = f"output {i}" + (f" ({leaf.name})" if leaf.name else "")
-        if leaf.dtype is None:
-            ok = array.dtype.kind in "SUO"
-        else:
-            want = np.dtype(leaf.dtype)
-            ok = array.dtype.kind in _KINDS.get(want.kind, want.kind)
-        shape_ok = leaf.shape is None or (
-            array.ndim == len(leaf.shape)
-            and all(d is None or d == n for d, n in zip(leaf.shape, array.shape, strict=True))
-        )
-        if not (ok and shape_ok):
-            expected = "string" if leaf.dtype is None else np.dtype(leaf.dtype).name
-            shape = "any shape" if leaf.shape is None else f"shape {list(leaf.shape)}"
-            raise InputError(
-                f"{path}: {label}: expected {expected} of {shape}, "
-                f"found {array.dtype.name} of shape {list(array.shape)}",
-                path=path,
-                output=i,
-            )
-        out.append(array if leaf.dtype is None else array.astype(leaf.dtype, copy=False))
-    return out
-
-
-def apply_chunk(
-    fn: Callable[..., Any], chunk: Sequence[Item], leaves: Sequence[Leaf], stack: bool
-) -> list[Any]:
-    """The unit of work in the pools: ``fn`` over a chunk, checked, optionally stacked."""
-    elements = []
-    for path, label in chunk:
-        try:
-            value = fn(path, label)
-        except InputError:
-            raise
-        except Exception as exc:  # a user's function can raise anything; report which file
-            raise InputError(
-                f"{path}: {getattr(fn, '__name__', 'fn')} failed: {type(exc).__name__}: {exc}",
-                path=path,
-            ) from exc
-        elements.append(check_element(value, leaves, path))
-    if not stack:
-        return elements
-    return [[np.stack(column) for column in zip(*elements, strict=True)]]
-
-
-# ----------------------------------------------------------------------------- pools
-
-
-class _Runner:
-    """Maps ``fn`` over items in order on a pool that lives as long as the dataset."""
-
-    def __init__(
-        self, mode: str, fn: Callable[..., Any], leaves: Sequence[Leaf], workers: int | None
-    ) -> None:
-        self.mode, self.fn, self.leaves = mode, fn, tuple(leaves)
-        self.pool: cf.Executor | None = None
-        if mode == "threads":
-            self.workers = workers or DEFAULT_THREADS
-            self.pool = cf.ThreadPoolExecutor(self.workers, thread_name_prefix="tfshards-files")
-            weakref.finalize(self, self.pool.shutdown, wait=False, cancel_futures=True)
-        elif mode == "processes":
-            self.workers = workers or _cpu_count()
-            self.pool = _process_pool(self.workers)
-            for _ in range(self.workers):  # start the workers and import fn's module now
-                self.pool.submit(_warm, fn)
-        else:
-            self.workers = 1
-
-    def run(self, items: Sequence[Item], stack: int | None) -> Iterator[list[Any]]:
-        """Flat leaves of each element in order, or of each ``stack`` elements stacked."""
-        if self.mode == "threads":
-            # One file per task keeps every thread busy; stacking happens here, in order.
-            results = self._ordered([items[i : i + 1] for i in range(len(items))], False)
-            if stack is None:
-                yield from results
-            else:
-                yield from _stacked(results, stack)
-            return
-        size = stack or CHUNK_ITEMS
-        chunks = [items[i : i + size] for i in range(0, len(items), size)]
-        if self.pool is None:
-            for part in chunks:
-                yield from apply_chunk(self.fn, part, self.leaves, stack is not None)
-            return
-        yield from self._ordered(chunks, stack is not None)
-
-    def _ordered(self, chunks: Sequence[Sequence[Item]], stack: bool) -> Iterator[list[Any]]:
-        if self.pool is None:
-            raise RuntimeError("no pool")  # pragma: no cover - run() handles serial mode
-        pending: collections.deque[tuple[str, cf.Future[list[Any]]]] = collections.deque()
-        try:
-            for part in chunks:
-                future = self.pool.submit(apply_chunk, self.fn, part, self.leaves, stack)
-                pending.append((part[0][0], future))
-                if len(pending) >= self.workers * AHEAD:
-                    yield from self._result(*pending.popleft())
-            while pending:
-                yield from self._result(*pending.popleft())
-        finally:
-            for _, future in pending:
-                future.cancel()
-
-    def _result(self, first: str, future: cf.Future[list[Any]]) -> list[Any]:
-        try:
-            return future.result()
-        except BrokenProcessPool as exc:
-            with _POOLS_LOCK:  # the next dataset starts a fresh pool
-                if _POOLS.get(self.workers) is self.pool:
-                    del _POOLS[self.workers]
-            raise InputError(
-                f"{first}: a worker process died (killed by a signal or out of memory) "
-                "while running fn on a chunk of files starting here",
-                path=first,
-            ) from exc
-
-
-_POOLS: dict[int, cf.ProcessPoolExecutor] = {}
-_POOLS_LOCK = threading.Lock()
-
-
-def _process_pool(workers: int) -> cf.ProcessPoolExecutor:
-    """One pool per worker count, shared by every dataset: workers start once per process.
-
-    ``forkserver``: the workers are forked from a clean server process, never
-    from this one (which has TensorFlow's threads running).
-    """
-    with _POOLS_LOCK:
-        pool = _POOLS.get(workers)
-        if pool is None:
-            context = multiprocessing.get_context("forkserver")
-            pool = _POOLS[workers] = cf.ProcessPoolExecutor(workers, mp_context=context)
-        return pool
-
-
-def _stacked(elements: Iterator[list[Any]], size: int) -> Iterator[list[Any]]:
-    group: list[list[Any]] = []
-    for element in elements:
-        group.append(element)
-        if len(group) == size:
-            yield [np.stack(column) for column in zip(*group, strict=True)]
-            group = []
-    if group:
-        yield [np.stack(column) for column in zip(*group, strict=True)]
-
-
-def _warm(fn: Callable[..., Any]) -> None:
-    """Nothing: receiving ``fn`` imports its module in the worker, before the first epoch."""
-
-
-def _cpu_count() -> int:
-    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
 
 
 # ----------------------------------------------------------------------------- graph

@@ -25,182 +25,54 @@ boundary as a shorter valid file); a bad record CRC stops the run with
 TensorFlow's ``DataLossError``, which does not say which file. Wrap the loop or
 ``model.fit`` in :func:`shard_errors` to have it re-raised as a
 :class:`~tfshards.errors.RecordError` naming the shard, record and byte offset.
+
+The split (:mod:`tfshards.splits`), the parse and decode ops
+(:mod:`tfshards.decode`) and the corrupt-record naming
+(:mod:`tfshards.corruption`) live in their own modules and are re-exported here.
 """
 
 from __future__ import annotations
 
-import contextlib
-import json
-import math
 import os
-import random
-import re
-import warnings
-from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from tfshards import storage
 from tfshards.cache import Fetch, ShardCache
-from tfshards.errors import ConfigError, RecordError, ShardError
-from tfshards.example import FeatureSpec
+from tfshards.corruption import find_corrupt_record, shard_errors
+from tfshards.decode import MAX_UNROLL, decode_images, parse_fn
+from tfshards.errors import ConfigError, ShardError
 from tfshards.manifest import Manifest, ShardInfo
+from tfshards.splits import SPLIT_TOLERANCE, Split, SplitWarning, choose_val, split
 
 if TYPE_CHECKING:
     import tensorflow as tf
 
+__all__ = [
+    "AUTOTUNE",
+    "DEFAULT_CYCLE_LENGTH",
+    "MAX_UNROLL",
+    "READ_BUFFER_BYTES",
+    "SHUFFLE_BUFFER_BYTES",
+    "SPLIT_TOLERANCE",
+    "Split",
+    "SplitWarning",
+    "choose_val",
+    "decode_images",
+    "find_corrupt_record",
+    "make_dataset",
+    "parse_fn",
+    "records_dataset",
+    "resolve_paths",
+    "shard_errors",
+    "split",
+]
+
 AUTOTUNE = -1  # the value of tf.data.AUTOTUNE, without importing TensorFlow
-SPLIT_TOLERANCE = 0.1  # warn when the effective val fraction is off by more than 10% of the ask
 SHUFFLE_BUFFER_BYTES = 64 << 20  # default record shuffle buffer: ~64 MB of serialized records
 DEFAULT_CYCLE_LENGTH = 16  # files whose records mix in each batch; 16 x 1 MB read buffers
-MAX_UNROLL = 256  # images per batch decoded by one op each; larger batches loop (graph size)
 READ_BUFFER_BYTES = 1 << 20  # TFRecordDataset read size: few syscalls, little memory per file
 _COMPRESSION = {"none": "", "gzip": "GZIP", "zlib": "ZLIB"}
-_TF_DTYPE = {"bytes": "string", "int64": "int64", "float": "float32"}
-# TensorFlow messages that mean "the bytes of a record are bad" (not a model or user error).
-_RECORD_PROBLEM = re.compile(
-    r"corrupt|truncat|checksum|crc|could not parse|parse example|data loss", re.IGNORECASE
-)
-
-
-class SplitWarning(UserWarning):
-    """The shards are too few to split at the asked fraction; the effective one is reported."""
-
-
-# ----------------------------------------------------------------------------- split
-
-
-@dataclass(frozen=True)
-class Split:
-    """Train and validation shards, chosen by :func:`split`.
-
-    Attributes:
-        train: training shards, sorted by name.
-        val: validation shards, sorted by name (empty when ``val_fraction`` is 0).
-        seed: the seed of the shuffle that chose them.
-        val_fraction: the fraction asked for.
-        effective_val_fraction: ``val_records / (train_records + val_records)``.
-        fingerprint: the manifest's fingerprint (which shard set was split).
-    """
-
-    train: tuple[ShardInfo, ...]
-    val: tuple[ShardInfo, ...]
-    seed: int
-    val_fraction: float
-    effective_val_fraction: float
-    fingerprint: str = ""
-
-    @property
-    def train_records(self) -> int:
-        return sum(s.records for s in self.train)
-
-    @property
-    def val_records(self) -> int:
-        return sum(s.records for s in self.val)
-
-    def to_json(self) -> bytes:
-        """Which shard went where, and the counts: a small document for lineage."""
-        doc = {
-            "effective_val_fraction": round(self.effective_val_fraction, 6),
-            "fingerprint": self.fingerprint,
-            "seed": self.seed,
-            "train": {"records": self.train_records, "shards": [s.name for s in self.train]},
-            "val": {"records": self.val_records, "shards": [s.name for s in self.val]},
-            "val_fraction": self.val_fraction,
-            "version": 1,
-        }
-        return (json.dumps(doc, sort_keys=True, indent=2) + "\n").encode()
-
-
-def split(manifest: Manifest, val_fraction: float, seed: int = 0) -> Split:
-    """Split the shard files of ``manifest`` into train and validation sets.
-
-    A pure function of ``(manifest, val_fraction, seed)``: the sorted shard
-    names are shuffled with ``random.Random(seed)`` (the same permutation on
-    every CPython and machine) and the first shards go to validation, as many
-    as bring the record count closest to ``val_fraction``. Whole files, so the
-    two sets never share a record and each reads sequentially.
-
-    Args:
-        manifest: the shard set.
-        val_fraction: share of records for validation, in ``[0, 1)``. When it
-            is above 0, validation gets at least one shard and training keeps
-            at least one.
-        seed: seed of the shuffle.
-
-    Raises:
-        ConfigError: ``val_fraction`` is out of range, or above 0 with a single shard.
-
-    Warns:
-        SplitWarning: the effective fraction (in records) is off by more than
-            10% of the one asked for; it is also in ``Split.effective_val_fraction``.
-    """
-    train, val, effective = choose_val(
-        [s.name for s in manifest.shards],
-        [s.records for s in manifest.shards],
-        val_fraction,
-        seed,
-        unit="shard",
-    )
-    return Split(
-        train=tuple(manifest.shards[i] for i in train),
-        val=tuple(manifest.shards[i] for i in val),
-        seed=seed,
-        val_fraction=val_fraction,
-        effective_val_fraction=effective,
-        fingerprint=manifest.fingerprint,
-    )
-
-
-def choose_val(
-    names: Sequence[str],
-    weights: Sequence[int],
-    val_fraction: float,
-    seed: int,
-    *,
-    unit: str,
-    counted: str = "records",
-) -> tuple[list[int], list[int], float]:
-    """The split rule shared by shards and files: ``(train, val, effective fraction)``.
-
-    ``train`` and ``val`` are indices into ``names``, each in name order;
-    ``weights`` (``counted`` units per name) measure the fraction.
-    """
-    if not 0.0 <= val_fraction < 1.0 or math.isnan(val_fraction):
-        raise ConfigError(f"val_fraction must be in [0, 1), got {val_fraction}")
-    n = len(names)
-    if n == 0:
-        raise ConfigError(f"nothing to split: no {unit}s")
-    order = sorted(range(n), key=lambda i: names[i])
-    if val_fraction == 0.0:
-        return order, [], 0.0
-    if n < 2:
-        raise ConfigError(
-            f"val_fraction {val_fraction}: a split needs at least 2 {unit}s (one for "
-            f"training, one for validation), found {n}; write more shards or use val_fraction 0"
-        )
-    random.Random(seed).shuffle(order)
-    total = sum(weights)
-    target = val_fraction * total
-    best_k, best_gap, cumulative = 1, math.inf, 0
-    for k in range(1, n):  # k shards go to validation; training keeps at least one
-        cumulative += weights[order[k - 1]]
-        gap = abs(cumulative - target)
-        if gap < best_gap:
-            best_k, best_gap = k, gap
-    val = sorted(order[:best_k], key=lambda i: names[i])
-    train = sorted(order[best_k:], key=lambda i: names[i])
-    val_weight = sum(weights[i] for i in val)
-    effective = val_weight / total if total else best_k / n
-    if abs(effective - val_fraction) > SPLIT_TOLERANCE * val_fraction:
-        warnings.warn(
-            f"val_fraction {val_fraction}: {n} {unit}s split at best as {len(val)} for "
-            f"validation ({val_weight} of {total} {counted}), an effective fraction of "
-            f"{effective:.4f}; more {unit}s give a closer split",
-            SplitWarning,
-            stacklevel=3,
-        )
-    return train, val, effective
 
 
 # ----------------------------------------------------------------------------- dataset
@@ -373,88 +245,6 @@ def records_dataset(
     )
 
 
-def parse_fn(
-    manifest: Manifest, features: Sequence[str] | None = None
-) -> Callable[[tf.Tensor], dict[str, Any]]:
-    """A function parsing a batch of serialized records into ``{name: batch}``.
-
-    Built from the manifest's schema: fixed shapes become ``FixedLenFeature``
-    (dense ``(batch, *shape)``), variable ones ``RaggedFeature`` (``(batch, None)``).
-    ``features`` picks the names (default: all).
-    """
-    import tensorflow as tf
-
-    schema = {spec.name: spec for spec in manifest.schema}
-    wanted = list(schema) if features is None else list(dict.fromkeys(features))
-    missing = [name for name in wanted if name not in schema]
-    if missing:
-        raise ConfigError(
-            f"features {missing} are not in the shards' schema (expected some of {sorted(schema)})"
-        )
-    spec_map = {name: _tf_feature(tf, schema[name]) for name in wanted}
-
-    def parse(serialized: tf.Tensor) -> dict[str, Any]:
-        return dict(tf.io.parse_example(serialized, spec_map))
-
-    return parse
-
-
-def decode_images(
-    encoded: tf.Tensor,
-    shape: tuple[int, int, int],
-    *,
-    resize: bool = False,
-    dtype: str = "float32",
-    batch_size: int | None = None,
-) -> tf.Tensor:
-    """Decode a batch of JPEG/PNG/GIF/BMP bytes into ``(batch, *shape)`` images.
-
-    ``float32`` images are in [0, 1], ``uint8`` ones as stored. ``resize``
-    scales each image to ``shape`` (bilinear); without it every image must
-    already have that shape.
-
-    A batch of ``batch_size`` (up to ``MAX_UNROLL``) is decoded by one op per
-    image in the graph, which TensorFlow may also run side by side; other
-    sizes (the last partial batch) go through ``tf.map_fn``, whose loop cost
-    ~5 us more per image here (and a per-element ``tf.data`` map ~40 us).
-    """
-    import tensorflow as tf
-
-    height, width, channels = shape
-
-    def one(data: tf.Tensor) -> tf.Tensor:
-        image = tf.io.decode_image(data, channels=channels, expand_animations=False)
-        if resize:
-            image = tf.image.resize(image, (height, width))  # float32 in [0, 255]
-            return image if dtype == "float32" else tf.cast(tf.round(image), tf.uint8)
-        return tf.ensure_shape(image, shape)
-
-    decoded = tf.float32 if resize and dtype == "float32" else tf.uint8
-
-    def looped() -> tf.Tensor:
-        return tf.map_fn(one, encoded, fn_output_signature=tf.TensorSpec(shape, decoded))
-
-    def unrolled() -> tf.Tensor:
-        return tf.stack([one(data) for data in tf.unstack(encoded, num=batch_size)])
-
-    if batch_size is None or batch_size > MAX_UNROLL:
-        images = looped()
-    elif encoded.shape[0] == batch_size:
-        images = unrolled()
-    else:
-        images = tf.cond(tf.shape(encoded)[0] == batch_size, unrolled, looped)
-    if dtype == "uint8":
-        return images
-    return tf.cast(images, tf.float32) * (1.0 / 255.0)
-
-
-def _tf_feature(tf: Any, spec: FeatureSpec) -> Any:
-    dtype = getattr(tf, _TF_DTYPE[spec.dtype])
-    if spec.shape is None:
-        return tf.io.RaggedFeature(dtype)
-    return tf.io.FixedLenFeature(spec.shape, dtype)
-
-
 def _gate(tf: Any, fetch: Fetch) -> Callable[[Any], Any]:
     def wait(path: Any) -> Any:
         return fetch.wait(path.numpy().decode())
@@ -547,87 +337,3 @@ def resolve_paths(
             )
         paths.append(path)
     return paths, None
-
-
-@contextlib.contextmanager
-def shard_errors(
-    manifest: Manifest,
-    shards: Sequence[ShardInfo] | None = None,
-    *,
-    cache_dir: str | None = None,
-    **storage_options: Any,
-) -> Iterator[None]:
-    """Re-raise TensorFlow's nameless record errors as :class:`RecordError` naming the shard.
-
-    Wrap ``model.fit(...)`` or an iteration over :func:`make_dataset`. A
-    ``DataLossError`` (or a parse error) raised inside starts a scan of the
-    local copies of ``shards`` (default: all); the first bad record found is
-    raised, chained to TensorFlow's error. Costs nothing while all is well.
-    """
-    import tensorflow as tf
-
-    try:
-        yield
-    except (tf.errors.DataLossError, tf.errors.InvalidArgumentError) as exc:
-        if isinstance(exc, tf.errors.InvalidArgumentError) and not _RECORD_PROBLEM.search(str(exc)):
-            raise
-        found = find_corrupt_record(manifest, shards, cache_dir=cache_dir, **storage_options)
-        if found is None:
-            raise
-        raise found from exc
-
-
-def find_corrupt_record(
-    manifest: Manifest,
-    shards: Sequence[ShardInfo] | None = None,
-    *,
-    cache_dir: str | None = None,
-    **storage_options: Any,
-) -> ShardError | None:
-    """Check the local copies of ``shards`` (default: all) and describe the first bad one.
-
-    Runs :func:`tfshards.validate.validate_shard` (size, sha256, framing, both
-    CRCs, each record against the schema) on each shard in turn. Remote
-    shards are checked only where cached. Returns a :class:`RecordError`
-    when a record is at fault (a :class:`ShardError` for the file as a whole),
-    not raised; None when all is well.
-    """
-    from tfshards.validate import ShardCheck, validate_shard
-
-    fs, root = storage.open_url(manifest.root, **storage_options)
-    cache = None if storage.is_local(fs) else ShardCache(cache_dir)
-    for shard in manifest.shards if shards is None else shards:
-        path = storage.join(root, shard.name) if cache is None else cache.path(shard)
-        if cache is not None and not os.path.exists(path):
-            continue
-        report = validate_shard(
-            ShardCheck(
-                root=os.path.dirname(path),
-                name=os.path.basename(path),
-                records=shard.records,
-                bytes=shard.bytes,
-                sha256=shard.sha256,
-                compression=manifest.compression,
-                schema=manifest.schema,
-                num_labels=len(manifest.labels),
-                image_feature=str(manifest.params.get("image_feature", "image")),
-                check_sha=True,
-                decode_images=False,
-                max_problems=8,
-                storage_options={},
-            )
-        )
-        if not report.problems:
-            continue
-        where = manifest.shard_url(shard)
-        for problem in report.problems:
-            if problem.index is not None:
-                return RecordError(
-                    f"{where}: record {problem.index} at byte {problem.offset}: {problem.what}",
-                    shard=shard.name,
-                    index=problem.index,
-                    offset=problem.offset,
-                    path=path,
-                )
-        return ShardError(f"{where}: {report.problems[0].what}", shard=shard.name, path=path)
-    return None

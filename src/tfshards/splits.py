@@ -1,0 +1,207 @@
+"""Seeded train/validation splits by whole file, of shard sets and of raw-file listings."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import random
+import warnings
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from tfshards.errors import ConfigError
+from tfshards.listing import Listing
+from tfshards.manifest import Manifest, ShardInfo
+
+SPLIT_TOLERANCE = 0.1  # warn when the effective val fraction is off by more than 10% of the ask
+
+
+class SplitWarning(UserWarning):
+    """The shards are too few to split at the asked fraction; the effective one is reported."""
+
+
+@dataclass(frozen=True)
+class Split:
+    """Train and validation shards, chosen by :func:`split`.
+
+    Attributes:
+        train: training shards, sorted by name.
+        val: validation shards, sorted by name (empty when ``val_fraction`` is 0).
+        seed: the seed of the shuffle that chose them.
+        val_fraction: the fraction asked for.
+        effective_val_fraction: ``val_records / (train_records + val_records)``.
+        fingerprint: the manifest's fingerprint (which shard set was split).
+    """
+
+    train: tuple[ShardInfo, ...]
+    val: tuple[ShardInfo, ...]
+    seed: int
+    val_fraction: float
+    effective_val_fraction: float
+    fingerprint: str = ""
+
+    @property
+    def train_records(self) -> int:
+        return sum(s.records for s in self.train)
+
+    @property
+    def val_records(self) -> int:
+        return sum(s.records for s in self.val)
+
+    def to_json(self) -> bytes:
+        """Which shard went where, and the counts: a small document for lineage."""
+        doc = {
+            "effective_val_fraction": round(self.effective_val_fraction, 6),
+            "fingerprint": self.fingerprint,
+            "seed": self.seed,
+            "train": {"records": self.train_records, "shards": [s.name for s in self.train]},
+            "val": {"records": self.val_records, "shards": [s.name for s in self.val]},
+            "val_fraction": self.val_fraction,
+            "version": 1,
+        }
+        return (json.dumps(doc, sort_keys=True, indent=2) + "\n").encode()
+
+
+def split(manifest: Manifest, val_fraction: float, seed: int = 0) -> Split:
+    """Split the shard files of ``manifest`` into train and validation sets.
+
+    A pure function of ``(manifest, val_fraction, seed)``: the sorted shard
+    names are shuffled with ``random.Random(seed)`` (the same permutation on
+    every CPython and machine) and the first shards go to validation, as many
+    as bring the record count closest to ``val_fraction``. Whole files, so the
+    two sets never share a record and each reads sequentially.
+
+    Args:
+        manifest: the shard set.
+        val_fraction: share of records for validation, in ``[0, 1)``. When it
+            is above 0, validation gets at least one shard and training keeps
+            at least one.
+        seed: seed of the shuffle.
+
+    Raises:
+        ConfigError: ``val_fraction`` is out of range, or above 0 with a single shard.
+
+    Warns:
+        SplitWarning: the effective fraction (in records) is off by more than
+            10% of the one asked for; it is also in ``Split.effective_val_fraction``.
+    """
+    train, val, effective = choose_val(
+        [s.name for s in manifest.shards],
+        [s.records for s in manifest.shards],
+        val_fraction,
+        seed,
+        unit="shard",
+    )
+    return Split(
+        train=tuple(manifest.shards[i] for i in train),
+        val=tuple(manifest.shards[i] for i in val),
+        seed=seed,
+        val_fraction=val_fraction,
+        effective_val_fraction=effective,
+        fingerprint=manifest.fingerprint,
+    )
+
+
+def choose_val(
+    names: Sequence[str],
+    weights: Sequence[int],
+    val_fraction: float,
+    seed: int,
+    *,
+    unit: str,
+    counted: str = "records",
+) -> tuple[list[int], list[int], float]:
+    """The split rule shared by shards and files: ``(train, val, effective fraction)``.
+
+    ``train`` and ``val`` are indices into ``names``, each in name order;
+    ``weights`` (``counted`` units per name) measure the fraction.
+    """
+    if not 0.0 <= val_fraction < 1.0 or math.isnan(val_fraction):
+        raise ConfigError(f"val_fraction must be in [0, 1), got {val_fraction}")
+    n = len(names)
+    if n == 0:
+        raise ConfigError(f"nothing to split: no {unit}s")
+    order = sorted(range(n), key=lambda i: names[i])
+    if val_fraction == 0.0:
+        return order, [], 0.0
+    if n < 2:
+        raise ConfigError(
+            f"val_fraction {val_fraction}: a split needs at least 2 {unit}s (one for "
+            f"training, one for validation), found {n}; write more shards or use val_fraction 0"
+        )
+    random.Random(seed).shuffle(order)
+    total = sum(weights)
+    target = val_fraction * total
+    best_k, best_gap, cumulative = 1, math.inf, 0
+    for k in range(1, n):  # k shards go to validation; training keeps at least one
+        cumulative += weights[order[k - 1]]
+        gap = abs(cumulative - target)
+        if gap < best_gap:
+            best_k, best_gap = k, gap
+    val = sorted(order[:best_k], key=lambda i: names[i])
+    train = sorted(order[best_k:], key=lambda i: names[i])
+    val_weight = sum(weights[i] for i in val)
+    effective = val_weight / total if total else best_k / n
+    if abs(effective - val_fraction) > SPLIT_TOLERANCE * val_fraction:
+        warnings.warn(
+            f"val_fraction {val_fraction}: {n} {unit}s split at best as {len(val)} for "
+            f"validation ({val_weight} of {total} {counted}), an effective fraction of "
+            f"{effective:.4f}; more {unit}s give a closer split",
+            SplitWarning,
+            stacklevel=3,
+        )
+    return train, val, effective
+
+
+@dataclass(frozen=True)
+class FileSplit:
+    """Train and validation files, chosen by :func:`split_files`."""
+
+    train: Listing
+    val: Listing
+    seed: int
+    val_fraction: float
+    effective_val_fraction: float
+
+    def to_json(self) -> bytes:
+        """Counts and a digest of each side's paths: enough for lineage without a file list."""
+
+        def side(listing: Listing) -> dict[str, Any]:
+            digest = hashlib.sha256("\n".join(e.path for e in listing.entries).encode())
+            return {"files": len(listing.entries), "paths_sha256": digest.hexdigest()}
+
+        doc = {
+            "effective_val_fraction": round(self.effective_val_fraction, 6),
+            "root": self.train.root,
+            "seed": self.seed,
+            "train": side(self.train),
+            "val": side(self.val),
+            "val_fraction": self.val_fraction,
+            "version": 1,
+        }
+        return (json.dumps(doc, sort_keys=True, indent=2) + "\n").encode()
+
+
+def split_files(listing: Listing, val_fraction: float, seed: int = 0) -> FileSplit:
+    """Split a listing's files into train and validation, like :func:`split`.
+
+    The sorted paths are shuffled with ``random.Random(seed)`` and the first
+    ``round(val_fraction * files)`` (at least one, at most all but one) go to
+    validation. Both sides keep the listing's root and labels.
+    """
+    entries = listing.entries
+    train, val, effective = choose_val(
+        [e.path for e in entries],
+        [1] * len(entries),
+        val_fraction,
+        seed,
+        unit="file",
+        counted="files",
+    )
+
+    def sub(indices: list[int]) -> Listing:
+        return Listing(listing.root, listing.labels, tuple(entries[i] for i in indices))
+
+    return FileSplit(sub(train), sub(val), seed, val_fraction, effective)
