@@ -9,8 +9,6 @@ UV_VERSION := 0.13.9
 export DVC_NO_ANALYTICS := true
 export DVC_NO_UPDATE_CHECK := true
 export TF_CPP_MIN_LOG_LEVEL := 2
-# A test run must not be slowed down by a previous user's fsspec/dvc config.
-export PYTHONDONTWRITEBYTECODE := 1
 
 .PHONY: install demo test test-fast lint bench clean
 

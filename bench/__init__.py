@@ -1,0 +1,1 @@
+"""Benchmarks of tfshards against what a user would otherwise write (``make bench``)."""

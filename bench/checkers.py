@@ -1,0 +1,34 @@
+"""Ways to check a shard set: tfshards validate and the eager TensorFlow loop a user writes."""
+
+from __future__ import annotations
+
+import os
+
+from bench.timing import Work
+from tfshards.manifest import Manifest
+from tfshards.validate import ValidateConfig, validate
+
+
+def tfshards_validate(manifest_url: str, workers: int = 2) -> Work:
+    """Every check: file sha256, framing and both CRCs, each record against the schema.
+
+    ``workers`` > 1 starts a process pool for this call; 1 runs in this process.
+    """
+    executor = "process" if workers > 1 else "serial"
+    config = ValidateConfig(manifest=manifest_url, workers=workers, executor=executor)
+    report = validate(config)
+    if not report.ok:
+        raise RuntimeError(f"bench shards did not validate: {report.summary()}")
+    return report.records, report.bytes
+
+
+def eager_validate(manifest: Manifest) -> Work:
+    """Read every record with ``TFRecordDataset`` (CRCs) and parse it as an Example."""
+    import tensorflow as tf
+
+    paths = [os.path.join(manifest.root, s.name) for s in manifest.shards]
+    records = 0
+    for raw in tf.data.TFRecordDataset(paths):
+        tf.train.Example.FromString(raw.numpy())
+        records += 1
+    return records, sum(os.path.getsize(p) for p in paths)

@@ -1,0 +1,80 @@
+"""Benchmark tfshards against what a user would otherwise write; print the README table.
+
+    make bench                                  # = python -m bench.run --out bench/results
+    python -m bench.run --only write,bound --reps 5
+    python -m bench.run --scale 0.01 --reps 1   # smoke run: 1% of the images
+
+Data: two deterministic synthetic JPEG sets, generated once under ``--data``
+and reused. Every job runs each contender once to warm up, then ``--reps``
+interleaved rounds (A B C, A B C, ...); ratios are taken within a round.
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+import sys
+import time
+from typing import Annotated
+
+import typer
+
+# Only typer and the standard library here: process pools started with
+# forkserver import this module again in every worker (as `__mp_main__`).
+SECTIONS = ("bound", "write", "validate", "read", "generator", "memory")
+
+
+def _sections(value: str) -> tuple[str, ...]:
+    picked = tuple(s.strip() for s in value.split(",") if s.strip())
+    unknown = [s for s in picked if s not in SECTIONS]
+    if unknown or not picked:
+        raise typer.BadParameter(f"expected a comma-separated subset of {SECTIONS}, got {value!r}")
+    return picked
+
+
+def use_bytecode_cache(path: str) -> None:
+    """Read and write ``.pyc`` files under ``path``, here and in every child process.
+
+    ``make`` exports ``PYTHONDONTWRITEBYTECODE=1`` and uv installs without
+    compiling, so without this every process compiles TensorFlow from source
+    (~12 s of CPU to import it on the bench machine instead of ~3.5 s) and each
+    pool worker compiles numpy: numbers no installed user would see.
+    """
+    cache = os.path.abspath(path)
+    os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
+    os.environ["PYTHONPYCACHEPREFIX"] = cache
+    sys.dont_write_bytecode = False
+    sys.pycache_prefix = cache
+
+
+def main(
+    out: Annotated[str, typer.Option(help="Folder for latest.json and latest.md.")] = (
+        "bench/results"
+    ),
+    only: Annotated[
+        str, typer.Option(help=f"Comma-separated sections to run, of {','.join(SECTIONS)}.")
+    ] = ",".join(SECTIONS),
+    reps: Annotated[int, typer.Option(min=1, help="Timed rounds after the warm-up.")] = 3,
+    scale: Annotated[
+        float, typer.Option(min=0.0001, max=1.0, help="Fraction of the images (0.01 = 1%).")
+    ] = 1.0,
+    data: Annotated[
+        str, typer.Option(help="Where the synthetic images are generated and kept.")
+    ] = "bench/data",
+) -> None:
+    """Benchmark tfshards against what a user would otherwise write; print the markdown table."""
+    sections = _sections(only)
+    command = "python -m bench.run " + shlex.join(sys.argv[1:]) if sys.argv[1:] else "make bench"
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")  # before anything imports TensorFlow
+    use_bytecode_cache(os.path.join(data, ".pycache"))
+    from bench import report
+    from bench.suite import log, run
+
+    start = time.perf_counter()
+    doc = run(out, sections, reps, scale, data, command.strip())
+    log(f"done in {time.perf_counter() - start:.0f} s; results in {out}/latest.json")
+    print(report.render(doc), end="")
+
+
+if __name__ == "__main__":
+    typer.run(main)

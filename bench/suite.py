@@ -1,0 +1,255 @@
+"""The benchmark suite: data, sections, result document (``bench.run`` is its CLI)."""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import shutil
+import sys
+import tempfile
+from functools import partial
+from typing import Any
+
+from bench import bound as bounds
+from bench import checkers, memory, readers, report, writers
+from bench.data import LARGE, SMALL, DataSet, ensure, listing_of, subset
+from bench.timing import Contender, Epochs, compare, cpu_count, row
+from tfshards.listing import Listing
+from tfshards.manifest import MANIFEST_NAME, Manifest
+from tfshards.writer import WriteConfig, write
+
+WORKERS = 2  # tfshards' pool size in every job; the machine the README quotes has 2 cores
+
+
+def log(message: str) -> None:
+    print(message, file=sys.stderr, flush=True)
+
+
+def machine() -> dict[str, Any]:
+    """What the numbers were measured on."""
+    import tensorflow as tf
+    import tensorflow_datasets as tfds
+
+    model = "unknown"
+    if os.path.exists("/proc/cpuinfo"):
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    model = line.split(":", 1)[1].strip()
+                    break
+    import psutil  # type: ignore[import-untyped]
+
+    return {
+        "cpus": cpu_count(),
+        "cpu_model": model,
+        "memory_gib": psutil.virtual_memory().total / 2**30,
+        "platform": platform.platform(),
+        "python": platform.python_version(),
+        "tensorflow": tf.__version__,
+        "tensorflow_datasets": tfds.__version__,
+        "load_before": _load(),
+    }
+
+
+def _load() -> str:
+    return " ".join(f"{x:.1f}" for x in os.getloadavg())
+
+
+class Bench:
+    """Runs the selected sections over the data sets, collecting result rows."""
+
+    def __init__(self, reps: int, workroot: str, costs: dict[str, dict[str, float]]) -> None:
+        self.reps = reps
+        self.workroot = workroot
+        self.costs = costs
+        self.rows: list[dict[str, Any]] = []
+        self.cores = cpu_count()
+
+    def bound(self, data: str, job: str) -> float | None:
+        if data not in self.costs:
+            return None
+        return bounds.bound(self.costs[data], BOUND_PIECES[job], self.cores)
+
+    def job(
+        self,
+        group: str,
+        data: str,
+        contenders: list[Contender],
+        bound_rps: float | None,
+    ) -> None:
+        log(f"{group} / {data}:")
+        compare(contenders, self.reps, self.workroot, log)
+        base = contenders[0]
+        for c in contenders:
+            self.rows.append(row(group, data, c, None if c is base else base, bound_rps))
+
+    def write(self, name: str, listing: Listing) -> None:
+        self.job(
+            "write",
+            name,
+            [
+                Contender("naive loop (1 process)", partial(writers.naive_write, listing)),
+                Contender(
+                    "seed recipe (Process start+join)", partial(writers.seed_recipe_write, listing)
+                ),
+                Contender("tensorflow-datasets build", partial(writers.tfds_write, listing)),
+                Contender(
+                    "tfshards (1 process)", lambda out: writers.tfshards_write(listing, out, 1)
+                ),
+                Contender(
+                    f"tfshards ({WORKERS} processes)",
+                    lambda out: writers.tfshards_write(listing, out, WORKERS),
+                    note="starts its process pool in every run",
+                ),
+            ],
+            self.bound(name, "write"),
+        )
+
+    def validate(self, name: str, manifest_url: str, manifest: Manifest) -> None:
+        self.job(
+            "validate",
+            name,
+            [
+                Contender(
+                    "eager TFRecordDataset + Example.FromString",
+                    lambda _: checkers.eager_validate(manifest),
+                ),
+                Contender(
+                    "tfshards validate (1 process)",
+                    lambda _: checkers.tfshards_validate(manifest_url, 1),
+                    note="also checks file sha256 and every record against the schema",
+                ),
+                Contender(
+                    f"tfshards validate ({WORKERS} processes)",
+                    lambda _: checkers.tfshards_validate(manifest_url, WORKERS),
+                    note="starts its process pool in every run",
+                ),
+            ],
+            self.bound(name, "validate"),
+        )
+
+    def read(self, name: str, listing: Listing, manifest: Manifest, tfds_dir: str) -> None:
+        payload = listing.total_bytes
+        self.job(
+            "read",
+            name,
+            [
+                Contender(
+                    "seed reader (parse_single_example)",
+                    Epochs(partial(readers.seed_read, manifest), payload),
+                ),
+                Contender(
+                    "tensorflow-datasets as_dataset",
+                    Epochs(partial(readers.tfds_read, listing, tfds_dir), payload),
+                ),
+                Contender(
+                    "tfshards make_dataset",
+                    Epochs(partial(readers.tfshards_read, manifest), payload),
+                ),
+            ],
+            self.bound(name, "read"),
+        )
+
+
+BOUND_PIECES = {"write": bounds.WRITE, "validate": bounds.VALIDATE, "read": bounds.READ}
+
+
+def _prepare_shards(listing: Listing, workroot: str, tfds: bool) -> tuple[str, Manifest, str]:
+    """tfshards shards (and, for read, a tfds build) of ``listing``, untimed."""
+    from bench.tfds_builder import build
+
+    shards_dir = tempfile.mkdtemp(dir=workroot, prefix="shards-")
+    config = WriteConfig(out=shards_dir, workers=WORKERS, executor="process")
+    manifest = write(config, listing, progress=False).manifest
+    tfds_dir = tempfile.mkdtemp(dir=workroot, prefix="tfds-")
+    if tfds:
+        build(listing, tfds_dir)
+    return os.path.join(manifest.root, MANIFEST_NAME), manifest, tfds_dir
+
+
+def run(
+    out: str,
+    only: tuple[str, ...],
+    reps: int,
+    scale: float,
+    data_dir: str,
+    command: str,
+) -> dict[str, Any]:
+    """Run the sections in ``only``; returns the result document (also written to ``out``)."""
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    info = machine()
+    sets: list[DataSet] = [SMALL.scaled(scale), LARGE.scaled(scale)]
+    listings: dict[str, Listing] = {}
+    for d in sets:
+        root, seconds = ensure(d, data_dir)
+        if seconds:
+            log(f"generated {d.count} {d.size}px JPEGs in {root} ({seconds:.0f} s)")
+        listings[d.name] = listing_of(root)
+    workroot = tempfile.mkdtemp(dir=data_dir, prefix="work-")
+    try:
+        costs: dict[str, dict[str, float]] = {}
+        if set(only) & {"bound", "write", "validate", "read", "generator"}:
+            for name, listing in listings.items():
+                log(f"bound / {name}: timing the unavoidable steps")
+                costs[name] = bounds.costs(listing)
+        bench = Bench(reps, workroot, costs)
+        if "bound" in only:
+            for name in listings:
+                bench.rows += bounds.as_rows(name, costs[name])
+        for name, listing in listings.items():
+            if "write" in only:
+                bench.write(name, listing)
+            if "validate" in only or "read" in only:
+                url, manifest, tfds_dir = _prepare_shards(listing, workroot, "read" in only)
+                if "validate" in only:
+                    bench.validate(name, url, manifest)
+                if "read" in only:
+                    bench.read(name, listing, manifest, tfds_dir)
+        if "generator" in only:
+            from bench import generators
+
+            bench.rows += generators.compare_all(listings["small"], reps, scale, workroot, log)
+        if "memory" in only:
+            small = listings["small"]
+            sizes = {f"{len(subset(small, 10).entries):,} files": subset(small, 10)}
+            sizes[f"{len(small.entries):,} files"] = small
+            bench.rows += memory.compare(sizes, list(memory.KINDS), reps, workroot, log)
+    finally:
+        shutil.rmtree(workroot, ignore_errors=True)
+    info["load_after"] = _load()
+    doc = {
+        "version": 1,
+        "command": command,
+        "scale": scale,
+        "reps": reps,
+        "sections": list(only),
+        "machine": info,
+        "data": {
+            d.name: {
+                "count": d.count,
+                "size": d.size,
+                "mean_bytes": listings[d.name].total_bytes / len(listings[d.name].entries),
+            }
+            for d in sets
+        },
+        "bound_pieces": {job: list(p) for job, p in BOUND_PIECES.items()},
+        "bounds": {name: {job: bench.bound(name, job) for job in BOUND_PIECES} for name in costs},
+        "rows": bench.rows,
+    }
+    _save(doc, out)
+    return doc
+
+
+def _save(doc: dict[str, Any], out: str) -> None:
+    """``latest.json`` and ``latest.md`` in ``out``, each written to a temp file then renamed."""
+    os.makedirs(out, exist_ok=True)
+    texts = {
+        "latest.json": json.dumps(doc, indent=2, sort_keys=True) + "\n",
+        "latest.md": report.render(doc),
+    }
+    for name, text in texts.items():
+        path = os.path.join(out, name)
+        with open(path + ".tmp", "w") as f:
+            f.write(text)
+        os.replace(path + ".tmp", path)
