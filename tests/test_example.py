@@ -39,6 +39,12 @@ def test_encoding_equals_protobuf_deterministic_serialization():
     assert example.encode_bytes(CASES) == _tf_bytes(CASES)
 
 
+@pytest.mark.parametrize("size", [127, 128, 16383, 16384, 100_000, (1 << 21) + 5])
+def test_large_payload_lengths_encode_like_protobuf(size):
+    features = {"image": ("bytes", [b"\x01" * size]), "n": ("int64", [size, -size])}
+    assert example.encode_bytes(features) == _tf_bytes(features)
+
+
 def test_encoding_is_independent_of_dict_order():
     reversed_cases = dict(reversed(list(CASES.items())))
     assert example.encode_bytes(reversed_cases) == example.encode_bytes(CASES)

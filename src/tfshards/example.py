@@ -81,6 +81,8 @@ def varint(n: int) -> bytes:
     """Protobuf base-128 varint; negative int64 values take 10 bytes."""
     if 0 <= n < 16384:
         return _VARINTS[n]
+    if 0 <= n < 1 << 21:  # lengths of payloads up to 2 MiB: three bytes, no loop
+        return bytes(((n & 0x7F) | 0x80, ((n >> 7) & 0x7F) | 0x80, n >> 14))
     return _slow_varint(n)
 
 

@@ -192,12 +192,23 @@ def _file_chunks(listing: Listing) -> Iterator[bytes]:
         yield ("\n".join(lines) + "\n").encode()
 
 
+_DIGEST = "_files_sha256"  # memo in the instance dict: the listing is immutable
+
+
 def listing_digest(listing: Listing) -> str:
-    """SHA-256 (hex) of the canonical ``files.jsonl`` bytes of ``listing``."""
-    digest = hashlib.sha256()
-    for chunk in _file_chunks(listing):
-        digest.update(chunk)
-    return digest.hexdigest()
+    """SHA-256 (hex) of the canonical ``files.jsonl`` bytes of ``listing``.
+
+    Computed once per listing (re-encoding a million entries takes seconds);
+    a listing read back from disk already carries its verified digest.
+    """
+    memo: str | None = listing.__dict__.get(_DIGEST)
+    if memo is None:
+        digest = hashlib.sha256()
+        for chunk in _file_chunks(listing):
+            digest.update(chunk)
+        memo = digest.hexdigest()
+        object.__setattr__(listing, _DIGEST, memo)
+    return memo
 
 
 def _meta(listing: Listing, digest: str) -> dict[str, Any]:
@@ -278,9 +289,11 @@ def read_listing(out_dir: str) -> Listing:
             path=files_path,
         )
     try:
-        return Listing(meta["root"], tuple(labels), tuple(entries), dict(meta["skipped"]))
+        listing = Listing(meta["root"], tuple(labels), tuple(entries), dict(meta["skipped"]))
     except ConfigError as exc:
         raise InputError(f"{meta_path}: {exc}", path=meta_path) from None
+    object.__setattr__(listing, _DIGEST, found)  # the bytes just hashed are canonical
+    return listing
 
 
 def _read_meta(fs: Any, fs_path: str, path: str) -> dict[str, Any]:
