@@ -25,16 +25,21 @@ R = TypeVar("R")
 EXECUTORS = ("auto", "process", "thread", "serial", "dask")
 
 
+def check_options(executor: str, workers: int) -> None:
+    """Reject an unknown executor or a worker count below one (configs call this)."""
+    if executor not in EXECUTORS:
+        raise ConfigError(f"executor must be one of {EXECUTORS}, got {executor!r}")
+    if workers < 1:
+        raise ConfigError(f"workers must be >= 1, got {workers}")
+
+
 def resolve(executor: str, workers: int, protocols: Sequence[str]) -> str:
     """Pick the concrete executor for ``"auto"`` and reject impossible combinations.
 
     ``memory://`` is a per-process store: what a worker process writes there
     never reaches the parent, so it runs on threads.
     """
-    if executor not in EXECUTORS:
-        raise ConfigError(f"executor must be one of {EXECUTORS}, got {executor!r}")
-    if workers < 1:
-        raise ConfigError(f"workers must be >= 1, got {workers}")
+    check_options(executor, workers)
     in_memory = "memory" in protocols
     if executor == "auto":
         if in_memory:

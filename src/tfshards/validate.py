@@ -59,14 +59,9 @@ class ValidateConfig:
     storage_options: Mapping[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        if self.workers < 1:
-            raise ConfigError(f"workers must be >= 1, got {self.workers}")
         if self.max_problems < 1:
             raise ConfigError(f"max_problems must be >= 1, got {self.max_problems}")
-        if self.executor not in executors.EXECUTORS:
-            raise ConfigError(
-                f"executor must be one of {executors.EXECUTORS}, got {self.executor!r}"
-            )
+        executors.check_options(self.executor, self.workers)
 
 
 @dataclass(frozen=True)

@@ -100,12 +100,7 @@ class WriteConfig:
             )
         if not self.name or "/" in self.name:
             raise ConfigError(f"name must be a non-empty file prefix, got {self.name!r}")
-        if self.workers < 1:
-            raise ConfigError(f"workers must be >= 1, got {self.workers}")
-        if self.executor not in executors.EXECUTORS:
-            raise ConfigError(
-                f"executor must be one of {executors.EXECUTORS}, got {self.executor!r}"
-            )
+        executors.check_options(self.executor, self.workers)
 
 
 @dataclass(frozen=True)

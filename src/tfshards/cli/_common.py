@@ -5,7 +5,7 @@ from __future__ import annotations
 import functools
 import os
 from collections.abc import Callable
-from typing import ParamSpec, TypeVar
+from typing import Annotated, ParamSpec, TypeVar
 
 import typer
 
@@ -35,3 +35,13 @@ def one_line_errors(fn: Callable[P, R]) -> Callable[P, R]:
 def default_workers() -> int:
     """All cores this process may use."""
     return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+
+
+# Options shared by the commands that fan out over shards (write, validate).
+Workers = Annotated[int, typer.Option(help="Parallel shard tasks (default: all cores).")]
+Executor = Annotated[str, typer.Option(help="auto | process | thread | serial | dask.")]
+DaskAddress = Annotated[
+    str | None,
+    typer.Option(help="Dask scheduler address for --executor dask (default: a local cluster)."),
+]
+ShowProgress = Annotated[bool, typer.Option(help="Show progress.")]

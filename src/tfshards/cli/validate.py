@@ -6,7 +6,13 @@ from typing import Annotated
 
 import typer
 
-from tfshards.cli._common import default_workers, one_line_errors
+from tfshards.cli._common import (
+    DaskAddress,
+    ShowProgress,
+    Workers,
+    default_workers,
+    one_line_errors,
+)
 from tfshards.validate import MAX_PROBLEMS, ValidateConfig, validate, write_metrics
 
 
@@ -24,9 +30,7 @@ def validate_command(
     max_problems: Annotated[
         int, typer.Option(help="Problems printed (all are counted, in the metrics too).")
     ] = MAX_PROBLEMS,
-    workers: Annotated[
-        int, typer.Option(help="Parallel shard checkers (default: all cores).")
-    ] = default_workers(),
+    workers: Workers = default_workers(),
     executor: Annotated[
         str,
         typer.Option(
@@ -34,11 +38,8 @@ def validate_command(
             "thread | serial | dask."
         ),
     ] = "auto",
-    dask_address: Annotated[
-        str | None,
-        typer.Option(help="Dask scheduler address for --executor dask (default: a local cluster)."),
-    ] = None,
-    progress: Annotated[bool, typer.Option(help="Show progress.")] = True,
+    dask_address: DaskAddress = None,
+    progress: ShowProgress = True,
 ) -> None:
     """Check a shard set against its manifest; exit 1 on any problem.
 

@@ -7,7 +7,14 @@ from typing import Annotated
 import typer
 
 from tfshards import sharding
-from tfshards.cli._common import default_workers, one_line_errors
+from tfshards.cli._common import (
+    DaskAddress,
+    Executor,
+    ShowProgress,
+    Workers,
+    default_workers,
+    one_line_errors,
+)
 from tfshards.writer import WriteConfig, write
 
 
@@ -47,17 +54,10 @@ def write_command(
         str,
         typer.Option(help="fail: stop at the first bad file; skip: record it in the manifest."),
     ] = "fail",
-    workers: Annotated[
-        int, typer.Option(help="Parallel shard writers (default: all cores).")
-    ] = default_workers(),
-    executor: Annotated[
-        str, typer.Option(help="auto | process | thread | serial | dask.")
-    ] = "auto",
-    dask_address: Annotated[
-        str | None,
-        typer.Option(help="Dask scheduler address for --executor dask (default: a local cluster)."),
-    ] = None,
-    progress: Annotated[bool, typer.Option(help="Show progress.")] = True,
+    workers: Workers = default_workers(),
+    executor: Executor = "auto",
+    dask_address: DaskAddress = None,
+    progress: ShowProgress = True,
 ) -> None:
     """Write the listed files into versioned TFRecord shards of tf.train.Example.
 
