@@ -70,23 +70,7 @@ def find_corrupt_record(
         path = storage.join(root, shard.name) if cache is None else cache.path(shard)
         if cache is not None and not os.path.exists(path):
             continue
-        report = validate_shard(
-            ShardCheck(
-                root=os.path.dirname(path),
-                name=os.path.basename(path),
-                records=shard.records,
-                bytes=shard.bytes,
-                sha256=shard.sha256,
-                compression=manifest.compression,
-                schema=manifest.schema,
-                num_labels=len(manifest.labels),
-                image_feature=str(manifest.params.get("image_feature", "image")),
-                check_sha=True,
-                decode_images=False,
-                max_problems=8,
-                storage_options={},
-            )
-        )
+        report = validate_shard(ShardCheck.of(manifest, shard, path=path, max_problems=8))
         if not report.problems:
             continue
         where = manifest.shard_url(shard)

@@ -22,7 +22,7 @@ from tfshards import executor as executors
 from tfshards import storage
 from tfshards.errors import ConfigError, ValidationError
 from tfshards.example import FeatureSpec
-from tfshards.manifest import MANIFEST_NAME, SIDECAR_SUFFIX, Manifest, load
+from tfshards.manifest import MANIFEST_NAME, SIDECAR_SUFFIX, Manifest, ShardInfo, load
 from tfshards.progress import Progress
 from tfshards.recordcheck import check_records
 from tfshards.tfrecord import decompress
@@ -96,6 +96,36 @@ class ShardCheck:
     decode_images: bool
     max_problems: int
     storage_options: Mapping[str, Any]
+
+    @classmethod
+    def of(
+        cls,
+        manifest: Manifest,
+        shard: ShardInfo,
+        *,
+        path: str | None = None,
+        decode_images: bool = False,
+        max_problems: int = MAX_PROBLEMS,
+        storage_options: Mapping[str, Any] | None = None,
+    ) -> ShardCheck:
+        """The check of ``shard`` as the manifest describes it (at ``path``, if given)."""
+        where = path or storage.join(manifest.root, shard.name)
+        return cls(
+            root=posixpath.dirname(where),
+            name=posixpath.basename(where),
+            records=shard.records,
+            bytes=shard.bytes,
+            sha256=shard.sha256,
+            compression=manifest.compression,
+            schema=manifest.schema,
+            num_labels=len(manifest.labels),
+            image_feature=str(manifest.params.get("image_feature", "image")),
+            # A transform may replace the payload; the stored sha256 is of the original file.
+            check_sha=manifest.params.get("transform") == "none",
+            decode_images=decode_images,
+            max_problems=max_problems,
+            storage_options=dict(storage_options or {}),
+        )
 
 
 @dataclass(frozen=True)
@@ -232,24 +262,13 @@ def validate(config: ValidateConfig, *, progress: bool = False) -> ValidationRep
     if kind == "auto" and config.workers > 1 and manifest.bytes < PROCESS_MIN_BYTES:
         kind = "thread"
     kind = executors.resolve(kind, config.workers, [storage.protocol(fs)])
-    image = str(manifest.params.get("image_feature", "image"))
-    # A transform may replace the payload; the stored sha256 is of the original file.
-    check_sha = manifest.params.get("transform") == "none"
     tasks = [
-        ShardCheck(
-            root=manifest.root,
-            name=shard.name,
-            records=shard.records,
-            bytes=shard.bytes,
-            sha256=shard.sha256,
-            compression=manifest.compression,
-            schema=manifest.schema,
-            num_labels=len(manifest.labels),
-            image_feature=image,
-            check_sha=check_sha,
+        ShardCheck.of(
+            manifest,
+            shard,
             decode_images=config.decode_images,
             max_problems=config.max_problems,
-            storage_options=dict(config.storage_options),
+            storage_options=config.storage_options,
         )
         for shard in manifest.shards
     ]
