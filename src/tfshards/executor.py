@@ -53,7 +53,7 @@ def resolve(executor: str, workers: int, protocols: Sequence[str]) -> str:
     return executor
 
 
-PRELOAD = ["tfshards.writer", "tfshards.validate"]  # what forkserver workers import once
+PRELOAD = ["tfshards.shard", "tfshards.validate"]  # what forkserver workers import once
 
 
 def mp_context() -> multiprocessing.context.BaseContext:

@@ -21,24 +21,18 @@ from typing import Any, Literal
 from tfshards import executor as executors
 from tfshards import sharding, storage
 from tfshards import transform as transforms
-from tfshards.errors import ConfigError, InputError, TransformError
-from tfshards.example import encode
+from tfshards.errors import ConfigError, InputError
 from tfshards.listing import Listing, listing_digest, read_listing
 from tfshards.manifest import (
     FORMAT_VERSION,
     MANIFEST_NAME,
-    SIDECAR_SUFFIX,
     Manifest,
-    Reject,
-    ShardInfo,
-    sidecar_from_json,
-    sidecar_json,
 )
 from tfshards.progress import Progress
-from tfshards.schema import Dtype, FeatureSpec, Values, merge_specs, normalize
-from tfshards.tfrecord import COMPRESSIONS, Compressor, frame
+from tfshards.schema import FeatureSpec, merge_specs
+from tfshards.shard import ShardResult, ShardTask, write_shard
+from tfshards.tfrecord import COMPRESSIONS
 
-FLUSH_BYTES = 4 << 20  # hand chunks to the OS in ~4 MB writev calls
 BASE_FEATURES = ("label", "path", "sha256")
 OnError = Literal["fail", "skip"]
 
@@ -104,164 +98,10 @@ class WriteConfig:
 
 
 @dataclass(frozen=True)
-class ShardTask:
-    """One shard's work, as plain picklable values (any executor can run it)."""
-
-    name: str
-    source: str
-    out: str
-    entries: tuple[tuple[str, int, int], ...]  # (relative path, label index, listed size)
-    image_feature: str
-    transform: str | None
-    compression: str
-    on_error: str
-    source_options: Mapping[str, Any]
-    out_options: Mapping[str, Any]
-
-
-@dataclass(frozen=True)
-class ShardResult:
-    info: ShardInfo
-    rejected: tuple[Reject, ...]
-    schema: tuple[FeatureSpec, ...]
-    reused: bool
-
-
-@dataclass(frozen=True)
 class WriteResult:
     manifest: Manifest
     reused: int
     seconds: float
-
-
-# ----------------------------------------------------------------------------- worker
-
-
-def write_shard(task: ShardTask) -> ShardResult:
-    """Write one shard (or keep it, if a finished and verified copy exists)."""
-    fs_out, out_dir = storage.open_url(task.out, **task.out_options)
-    shard_path = storage.join(out_dir, task.name)
-    kept = _reuse(fs_out, shard_path)
-    if kept is not None:
-        return kept
-    fs_in, root = storage.open_url(task.source, **task.source_options)
-    fn = transforms.load(task.transform) if task.transform else None
-    specs = {
-        task.image_feature: FeatureSpec(task.image_feature, "bytes", ()),
-        "label": FeatureSpec("label", "int64", ()),
-        "path": FeatureSpec("path", "bytes", ()),
-        "sha256": FeatureSpec("sha256", "bytes", ()),
-    }
-    rejected: list[Reject] = []
-    hasher = hashlib.sha256()
-    compressor = Compressor(task.compression)
-    sink = storage.AtomicSink(fs_out, shard_path)
-    records = 0
-    try:
-        pending: list[bytes | memoryview] = []
-        pending_bytes = 0
-        for rel, label, listed_size in task.entries:
-            try:
-                features = _features(fs_in, root, rel, label, listed_size, task, fn, specs)
-            except (OSError, InputError) as exc:
-                if task.on_error == "fail" or getattr(exc, "fatal", False):
-                    raise _as_input_error(exc, task.source, rel) from exc
-                rejected.append(Reject(rel, _reason(exc)))
-                continue
-            pieces, _ = encode(features)
-            for chunk in compressor.feed(frame(pieces)):
-                hasher.update(chunk)
-                pending.append(chunk)
-                pending_bytes += len(chunk)
-            records += 1
-            if pending_bytes >= FLUSH_BYTES:
-                sink.write(pending)
-                pending, pending_bytes = [], 0
-        for chunk in compressor.finish():
-            hasher.update(chunk)
-            pending.append(chunk)
-        sink.write(pending)
-        sink.commit()
-    except BaseException:
-        sink.abort()
-        raise
-    info = ShardInfo(task.name, records, sink.size, hasher.hexdigest())
-    schema = tuple(specs[k] for k in sorted(specs))
-    storage.write_atomic(
-        fs_out, shard_path + SIDECAR_SUFFIX, [sidecar_json(info, rejected, schema)]
-    )
-    return ShardResult(info, tuple(rejected), schema, reused=False)
-
-
-def _features(
-    fs: Any,
-    root: str,
-    rel: str,
-    label: int,
-    listed_size: int,
-    task: ShardTask,
-    fn: transforms.Transform | None,
-    specs: dict[str, FeatureSpec],
-) -> dict[str, tuple[Dtype, Values]]:
-    data = storage.read_bytes(fs, storage.join(root, rel))
-    if not data:
-        raise InputError("empty file: expected at least 1 byte, found 0", path=rel)
-    if len(data) != listed_size:
-        raise InputError(
-            f"file changed since it was listed: expected {listed_size} bytes, found {len(data)}",
-            path=rel,
-        )
-    features: dict[str, tuple[Dtype, Values]] = {
-        task.image_feature: ("bytes", [data]),
-        "label": ("int64", [label]),
-        "path": ("bytes", [rel.encode()]),
-        "sha256": ("bytes", [hashlib.sha256(data).hexdigest().encode()]),
-    }
-    if fn is not None and task.transform is not None:
-        for key, value in transforms.apply(fn, task.transform, rel, data, label).items():
-            dtype, values, shape = normalize(key, value)
-            seen = FeatureSpec(key, dtype, shape)
-            try:
-                specs[key] = merge_specs(specs[key], seen) if key in specs else seen
-            except TransformError as exc:
-                raise TransformError(f"{rel}: {exc}", path=rel, fatal=True) from exc
-            features[key] = (dtype, values)
-    return features
-
-
-def _as_input_error(exc: Exception, source: str, rel: str) -> InputError:
-    """Re-raise a per-file problem with the file's full location in front."""
-    where = storage.join(source, rel)
-    if isinstance(exc, InputError):
-        return type(exc)(f"{where}: {_reason(exc)}", **{**_attrs(exc), "path": rel})
-    return InputError(f"{where}: cannot read: {_reason(exc)}", path=rel)
-
-
-def _attrs(exc: Exception) -> dict[str, Any]:
-    return {k: v for k, v in vars(exc).items() if k not in ("message", "path")}
-
-
-def _reason(exc: Exception) -> str:
-    if isinstance(exc, OSError):
-        return f"{exc.strerror or type(exc).__name__}"
-    text = str(exc)
-    path = getattr(exc, "path", None)
-    prefix = f"{path}: "
-    return text[len(prefix) :] if path and text.startswith(prefix) else text
-
-
-def _reuse(fs: Any, shard_path: str) -> ShardResult | None:
-    """A finished shard whose bytes still match its sidecar, or None."""
-    try:
-        info, rejected, schema = sidecar_from_json(
-            storage.read_bytes(fs, shard_path + SIDECAR_SUFFIX)
-        )
-        data = storage.read_bytes(fs, shard_path)
-    except (OSError, ValueError, KeyError, TypeError):
-        return None
-    if len(data) != info.bytes or hashlib.sha256(data).hexdigest() != info.sha256:
-        return None
-    return ShardResult(info, rejected, schema, reused=True)
 
 
 # ----------------------------------------------------------------------------- plan & run
