@@ -65,6 +65,7 @@ def write_shard(task: ShardTask) -> ShardResult:
     rejected: list[Reject] = []
     hasher = hashlib.sha256()
     compressor = Compressor(task.compression)
+    plain = task.compression == "none"
     sink = storage.AtomicSink(fs_out, shard_path)
     records = 0
     try:
@@ -79,7 +80,8 @@ def write_shard(task: ShardTask) -> ShardResult:
                 rejected.append(Reject(rel, _reason(exc)))
                 continue
             pieces, _ = encode(features)
-            for chunk in compressor.feed(frame(pieces)):
+            chunks = frame(pieces) if plain else compressor.feed(frame(pieces))
+            for chunk in chunks:
                 hasher.update(chunk)
                 pending.append(chunk)
                 pending_bytes += len(chunk)
@@ -113,7 +115,7 @@ def _features(
     fn: transforms.Transform | None,
     specs: dict[str, FeatureSpec],
 ) -> dict[str, tuple[Dtype, Values]]:
-    data = storage.read_bytes(fs, storage.join(root, rel))
+    data = storage.read_bytes(fs, storage.join(root, rel), size_hint=listed_size)
     if not data:
         raise InputError("empty file: expected at least 1 byte, found 0", path=rel)
     if len(data) != listed_size:

@@ -65,11 +65,20 @@ def unstrip(fs: Any, path: str) -> str:
     return str(fs.unstrip_protocol(path))
 
 
-def read_bytes(fs: Any, path: str) -> bytes:
-    """Read a whole file; on local disk with plain ``os`` calls (the fast path)."""
+def read_bytes(fs: Any, path: str, size_hint: int | None = None) -> bytes:
+    """Read a whole file; on local disk with plain ``os`` calls (the fast path).
+
+    With ``size_hint`` (the size a listing recorded), a local read skips the
+    ``fstat`` and asks for one byte more, so a file that grew still shows.
+    """
     if is_local(fs):
         fd = os.open(path, os.O_RDONLY)
         try:
+            if size_hint is not None:
+                data = os.read(fd, size_hint + 1)
+                if len(data) <= size_hint:  # complete (or shrunk: the caller compares)
+                    return data
+                return data + read_rest(fd)
             size = os.fstat(fd).st_size
             data = os.read(fd, size)
             if len(data) < size:  # os.read may return short on some filesystems
@@ -81,6 +90,14 @@ def read_bytes(fs: Any, path: str) -> bytes:
         finally:
             os.close(fd)
     return bytes(fs.cat_file(path))
+
+
+def read_rest(fd: int) -> bytes:
+    """Everything left to read from ``fd``."""
+    parts = []
+    while chunk := os.read(fd, 1 << 20):
+        parts.append(chunk)
+    return b"".join(parts)
 
 
 def write_atomic(fs: Any, path: str, chunks: Iterable[Chunk]) -> int:
