@@ -82,10 +82,7 @@ def read_bytes(fs: Any, path: str, size_hint: int | None = None) -> bytes:
             size = os.fstat(fd).st_size
             data = os.read(fd, size)
             if len(data) < size:  # os.read may return short on some filesystems
-                parts = [data]
-                while chunk := os.read(fd, size):
-                    parts.append(chunk)
-                data = b"".join(parts)
+                data += read_rest(fd)
             return data
         finally:
             os.close(fd)
