@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import colorsys
 import io
-import multiprocessing
 import os
 from collections.abc import Iterator
 from concurrent.futures import ProcessPoolExecutor
@@ -22,6 +21,7 @@ from PIL import Image
 
 from tfshards import storage
 from tfshards.errors import ConfigError
+from tfshards.executor import mp_context
 from tfshards.progress import Progress
 
 FORMATS = {"jpeg": ".jpg", "png": ".png"}
@@ -192,10 +192,8 @@ def _run(batches: list[SyntheticBatch], workers: int) -> Iterator[tuple[int, int
     if workers == 1 or len(batches) == 1:
         yield from map(write_synthetic_batch, batches)
         return
-    # forkserver, like tfshards.executor: never fork a parent that may hold threads (TF, moto)
-    methods = multiprocessing.get_all_start_methods()
-    context = multiprocessing.get_context("forkserver" if "forkserver" in methods else None)
-    with ProcessPoolExecutor(min(workers, len(batches)), mp_context=context) as pool:
+    # fork only a parent without threads (TF, moto hold some); else a lean forkserver
+    with ProcessPoolExecutor(min(workers, len(batches)), mp_context=mp_context()) as pool:
         yield from pool.map(write_synthetic_batch, batches)
 
 
