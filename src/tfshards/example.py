@@ -41,10 +41,12 @@ __all__ = [
     "Dtype",
     "FeatureSpec",
     "Values",
+    "bytes_entry_head",
     "conformance_problem",
     "decode",
     "encode",
     "encode_bytes",
+    "int64_entry",
     "merge_specs",
     "normalize",
     "schema_from_json",
@@ -133,6 +135,20 @@ def _scalar_bytes_head(key_field: bytes, n: int) -> bytes:
 @functools.lru_cache(maxsize=4096)
 def _scalar_int_entry(name: str, value: int) -> bytes:
     return _entry(name, "int64", [value])
+
+
+def bytes_entry_head(name: str, n: int) -> bytes:
+    """The bytes of a one-value ``bytes`` feature entry that precede its ``n``-byte value.
+
+    A map entry is this head followed by the value; several entries, in sorted
+    key order, behind ``0x0a varint(total)`` make an Example (see :func:`encode`).
+    """
+    return _scalar_bytes_head(_key_field(name), n)
+
+
+def int64_entry(name: str, value: int) -> bytes:
+    """A whole one-value ``int64`` feature entry."""
+    return _scalar_int_entry(name, value)
 
 
 def _entry(name: str, dtype: Dtype, values: Values) -> bytes:

@@ -17,10 +17,15 @@ from tfshards import transform as transforms
 from tfshards.errors import InputError, TransformError
 from tfshards.example import encode
 from tfshards.manifest import SIDECAR_SUFFIX, Reject, ShardInfo, sidecar_from_json, sidecar_json
+from tfshards.recordbuffer import (
+    FileChanged,
+    ReadInto,
+    RecordBuffer,
+    copy_into,
+    read_local_into,
+)
 from tfshards.schema import Dtype, FeatureSpec, Values, merge_specs, normalize
 from tfshards.tfrecord import Compressor, frame
-
-FLUSH_BYTES = 4 << 20  # hand chunks to the OS in ~4 MB writev calls
 
 
 @dataclass(frozen=True)
@@ -65,34 +70,40 @@ def write_shard(task: ShardTask) -> ShardResult:
     rejected: list[Reject] = []
     hasher = hashlib.sha256()
     compressor = Compressor(task.compression)
-    plain = task.compression == "none"
     sink = storage.AtomicSink(fs_out, shard_path)
+
+    def flush(view: memoryview) -> None:
+        chunks = compressor.feed([view]) if task.compression != "none" else [view]
+        for chunk in chunks:
+            hasher.update(chunk)
+        sink.write(chunks)
+
+    buffer = RecordBuffer(flush, task.image_feature)
+    prefix = storage.join(root, "")  # + a listed (relative) path: no join per record
+    local = storage.is_local(fs_in)
     records = 0
     try:
-        pending: list[bytes | memoryview] = []
-        pending_bytes = 0
         for rel, label, listed_size in task.entries:
             try:
-                features = _features(fs_in, root, rel, label, listed_size, task, fn, specs)
+                if fn is not None:
+                    features = _features(fs_in, root, rel, label, listed_size, task, fn, specs)
+                    buffer.append(frame(encode(features)[0]))
+                elif local:
+                    _add(buffer, rel, label, listed_size, read_local_into, prefix + rel)
+                else:
+                    data = storage.read_bytes(fs_in, prefix + rel, size_hint=listed_size)
+                    _add(buffer, rel, label, listed_size, copy_into, data)
             except (OSError, InputError) as exc:
                 if task.on_error == "fail" or getattr(exc, "fatal", False):
                     raise _as_input_error(exc, task.source, rel) from exc
                 rejected.append(Reject(rel, _reason(exc)))
                 continue
-            pieces, _ = encode(features)
-            chunks = frame(pieces) if plain else compressor.feed(frame(pieces))
-            for chunk in chunks:
-                hasher.update(chunk)
-                pending.append(chunk)
-                pending_bytes += len(chunk)
             records += 1
-            if pending_bytes >= FLUSH_BYTES:
-                sink.write(pending)
-                pending, pending_bytes = [], 0
-        for chunk in compressor.finish():
+        buffer.flush()
+        finished = compressor.finish()
+        for chunk in finished:
             hasher.update(chunk)
-            pending.append(chunk)
-        sink.write(pending)
+        sink.write(finished)
         sink.commit()
     except BaseException:
         sink.abort()
@@ -103,6 +114,21 @@ def write_shard(task: ShardTask) -> ShardResult:
         fs_out, shard_path + SIDECAR_SUFFIX, [sidecar_json(info, rejected, schema)]
     )
     return ShardResult(info, tuple(rejected), schema, reused=False)
+
+
+def _add(
+    buffer: RecordBuffer,
+    rel: str,
+    label: int,
+    listed_size: int,
+    read_into: ReadInto,
+    source: Any,
+) -> None:
+    """One file, no transform: straight into the buffer (the hot path)."""
+    try:
+        buffer.add_file(listed_size, label, rel.encode(), read_into, source)
+    except FileChanged as exc:
+        raise _size_error(rel, listed_size, exc.found) from None
 
 
 def _features(
@@ -116,13 +142,8 @@ def _features(
     specs: dict[str, FeatureSpec],
 ) -> dict[str, tuple[Dtype, Values]]:
     data = storage.read_bytes(fs, storage.join(root, rel), size_hint=listed_size)
-    if not data:
-        raise InputError("empty file: expected at least 1 byte, found 0", path=rel)
-    if len(data) != listed_size:
-        raise InputError(
-            f"file changed since it was listed: expected {listed_size} bytes, found {len(data)}",
-            path=rel,
-        )
+    if len(data) != listed_size or not data:
+        raise _size_error(rel, listed_size, len(data))
     features: dict[str, tuple[Dtype, Values]] = {
         task.image_feature: ("bytes", [data]),
         "label": ("int64", [label]),
@@ -139,6 +160,14 @@ def _features(
                 raise TransformError(f"{rel}: {exc}", path=rel, fatal=True) from exc
             features[key] = (dtype, values)
     return features
+
+
+def _size_error(rel: str, listed: int, found: int) -> InputError:
+    if found == 0:
+        return InputError("empty file: expected at least 1 byte, found 0", path=rel)
+    return InputError(
+        f"file changed since it was listed: expected {listed} bytes, found {found}", path=rel
+    )
 
 
 def _as_input_error(exc: Exception, source: str, rel: str) -> InputError:

@@ -137,8 +137,8 @@ class AtomicSink:
         if self._fd is not None:
             self.size += _write_all(self._fd, chunks)
         else:
-            for chunk in chunks:
-                self._chunks.append(chunk)
+            for chunk in chunks:  # a view's buffer is reused by the caller: keep a copy
+                self._chunks.append(bytes(chunk) if isinstance(chunk, memoryview) else chunk)
                 self.size += len(chunk)
 
     def commit(self) -> None:

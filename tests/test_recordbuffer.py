@@ -1,0 +1,95 @@
+"""Records laid out in place: the same bytes as encode + frame, files that changed, flushing."""
+
+from __future__ import annotations
+
+import hashlib
+
+import pytest
+
+from tfshards.example import encode
+from tfshards.recordbuffer import FileChanged, RecordBuffer, copy_into, read_local_into
+from tfshards.tfrecord import frame, scan
+
+
+class Collect:
+    """A flush target that keeps a copy of every view it is given."""
+
+    def __init__(self) -> None:
+        self.parts: list[bytes] = []
+
+    def __call__(self, view: memoryview) -> None:
+        self.parts.append(bytes(view))
+
+    @property
+    def data(self) -> bytes:
+        return b"".join(self.parts)
+
+
+def _reference(image_feature: str, payload: bytes, label: int, path: bytes) -> bytes:
+    features = {
+        image_feature: ("bytes", [payload]),
+        "label": ("int64", [label]),
+        "path": ("bytes", [path]),
+        "sha256": ("bytes", [hashlib.sha256(payload).hexdigest().encode()]),
+    }
+    return b"".join(frame(encode(features)[0]))
+
+
+# "image" sorts first; "m_img" between label and path; "q" between path and sha256; "zz" last
+@pytest.mark.parametrize("image_feature", ["image", "a", "m_img", "q", "zz"])
+@pytest.mark.parametrize("size", [1, 127, 128, 16_383, 16_384, 72_000, (1 << 21) + 5])
+def test_laid_out_record_equals_encode_then_frame(image_feature, size):
+    payload = bytes(range(256)) * (size // 256) + bytes(size % 256)
+    out = Collect()
+    records = RecordBuffer(out, image_feature, capacity=64 << 10)
+    cases = [(0, b"a"), (127, b"d/" + b"x" * 125), (128, b"p" * 128), (300, b"q" * 300)]
+    for label, path in cases:
+        records.add_file(size, label, path, copy_into, payload)
+    records.flush()
+    assert out.data == b"".join(_reference(image_feature, payload, lb, p) for lb, p in cases)
+
+
+def test_small_buffer_flushes_whole_records_in_order():
+    out = Collect()
+    records = RecordBuffer(out, "image", capacity=1000)
+    payloads = [bytes([i]) * (100 + 37 * i) for i in range(40)]
+    for i, payload in enumerate(payloads):
+        records.add_file(len(payload), i % 3, f"{i}.jpg".encode(), copy_into, payload)
+    records.append(frame([b"extra record"]))
+    records.flush()
+    assert len(out.parts) > 5
+    for part in out.parts:  # every flush ends on a record boundary
+        assert all(s.problem is None for s in scan(part))
+    scanned = list(scan(out.data))
+    assert len(scanned) == 41
+    assert bytes(scanned[-1].data or b"") == b"extra record"
+
+
+@pytest.mark.parametrize(
+    ("written", "listed", "found"),
+    [(b"x" * 10, 9, 10), (b"x" * 10, 11, 10), (b"", 5, 0), (b"", 0, 0), (b"y" * 5000, 4, 5000)],
+)
+def test_a_file_that_changed_since_listing_raises_with_its_size(tmp_path, written, listed, found):
+    path = tmp_path / "f.jpg"
+    path.write_bytes(written)
+    out = Collect()
+    records = RecordBuffer(out, "image")
+    with pytest.raises(FileChanged) as info:
+        records.add_file(listed, 0, b"f.jpg", read_local_into, str(path))
+    assert info.value.found == found
+    records.flush()
+    assert out.data == b""  # nothing of the bad record is kept
+
+
+def test_local_read_matches_in_memory_bytes(tmp_path):
+    payload = bytes(range(256)) * 300
+    (tmp_path / "a.jpg").write_bytes(payload)
+    local, memory = Collect(), Collect()
+    for out, read_into, source in [
+        (local, read_local_into, str(tmp_path / "a.jpg")),
+        (memory, copy_into, payload),
+    ]:
+        records = RecordBuffer(out, "image")
+        records.add_file(len(payload), 2, b"a.jpg", read_into, source)
+        records.flush()
+    assert local.data == memory.data == _reference("image", payload, 2, b"a.jpg")
