@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import multiprocessing
 import os
 import shutil
 import signal
@@ -15,7 +16,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from tfshards import storage, tfrecord
+from tfshards import storage, tfrecord, writer
 from tfshards.cli import app
 from tfshards.errors import ConfigError, InputError, TransformError
 from tfshards.listing import Listing, list_files, write_listing
@@ -470,3 +471,20 @@ def test_stage_script_help_runs_in_a_real_process():
     )
     assert result.returncode == 0
     assert "--num-shards" in result.stdout and "byte-identical" in result.stdout
+
+
+def test_workers_start_before_the_listing_is_loaded(listing, tmp_path, monkeypatch):
+    """Forked after it, each worker's RSS would count the whole listing: memory grows with data."""
+    write_listing(listing, str(tmp_path / "listing"))
+    workers_alive = []
+    real = writer.read_listing
+
+    def spy(path: str) -> Listing:
+        workers_alive.append(len(multiprocessing.active_children()))
+        return real(path)
+
+    monkeypatch.setattr(writer, "read_listing", spy)
+    config = WriteConfig(out=str(tmp_path / "out"), workers=2, executor="process")
+    manifest = write(config, str(tmp_path / "listing"), progress=False).manifest
+    assert workers_alive == [2]
+    assert manifest.records == len(listing.entries)

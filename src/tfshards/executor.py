@@ -128,6 +128,40 @@ def _worker_init(cwd: str) -> None:
         sys.path.insert(0, cwd)
 
 
+def _noop() -> None:
+    """Submitted once per worker by :func:`started` to make the pool start its processes."""
+
+
+@contextlib.contextmanager
+def started(executor: str, workers: int) -> Iterator[cf.Executor | None]:
+    """The process (or thread) pool :func:`run` would make, with its workers started now.
+
+    A forked worker's RSS counts every page of the parent it was forked from, so
+    a caller about to load a large listing starts its pool first: peak RSS
+    then stays flat as the data set grows. ``serial`` and ``dask`` get None
+    (``run`` makes what they need). The pool is shut down on exit.
+    """
+    if executor not in ("process", "thread"):
+        yield None
+        return
+    with _new_pool(executor, workers) as pool:
+        if executor == "process":
+            for _ in range(workers):  # fork context: the first submit forks them all
+                pool.submit(_noop)
+        yield pool
+
+
+def _new_pool(executor: str, workers: int) -> cf.Executor:
+    if executor == "thread":
+        return cf.ThreadPoolExecutor(max_workers=workers)
+    return cf.ProcessPoolExecutor(
+        max_workers=workers,
+        mp_context=mp_context(),
+        initializer=_worker_init,
+        initargs=(os.getcwd(),),
+    )
+
+
 def run(
     fn: Callable[[T], R],
     tasks: Sequence[T],
@@ -136,13 +170,16 @@ def run(
     workers: int,
     dask_address: str | None = None,
     describe: Callable[[T], str] = str,
+    pool: cf.Executor | None = None,
 ) -> Iterator[tuple[int, R]]:
     """Yield ``(task index, result)`` as tasks finish.
 
     The first failing task stops the run: pending tasks are cancelled and its
     exception (a :class:`~tfshards.errors.TfshardsError` arrives whole) is
     re-raised. A worker process that dies (SIGKILL, OOM) becomes a
-    :class:`ShardError` naming the tasks that were in flight.
+    :class:`ShardError` naming the tasks that were in flight. ``pool`` (from
+    :func:`started`, for a ``process`` or ``thread`` executor) is used instead
+    of a new one, and left running.
     """
     if not tasks:
         return
@@ -153,34 +190,33 @@ def run(
     if executor == "dask":
         yield from _run_dask(fn, tasks, workers, dask_address)
         return
-    pool: cf.Executor
-    if executor == "thread":
-        pool = cf.ThreadPoolExecutor(max_workers=min(workers, len(tasks)))
-    elif executor == "process":
-        pool = cf.ProcessPoolExecutor(
-            max_workers=min(workers, len(tasks)),
-            mp_context=mp_context(),
-            initializer=_worker_init,
-            initargs=(os.getcwd(),),
-        )
-    else:
+    if executor not in ("process", "thread"):
         raise ConfigError(f"executor must be one of {EXECUTORS}, got {executor!r}")
-    with pool:
-        futures = {pool.submit(fn, task): i for i, task in enumerate(tasks)}
-        try:
-            for future in cf.as_completed(futures):
-                yield futures[future], future.result()
-        except BrokenProcessPool as exc:
-            lost = [describe(tasks[i]) for f, i in futures.items() if not f.done() or f.exception()]
-            raise ShardError(
-                f"a worker process died (killed by a signal or out of memory) while working on "
-                f"{', '.join(lost[:4])}{' ...' if len(lost) > 4 else ''}; "
-                "finished shards are kept: run again to resume",
-                shards=lost,
-            ) from exc
-        finally:
-            for f in futures:
-                f.cancel()
+    if pool is not None:
+        yield from _run_pool(pool, fn, tasks, describe)
+        return
+    with _new_pool(executor, min(workers, len(tasks))) as own:
+        yield from _run_pool(own, fn, tasks, describe)
+
+
+def _run_pool(
+    pool: cf.Executor, fn: Callable[[T], R], tasks: Sequence[T], describe: Callable[[T], str]
+) -> Iterator[tuple[int, R]]:
+    futures = {pool.submit(fn, task): i for i, task in enumerate(tasks)}
+    try:
+        for future in cf.as_completed(futures):
+            yield futures[future], future.result()
+    except BrokenProcessPool as exc:
+        lost = [describe(tasks[i]) for f, i in futures.items() if not f.done() or f.exception()]
+        raise ShardError(
+            f"a worker process died (killed by a signal or out of memory) while working on "
+            f"{', '.join(lost[:4])}{' ...' if len(lost) > 4 else ''}; "
+            "finished shards are kept: run again to resume",
+            shards=lost,
+        ) from exc
+    finally:
+        for f in futures:
+            f.cancel()
 
 
 def _run_dask(

@@ -248,6 +248,14 @@ def write_listing(listing: Listing, out_dir: str) -> None:
     storage.write_atomic(fs, storage.join(base, META_NAME), [meta.encode()])
 
 
+def listing_root(out_dir: str) -> str:
+    """The ``root`` a listing directory names, read from ``meta.json`` alone."""
+    fs, base = storage.open_url(out_dir)
+    meta_path = storage.unstrip(fs, storage.join(base, META_NAME))
+    root: str = _read_meta(fs, storage.join(base, META_NAME), meta_path)["root"]
+    return root
+
+
 def read_listing(out_dir: str) -> Listing:
     """Read a listing written by :func:`write_listing`, checking every line.
 

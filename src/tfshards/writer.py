@@ -23,7 +23,7 @@ from tfshards import executor as executors
 from tfshards import sharding, storage
 from tfshards import transform as transforms
 from tfshards.errors import ConfigError, InputError
-from tfshards.listing import Listing, listing_digest, read_listing
+from tfshards.listing import Listing, listing_digest, listing_root, read_listing
 from tfshards.manifest import (
     FORMAT_VERSION,
     MANIFEST_NAME,
@@ -173,26 +173,32 @@ def write(config: WriteConfig, listing: Listing | str, *, progress: bool = True)
     (with ``on_error="fail"``), and never leaves a manifest for a partial set.
     """
     start = time.monotonic()
-    if isinstance(listing, str):
-        listing = read_listing(listing)
-    version, params, tasks = plan(listing, config)
-    fs_in, _ = storage.open_url(listing.root, **config.source_options)
-    fs_out, version_path = storage.open_url(version, **config.out_options)
+    root = listing.root if isinstance(listing, Listing) else listing_root(listing)
+    fs_in, _ = storage.open_url(root, **config.source_options)
+    fs_out, _ = storage.open_url(config.out, **config.out_options)
     kind = executors.resolve(
         config.executor, config.workers, [storage.protocol(fs_in), storage.protocol(fs_out)]
     )
-    results: list[ShardResult | None] = [None] * len(tasks)
-    with Progress("write", total=len(listing.entries), enabled=progress) as bar:
-        for i, result in executors.run(
-            write_shard,
-            tasks,
-            executor=kind,
-            workers=config.workers,
-            dask_address=config.dask_address,
-            describe=lambda t: t.name,
-        ):
-            results[i] = result
-            bar.update(result.info.records + len(result.rejected), result.info.bytes)
+    pool_size = min(config.workers, config.num_shards or config.workers)
+    # Workers start before the listing is loaded: forked later, each would count it in its RSS.
+    with executors.started(kind, pool_size) as pool:
+        if isinstance(listing, str):
+            listing = read_listing(listing)
+        version, params, tasks = plan(listing, config)
+        results: list[ShardResult | None] = [None] * len(tasks)
+        with Progress("write", total=len(listing.entries), enabled=progress) as bar:
+            for i, result in executors.run(
+                write_shard,
+                tasks,
+                executor=kind,
+                workers=config.workers,
+                dask_address=config.dask_address,
+                describe=lambda t: t.name,
+                pool=pool,
+            ):
+                results[i] = result
+                bar.update(result.info.records + len(result.rejected), result.info.bytes)
+    fs_out, version_path = storage.open_url(version, **config.out_options)
     done = [r for r in results if r is not None]
     manifest = Manifest(
         root=version,
