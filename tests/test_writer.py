@@ -478,9 +478,10 @@ def test_workers_start_before_the_listing_is_loaded(listing, tmp_path, monkeypat
     write_listing(listing, str(tmp_path / "listing"))
     workers_alive = []
     real = writer.read_listing
+    before = {p.pid for p in multiprocessing.active_children()}  # other tests' pools
 
     def spy(path: str) -> Listing:
-        workers_alive.append(len(multiprocessing.active_children()))
+        workers_alive.append(len({p.pid for p in multiprocessing.active_children()} - before))
         return real(path)
 
     monkeypatch.setattr(writer, "read_listing", spy)

@@ -47,13 +47,16 @@ def check_records(
         labels: records per label index (in range only), counted in place.
         add: called as ``add(what, record index, byte offset)`` for each problem found.
     """
-    plan = _Plan.build(schema, image_feature)
-    has_image = _scalar(schema, image_feature, "bytes")
-    check_sha = check_sha and has_image and _scalar(schema, "sha256", "bytes")
-    decode_images = decode_images and has_image
-    count_labels = _scalar(schema, "label", "int64")
+    checker = RecordChecker(
+        schema,
+        image_feature,
+        num_labels=num_labels,
+        check_sha=check_sha,
+        decode_images=decode_images,
+        labels=labels,
+        add=add,
+    )
     view = memoryview(buf)
-    check, sha256 = plan.check, hashlib.sha256  # locals: this loop runs ~100k times a second
     records = 0
     for index, offset, start, end, problem in _frames(buf):
         if problem is not None:
@@ -63,45 +66,82 @@ def check_records(
             records += 1  # a data CRC problem: the bytes are damaged, parsing says no more
             continue
         records += 1
-        checked = check(buf, start, end)
+        checker.check(buf, view, index, offset, start, end)
+    return records
+
+
+class RecordChecker:
+    """The checks of one framed record: layout and schema, label range, stored sha256, decode.
+
+    Args: as :func:`check_records`, whose loop calls :meth:`check` per record.
+    """
+
+    def __init__(
+        self,
+        schema: Sequence[FeatureSpec],
+        image_feature: str,
+        *,
+        num_labels: int,
+        check_sha: bool,
+        decode_images: bool,
+        labels: list[int],
+        add: Callable[[str, int, int], None],
+    ) -> None:
+        self.schema, self.image_feature = schema, image_feature
+        self.plan = _Plan.build(schema, image_feature)
+        has_image = _scalar(schema, image_feature, "bytes")
+        self.check_sha = check_sha and has_image and _scalar(schema, "sha256", "bytes")
+        self.decode_images = decode_images and has_image
+        self.count_labels = _scalar(schema, "label", "int64")
+        self.num_labels, self.labels, self.add = num_labels, labels, add
+
+    def check(
+        self, buf: bytes, view: memoryview, index: int, offset: int, start: int, end: int
+    ) -> None:
+        """Check the record whose data (CRC already verified) is ``buf[start:end]``."""
+        checked = self.plan.check(buf, start, end)
         if checked is None:  # not the canonical layout: the general decoder decides, and says why
-            slow = _check_slow(view[start:end], schema, image_feature)
+            slow = _check_slow(view[start:end], self.schema, self.image_feature)
             if isinstance(slow, str):
-                add(slow, index, offset)
-                continue
+                self.add(slow, index, offset)
+                return
             label, payload, stored = slow
         else:
             label, ps, pe, ss, se = checked
             payload, stored = view[ps:pe], buf[ss:se]
-        if count_labels:
-            if 0 <= label < num_labels:
-                labels[label] += 1
-            else:
-                add(
-                    f"label out of range: expected 0..{num_labels - 1} "
-                    f"({num_labels} labels), found {label}",
-                    index,
-                    offset,
-                )
-        if check_sha:
-            digest = sha256(payload).hexdigest().encode()
-            if digest != stored:
-                add(
-                    f"feature 'sha256' does not match the sha256 of feature "
-                    f"{image_feature!r}: expected {digest.decode()}, "
-                    f"found {bytes(stored).decode('ascii', 'backslashreplace')}",
-                    index,
-                    offset,
-                )
-        if decode_images:
+        if self.count_labels:
+            self.count_label(label, index, offset)
+        if self.check_sha:
+            self.compare_sha(hashlib.sha256(payload).hexdigest().encode(), stored, index, offset)
+        if self.decode_images:
             why = _undecodable(payload)
             if why is not None:
-                add(
-                    f"feature {image_feature!r} does not decode as an image: {why}",
+                self.add(
+                    f"feature {self.image_feature!r} does not decode as an image: {why}",
                     index,
                     offset,
                 )
-    return records
+
+    def count_label(self, label: int, index: int, offset: int) -> None:
+        if 0 <= label < self.num_labels:
+            self.labels[label] += 1
+        else:
+            self.add(
+                f"label out of range: expected 0..{self.num_labels - 1} "
+                f"({self.num_labels} labels), found {label}",
+                index,
+                offset,
+            )
+
+    def compare_sha(self, digest: bytes, stored: Any, index: int, offset: int) -> None:
+        if digest != stored:
+            self.add(
+                f"feature 'sha256' does not match the sha256 of feature "
+                f"{self.image_feature!r}: expected {digest.decode()}, "
+                f"found {bytes(stored).decode('ascii', 'backslashreplace')}",
+                index,
+                offset,
+            )
 
 
 def _frames(buf: bytes) -> Iterator[tuple[int, int, int, int, str | None]]:

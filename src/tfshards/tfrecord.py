@@ -24,7 +24,7 @@ from tfshards.errors import ConfigError
 
 HEADER_BYTES = 12  # length (8) + its masked crc (4)
 FOOTER_BYTES = 4
-_MASK_DELTA = 0xA282EAD8
+MASK_DELTA = 0xA282EAD8
 _U32 = 0xFFFFFFFF
 _LENGTH = struct.Struct("<Q")
 _CRC = struct.Struct("<I")
@@ -35,7 +35,7 @@ _WBITS = {"gzip": 31, "zlib": 15}  # what TF's ZlibInputStream expects for each
 
 def mask(crc: int) -> int:
     """TFRecord's CRC mask: rotate right by 15 bits and add a constant."""
-    return (((crc >> 15) | (crc << 17)) + _MASK_DELTA) & _U32
+    return (((crc >> 15) | (crc << 17)) + MASK_DELTA) & _U32
 
 
 def masked_crc(data: bytes | memoryview) -> int:

@@ -4,7 +4,8 @@ Each shard is one task (:func:`validate_shard`) on plain values, run on any
 executor. Nothing stops at the first problem: every problem is collected with
 where it is (shard, record index, byte offset; offsets count in the
 decompressed stream for gzip/zlib shards) and what was expected and found.
-The records themselves are checked by :func:`tfshards.recordcheck.check_records`.
+The records themselves are checked by :func:`tfshards.bulkcheck.check_records`
+(numpy, all records of a shard at once) and :mod:`tfshards.recordcheck`.
 """
 
 from __future__ import annotations
@@ -20,11 +21,11 @@ from typing import Any
 
 from tfshards import executor as executors
 from tfshards import storage
+from tfshards.bulkcheck import check_records
 from tfshards.errors import ConfigError, ValidationError
 from tfshards.example import FeatureSpec
 from tfshards.manifest import MANIFEST_NAME, SIDECAR_SUFFIX, Manifest, ShardInfo, load
 from tfshards.progress import Progress
-from tfshards.recordcheck import check_records
 from tfshards.tfrecord import decompress
 
 # Below this much shard data, executor "auto" checks on threads, not processes: starting

@@ -1,0 +1,271 @@
+"""Check a shard's records in bulk with numpy: the validator's fast path for scalar features.
+
+:func:`check_records` reports what :func:`tfshards.recordcheck.check_records`
+reports, worded the same and in record order, for schemas whose features all
+hold one ``bytes`` or ``int64`` value (the writer's base features, and most
+transforms). Per record, Python only walks the framing, calls ``crc32c`` on
+the data and ``sha256`` on the payload; the length CRCs, the Example layout
+(tags, keys, lengths, one value per feature, nothing extra) and the labels are
+checked for all records of the shard at once. A record the bulk parse does
+not accept (another layout, a varint over 3 bytes, a damaged entry) goes
+through :class:`~tfshards.recordcheck.RecordChecker`, which decides and words
+the problem. On 20,000 records of 4 KB this is ~6 us per record where the
+per-record path takes ~11 (both including the shard's own sha256).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import struct
+from collections.abc import Callable, Sequence
+
+import crc32c
+import numpy as np
+
+from tfshards import recordcheck
+from tfshards import tfrecord as tfr
+from tfshards.schema import FeatureSpec
+from tfshards.tfrecord import FOOTER_BYTES, HEADER_BYTES
+
+_LENGTH = struct.Struct("<Q")
+_TAG1 = 0x0A
+_KIND_TAG = {"bytes": 0x0A, "int64": 0x1A}
+
+
+def _crc32c_table() -> np.ndarray:
+    """Byte-at-a-time table of CRC-32C (Castagnoli, reflected polynomial 0x82F63B78)."""
+    table = np.arange(256, dtype=np.uint32)
+    for _ in range(8):
+        table = np.where(table & 1, (table >> 1) ^ np.uint32(0x82F63B78), table >> 1)
+    return table.astype(np.uint32)
+
+
+_TABLE = _crc32c_table()
+
+
+def _masked_crc8(u8: np.ndarray, at: np.ndarray) -> np.ndarray:
+    """TFRecord's masked CRC-32C of the 8 bytes at each offset in ``at``."""
+    crc = np.full(len(at), 0xFFFFFFFF, dtype=np.uint32)
+    for k in range(8):
+        crc = _TABLE[(crc ^ u8[at + k]) & 0xFF] ^ (crc >> 8)
+    crc ^= np.uint32(0xFFFFFFFF)
+    return _mask(crc)
+
+
+def _mask(crc: np.ndarray) -> np.ndarray:
+    """:func:`tfshards.tfrecord.mask` on a uint32 array (its arithmetic wraps at 2**32)."""
+    rotated = (crc >> np.uint32(15)) | (crc << np.uint32(17))
+    return (rotated + np.uint32(tfr.MASK_DELTA)).astype(np.uint32)
+
+
+def _u32(u8: np.ndarray, at: np.ndarray) -> np.ndarray:
+    """Little-endian uint32 at each offset in ``at``."""
+    out = u8[at].astype(np.uint32)
+    for k in (1, 2, 3):
+        out |= u8[at + k].astype(np.uint32) << np.uint32(8 * k)
+    return np.asarray(out, dtype=np.uint32)
+
+
+def supports(schema: Sequence[FeatureSpec], decode_images: bool) -> bool:
+    """Whether :func:`check_records` takes the bulk path for this schema."""
+    return not decode_images and all(
+        s.size == 1 and s.dtype in _KIND_TAG and len(s.name.encode()) < 0x80 for s in schema
+    )
+
+
+class _Parse:
+    """The layout of many records at once; ``ok`` marks those parsed as canonical."""
+
+    def __init__(self, u8: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> None:
+        self.u8, self.last = u8, len(u8) - 1
+        self.ok = np.ones(len(starts), dtype=bool)
+
+    def byte(self, at: np.ndarray) -> np.ndarray:
+        return np.asarray(self.u8[np.minimum(at, self.last)], dtype=np.int64)
+
+    def varint(self, at: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Values of the varints at ``at`` and where each ends; longer than 3 bytes: not ok."""
+        b0, b1, b2 = self.byte(at), self.byte(at + 1), self.byte(at + 2)
+        one = b0 < 0x80
+        two = ~one & (b1 < 0x80)
+        three = ~one & ~two & (b2 < 0x80)
+        self.ok &= one | two | three
+        low = b0 & 0x7F
+        value = np.where(
+            one, b0, np.where(two, low | (b1 << 7), low | ((b1 & 0x7F) << 7) | (b2 << 14))
+        )
+        return value, at + np.where(one, 1, np.where(two, 2, 3))
+
+    def delimited(self, at: np.ndarray, tag: int) -> tuple[np.ndarray, np.ndarray]:
+        """``tag`` then a length at ``at``: (where the contents start, where they end)."""
+        self.ok &= self.byte(at) == tag
+        length, start = self.varint(at + 1)
+        return start, start + length
+
+
+def _parse(
+    u8: np.ndarray, starts: np.ndarray, ends: np.ndarray, schema: Sequence[FeatureSpec]
+) -> tuple[np.ndarray, dict[str, tuple[np.ndarray, np.ndarray]], dict[str, np.ndarray]]:
+    """Parse records ``u8[starts:ends]`` as canonical Examples of ``schema``.
+
+    Returns ``ok``, the value span of each ``bytes`` feature and the value of
+    each ``int64`` feature (meaningful where ``ok``).
+    """
+    p = _Parse(u8, starts, ends)
+    pos, body_end = p.delimited(starts, _TAG1)  # Example.features
+    p.ok &= body_end == ends
+    spans: dict[str, tuple[np.ndarray, np.ndarray]] = {}
+    values: dict[str, np.ndarray] = {}
+    for spec in sorted(schema, key=lambda s: s.name.encode()):
+        key = spec.name.encode()
+        pos, entry_end = p.delimited(pos, _TAG1)  # one map entry
+        head = np.frombuffer(bytes([_TAG1, len(key)]) + key + b"\x12", dtype=np.uint8)
+        window = u8[np.minimum(pos[:, None] + np.arange(len(head)), p.last)]
+        p.ok &= (window == head).all(axis=1)  # its key, then the Feature's tag
+        length, pos = p.varint(pos + len(head))
+        p.ok &= (length > 0) & (pos + length == entry_end)
+        pos, list_end = p.delimited(pos, _KIND_TAG[spec.dtype])  # BytesList / Int64List
+        pos, value_end = p.delimited(pos, _TAG1)  # its one value (bytes) or packed varints
+        p.ok &= (list_end == entry_end) & (value_end == entry_end)
+        if spec.dtype == "bytes":
+            spans[spec.name] = (pos, value_end)
+        else:
+            values[spec.name], after = p.varint(pos)
+            p.ok &= after == value_end  # exactly one value
+        pos = entry_end
+    p.ok &= pos == ends  # no feature the schema does not name
+    return p.ok, spans, values
+
+
+def _compare_sha(
+    checker: recordcheck.RecordChecker,
+    buf: bytes,
+    view: memoryview,
+    index: np.ndarray,
+    at: np.ndarray,
+    spans: dict[str, tuple[np.ndarray, np.ndarray]],
+    image_feature: str,
+    ok: np.ndarray,
+) -> None:
+    """Each parsed record's stored ``sha256`` against its payload's, compared all at once."""
+    ps, pe = (a[ok].tolist() for a in spans[image_feature])
+    ss, se = (a[ok] for a in spans["sha256"])
+    sha256 = hashlib.sha256
+    digests = b"".join([sha256(view[a:b]).digest() for a, b in zip(ps, pe, strict=True)])
+    stored = b""
+    if len(ss) and (se - ss == 64).all():  # 64 hex digits each: gather them in one go
+        stored = np.frombuffer(buf, dtype=np.uint8)[ss[:, None] + np.arange(64)].tobytes()
+    if stored == digests.hex().encode():
+        return
+    for k, (i, a, b) in enumerate(zip(index.tolist(), ss.tolist(), se.tolist(), strict=True)):
+        digest = digests[32 * k : 32 * k + 32].hex().encode()
+        if digest != buf[a:b]:
+            checker.compare_sha(digest, buf[a:b], i, int(at[k]))
+
+
+def check_records(
+    buf: bytes,
+    schema: Sequence[FeatureSpec],
+    image_feature: str,
+    *,
+    num_labels: int,
+    check_sha: bool,
+    decode_images: bool,
+    labels: list[int],
+    add: Callable[[str, int, int], None],
+) -> int:
+    """:func:`tfshards.recordcheck.check_records`, in bulk where the schema allows."""
+    if not supports(schema, decode_images):
+        return recordcheck.check_records(
+            buf,
+            schema,
+            image_feature,
+            num_labels=num_labels,
+            check_sha=check_sha,
+            decode_images=decode_images,
+            labels=labels,
+            add=add,
+        )
+    found: list[tuple[int, int, str]] = []
+
+    def collect(what: str, index: int, offset: int) -> None:
+        found.append((index, offset, what))
+
+    checker = recordcheck.RecordChecker(
+        schema,
+        image_feature,
+        num_labels=num_labels,
+        check_sha=check_sha,
+        decode_images=False,
+        labels=labels,
+        add=collect,
+    )
+    view = memoryview(buf)
+    u8 = np.frombuffer(buf, dtype=np.uint8)
+
+    # Framing: walk the lengths (the one sequential step), then check their CRCs at once.
+    offsets: list[int] = []
+    size, offset, unpack = len(buf), 0, _LENGTH.unpack_from
+    while size - offset >= HEADER_BYTES + FOOTER_BYTES:
+        end = offset + HEADER_BYTES + unpack(buf, offset)[0] + FOOTER_BYTES
+        if end > size:
+            break
+        offsets.append(offset)
+        offset = end
+    at = np.array(offsets, dtype=np.int64)
+    bad = np.flatnonzero(_masked_crc8(u8, at) != _u32(u8, at + 8))
+    if len(bad):  # lengths from here on cannot be trusted: the scanner takes over
+        at = at[: bad[0]]
+        offset = offsets[bad[0]]
+    starts = at + HEADER_BYTES
+    ends = (np.append(at[1:], offset) if len(at) else at) - FOOTER_BYTES  # next record's start
+    crc = crc32c.crc32c
+    computed = _mask(
+        np.fromiter(
+            (crc(view[s:e]) for s, e in zip(starts.tolist(), ends.tolist(), strict=True)),
+            dtype=np.uint32,
+            count=len(at),
+        )
+    )
+    stored = _u32(u8, ends)
+    for i in np.flatnonzero(computed != stored).tolist():
+        collect(
+            f"data CRC mismatch (stored {int(stored[i]):#010x}, computed {int(computed[i]):#010x})",
+            i,
+            int(at[i]),
+        )
+    records, records_in_tail = len(at), 0
+
+    # The layout of every record whose data CRC holds, at once; the rest record by record.
+    good = np.flatnonzero(computed == stored)
+    ok, spans, values = _parse(u8, starts[good], ends[good], schema)
+    for i in good[~ok].tolist():
+        checker.check(buf, view, i, int(at[i]), int(starts[i]), int(ends[i]))
+    parsed = good[ok]
+    if "label" in values:
+        label = values["label"][ok]
+        in_range = (label >= 0) & (label < num_labels)
+        for k, n in enumerate(np.bincount(label[in_range], minlength=num_labels).tolist()):
+            labels[k] += n
+        for i, value in zip(parsed[~in_range].tolist(), label[~in_range].tolist(), strict=True):
+            checker.count_label(value, i, int(at[i]))
+    if checker.check_sha:
+        _compare_sha(checker, buf, view, parsed, at[parsed], spans, image_feature, ok)
+
+    if offset < size:  # a damaged length, or a truncated last record
+        for i, start, data, problem in tfr.scan(view[offset:]):
+            index, where = records + i, offset + start
+            if problem is not None:
+                collect(problem, index, where)
+            if data is None:  # framing: nothing after this can be trusted
+                break
+            records_in_tail = i + 1
+            if problem is None:
+                data_start = where + HEADER_BYTES
+                checker.check(buf, view, index, where, data_start, data_start + len(data))
+        records += records_in_tail
+
+    found.sort(key=lambda f: f[0])  # record order, as the per-record path reports them
+    for index, where, what in found:
+        add(what, index, where)
+    return records
