@@ -9,12 +9,12 @@ from tfshards.manifest import Manifest
 from tfshards.validate import ValidateConfig, validate
 
 
-def tfshards_validate(manifest_url: str, workers: int = 2) -> Work:
+def tfshards_validate(manifest_url: str, workers: int = 2, executor: str = "process") -> Work:
     """Every check: file sha256, framing and both CRCs, each record against the schema.
 
-    ``workers`` > 1 starts a process pool for this call; 1 runs in this process.
+    ``workers`` > 1 starts a pool of ``executor`` for this call; 1 runs in this process.
     """
-    executor = "process" if workers > 1 else "serial"
+    executor = executor if workers > 1 else "serial"
     config = ValidateConfig(manifest=manifest_url, workers=workers, executor=executor)
     report = validate(config)
     if not report.ok:

@@ -125,6 +125,11 @@ class Bench:
                     lambda _: checkers.tfshards_validate(manifest_url, WORKERS),
                     note="starts its process pool in every run",
                 ),
+                Contender(
+                    f"tfshards validate ({WORKERS} threads)",
+                    lambda _: checkers.tfshards_validate(manifest_url, WORKERS, "thread"),
+                    note="what executor auto picks below 1 GiB of shards",
+                ),
             ],
             self.bound(name, "validate"),
         )

@@ -15,6 +15,7 @@ the configurable payload feature)::
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import os
 import struct
@@ -43,6 +44,38 @@ class FileChanged(Exception):
         self.found = found
 
 
+class _Table(dict[int, bytes]):
+    """Byte strings by length, each computed once per process (at most ``_TABLE_SIZE`` kept).
+
+    A record's headers depend only on a few lengths, and the same lengths
+    recur across shards: a lookup (~30 ns) replaces building them (~1 us).
+    """
+
+    def __init__(self, make: Callable[[int], bytes]) -> None:
+        super().__init__()
+        self.make = make
+
+    def __missing__(self, n: int) -> bytes:
+        value = self.make(n)
+        if len(self) < _TABLE_SIZE:
+            self[n] = value
+        return value
+
+
+def _lead(body: int) -> bytes:
+    """TFRecord header + Example tag and length, for an Example of ``body`` entry bytes."""
+    example_head = b"\x0a" + varint(body)
+    raw = _LENGTH.pack(len(example_head) + body)
+    return raw + _CRC.pack(mask(crc32c.crc32c(raw))) + example_head
+
+
+_TABLE_SIZE = 1 << 16  # per table: every size of a typical data set; at most a few MB
+_LEADS = _Table(_lead)
+_LABELS = _Table(functools.partial(int64_entry, "label"))
+_PATH_HEADS = _Table(functools.partial(bytes_entry_head, "path"))
+_IMAGE_HEADS: dict[str, _Table] = {}
+
+
 class RecordBuffer:
     """Framed records gathered in one buffer, handed to ``flush`` whenever it fills.
 
@@ -62,9 +95,9 @@ class RecordBuffer:
         self._payload_first = not any(self._before)  # the default, "image"
         self._sha_head = bytes_entry_head("sha256", DIGEST_BYTES)
         self._sha_len = len(self._sha_head) + DIGEST_BYTES
-        self._image_heads: dict[int, bytes] = {}
-        self._labels: dict[int, bytes] = {}
-        self._path_heads: dict[int, bytes] = {}
+        self._image_heads = _IMAGE_HEADS.setdefault(
+            image_feature, _Table(functools.partial(bytes_entry_head, image_feature))
+        )
 
     def add_file(
         self, size: int, label: int, path: bytes, read_into: ReadInto, source: Any
@@ -77,24 +110,18 @@ class RecordBuffer:
         Raises:
             FileChanged: the file is empty or does not hold exactly ``size`` bytes.
         """
-        image_head = self._image_heads.get(size)
-        if image_head is None:
-            image_head = self._image_heads[size] = bytes_entry_head(self.image_feature, size)
-        label_entry = self._labels.get(label)
-        if label_entry is None:
-            label_entry = self._labels[label] = int64_entry("label", label)
-        path_head = self._path_heads.get(len(path))
-        if path_head is None:
-            path_head = self._path_heads[len(path)] = bytes_entry_head("path", len(path))
+        image_head = self._image_heads[size]
+        label_entry = _LABELS[label]
+        path_head = _PATH_HEADS[len(path)]
         path_len = len(path_head) + len(path)
         body = len(image_head) + size + len(label_entry) + path_len + self._sha_len
-        ex_head = b"\x0a" + varint(body)
-        length = len(ex_head) + body
+        lead = _LEADS[body]  # the frame's header, then the Example's tag and length
+        length = len(lead) - HEADER_BYTES + body
         total = HEADER_BYTES + length + FOOTER_BYTES
         if self._used + total + 1 > len(self._buf):
             self._make_room(total)
         view, at = self._view, self._used
-        start = at + HEADER_BYTES + len(ex_head) + len(image_head)
+        start = at + len(lead) + len(image_head)
         if not self._payload_first:
             lengths = (len(label_entry), path_len, self._sha_len)
             start += sum(n for n, b in zip(lengths, self._before, strict=True) if b)
@@ -103,11 +130,9 @@ class RecordBuffer:
         if got != size or got == 0:
             raise FileChanged(got)
         digest = hashlib.sha256(view[start : start + size]).hexdigest().encode()
-        head = _LENGTH.pack(length)
-        head += _CRC.pack(mask(crc32c.crc32c(head)))
         end = at + HEADER_BYTES + length
         if self._payload_first:
-            view[at:start] = head + ex_head + image_head
+            view[at:start] = lead + image_head
             view[start + size : end] = b"".join(
                 (label_entry, path_head, path, self._sha_head, digest)
             )
@@ -115,7 +140,7 @@ class RecordBuffer:
             entries = (label_entry, path_head + path, self._sha_head + digest)
             pre = [e for e, b in zip(entries, self._before, strict=True) if b]
             post = [e for e, b in zip(entries, self._before, strict=True) if not b]
-            view[at:start] = b"".join([head, ex_head, *pre, image_head])
+            view[at:start] = b"".join([lead, *pre, image_head])
             view[start + size : end] = b"".join(post)
         _CRC.pack_into(view, end, mask(crc32c.crc32c(view[at + HEADER_BYTES : end])))
         self._used = end + FOOTER_BYTES

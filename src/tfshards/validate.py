@@ -28,10 +28,12 @@ from tfshards.manifest import MANIFEST_NAME, SIDECAR_SUFFIX, Manifest, ShardInfo
 from tfshards.progress import Progress
 from tfshards.tfrecord import decompress
 
-# Below this much shard data, executor "auto" checks on threads, not processes: starting
-# a forkserver pool cost 0.5-1.5 s here (its workers import tfshards and numpy), which
-# is more than a second core saves on < 1 GB at ~0.3-0.5 GB/s per core. Threads still
-# overlap the hashing and reading, which release the GIL.
+# Below this much shard data, executor "auto" checks on threads, not processes: hashing
+# and CRCs release the GIL and the rest of a record's checks run in bulk, so on 2 cores
+# threads matched a process pool on 20,000 small records (0.16 vs 0.15 s) and beat it on
+# 2,000 large ones (0.13 vs 0.15 s), with no worker to start. Past it, with more cores
+# to feed, the per-record Python that holds the GIL (~1/3 of the work on small records)
+# would cap threads.
 PROCESS_MIN_BYTES = 1 << 30
 MAX_PROBLEMS = 50  # kept per shard, and printed: enough to see a pattern, few enough to read
 
