@@ -7,6 +7,7 @@ import subprocess
 import sys
 import textwrap
 import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -17,9 +18,17 @@ from tfshards.errors import ConfigError, ShardError
 REPO = Path(__file__).resolve().parents[1]
 
 
-def _kill_self(_: int) -> int:
-    os.kill(os.getpid(), 9)
+def _die_in_a_worker(parent: int) -> int:
+    if os.getpid() == parent:  # the calling process takes tasks too: spare it, and be slow
+        time.sleep(0.2)
+    else:
+        os.kill(os.getpid(), 9)
     return 0
+
+
+def _pid_after(seconds: float) -> int:
+    time.sleep(seconds)
+    return os.getpid()
 
 
 def test_results_come_back_with_their_task_index():
@@ -40,12 +49,26 @@ def test_a_parent_with_threads_gets_the_lean_forkserver():
 
 
 def test_a_killed_worker_is_a_shard_error_naming_its_task():
-    with pytest.raises(ShardError, match=r"a worker process died .* while working on task-7"):
+    tasks = [os.getpid()] * 6
+    with pytest.raises(ShardError, match=r"a worker process died .* while working on task-"):
         list(
             executor.run(
-                _kill_self, [7], executor="process", workers=2, describe=lambda t: f"task-{t}"
+                _die_in_a_worker,
+                tasks,
+                executor="process",
+                workers=2,
+                describe=lambda t: f"task-{t}",
             )
         )
+
+
+@pytest.mark.parametrize("kind", ["process", "thread"])
+def test_the_calling_process_is_one_of_the_workers(kind):
+    done = dict(executor.run(_pid_after, [0.05] * 8, executor=kind, workers=2))
+    assert sorted(done) == list(range(8))
+    if kind == "process":
+        pids = set(done.values())
+        assert os.getpid() in pids and len(pids) == 2  # one process started, not two
 
 
 def test_memory_storage_refuses_processes():
