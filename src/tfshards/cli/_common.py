@@ -38,7 +38,10 @@ def default_workers() -> int:
 
 
 # Options shared by the commands that fan out over shards (write, validate).
-Workers = Annotated[int, typer.Option(help="Parallel shard tasks (default: all cores).")]
+Workers = Annotated[
+    int,
+    typer.Option(help="Shards worked on at once, this process included (default: all cores)."),
+]
 Executor = Annotated[str, typer.Option(help="auto | process | thread | serial | dask.")]
 DaskAddress = Annotated[
     str | None,
