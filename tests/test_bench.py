@@ -28,6 +28,7 @@ VALIDATE = {
     "eager TFRecordDataset + Example.FromString",
     "tfshards validate (1 process)",
     "tfshards validate (2 processes)",
+    "tfshards validate (2 threads)",
 }
 READ = {
     "seed reader (parse_single_example)",
