@@ -128,7 +128,7 @@ class Bench:
                 Contender(
                     f"tfshards validate ({WORKERS} threads)",
                     lambda _: checkers.tfshards_validate(manifest_url, WORKERS, "thread"),
-                    note="what executor auto picks below 1 GiB of shards",
+                    note="hashing releases the GIL; the per-record Python does not",
                 ),
             ],
             self.bound(name, "validate"),

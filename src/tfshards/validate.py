@@ -28,13 +28,6 @@ from tfshards.manifest import MANIFEST_NAME, SIDECAR_SUFFIX, Manifest, ShardInfo
 from tfshards.progress import Progress
 from tfshards.tfrecord import decompress
 
-# Below this much shard data, executor "auto" checks on threads, not processes: hashing
-# and CRCs release the GIL and the rest of a record's checks run in bulk, so on 2 cores
-# threads matched a process pool on 20,000 small records (0.16 vs 0.15 s) and beat it on
-# 2,000 large ones (0.13 vs 0.15 s), with no worker to start. Past it, with more cores
-# to feed, the per-record Python that holds the GIL (~1/3 of the work on small records)
-# would cap threads.
-PROCESS_MIN_BYTES = 1 << 30
 MAX_PROBLEMS = 50  # kept per shard, and printed: enough to see a pattern, few enough to read
 
 
@@ -46,8 +39,9 @@ class ValidateConfig:
         manifest: URL of the ``manifest.json`` to check (its ``root`` locates the shards).
         decode_images: also decode every image payload with Pillow (slow: ~0.1-1.5 ms each).
         workers: parallel shard checkers.
-        executor: ``auto`` (threads below :data:`PROCESS_MIN_BYTES` of shards, else
-            processes), ``process``, ``thread``, ``serial`` or ``dask``.
+        executor: ``auto`` (processes; threads for ``memory://``), ``process``,
+            ``thread``, ``serial`` or ``dask``. Threads do as well on large
+            records (hashing releases the GIL), ~1.5x worse on 4 KB ones.
         dask_address: scheduler address for ``executor="dask"`` (None: a local cluster).
         max_problems: problems kept per shard (all are counted).
         storage_options: fsspec options for the manifest and the shards.
@@ -261,10 +255,7 @@ def validate(config: ValidateConfig, *, progress: bool = False) -> ValidationRep
     start = time.monotonic()
     manifest = load(config.manifest, **config.storage_options)
     fs, root = storage.open_url(manifest.root, **config.storage_options)
-    kind = config.executor
-    if kind == "auto" and config.workers > 1 and manifest.bytes < PROCESS_MIN_BYTES:
-        kind = "thread"
-    kind = executors.resolve(kind, config.workers, [storage.protocol(fs)])
+    kind = executors.resolve(config.executor, config.workers, [storage.protocol(fs)])
     tasks = [
         ShardCheck.of(
             manifest,

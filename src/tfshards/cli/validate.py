@@ -8,6 +8,7 @@ import typer
 
 from tfshards.cli._common import (
     DaskAddress,
+    Executor,
     ShowProgress,
     Workers,
     default_workers,
@@ -31,13 +32,7 @@ def validate_command(
         int, typer.Option(help="Problems printed (all are counted, in the metrics too).")
     ] = MAX_PROBLEMS,
     workers: Workers = default_workers(),
-    executor: Annotated[
-        str,
-        typer.Option(
-            help="auto (threads below 1 GiB of shards, else processes) | process | "
-            "thread | serial | dask."
-        ),
-    ] = "auto",
+    executor: Executor = "auto",
     dask_address: DaskAddress = None,
     progress: ShowProgress = True,
 ) -> None:
