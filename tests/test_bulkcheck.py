@@ -43,8 +43,7 @@ def _shard(n: int, seed: int = 0, big: int = 0, classes: int = 4) -> bytes:
 def _run(check, buf: bytes, schema: Sequence[FeatureSpec] = BASE, num_labels: int = 4):
     problems: list[tuple[str, int, int]] = []
     labels = [0] * num_labels
-    records = check(
-        buf,
+    checker = recordcheck.RecordChecker(
         schema,
         "image",
         num_labels=num_labels,
@@ -53,7 +52,7 @@ def _run(check, buf: bytes, schema: Sequence[FeatureSpec] = BASE, num_labels: in
         labels=labels,
         add=lambda what, index, offset: problems.append((what, index, offset)),
     )
-    return records, labels, problems
+    return check(buf, checker), labels, problems
 
 
 def _same(buf: bytes, schema: Sequence[FeatureSpec] = BASE) -> tuple:

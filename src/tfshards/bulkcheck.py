@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import hashlib
 import struct
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 
 import crc32c
 import numpy as np
@@ -163,43 +163,18 @@ def _compare_sha(
             checker.compare_sha(digest, buf[a:b], i, int(at[k]))
 
 
-def check_records(
-    buf: bytes,
-    schema: Sequence[FeatureSpec],
-    image_feature: str,
-    *,
-    num_labels: int,
-    check_sha: bool,
-    decode_images: bool,
-    labels: list[int],
-    add: Callable[[str, int, int], None],
-) -> int:
+def check_records(buf: bytes, checker: recordcheck.RecordChecker) -> int:
     """:func:`tfshards.recordcheck.check_records`, in bulk where the schema allows."""
-    if not supports(schema, decode_images):
-        return recordcheck.check_records(
-            buf,
-            schema,
-            image_feature,
-            num_labels=num_labels,
-            check_sha=check_sha,
-            decode_images=decode_images,
-            labels=labels,
-            add=add,
-        )
+    if not supports(checker.schema, checker.decode_images):
+        return recordcheck.check_records(buf, checker)
     found: list[tuple[int, int, str]] = []
+    add = checker.add
 
     def collect(what: str, index: int, offset: int) -> None:
         found.append((index, offset, what))
 
-    checker = recordcheck.RecordChecker(
-        schema,
-        image_feature,
-        num_labels=num_labels,
-        check_sha=check_sha,
-        decode_images=False,
-        labels=labels,
-        add=collect,
-    )
+    checker = checker.reporting_to(collect)
+    num_labels, labels, image_feature = checker.num_labels, checker.labels, checker.image_feature
     view = memoryview(buf)
     u8 = np.frombuffer(buf, dtype=np.uint8)
 
@@ -238,7 +213,7 @@ def check_records(
 
     # The layout of every record whose data CRC holds, at once; the rest record by record.
     good = np.flatnonzero(computed == stored)
-    ok, spans, values = _parse(u8, starts[good], ends[good], schema)
+    ok, spans, values = _parse(u8, starts[good], ends[good], checker.schema)
     for i in good[~ok].tolist():
         checker.check(buf, view, i, int(at[i]), int(starts[i]), int(ends[i]))
     parsed = good[ok]

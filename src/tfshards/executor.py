@@ -17,7 +17,7 @@ import queue
 import sys
 import threading
 import types
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures.process import BrokenProcessPool
 from multiprocessing import popen_forkserver
 from typing import Any, TypeVar
@@ -229,6 +229,17 @@ def run(
         return
     with LocalPool(executor, min(workers, len(tasks))) as own:
         yield from own.run(fn, tasks, describe)
+
+
+def in_order(
+    results: Iterable[tuple[int, R]], count: int, on_result: Callable[[R], object]
+) -> list[R]:
+    """What :func:`run` yields, back in task order; ``on_result`` sees each as it arrives."""
+    found: dict[int, R] = {}
+    for i, result in results:
+        found[i] = result
+        on_result(result)
+    return [found[i] for i in range(count)]
 
 
 def _run_pool(

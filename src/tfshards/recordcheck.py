@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import hashlib
 import io
 import re
@@ -17,17 +18,7 @@ from tfshards.example import DecodeError, FeatureSpec, conformance_problem, deco
 from tfshards.tfrecord import FOOTER_BYTES, HEADER_BYTES
 
 
-def check_records(
-    buf: bytes,
-    schema: Sequence[FeatureSpec],
-    image_feature: str,
-    *,
-    num_labels: int,
-    check_sha: bool,
-    decode_images: bool,
-    labels: list[int],
-    add: Callable[[str, int, int], None],
-) -> int:
+def check_records(buf: bytes, checker: RecordChecker) -> int:
     """Check every record of the decompressed shard ``buf``; returns how many the framing holds.
 
     Records take a fast path (``_Plan.check``, ~3 us for four features where
@@ -36,31 +27,12 @@ def check_records(
     bytes and no lists built. A record it does not accept goes through the general
     decoder, which decides and words the problem, so both paths accept the same
     records and report the same words. Offsets count in the decompressed stream.
-
-    Args:
-        buf: the shard's records, decompressed.
-        schema: the features each record must hold, as the manifest lists them.
-        image_feature: the feature holding the raw file bytes.
-        num_labels: labels in the manifest; a ``label`` outside ``0..num_labels-1`` is a problem.
-        check_sha: compare the stored ``sha256`` feature with the payload's (when both exist).
-        decode_images: also decode each payload with Pillow.
-        labels: records per label index (in range only), counted in place.
-        add: called as ``add(what, record index, byte offset)`` for each problem found.
     """
-    checker = RecordChecker(
-        schema,
-        image_feature,
-        num_labels=num_labels,
-        check_sha=check_sha,
-        decode_images=decode_images,
-        labels=labels,
-        add=add,
-    )
     view = memoryview(buf)
     records = 0
     for index, offset, start, end, problem in _frames(buf):
         if problem is not None:
-            add(problem, index, offset)
+            checker.add(problem, index, offset)
             if start < 0:  # the framing cannot be trusted past here
                 break
             records += 1  # a data CRC problem: the bytes are damaged, parsing says no more
@@ -71,9 +43,16 @@ def check_records(
 
 
 class RecordChecker:
-    """The checks of one framed record: layout and schema, label range, stored sha256, decode.
+    """What to check in each record of one shard, and where its problems go.
 
-    Args: as :func:`check_records`, whose loop calls :meth:`check` per record.
+    Args:
+        schema: the features each record must hold, as the manifest lists them.
+        image_feature: the feature holding the raw file bytes.
+        num_labels: labels in the manifest; a ``label`` outside ``0..num_labels-1`` is a problem.
+        check_sha: compare the stored ``sha256`` feature with the payload's (when both exist).
+        decode_images: also decode each payload with Pillow.
+        labels: records per label index (in range only), counted in place.
+        add: called as ``add(what, record index, byte offset)`` for each problem found.
     """
 
     def __init__(
@@ -94,6 +73,12 @@ class RecordChecker:
         self.decode_images = decode_images and has_image
         self.count_labels = _scalar(schema, "label", "int64")
         self.num_labels, self.labels, self.add = num_labels, labels, add
+
+    def reporting_to(self, add: Callable[[str, int, int], None]) -> RecordChecker:
+        """The same checks, counting into the same ``labels``, with problems going to ``add``."""
+        other = copy.copy(self)
+        other.add = add
+        return other
 
     def check(
         self, buf: bytes, view: memoryview, index: int, offset: int, start: int, end: int

@@ -26,6 +26,7 @@ from tfshards.errors import ConfigError, ValidationError
 from tfshards.example import FeatureSpec
 from tfshards.manifest import MANIFEST_NAME, SIDECAR_SUFFIX, Manifest, ShardInfo, load
 from tfshards.progress import Progress
+from tfshards.recordcheck import RecordChecker
 from tfshards.tfrecord import decompress
 
 MAX_PROBLEMS = 50  # kept per shard, and printed: enough to see a pattern, few enough to read
@@ -227,8 +228,7 @@ def validate_shard(task: ShardCheck) -> ShardReport:
             found.add(f"cannot decompress ({task.compression}): {exc}")
         else:
             del raw
-            records = check_records(
-                buf,
+            checker = RecordChecker(
                 task.schema,
                 task.image_feature,
                 num_labels=task.num_labels,
@@ -237,6 +237,7 @@ def validate_shard(task: ShardCheck) -> ShardReport:
                 labels=labels,
                 add=found.add,
             )
+            records = check_records(buf, checker)
             if records != task.records:
                 found.add(f"record count mismatch: expected {task.records}, found {records}")
     return ShardReport(task.name, records, nbytes, tuple(labels), tuple(found.kept), found.count)
@@ -266,19 +267,19 @@ def validate(config: ValidateConfig, *, progress: bool = False) -> ValidationRep
         )
         for shard in manifest.shards
     ]
-    reports: list[ShardReport | None] = [None] * len(tasks)
     with Progress("validate", total=manifest.records, enabled=progress) as bar:
-        for i, report in executors.run(
-            validate_shard,
-            tasks,
-            executor=kind,
-            workers=config.workers,
-            dask_address=config.dask_address,
-            describe=lambda t: t.name,
-        ):
-            reports[i] = report
-            bar.update(report.records, report.bytes)
-    done = [r for r in reports if r is not None]
+        done = executors.in_order(
+            executors.run(
+                validate_shard,
+                tasks,
+                executor=kind,
+                workers=config.workers,
+                dask_address=config.dask_address,
+                describe=lambda t: t.name,
+            ),
+            len(tasks),
+            on_result=lambda r: bar.update(r.records, r.bytes),
+        )
     problems = [p for r in done for p in r.problems]
     count = sum(r.problem_count for r in done)
     extra = _manifest_problems(manifest, config.manifest, done)

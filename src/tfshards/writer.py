@@ -185,21 +185,21 @@ def write(config: WriteConfig, listing: Listing | str, *, progress: bool = True)
         if isinstance(listing, str):
             listing = read_listing(listing)
         version, params, tasks = plan(listing, config)
-        results: list[ShardResult | None] = [None] * len(tasks)
         with Progress("write", total=len(listing.entries), enabled=progress) as bar:
-            for i, result in executors.run(
-                write_shard,
-                tasks,
-                executor=kind,
-                workers=config.workers,
-                dask_address=config.dask_address,
-                describe=lambda t: t.name,
-                pool=pool,
-            ):
-                results[i] = result
-                bar.update(result.info.records + len(result.rejected), result.info.bytes)
+            done = executors.in_order(
+                executors.run(
+                    write_shard,
+                    tasks,
+                    executor=kind,
+                    workers=config.workers,
+                    dask_address=config.dask_address,
+                    describe=lambda t: t.name,
+                    pool=pool,
+                ),
+                len(tasks),
+                on_result=lambda r: bar.update(r.info.records + len(r.rejected), r.info.bytes),
+            )
     fs_out, version_path = storage.open_url(version, **config.out_options)
-    done = [r for r in results if r is not None]
     manifest = Manifest(
         root=version,
         fingerprint=version.rstrip("/").rsplit("/", 1)[-1],
