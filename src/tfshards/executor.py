@@ -113,7 +113,7 @@ class LeanForkServerContext(multiprocessing.context.ForkServerContext):
     top would cost every worker 3-5 s and ~300 MB for nothing (the issue's
     "workers should not each pay seconds to import TensorFlow"). Measured: a
     2-process validate of 144 MB took 0.25 s under ``python -m bench.run``
-    (whose import is 0.2 s) and 0.13 s with this context.
+    (whose import is 0.2 s), and 0.15 s in the next run with this context.
 
     For functions pickled by reference from ``__main__`` (a user's generator
     function), use the stock context: :mod:`tfshards.pools` does.
