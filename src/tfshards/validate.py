@@ -39,7 +39,7 @@ class ValidateConfig:
     Attributes:
         manifest: URL of the ``manifest.json`` to check (its ``root`` locates the shards).
         decode_images: also decode every image payload with Pillow (slow: ~0.1-1.5 ms each).
-        workers: parallel shard checkers.
+        workers: shards checked at once, this process included (it works too).
         executor: ``auto`` (processes; threads for ``memory://``), ``process``,
             ``thread``, ``serial`` or ``dask``. Threads do as well on large
             records (hashing releases the GIL), ~1.5x worse on 4 KB ones.

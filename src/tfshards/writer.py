@@ -55,7 +55,7 @@ class WriteConfig:
         transform: ``package.module:function`` applied to each file, or None.
         on_error: ``"fail"`` stops at the first bad file; ``"skip"`` records it
             in the manifest and goes on.
-        workers: parallel tasks.
+        workers: shards written at once, this process included (it works too).
         executor: ``auto``, ``process``, ``thread``, ``serial`` or ``dask``.
         dask_address: scheduler address for ``executor="dask"`` (None: a local cluster).
         manifest_copy: also save the manifest here (the DVC-tracked copy).
