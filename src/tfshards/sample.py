@@ -21,7 +21,7 @@ from PIL import Image
 
 from tfshards import storage
 from tfshards.errors import ConfigError
-from tfshards.executor import mp_context
+from tfshards.mpcontext import mp_context
 from tfshards.progress import Progress
 
 FORMATS = {"jpeg": ".jpg", "png": ".png"}
