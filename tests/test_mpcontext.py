@@ -16,10 +16,21 @@ from tfshards import mpcontext
 REPO = Path(__file__).resolve().parents[1]
 
 
-def test_a_parent_without_threads_or_tensorflow_forks():
-    if threading.active_count() > 1 or "tensorflow" in sys.modules:
-        pytest.skip("this test process already has threads or TensorFlow")
-    assert mpcontext.mp_context().get_start_method() == "fork"
+@pytest.mark.parametrize(
+    ("setup", "method"),
+    [
+        ("", "fork"),
+        ("threading.Thread(target=threading.Event().wait, daemon=True).start()", "forkserver"),
+    ],
+)
+def test_a_fresh_parent_forks_unless_it_has_threads(setup, method):
+    code = f"import threading\n{setup}\nfrom tfshards import mpcontext\n"
+    code += "print(mpcontext.mp_context().get_start_method())"
+    env = {**os.environ, "PYTHONPATH": str(REPO / "src")}
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=60
+    )
+    assert out.stdout.strip() == method, out.stderr
 
 
 def test_a_parent_with_threads_gets_the_lean_forkserver():
