@@ -25,11 +25,10 @@ from typing import Any
 import crc32c
 
 from tfshards.example import bytes_entry_head, int64_entry, varint
-from tfshards.tfrecord import FOOTER_BYTES, HEADER_BYTES, mask
+from tfshards.tfrecord import FOOTER_BYTES, HEADER_BYTES, header, mask
 
 FLUSH_BYTES = 1 << 20  # 1 MB writes: a fresh worker faults in fewer pages than with 4 MB
 DIGEST_BYTES = 64  # the ``sha256`` feature: hex digest of the payload
-_LENGTH = struct.Struct("<Q")
 _CRC = struct.Struct("<I")
 
 Flush = Callable[[memoryview], None]
@@ -65,8 +64,7 @@ class _Table(dict[int, bytes]):
 def _lead(body: int) -> bytes:
     """TFRecord header + Example tag and length, for an Example of ``body`` entry bytes."""
     example_head = b"\x0a" + varint(body)
-    raw = _LENGTH.pack(len(example_head) + body)
-    return raw + _CRC.pack(mask(crc32c.crc32c(raw))) + example_head
+    return header(len(example_head) + body) + example_head
 
 
 _TABLE_SIZE = 1 << 16  # per table: every size of a typical data set; at most a few MB

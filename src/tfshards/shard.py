@@ -73,7 +73,7 @@ def write_shard(task: ShardTask) -> ShardResult:
     sink = storage.AtomicSink(fs_out, shard_path)
 
     def flush(view: memoryview) -> None:
-        chunks = compressor.feed([view]) if task.compression != "none" else [view]
+        chunks = compressor.feed([view])  # the view itself when not compressing
         for chunk in chunks:
             hasher.update(chunk)
         sink.write(chunks)
