@@ -251,8 +251,7 @@ def write_listing(listing: Listing, out_dir: str) -> None:
 def listing_root(out_dir: str) -> str:
     """The ``root`` a listing directory names, read from ``meta.json`` alone."""
     fs, base = storage.open_url(out_dir)
-    meta_path = storage.unstrip(fs, storage.join(base, META_NAME))
-    root: str = _read_meta(fs, storage.join(base, META_NAME), meta_path)["root"]
+    root: str = _read_meta(fs, base)[0]["root"]
     return root
 
 
@@ -264,9 +263,8 @@ def read_listing(out_dir: str) -> Listing:
             ``files.jsonl`` does not match the count and SHA-256 in ``meta.json``.
     """
     fs, base = storage.open_url(out_dir)
-    meta_path = storage.unstrip(fs, storage.join(base, META_NAME))
     files_path = storage.unstrip(fs, storage.join(base, FILES_NAME))
-    meta = _read_meta(fs, storage.join(base, META_NAME), meta_path)
+    meta, meta_path = _read_meta(fs, base)
     try:
         data = storage.read_bytes(fs, storage.join(base, FILES_NAME))
     except FileNotFoundError:
@@ -306,7 +304,10 @@ def read_listing(out_dir: str) -> Listing:
     return listing
 
 
-def _read_meta(fs: Any, fs_path: str, path: str) -> dict[str, Any]:
+def _read_meta(fs: Any, base: str) -> tuple[dict[str, Any], str]:
+    """``meta.json`` of the listing directory ``base``, checked, and its URL (for messages)."""
+    fs_path = storage.join(base, META_NAME)
+    path = storage.unstrip(fs, fs_path)
     try:
         meta = json.loads(storage.read_bytes(fs, fs_path))
     except FileNotFoundError:
@@ -341,7 +342,7 @@ def _read_meta(fs: Any, fs_path: str, path: str) -> dict[str, Any]:
         )
     if not all(isinstance(label, str) for label in meta["labels"]):
         raise InputError(f"{path}: labels must all be strings", path=path)
-    return meta
+    return meta, path
 
 
 def _parse_line(path: str, n: int, line: bytes, labels: Sequence[str]) -> Entry:
