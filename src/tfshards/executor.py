@@ -147,19 +147,16 @@ def run(
     """
     if not tasks:
         return
-    if executor == "serial":
-        for i, task in enumerate(tasks):
-            yield i, fn(task)
-        return
     if executor == "dask":
         yield from _run_dask(fn, tasks, workers, dask_address)
         return
-    if executor not in ("process", "thread"):
+    if executor not in ("process", "thread", "serial"):
         raise ConfigError(f"executor must be one of {EXECUTORS}, got {executor!r}")
     if pool is not None:
         yield from pool.run(fn, tasks, describe)
         return
-    with LocalPool(executor, min(workers, len(tasks))) as own:
+    size = 1 if executor == "serial" else min(workers, len(tasks))
+    with LocalPool(executor, size) as own:  # one worker: this process alone, no pool
         yield from own.run(fn, tasks, describe)
 
 
