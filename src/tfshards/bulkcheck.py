@@ -163,6 +163,27 @@ def _compare_sha(
             checker.compare_sha(digest, buf[a:b], i, int(at[k]))
 
 
+def _framed(buf: bytes, u8: np.ndarray) -> tuple[np.ndarray, int]:
+    """Offsets of the records whose length CRC holds, and where the trusted framing ends.
+
+    Walks the lengths (the one sequential step), then checks their CRCs at once;
+    past the first bad one the lengths cannot be trusted.
+    """
+    offsets: list[int] = []
+    size, offset, unpack = len(buf), 0, _LENGTH.unpack_from
+    while size - offset >= HEADER_BYTES + FOOTER_BYTES:
+        end = offset + HEADER_BYTES + unpack(buf, offset)[0] + FOOTER_BYTES
+        if end > size:
+            break
+        offsets.append(offset)
+        offset = end
+    at = np.array(offsets, dtype=np.int64)
+    bad = np.flatnonzero(_masked_crc8(u8, at) != _u32(u8, at + 8))
+    if len(bad):
+        return at[: bad[0]], offsets[bad[0]]
+    return at, offset
+
+
 def check_records(buf: bytes, checker: recordcheck.RecordChecker) -> int:
     """:func:`tfshards.recordcheck.check_records`, in bulk where the schema allows."""
     if not supports(checker.schema, checker.decode_images):
@@ -178,20 +199,8 @@ def check_records(buf: bytes, checker: recordcheck.RecordChecker) -> int:
     view = memoryview(buf)
     u8 = np.frombuffer(buf, dtype=np.uint8)
 
-    # Framing: walk the lengths (the one sequential step), then check their CRCs at once.
-    offsets: list[int] = []
-    size, offset, unpack = len(buf), 0, _LENGTH.unpack_from
-    while size - offset >= HEADER_BYTES + FOOTER_BYTES:
-        end = offset + HEADER_BYTES + unpack(buf, offset)[0] + FOOTER_BYTES
-        if end > size:
-            break
-        offsets.append(offset)
-        offset = end
-    at = np.array(offsets, dtype=np.int64)
-    bad = np.flatnonzero(_masked_crc8(u8, at) != _u32(u8, at + 8))
-    if len(bad):  # lengths from here on cannot be trusted: the scanner takes over
-        at = at[: bad[0]]
-        offset = offsets[bad[0]]
+    at, offset = _framed(buf, u8)
+    size = len(buf)
     starts = at + HEADER_BYTES
     ends = (np.append(at[1:], offset) if len(at) else at) - FOOTER_BYTES  # next record's start
     crc = crc32c.crc32c
@@ -204,11 +213,7 @@ def check_records(buf: bytes, checker: recordcheck.RecordChecker) -> int:
     )
     stored = _u32(u8, ends)
     for i in np.flatnonzero(computed != stored).tolist():
-        collect(
-            f"data CRC mismatch (stored {int(stored[i]):#010x}, computed {int(computed[i]):#010x})",
-            i,
-            int(at[i]),
-        )
+        collect(tfr.data_crc_problem(int(stored[i]), int(computed[i])), i, int(at[i]))
     records, records_in_tail = len(at), 0
 
     # The layout of every record whose data CRC holds, at once; the rest record by record.

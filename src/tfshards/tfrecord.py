@@ -99,6 +99,11 @@ def decompress(data: bytes, compression: str) -> bytes:
     return zlib.decompress(data, _WBITS[compression])
 
 
+def data_crc_problem(stored: int, computed: int) -> str:
+    """How a record whose data CRC does not match is reported."""
+    return f"data CRC mismatch (stored {stored:#010x}, computed {computed:#010x})"
+
+
 class Scanned(NamedTuple):
     """One step of :func:`scan`: a record, or a problem found at ``offset``.
 
@@ -152,9 +157,7 @@ def scan(buf: bytes | memoryview) -> Iterator[Scanned]:
         data = view[start:end]
         (stored,) = _CRC.unpack(view[end : end + FOOTER_BYTES])
         computed = masked_crc(data)
-        problem = None
-        if stored != computed:
-            problem = f"data CRC mismatch (stored {stored:#010x}, computed {computed:#010x})"
+        problem = None if stored == computed else data_crc_problem(stored, computed)
         yield Scanned(index, offset, data, problem)
         offset = end + FOOTER_BYTES
         index += 1
