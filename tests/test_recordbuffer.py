@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import hashlib
+import random
 
 import pytest
 
+from tfshards import recordbuffer
 from tfshards.example import encode
 from tfshards.recordbuffer import FileChanged, RecordBuffer, copy_into, read_local_into
 from tfshards.tfrecord import frame, scan
@@ -93,3 +95,59 @@ def test_local_read_matches_in_memory_bytes(tmp_path):
         records.add_file(len(payload), 2, b"a.jpg", read_into, source)
         records.flush()
     assert local.data == memory.data == _reference("image", payload, 2, b"a.jpg")
+
+
+@pytest.fixture(params=["c", "python"])
+def loop(request, monkeypatch):
+    """Run a test on the compiled loop and on the pure-Python one."""
+    if request.param == "c" and recordbuffer.NATIVE is None:
+        pytest.skip("tfshards._native is not built")
+    if request.param == "python":
+        monkeypatch.setattr(recordbuffer, "NATIVE", None)
+    return request.param
+
+
+@pytest.mark.parametrize("image_feature", ["image", "a", "m_img", "q", "zz"])
+def test_local_files_framed_in_bulk_equal_encode_then_frame(tmp_path, loop, image_feature):
+    rng = random.Random(0)
+    sizes = [1, 127, 128, 16_383, 16_384, 72_000, 300_000]  # 300 KB: the 64 KB buffer grows
+    labels = [0, 127, 128, 300, 1 << 40]
+    entries, expected = [], []
+    for i, size in enumerate(sizes * 3):
+        rel = f"d{i % 2}/" + "x" * (i * 13 % 140) + f"{i}.jpg"  # paths of 8 to ~150 bytes
+        payload = rng.randbytes(size)
+        (tmp_path / rel).parent.mkdir(exist_ok=True)
+        (tmp_path / rel).write_bytes(payload)
+        entries.append((rel, labels[i % 5], size))
+        expected.append(_reference(image_feature, payload, labels[i % 5], rel.encode()))
+    out = Collect()
+    records = RecordBuffer(out, image_feature, capacity=64 << 10)
+    assert list(records.add_local_files(f"{tmp_path}/", entries)) == []
+    records.flush()
+    assert out.data == b"".join(expected)
+    assert len(out.parts) > 3
+    for part in out.parts:  # every flush ends on a record boundary
+        assert all(s.problem is None for s in scan(part))
+
+
+def test_files_that_cannot_be_framed_are_reported_and_passed_over(tmp_path, loop):
+    written = {"a": b"a" * 10, "c": b"", "d": b"d" * 20, "e": b"e" * 5, "f": b"f" * 7}
+    for name, data in written.items():
+        (tmp_path / name).write_bytes(data)
+    listed = [("a", 0, 10), ("b", 1, 3), ("c", 2, 5), ("d", 3, 10), ("e", 4, 9), ("f", 5, 7)]
+    out = Collect()
+    records = RecordBuffer(out, "image")
+    problems = list(records.add_local_files(f"{tmp_path}/", listed))
+    records.flush()
+    assert [i for i, _ in problems] == [1, 2, 3, 4]
+    assert isinstance(problems[0][1], FileNotFoundError)
+    assert problems[0][1].strerror == "No such file or directory"
+    assert [p.found for _, p in problems[1:]] == [0, 20, 5]  # type: ignore[union-attr]
+    good = [_reference("image", written[n], label, n.encode()) for n, label in (("a", 0), ("f", 5))]
+    assert out.data == b"".join(good)  # nothing of the bad files is kept
+
+
+def test_a_missing_root_reports_every_file(tmp_path, loop):
+    records = RecordBuffer(Collect(), "image")
+    problems = list(records.add_local_files(f"{tmp_path}/gone/", [("a", 0, 1), ("b", 0, 2)]))
+    assert [(i, type(p)) for i, p in problems] == [(0, FileNotFoundError), (1, FileNotFoundError)]

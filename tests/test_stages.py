@@ -44,7 +44,12 @@ def _closure(script: Path) -> set[str]:
         seen.add(module)
         todo += _imports(_module_file(module))
     files = {_module_file(m).relative_to(REPO).as_posix() for m in seen}
+    files |= {COMPILED[f] for f in files if f in COMPILED}
     return {f for f in files if not f.endswith("__init__.py")}  # re-exports only
+
+
+# Modules that load a compiled extension, and its C source (a change there can change bytes).
+COMPILED = {"src/tfshards/native.py": "src/tfshards/_native.c"}
 
 
 STAGES = yaml.safe_load((REPO / "dvc.yaml").read_text())["stages"]

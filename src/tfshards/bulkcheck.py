@@ -24,6 +24,7 @@ import numpy as np
 
 from tfshards import recordcheck
 from tfshards import tfrecord as tfr
+from tfshards.native import NATIVE
 from tfshards.schema import FeatureSpec
 from tfshards.tfrecord import FOOTER_BYTES, HEADER_BYTES
 
@@ -148,10 +149,9 @@ def _compare_sha(
     ok: np.ndarray,
 ) -> None:
     """Each parsed record's stored ``sha256`` against its payload's, compared all at once."""
-    ps, pe = (a[ok].tolist() for a in spans[image_feature])
+    ps, pe = (a[ok] for a in spans[image_feature])
     ss, se = (a[ok] for a in spans["sha256"])
-    sha256 = hashlib.sha256
-    digests = b"".join([sha256(view[a:b]).digest() for a, b in zip(ps, pe, strict=True)])
+    digests = _sha256(view, ps, pe)
     stored = b""
     if len(ss) and (se - ss == 64).all():  # 64 hex digits each: gather them in one go
         stored = np.frombuffer(buf, dtype=np.uint8)[ss[:, None] + np.arange(64)].tobytes()
@@ -169,19 +169,49 @@ def _framed(buf: bytes, u8: np.ndarray) -> tuple[np.ndarray, int]:
     Walks the lengths (the one sequential step), then checks their CRCs at once;
     past the first bad one the lengths cannot be trusted.
     """
-    offsets: list[int] = []
-    size, offset, unpack = len(buf), 0, _LENGTH.unpack_from
-    while size - offset >= HEADER_BYTES + FOOTER_BYTES:
-        end = offset + HEADER_BYTES + unpack(buf, offset)[0] + FOOTER_BYTES
-        if end > size:
-            break
-        offsets.append(offset)
-        offset = end
-    at = np.array(offsets, dtype=np.int64)
+    if NATIVE is not None:
+        walked, offset = NATIVE.frame_offsets(buf)
+        at = np.frombuffer(walked, dtype=np.int64)
+    else:
+        offsets: list[int] = []
+        size, offset, unpack = len(buf), 0, _LENGTH.unpack_from
+        while size - offset >= HEADER_BYTES + FOOTER_BYTES:
+            end = offset + HEADER_BYTES + unpack(buf, offset)[0] + FOOTER_BYTES
+            if end > size:
+                break
+            offsets.append(offset)
+            offset = end
+        at = np.array(offsets, dtype=np.int64)
     bad = np.flatnonzero(_masked_crc8(u8, at) != _u32(u8, at + 8))
     if len(bad):
-        return at[: bad[0]], offsets[bad[0]]
+        return at[: bad[0]], int(at[bad[0]])
     return at, offset
+
+
+def _crc32c(view: memoryview, starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
+    """CRC-32C of each ``view[start:end]``."""
+    if NATIVE is not None:
+        return np.frombuffer(NATIVE.crc32c_spans(view, _i64(starts), _i64(ends)), np.uint32)
+    crc = crc32c.crc32c
+    return np.fromiter(
+        (crc(view[s:e]) for s, e in zip(starts.tolist(), ends.tolist(), strict=True)),
+        dtype=np.uint32,
+        count=len(starts),
+    )
+
+
+def _sha256(view: memoryview, starts: np.ndarray, ends: np.ndarray) -> bytes:
+    """The 32-byte SHA-256 digests of each ``view[start:end]``, joined."""
+    if NATIVE is not None:
+        return NATIVE.sha256_spans(view, _i64(starts), _i64(ends))
+    sha256 = hashlib.sha256
+    return b"".join(
+        [sha256(view[a:b]).digest() for a, b in zip(starts.tolist(), ends.tolist(), strict=True)]
+    )
+
+
+def _i64(a: np.ndarray) -> np.ndarray:
+    return np.ascontiguousarray(a, dtype=np.int64)
 
 
 def check_records(buf: bytes, checker: recordcheck.RecordChecker) -> int:
@@ -203,14 +233,7 @@ def check_records(buf: bytes, checker: recordcheck.RecordChecker) -> int:
     size = len(buf)
     starts = at + HEADER_BYTES
     ends = (np.append(at[1:], offset) if len(at) else at) - FOOTER_BYTES  # next record's start
-    crc = crc32c.crc32c
-    computed = _mask(
-        np.fromiter(
-            (crc(view[s:e]) for s, e in zip(starts.tolist(), ends.tolist(), strict=True)),
-            dtype=np.uint32,
-            count=len(at),
-        )
-    )
+    computed = _mask(_crc32c(view, starts, ends))
     stored = _u32(u8, ends)
     for i in np.flatnonzero(computed != stored).tolist():
         collect(tfr.data_crc_problem(int(stored[i]), int(computed[i])), i, int(at[i]))

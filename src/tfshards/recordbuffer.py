@@ -19,12 +19,13 @@ import functools
 import hashlib
 import os
 import struct
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import crc32c
 
 from tfshards.example import bytes_entry_head, int64_entry, varint
+from tfshards.native import NATIVE
 from tfshards.tfrecord import FOOTER_BYTES, HEADER_BYTES, header, mask
 
 FLUSH_BYTES = 1 << 20  # 1 MB writes: a fresh worker faults in fewer pages than with 4 MB
@@ -33,6 +34,7 @@ _CRC = struct.Struct("<I")
 
 Flush = Callable[[memoryview], None]
 ReadInto = Callable[[memoryview, Any], int]  # (view, source) -> bytes the file holds
+Entry = tuple[str, int, int]  # (path relative to the root, label, listed size)
 
 
 class FileChanged(Exception):
@@ -96,6 +98,51 @@ class RecordBuffer:
         self._image_heads = _IMAGE_HEADS.setdefault(
             image_feature, _Table(functools.partial(bytes_entry_head, image_feature))
         )
+        # For the C loop: the four keys in sorted order, and what each holds.
+        roles = {image_feature: "p", "label": "l", "path": "n", "sha256": "s"}
+        self._keys = tuple(k.encode() for k in sorted(roles))
+        self._roles = "".join(roles[k] for k in sorted(roles))
+
+    def add_local_files(
+        self, prefix: str, entries: Sequence[Entry]
+    ) -> Iterator[tuple[int, OSError | FileChanged]]:
+        """Frame the local files ``prefix + path`` of ``entries``, in order.
+
+        Yields ``(index, problem)`` for each file that cannot be read or does
+        not hold its listed size, and goes on with the next one when resumed.
+        One C call frames a whole buffer's worth of files when
+        :mod:`tfshards.native` is built; else one :meth:`add_file` each.
+        """
+        try:
+            dir_fd = -1 if NATIVE is None else os.open(prefix, os.O_RDONLY | os.O_DIRECTORY)
+        except OSError:  # each file's own error tells more than the folder's
+            dir_fd = -1
+        if NATIVE is None or dir_fd < 0:
+            for i, (rel, label, size) in enumerate(entries):
+                try:
+                    self.add_file(size, label, rel.encode(), read_local_into, prefix + rel)
+                except (OSError, FileChanged) as exc:
+                    yield i, exc
+            return
+        rels = [e[0].encode() for e in entries]
+        labels = [e[1] for e in entries]
+        sizes = [e[2] for e in entries]
+        frame, i, count = NATIVE.frame_files, 0, len(entries)
+        try:
+            while i < count:
+                i, self._used, error, found = frame(
+                    self._buf, self._used, dir_fd, rels, labels, sizes, i, self._keys, self._roles
+                )
+                if error:
+                    yield i, OSError(error, os.strerror(error)) if error > 0 else FileChanged(found)
+                    i += 1
+                elif i < count:  # record ``i`` does not fit: flush, or grow for it
+                    if self._used:
+                        self.flush()
+                    else:
+                        self._grow(sizes[i] + len(rels[i]) + 4096)  # > record: keys, lengths
+        finally:
+            os.close(dir_fd)
 
     def add_file(
         self, size: int, label: int, path: bytes, read_into: ReadInto, source: Any
@@ -163,9 +210,12 @@ class RecordBuffer:
         """Flush; and grow the buffer for a record larger than it (+1 spare byte)."""
         self.flush()
         if nbytes + 1 > len(self._buf):
-            self._view.release()
-            self._buf = bytearray(nbytes + 1)
-            self._view = memoryview(self._buf)
+            self._grow(nbytes + 1)
+
+    def _grow(self, capacity: int) -> None:
+        self._view.release()
+        self._buf = bytearray(capacity)
+        self._view = memoryview(self._buf)
 
 
 def read_local_into(view: memoryview, path: str) -> int:

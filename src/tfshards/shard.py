@@ -22,7 +22,6 @@ from tfshards.recordbuffer import (
     ReadInto,
     RecordBuffer,
     copy_into,
-    read_local_into,
 )
 from tfshards.schema import Dtype, FeatureSpec, Values, merge_specs, normalize
 from tfshards.tfrecord import Compressor, frame
@@ -81,24 +80,33 @@ def write_shard(task: ShardTask) -> ShardResult:
     buffer = RecordBuffer(flush, task.image_feature)
     prefix = storage.join(root, "")  # + a listed (relative) path: no join per record
     local = storage.is_local(fs_in)
-    records = 0
+    records = len(task.entries)
+
+    def reject(exc: OSError | InputError, rel: str) -> None:
+        if task.on_error == "fail" or getattr(exc, "fatal", False):
+            raise _as_input_error(exc, task.source, rel) from exc
+        rejected.append(Reject(rel, _reason(exc)))
+
     try:
-        for rel, label, listed_size in task.entries:
-            try:
-                if fn is not None:
-                    features = _features(fs_in, root, rel, label, listed_size, task, fn, specs)
-                    buffer.append(frame(encode(features)[0]))
-                elif local:
-                    _add(buffer, rel, label, listed_size, read_local_into, prefix + rel)
+        if fn is None and local:  # the hot path: whole buffers of files at a time
+            for i, problem in buffer.add_local_files(prefix, task.entries):
+                rel, _, listed_size = task.entries[i]
+                if isinstance(problem, FileChanged):
+                    reject(_size_error(rel, listed_size, problem.found), rel)
                 else:
-                    data = storage.read_bytes(fs_in, prefix + rel, size_hint=listed_size)
-                    _add(buffer, rel, label, listed_size, copy_into, data)
-            except (OSError, InputError) as exc:
-                if task.on_error == "fail" or getattr(exc, "fatal", False):
-                    raise _as_input_error(exc, task.source, rel) from exc
-                rejected.append(Reject(rel, _reason(exc)))
-                continue
-            records += 1
+                    reject(problem, rel)
+        else:
+            for rel, label, listed_size in task.entries:
+                try:
+                    if fn is not None:
+                        features = _features(fs_in, root, rel, label, listed_size, task, fn, specs)
+                        buffer.append(frame(encode(features)[0]))
+                    else:
+                        data = storage.read_bytes(fs_in, prefix + rel, size_hint=listed_size)
+                        _add(buffer, rel, label, listed_size, copy_into, data)
+                except (OSError, InputError) as exc:
+                    reject(exc, rel)
+        records -= len(rejected)
         buffer.flush()
         finished = compressor.finish()
         for chunk in finished:

@@ -1,0 +1,543 @@
+/* The per-record loops of the writer and the validator, in C, without the GIL.
+ *
+ * Optional: setup.py builds it when a C compiler and OpenSSL's headers are
+ * there, and tfshards.native falls back to the pure-Python loops when it is
+ * missing (or when TFSHARDS_PURE_PYTHON=1). Both produce the same bytes and
+ * the same findings; the tests run both.
+ *
+ *   frame_files    read local files straight into their slots in a buffer,
+ *                  as framed tf.train.Example records of the base features
+ *                  (payload, label, path, sha256 of the payload)
+ *   frame_offsets  walk a shard's TFRecord framing: where each record starts
+ *   crc32c_spans   CRC-32C of many slices of one buffer
+ *   sha256_spans   SHA-256 of many slices of one buffer
+ *
+ * Every function releases the GIL while it works, so two threads run two
+ * shards on two cores with no process pool to start.
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdint.h>
+#include <string.h>
+#include <unistd.h>
+
+#define OPENSSL_SUPPRESS_DEPRECATED /* SHA256(): the one-shot call with the least overhead */
+#include <openssl/sha.h>
+
+#if defined(__x86_64__) || defined(__i386__)
+#include <nmmintrin.h>
+#define HAVE_X86 1
+#endif
+
+/* ------------------------------------------------------------------ CRC-32C */
+
+static uint32_t crc_table[8][256]; /* slicing-by-8, for CPUs without SSE4.2 */
+
+#define CRC_BLOCK 4096 /* long buffers: three streams of this many bytes at once */
+static uint32_t crc_shift_table[4][256]; /* state -> state after CRC_BLOCK zero bytes */
+static int have_sse42;
+
+static uint32_t crc_sw(uint32_t crc, const uint8_t *p, size_t n) {
+    while (n && ((uintptr_t)p & 7)) {
+        crc = crc_table[0][(crc ^ *p++) & 0xff] ^ (crc >> 8);
+        n--;
+    }
+    while (n >= 8) {
+        uint64_t w;
+        memcpy(&w, p, 8);
+        w ^= crc;
+        crc = crc_table[7][w & 0xff] ^ crc_table[6][(w >> 8) & 0xff] ^
+              crc_table[5][(w >> 16) & 0xff] ^ crc_table[4][(w >> 24) & 0xff] ^
+              crc_table[3][(w >> 32) & 0xff] ^ crc_table[2][(w >> 40) & 0xff] ^
+              crc_table[1][(w >> 48) & 0xff] ^ crc_table[0][w >> 56];
+        p += 8;
+        n -= 8;
+    }
+    while (n--) crc = crc_table[0][(crc ^ *p++) & 0xff] ^ (crc >> 8);
+    return crc;
+}
+
+static uint32_t crc_shift(uint32_t crc) {
+    return crc_shift_table[0][crc & 0xff] ^ crc_shift_table[1][(crc >> 8) & 0xff] ^
+           crc_shift_table[2][(crc >> 16) & 0xff] ^ crc_shift_table[3][crc >> 24];
+}
+
+#ifdef HAVE_X86
+__attribute__((target("sse4.2"))) static uint32_t crc_hw(uint32_t crc, const uint8_t *p,
+                                                          size_t n) {
+    uint64_t c = crc;
+    while (n && ((uintptr_t)p & 7)) {
+        c = _mm_crc32_u8((uint32_t)c, *p++);
+        n--;
+    }
+    /* The instruction's latency is three times its throughput: keep three
+     * independent streams busy, then combine them (linearity of the CRC). */
+    while (n >= 3 * CRC_BLOCK) {
+        uint64_t c1 = 0, c2 = 0;
+        const uint8_t *p1 = p + CRC_BLOCK, *p2 = p + 2 * CRC_BLOCK;
+        for (size_t i = 0; i < CRC_BLOCK; i += 8) {
+            uint64_t w0, w1, w2;
+            memcpy(&w0, p + i, 8);
+            memcpy(&w1, p1 + i, 8);
+            memcpy(&w2, p2 + i, 8);
+            c = _mm_crc32_u64(c, w0);
+            c1 = _mm_crc32_u64(c1, w1);
+            c2 = _mm_crc32_u64(c2, w2);
+        }
+        c = crc_shift(crc_shift((uint32_t)c) ^ (uint32_t)c1) ^ (uint32_t)c2;
+        p += 3 * CRC_BLOCK;
+        n -= 3 * CRC_BLOCK;
+    }
+    while (n >= 8) {
+        uint64_t w;
+        memcpy(&w, p, 8);
+        c = _mm_crc32_u64(c, w);
+        p += 8;
+        n -= 8;
+    }
+    while (n--) c = _mm_crc32_u8((uint32_t)c, *p++);
+    return (uint32_t)c;
+}
+#endif
+
+/* The CRC register update (no pre/post inversion). */
+static uint32_t crc_update(uint32_t crc, const uint8_t *p, size_t n) {
+#ifdef HAVE_X86
+    if (have_sse42) return crc_hw(crc, p, n);
+#endif
+    return crc_sw(crc, p, n);
+}
+
+static uint32_t crc32c(const uint8_t *p, size_t n) {
+    return ~crc_update(0xffffffffu, p, n);
+}
+
+static uint32_t masked(uint32_t crc) {
+    return ((crc >> 15) | (crc << 17)) + 0xa282ead8u;
+}
+
+static void crc_init(void) {
+    for (uint32_t i = 0; i < 256; i++) {
+        uint32_t c = i;
+        for (int k = 0; k < 8; k++) c = (c & 1) ? (c >> 1) ^ 0x82f63b78u : c >> 1;
+        crc_table[0][i] = c;
+    }
+    for (uint32_t i = 0; i < 256; i++)
+        for (int t = 1; t < 8; t++)
+            crc_table[t][i] = crc_table[0][crc_table[t - 1][i] & 0xff] ^ (crc_table[t - 1][i] >> 8);
+    /* The shift by CRC_BLOCK zero bytes is linear in the register: tabulate it
+     * one register byte at a time from its values on the 32 single bits. */
+    static const uint8_t zeros[CRC_BLOCK];
+    uint32_t bit[32];
+    for (int b = 0; b < 32; b++) bit[b] = crc_sw(1u << b, zeros, CRC_BLOCK);
+    for (int t = 0; t < 4; t++)
+        for (uint32_t v = 0; v < 256; v++) {
+            uint32_t s = 0;
+            for (int b = 0; b < 8; b++)
+                if (v & (1u << b)) s ^= bit[8 * t + b];
+            crc_shift_table[t][v] = s;
+        }
+#ifdef HAVE_X86
+    __builtin_cpu_init();
+    have_sse42 = __builtin_cpu_supports("sse4.2");
+#endif
+}
+
+/* ------------------------------------------------------------ Example bytes */
+
+static size_t varint_len(uint64_t v) {
+    size_t n = 1;
+    while (v > 0x7f) {
+        v >>= 7;
+        n++;
+    }
+    return n;
+}
+
+static uint8_t *put_varint(uint8_t *p, uint64_t v) {
+    while (v > 0x7f) {
+        *p++ = (uint8_t)((v & 0x7f) | 0x80);
+        v >>= 7;
+    }
+    *p++ = (uint8_t)v;
+    return p;
+}
+
+static uint8_t *put_u64(uint8_t *p, uint64_t v) {
+    for (int k = 0; k < 8; k++) p[k] = (uint8_t)(v >> (8 * k));
+    return p + 8;
+}
+
+static uint8_t *put_u32(uint8_t *p, uint32_t v) {
+    for (int k = 0; k < 4; k++) p[k] = (uint8_t)(v >> (8 * k));
+    return p + 4;
+}
+
+/* Length of a delimited field (tag, varint length, contents) of ``n`` content bytes. */
+static size_t delimited(size_t n) { return 1 + varint_len(n) + n; }
+
+/* One map entry: {1: key, 2: Feature {kind_tag: List {1: value}}}.
+ * ``value`` is the content of the List's field 1 (bytes, or packed varints). */
+typedef struct {
+    size_t list, feature, entry, total; /* contents lengths, and the entry's own bytes */
+} EntrySizes;
+
+static EntrySizes entry_sizes(size_t key_len, size_t value_len) {
+    EntrySizes s;
+    s.list = delimited(value_len);
+    s.feature = delimited(s.list);
+    s.entry = delimited(key_len) + delimited(s.feature);
+    s.total = delimited(s.entry);
+    return s;
+}
+
+/* Write an entry's bytes up to its value; returns where the value goes. */
+static uint8_t *put_entry_head(uint8_t *p, const char *key, size_t key_len, uint8_t kind_tag,
+                               size_t value_len, EntrySizes s) {
+    *p++ = 0x0a;
+    p = put_varint(p, s.entry);
+    *p++ = 0x0a;
+    p = put_varint(p, key_len);
+    memcpy(p, key, key_len);
+    p += key_len;
+    *p++ = 0x12;
+    p = put_varint(p, s.feature);
+    *p++ = kind_tag;
+    p = put_varint(p, s.list);
+    *p++ = 0x0a;
+    return put_varint(p, value_len);
+}
+
+static const char HEX[] = "0123456789abcdef";
+
+/* -------------------------------------------------------------- frame_files */
+
+enum { ROLE_PAYLOAD, ROLE_LABEL, ROLE_PATH, ROLE_SHA };
+
+typedef struct {
+    const char *key;
+    size_t key_len;
+    int role;
+} Slot;
+
+typedef struct {
+    const char *rel; /* NUL-terminated, relative to the folder opened as dir_fd */
+    size_t rel_len;
+    uint64_t label;
+    size_t size;
+} Item;
+
+/* Read ``rel`` into ``dst``, asking for ``cap`` bytes: the listed size + 1,
+ * so that a file that grew shows in the same read(). Returns the byte count
+ * or -errno; a file that fills all ``cap`` bytes has its current size in
+ * ``file_size``. Like the Python loop, reads again only after a short read
+ * below the listed size. */
+static Py_ssize_t read_file(int dir_fd, const char *rel, uint8_t *dst, size_t cap,
+                            size_t *file_size) {
+    int fd = openat(dir_fd, rel, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return -errno;
+    size_t got = 0;
+    while (got + 1 < cap) {
+        ssize_t r = read(fd, dst + got, cap - got);
+        if (r < 0) {
+            if (errno == EINTR) continue;
+            int e = errno;
+            close(fd);
+            return -e;
+        }
+        if (r == 0) break;
+        got += (size_t)r;
+    }
+    *file_size = got;
+    if (got == cap) { /* more than the listed size: report what it holds now */
+        off_t end = lseek(fd, 0, SEEK_END);
+        if (end >= 0) *file_size = (size_t)end;
+    }
+    close(fd);
+    return (Py_ssize_t)got;
+}
+
+/* frame_files(buffer, used, dir_fd, rels, labels, sizes, start, keys, roles)
+ *   -> (next, used, error, found)
+ *
+ * Frames the files ``rels`` (paths relative to the open folder ``dir_fd``),
+ * items start, start+1, ... into ``buffer`` from offset ``used``
+ * until one does not fit (error 0: flush and call again; a record larger
+ * than the whole buffer needs a larger buffer), all are done (next ==
+ * len(paths)), or item ``next`` fails: error > 0 is an errno of opening or
+ * reading it, error -1 means it does not hold exactly its listed size (or is
+ * empty), and ``found`` is the size it has. ``keys`` are the four feature
+ * names in sorted order, ``roles`` what each holds: "p" payload, "l" label,
+ * "n" path (name), "s" sha256. */
+static PyObject *frame_files(PyObject *self, PyObject *args) {
+    Py_buffer buf;
+    Py_ssize_t used, start;
+    int dir_fd;
+    PyObject *rels, *labels, *sizes, *keys;
+    const char *roles;
+    Py_ssize_t roles_len;
+    if (!PyArg_ParseTuple(args, "w*niO!O!O!nO!s#", &buf, &used, &dir_fd, &PyList_Type, &rels,
+                          &PyList_Type, &labels, &PyList_Type, &sizes, &start, &PyTuple_Type,
+                          &keys, &roles, &roles_len))
+        return NULL;
+    PyObject *result = NULL;
+    Item *items = NULL;
+    Py_ssize_t count = PyList_GET_SIZE(rels);
+    Slot slots[4];
+    if ( PyList_GET_SIZE(labels) != count ||
+        PyList_GET_SIZE(sizes) != count || PyTuple_GET_SIZE(keys) != 4 || roles_len != 4 ||
+        used < 0 || used > buf.len || start < 0 || start > count) {
+        PyErr_SetString(PyExc_ValueError, "frame_files: inconsistent arguments");
+        goto done;
+    }
+    int seen = 0;
+    for (int k = 0; k < 4; k++) {
+        PyObject *key = PyTuple_GET_ITEM(keys, k);
+        if (!PyBytes_Check(key)) {
+            PyErr_SetString(PyExc_TypeError, "frame_files: keys must be bytes");
+            goto done;
+        }
+        slots[k].key = PyBytes_AS_STRING(key);
+        slots[k].key_len = (size_t)PyBytes_GET_SIZE(key);
+        const char *r = strchr("plns", roles[k]);
+        if (r == NULL || roles[k] == '\0') {
+            PyErr_SetString(PyExc_ValueError, "frame_files: roles must be a permutation of 'plns'");
+            goto done;
+        }
+        slots[k].role = (int)(r - "plns");
+        seen |= 1 << slots[k].role;
+    }
+    if (seen != 0xf) {
+        PyErr_SetString(PyExc_ValueError, "frame_files: roles must be a permutation of 'plns'");
+        goto done;
+    }
+    items = PyMem_Malloc(sizeof(Item) * (size_t)(count - start + 1));
+    if (items == NULL) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    for (Py_ssize_t i = start; i < count; i++) {
+        Item *it = &items[i - start];
+        PyObject *rel = PyList_GET_ITEM(rels, i);
+        if (!PyBytes_Check(rel) || memchr(PyBytes_AS_STRING(rel), 0, PyBytes_GET_SIZE(rel))) {
+            PyErr_SetString(PyExc_TypeError, "frame_files: rels must be bytes without NUL");
+            goto done;
+        }
+        it->rel = PyBytes_AS_STRING(rel);
+        it->rel_len = (size_t)PyBytes_GET_SIZE(rel);
+        long long label = PyLong_AsLongLong(PyList_GET_ITEM(labels, i));
+        Py_ssize_t size = PyLong_AsSsize_t(PyList_GET_ITEM(sizes, i));
+        if (PyErr_Occurred()) goto done;
+        if (label < 0 || size < 0) {
+            PyErr_SetString(PyExc_ValueError, "frame_files: labels and sizes must be >= 0");
+            goto done;
+        }
+        it->label = (uint64_t)label;
+        it->size = (size_t)size;
+    }
+
+    uint8_t *base = buf.buf;
+    size_t cap = (size_t)buf.len, at = (size_t)used;
+    Py_ssize_t i = start;
+    int error = 0;
+    size_t found = 0;
+    Py_BEGIN_ALLOW_THREADS
+    for (; i < count; i++) {
+        Item *it = &items[i - start];
+        uint8_t label_value[10];
+        size_t label_len = (size_t)(put_varint(label_value, it->label) - label_value);
+        EntrySizes sz[4];
+        size_t value_len[4], body = 0;
+        for (int k = 0; k < 4; k++) {
+            switch (slots[k].role) {
+            case ROLE_PAYLOAD: value_len[k] = it->size; break;
+            case ROLE_LABEL: value_len[k] = label_len; break;
+            case ROLE_PATH: value_len[k] = it->rel_len; break;
+            default: value_len[k] = 64; break;
+            }
+            sz[k] = entry_sizes(slots[k].key_len, value_len[k]);
+            body += sz[k].total;
+        }
+        size_t data_len = delimited(body);
+        size_t total = 12 + data_len + 4;
+        if (at + total + 1 > cap) break; /* +1: a byte past the payload shows a file that grew */
+        uint8_t *rec = base + at, *data = rec + 12, *p = data;
+        *p++ = 0x0a;
+        p = put_varint(p, body);
+        uint8_t *payload = NULL, *digest = NULL;
+        for (int k = 0; k < 4; k++) {
+            uint8_t tag = slots[k].role == ROLE_LABEL ? 0x1a : 0x0a;
+            p = put_entry_head(p, slots[k].key, slots[k].key_len, tag, value_len[k], sz[k]);
+            switch (slots[k].role) {
+            case ROLE_PAYLOAD: payload = p; break;
+            case ROLE_LABEL: memcpy(p, label_value, label_len); break;
+            case ROLE_PATH: memcpy(p, it->rel, it->rel_len); break;
+            default: digest = p; break;
+            }
+            p += value_len[k];
+        }
+        /* The payload's slot is followed by at least one byte of this buffer
+         * (the +1 above), which the read may fill: those bytes are written
+         * over below, after the file is checked. */
+        uint8_t saved[1];
+        saved[0] = payload[it->size];
+        size_t file_size = 0;
+        Py_ssize_t got = read_file(dir_fd, it->rel, payload, it->size + 1, &file_size);
+        payload[it->size] = saved[0];
+        if (got < 0) {
+            error = (int)-got;
+            break;
+        }
+        if ((size_t)got != it->size || got == 0) {
+            error = -1;
+            found = file_size;
+            break;
+        }
+        unsigned char md[SHA256_DIGEST_LENGTH];
+        SHA256(payload, it->size, md);
+        for (int b = 0; b < SHA256_DIGEST_LENGTH; b++) {
+            digest[2 * b] = (uint8_t)HEX[md[b] >> 4];
+            digest[2 * b + 1] = (uint8_t)HEX[md[b] & 0xf];
+        }
+        put_u64(rec, data_len);
+        put_u32(rec + 8, masked(crc32c(rec, 8)));
+        put_u32(data + data_len, masked(crc32c(data, data_len)));
+        at += total;
+    }
+    Py_END_ALLOW_THREADS
+    result = Py_BuildValue("(nnin)", i, (Py_ssize_t)at, error, (Py_ssize_t)found);
+done:
+    PyMem_Free(items);
+    PyBuffer_Release(&buf);
+    return result;
+}
+
+/* ------------------------------------------------------------ span kernels */
+
+/* Parse (buffer, starts, ends): ``starts`` and ``ends`` are int64 buffers of
+ * equal length, each span inside the buffer. */
+static int get_spans(PyObject *args, Py_buffer *buf, Py_buffer *starts, Py_buffer *ends) {
+    if (!PyArg_ParseTuple(args, "y*y*y*", buf, starts, ends)) return -1;
+    Py_ssize_t n = starts->len / 8;
+    if (starts->len % 8 || ends->len != starts->len) {
+        PyErr_SetString(PyExc_ValueError, "starts and ends must be int64 arrays of one length");
+        goto fail;
+    }
+    const int64_t *s = starts->buf, *e = ends->buf;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        if (s[i] < 0 || e[i] < s[i] || e[i] > buf->len) {
+            PyErr_Format(PyExc_ValueError, "span %zd [%lld:%lld] is outside a buffer of %zd bytes",
+                         i, (long long)s[i], (long long)e[i], buf->len);
+            goto fail;
+        }
+    }
+    return 0;
+fail:
+    PyBuffer_Release(buf);
+    PyBuffer_Release(starts);
+    PyBuffer_Release(ends);
+    return -1;
+}
+
+/* crc32c_spans(buffer, starts, ends) -> bytes: uint32 CRC-32C of each span (unmasked). */
+static PyObject *crc32c_spans(PyObject *self, PyObject *args) {
+    Py_buffer buf, starts, ends;
+    if (get_spans(args, &buf, &starts, &ends) < 0) return NULL;
+    Py_ssize_t n = starts.len / 8;
+    PyObject *out = PyBytes_FromStringAndSize(NULL, n * 4);
+    if (out != NULL) {
+        uint32_t *crc = (uint32_t *)PyBytes_AS_STRING(out);
+        const int64_t *s = starts.buf, *e = ends.buf;
+        const uint8_t *base = buf.buf;
+        Py_BEGIN_ALLOW_THREADS
+        for (Py_ssize_t i = 0; i < n; i++) crc[i] = crc32c(base + s[i], (size_t)(e[i] - s[i]));
+        Py_END_ALLOW_THREADS
+    }
+    PyBuffer_Release(&buf);
+    PyBuffer_Release(&starts);
+    PyBuffer_Release(&ends);
+    return out;
+}
+
+/* sha256_spans(buffer, starts, ends) -> bytes: the 32-byte SHA-256 of each span. */
+static PyObject *sha256_spans(PyObject *self, PyObject *args) {
+    Py_buffer buf, starts, ends;
+    if (get_spans(args, &buf, &starts, &ends) < 0) return NULL;
+    Py_ssize_t n = starts.len / 8;
+    PyObject *out = PyBytes_FromStringAndSize(NULL, n * SHA256_DIGEST_LENGTH);
+    if (out != NULL) {
+        unsigned char *md = (unsigned char *)PyBytes_AS_STRING(out);
+        const int64_t *s = starts.buf, *e = ends.buf;
+        const uint8_t *base = buf.buf;
+        Py_BEGIN_ALLOW_THREADS
+        for (Py_ssize_t i = 0; i < n; i++)
+            SHA256(base + s[i], (size_t)(e[i] - s[i]), md + i * SHA256_DIGEST_LENGTH);
+        Py_END_ALLOW_THREADS
+    }
+    PyBuffer_Release(&buf);
+    PyBuffer_Release(&starts);
+    PyBuffer_Release(&ends);
+    return out;
+}
+
+/* frame_offsets(buffer) -> (bytes, end): int64 offsets of the records whose
+ * whole frame fits in the buffer, walking the length fields (not their CRCs),
+ * and where the last of them ends. */
+static PyObject *frame_offsets(PyObject *self, PyObject *args) {
+    Py_buffer buf;
+    if (!PyArg_ParseTuple(args, "y*", &buf)) return NULL;
+    const uint8_t *p = buf.buf;
+    uint64_t size = (uint64_t)buf.len, offset = 0;
+    Py_ssize_t n = 0, cap = 1024;
+    int64_t *offsets = PyMem_RawMalloc((size_t)cap * 8);
+    int oom = offsets == NULL;
+    Py_BEGIN_ALLOW_THREADS
+    while (!oom && size - offset >= 16) {
+        uint64_t length = 0;
+        for (int k = 7; k >= 0; k--) length = (length << 8) | p[offset + (uint64_t)k];
+        if (length > size - offset - 16) break;
+        if (n == cap) {
+            int64_t *grown = PyMem_RawRealloc(offsets, (size_t)cap * 2 * 8);
+            if (grown == NULL) {
+                oom = 1;
+                break;
+            }
+            offsets = grown;
+            cap *= 2;
+        }
+        offsets[n++] = (int64_t)offset;
+        offset += 16 + length;
+    }
+    Py_END_ALLOW_THREADS
+    PyBuffer_Release(&buf);
+    if (oom) {
+        PyMem_RawFree(offsets);
+        return PyErr_NoMemory();
+    }
+    PyObject *out = Py_BuildValue("(y#K)", (const char *)offsets, n * 8, (unsigned long long)offset);
+    PyMem_RawFree(offsets);
+    return out;
+}
+
+static PyMethodDef methods[] = {
+    {"frame_files", frame_files, METH_VARARGS,
+     "frame_files(buffer, used, dir_fd, rels, labels, sizes, start, keys, roles)"
+     " -> (next, used, error, found)"},
+    {"frame_offsets", frame_offsets, METH_VARARGS, "frame_offsets(buffer) -> (offsets, end)"},
+    {"crc32c_spans", crc32c_spans, METH_VARARGS, "crc32c_spans(buffer, starts, ends) -> bytes"},
+    {"sha256_spans", sha256_spans, METH_VARARGS, "sha256_spans(buffer, starts, ends) -> bytes"},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef module = {
+    PyModuleDef_HEAD_INIT, "_native", "tfshards' per-record loops in C (see tfshards.native).",
+    -1, methods, NULL, NULL, NULL, NULL,
+};
+
+PyMODINIT_FUNC PyInit__native(void) {
+    crc_init();
+    return PyModule_Create(&module);
+}

@@ -1,0 +1,53 @@
+"""The optional C loops (``tfshards._native``), or ``None`` where they are not built.
+
+``setup.py`` compiles ``_native.c`` when a C compiler and OpenSSL's headers
+are there; without them the install goes on and every caller uses its
+pure-Python loop, which writes the same bytes and finds the same problems
+(the tests run both). ``TFSHARDS_PURE_PYTHON=1`` forces the Python loops, in
+this process and in the worker processes it starts.
+
+The C loops release the GIL while they work, so threads run them in parallel.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+from typing import Any, Protocol, cast
+
+Buffer = Any  # anything with the buffer protocol (bytes, bytearray, memoryview, numpy)
+
+
+class Native(Protocol):
+    """What ``_native.c`` offers (its comments say what each does)."""
+
+    def frame_files(
+        self,
+        buffer: bytearray,
+        used: int,
+        dir_fd: int,
+        rels: list[bytes],
+        labels: list[int],
+        sizes: list[int],
+        start: int,
+        keys: tuple[bytes, ...],
+        roles: str,
+    ) -> tuple[int, int, int, int]: ...
+
+    def frame_offsets(self, buffer: Buffer) -> tuple[bytes, int]: ...
+
+    def crc32c_spans(self, buffer: Buffer, starts: Buffer, ends: Buffer) -> bytes: ...
+
+    def sha256_spans(self, buffer: Buffer, starts: Buffer, ends: Buffer) -> bytes: ...
+
+
+def _load() -> Native | None:
+    if os.environ.get("TFSHARDS_PURE_PYTHON", "") not in ("", "0"):
+        return None
+    try:
+        return cast(Native, importlib.import_module("tfshards._native"))
+    except ImportError:
+        return None
+
+
+NATIVE = _load()

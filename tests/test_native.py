@@ -1,0 +1,128 @@
+"""The compiled loops (tfshards._native) agree with the Python ones, byte for byte.
+
+Every caller falls back to Python where the extension is not built, so both
+paths must write the same shards and find the same problems. The tests of
+the callers (test_recordbuffer, test_bulkcheck) run both paths; these check
+the C functions themselves and a whole write in both modes.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import random
+import shutil
+import subprocess
+import sys
+import sysconfig
+from pathlib import Path
+
+import crc32c
+import numpy as np
+import pytest
+
+from tfshards import native
+from tfshards.tfrecord import frame, scan
+
+REPO = Path(__file__).resolve().parents[1]
+C = native.NATIVE
+needs_c = pytest.mark.skipif(C is None, reason="tfshards._native is not built")
+
+
+def _can_build() -> bool:
+    include = sysconfig.get_paths()["include"]
+    return bool(
+        shutil.which("cc")
+        and Path(include, "Python.h").exists()
+        and Path("/usr/include/openssl/sha.h").exists()
+    )
+
+
+@pytest.mark.skipif(not _can_build(), reason="no C compiler, Python or OpenSSL headers")
+def test_the_extension_is_built_where_it_can_be():
+    if os.environ.get("TFSHARDS_PURE_PYTHON", "") not in ("", "0"):
+        pytest.skip("TFSHARDS_PURE_PYTHON is set")
+    assert C is not None, "setup.py did not build tfshards._native (see the install log)"
+
+
+def _spans(n: int, size: int, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    lengths = rng.integers(0, 40_000, n)
+    # every length around the 3-stream block (3 x 4096) and the 8-byte steps, at odd offsets
+    edges = [0, 1, 7, 8, 9, 15, 16, 17, 4095, 4096, 4097, 12_287, 12_288, 12_289]
+    lengths[:40] = [*edges, *range(24_560, 24_586)]
+    starts = rng.integers(0, size - 40_000, n)
+    return starts.astype(np.int64), (starts + lengths).astype(np.int64)
+
+
+@needs_c
+def test_crc32c_and_sha256_of_spans_equal_the_reference_libraries():
+    buf = random.Random(1).randbytes(120_000)
+    starts, ends = _spans(400, len(buf))
+    crcs = np.frombuffer(C.crc32c_spans(buf, starts, ends), dtype=np.uint32)
+    digests = C.sha256_spans(buf, starts, ends)
+    for k, (a, b) in enumerate(zip(starts.tolist(), ends.tolist(), strict=True)):
+        assert int(crcs[k]) == crc32c.crc32c(buf[a:b]), (a, b)
+        assert digests[32 * k : 32 * k + 32] == hashlib.sha256(buf[a:b]).digest(), (a, b)
+
+
+@needs_c
+@pytest.mark.parametrize(("start", "end"), [(-1, 4), (5, 4), (0, 101)])
+def test_a_span_outside_the_buffer_is_refused(start, end):
+    with pytest.raises(ValueError, match="outside a buffer of 100 bytes"):
+        C.crc32c_spans(bytes(100), np.array([start], np.int64), np.array([end], np.int64))
+
+
+@needs_c
+def test_frame_offsets_walks_the_lengths_and_stops_before_a_cut_record():
+    records = [b"".join(frame([bytes([i]) * (i * 37)])) for i in range(50)]
+    whole = b"".join(records)
+    offsets = np.cumsum([0] + [len(r) for r in records])
+    found, end = C.frame_offsets(whole)
+    assert np.frombuffer(found, np.int64).tolist() == offsets[:-1].tolist()
+    assert end == len(whole)
+    cut = whole[:-3]  # the last record loses its footer
+    found, end = C.frame_offsets(cut)
+    assert np.frombuffer(found, np.int64).tolist() == offsets[:-2].tolist()
+    assert end == offsets[-2]
+    assert C.frame_offsets(b"") == (b"", 0)
+
+
+def _write(tmp_path: Path, name: str, pure: bool) -> Path:
+    """``tfshards write`` of the same tree in a fresh interpreter; returns the version folder."""
+    env = {**os.environ, "TFSHARDS_PURE_PYTHON": "1" if pure else "0"}
+    out = tmp_path / name
+    listing = tmp_path / "listing"
+    subprocess.run(
+        [sys.executable, "-m", "tfshards", "write", str(listing), "--out", str(out),
+         "--workers", "2", "--num-shards", "3", "--on-error", "skip"],
+        check=True, env=env, capture_output=True, cwd=REPO,
+    )  # fmt: skip
+    (version,) = [p for p in out.iterdir() if p.is_dir()]
+    return version
+
+
+@needs_c
+def test_a_whole_write_is_byte_identical_with_and_without_the_extension(tmp_path):
+    rng = random.Random(3)
+    raw = tmp_path / "raw"
+    for i in range(60):
+        size = rng.choice([1, 127, 128, 5000, 70_000, 200_000])
+        path = raw / f"class_{i % 3}" / f"{i:03d}.jpg"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(rng.randbytes(size))
+    (raw / "class_1" / "empty.jpg").write_bytes(b"")  # rejected by both paths
+    subprocess.run(
+        [sys.executable, "-m", "tfshards", "list", str(raw), "--out", str(tmp_path / "listing")],
+        check=True, capture_output=True, cwd=REPO,
+    )  # fmt: skip
+    c, py = _write(tmp_path, "c", pure=False), _write(tmp_path, "py", pure=True)
+    names = sorted(p.name for p in c.iterdir())
+    assert names == sorted(p.name for p in py.iterdir())
+    assert len([n for n in names if n.endswith(".tfrecord")]) == 3
+    for name in names:
+        if name != "manifest.json":  # its ``root`` names the folder
+            assert (c / name).read_bytes() == (py / name).read_bytes(), name
+    records = sum(1 for p in c.glob("*.tfrecord") for _ in scan(p.read_bytes()))
+    assert records == 60
+    assert b"empty.jpg" in (c / "manifest.json").read_bytes()
