@@ -34,18 +34,25 @@ def check_options(executor: str, workers: int) -> None:
         raise ConfigError(f"workers must be >= 1, got {workers}")
 
 
-def resolve(executor: str, workers: int, protocols: Sequence[str]) -> str:
+def resolve(
+    executor: str, workers: int, protocols: Sequence[str], *, gil_free: bool = False
+) -> str:
     """Pick the concrete executor for ``"auto"`` and reject impossible combinations.
 
-    ``memory://`` is a per-process store: what a worker process writes there
-    never reaches the parent, so it runs on threads.
+    ``auto`` means threads where processes cannot work or do not pay: for
+    ``memory://`` (a per-process store: what a worker process writes there
+    never reaches the parent) and when ``gil_free`` (the per-record loop runs
+    in :mod:`tfshards.native` without the GIL: threads start in microseconds,
+    a process pool in tens of milliseconds). Otherwise processes.
     """
     check_options(executor, workers)
     in_memory = "memory" in protocols
     if executor == "auto":
         if in_memory:
             return "thread"
-        return "process" if workers > 1 else "serial"
+        if workers == 1:
+            return "serial"
+        return "thread" if gil_free else "process"
     if in_memory and executor in ("process", "dask"):
         raise ConfigError(
             f"memory:// lives in one process, so executor {executor!r} cannot share it; "
@@ -66,13 +73,15 @@ def _noop() -> None:
 
 
 class LocalPool:
-    """``workers`` processes (or threads) for one job: this one and ``workers - 1`` others.
+    """``workers`` processes for one job (this one and ``workers - 1`` others), or threads.
 
     The calling process works too, taking tasks from the back of the queue
     while the pool's workers take them from the front, so a 2-worker job
     starts one process, not two. On this project's machine a freshly started
     worker runs its first shards 2-3x slower than a warm one (page faults on
     copy-on-write and new memory): every worker not started is time saved.
+    Threads cost nothing to start: ``workers`` of them take every task from one
+    queue, the next as soon as one is free, and the caller waits.
 
     Started on construction: a forked worker's RSS counts every page of the
     parent it was forked from, so a caller about to load a large listing
@@ -82,8 +91,9 @@ class LocalPool:
     def __init__(self, executor: str, workers: int) -> None:
         self._pool: cf.Executor | None = None
         self._workers = workers
+        self._threads = executor == "thread"
         if workers > 1:
-            self._pool = _new_pool(executor, workers - 1)
+            self._pool = _new_pool(executor, workers if self._threads else workers - 1)
             if executor == "process":
                 for _ in range(workers - 1):  # fork context: the first submit forks them all
                     self._pool.submit(_noop)
@@ -102,7 +112,10 @@ class LocalPool:
             for i, task in enumerate(tasks):
                 yield i, fn(task)
             return
-        yield from _run_pool(self._pool, self._workers - 1, fn, tasks, describe)
+        if self._threads:
+            yield from _run_threads(self._pool, fn, tasks)
+        else:
+            yield from _run_pool(self._pool, self._workers - 1, fn, tasks, describe)
 
 
 @contextlib.contextmanager
@@ -169,6 +182,19 @@ def in_order(
         found[i] = result
         on_result(result)
     return [found[i] for i in range(count)]
+
+
+def _run_threads(
+    pool: cf.Executor, fn: Callable[[T], R], tasks: Sequence[T]
+) -> Iterator[tuple[int, R]]:
+    """Every task queued at once; the first error cancels those not started."""
+    futures = {pool.submit(fn, task): i for i, task in enumerate(tasks)}
+    try:
+        for future in cf.as_completed(futures):
+            yield futures[future], future.result()
+    finally:
+        for future in futures:
+            future.cancel()
 
 
 def _run_pool(

@@ -19,12 +19,13 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from tfshards import bulkcheck, storage
 from tfshards import executor as executors
-from tfshards import storage
 from tfshards.bulkcheck import check_records
 from tfshards.errors import ConfigError, ValidationError
 from tfshards.example import FeatureSpec
 from tfshards.manifest import MANIFEST_NAME, SIDECAR_SUFFIX, Manifest, ShardInfo, load
+from tfshards.native import NATIVE
 from tfshards.progress import Progress
 from tfshards.recordcheck import RecordChecker
 from tfshards.tfrecord import decompress
@@ -39,10 +40,11 @@ class ValidateConfig:
     Attributes:
         manifest: URL of the ``manifest.json`` to check (its ``root`` locates the shards).
         decode_images: also decode every image payload with Pillow (slow: ~0.1-1.5 ms each).
-        workers: shards checked at once, this process included (it works too).
-        executor: ``auto`` (processes; threads for ``memory://``), ``process``,
-            ``thread``, ``serial`` or ``dask``. Threads do as well on large
-            records (hashing releases the GIL), ~1.5x worse on 4 KB ones.
+        workers: shards checked at once (with processes, this process works too).
+        executor: ``auto``, ``process``, ``thread``, ``serial`` or ``dask``.
+            ``auto`` means threads when :mod:`tfshards.native` is built and the
+            schema takes the bulk path (every per-record loop then runs without
+            the GIL), else processes; threads for ``memory://``.
         dask_address: scheduler address for ``executor="dask"`` (None: a local cluster).
         max_problems: problems kept per shard (all are counted).
         storage_options: fsspec options for the manifest and the shards.
@@ -256,7 +258,10 @@ def validate(config: ValidateConfig, *, progress: bool = False) -> ValidationRep
     start = time.monotonic()
     manifest = load(config.manifest, **config.storage_options)
     fs, root = storage.open_url(manifest.root, **config.storage_options)
-    kind = executors.resolve(config.executor, config.workers, [storage.protocol(fs)])
+    gil_free = NATIVE is not None and bulkcheck.supports(manifest.schema, config.decode_images)
+    kind = executors.resolve(
+        config.executor, config.workers, [storage.protocol(fs)], gil_free=gil_free
+    )
     tasks = [
         ShardCheck.of(
             manifest,

@@ -29,6 +29,7 @@ from tfshards.manifest import (
     MANIFEST_NAME,
     Manifest,
 )
+from tfshards.native import NATIVE
 from tfshards.progress import Progress
 from tfshards.schema import FeatureSpec, merge_specs
 from tfshards.shard import ShardResult, ShardTask, write_shard
@@ -55,8 +56,11 @@ class WriteConfig:
         transform: ``package.module:function`` applied to each file, or None.
         on_error: ``"fail"`` stops at the first bad file; ``"skip"`` records it
             in the manifest and goes on.
-        workers: shards written at once, this process included (it works too).
+        workers: shards written at once (with processes, this process works too).
         executor: ``auto``, ``process``, ``thread``, ``serial`` or ``dask``.
+            ``auto`` means threads when :mod:`tfshards.native` is built, there is
+            no transform and the source is local (the per-record loop then runs
+            in C without the GIL), else processes; threads for ``memory://``.
         dask_address: scheduler address for ``executor="dask"`` (None: a local cluster).
         manifest_copy: also save the manifest here (the DVC-tracked copy).
         source_options / out_options: fsspec storage options (credentials stay out of params).
@@ -177,7 +181,10 @@ def write(config: WriteConfig, listing: Listing | str, *, progress: bool = True)
     fs_in, _ = storage.open_url(root, **config.source_options)
     fs_out, _ = storage.open_url(config.out, **config.out_options)
     kind = executors.resolve(
-        config.executor, config.workers, [storage.protocol(fs_in), storage.protocol(fs_out)]
+        config.executor,
+        config.workers,
+        [storage.protocol(fs_in), storage.protocol(fs_out)],
+        gil_free=NATIVE is not None and config.transform is None and storage.is_local(fs_in),
     )
     pool_size = min(config.workers, config.num_shards or config.workers)
     # Workers start before the listing is loaded: forked later, each would count it in its RSS.

@@ -42,7 +42,13 @@ Workers = Annotated[
     int,
     typer.Option(help="Shards worked on at once, this process included (default: all cores)."),
 ]
-Executor = Annotated[str, typer.Option(help="auto | process | thread | serial | dask.")]
+Executor = Annotated[
+    str,
+    typer.Option(
+        help="auto | process | thread | serial | dask. auto: threads when the per-record "
+        "loop runs in the compiled tfshards._native (no transform), else processes."
+    ),
+]
 DaskAddress = Annotated[
     str | None,
     typer.Option(help="Dask scheduler address for --executor dask (default: a local cluster)."),
