@@ -28,7 +28,7 @@ from tfshards.listing import Listing, read_listing, write_listing
 KINDS = {
     "naive": "naive loop (1 process)",
     "tfds": "tensorflow-datasets build",
-    "tfshards": "tfshards (2 processes)",
+    "tfshards": "tfshards (2 workers, auto)",
 }
 
 
@@ -130,7 +130,7 @@ def _child(kind: str, listing_dir: str, out: str) -> None:
     if kind == "tfshards":
         from tfshards.writer import WriteConfig, write
 
-        write(WriteConfig(out=out, workers=2, executor="process"), listing_dir, progress=False)
+        write(WriteConfig(out=out, workers=2), listing_dir, progress=False)
     elif kind == "tfds":
         from bench.tfds_builder import build
 

@@ -98,8 +98,13 @@ class Bench:
                     "tfshards (1 process)", lambda out: writers.tfshards_write(listing, out, 1)
                 ),
                 Contender(
+                    f"tfshards ({WORKERS} threads: auto)",
+                    lambda out: writers.tfshards_write(listing, out, WORKERS, "auto"),
+                    note="what auto picks when tfshards._native is built",
+                ),
+                Contender(
                     f"tfshards ({WORKERS} processes)",
-                    lambda out: writers.tfshards_write(listing, out, WORKERS),
+                    lambda out: writers.tfshards_write(listing, out, WORKERS, "process"),
                     note="starts its process pool in every run",
                 ),
             ],
@@ -126,7 +131,7 @@ class Bench:
                     note="starts its process pool in every run",
                 ),
                 Contender(
-                    f"tfshards validate ({WORKERS} threads)",
+                    f"tfshards validate ({WORKERS} threads: auto)",
                     lambda _: checkers.tfshards_validate(manifest_url, WORKERS, "thread"),
                     note="hashing releases the GIL; the per-record Python does not",
                 ),

@@ -20,13 +20,13 @@ from tfshards.writer import WriteConfig, write
 NUM_SHARDS = 16  # what tfshards picks for both data sets (docs/decisions.md)
 
 
-def tfshards_write(listing: Listing, out: str, workers: int = 2) -> Work:
+def tfshards_write(listing: Listing, out: str, workers: int = 2, executor: str = "auto") -> Work:
     """tfshards; ``out`` must be fresh (a finished version is reused).
 
-    ``workers`` > 1 starts a process pool for this call (forkserver); 1 runs in
-    this process (``executor="serial"``).
+    ``workers`` > 1 runs ``executor`` (``auto``: threads when tfshards._native is
+    built, ``process``: a pool started for this call); 1 runs in this process.
     """
-    executor = "process" if workers > 1 else "serial"
+    executor = executor if workers > 1 else "serial"
     result = write(
         WriteConfig(out=out, workers=workers, executor=executor), listing, progress=False
     )
