@@ -24,7 +24,6 @@ import pytest
 from tfshards import native
 from tfshards.tfrecord import frame, scan
 
-REPO = Path(__file__).resolve().parents[1]
 C = native.NATIVE
 needs_c = pytest.mark.skipif(C is None, reason="tfshards._native is not built")
 
@@ -95,8 +94,9 @@ def _write(tmp_path: Path, name: str, pure: bool) -> Path:
     listing = tmp_path / "listing"
     subprocess.run(
         [sys.executable, "-m", "tfshards", "write", str(listing), "--out", str(out),
-         "--workers", "2", "--num-shards", "3", "--on-error", "skip"],
-        check=True, env=env, capture_output=True, cwd=REPO,
+         "--workers", "2", "--num-shards", "3", "--on-error", "skip",
+         "--manifest", str(tmp_path / f"{name}.json")],
+        check=True, env=env, capture_output=True, cwd=tmp_path,
     )  # fmt: skip
     (version,) = [p for p in out.iterdir() if p.is_dir()]
     return version
@@ -114,7 +114,7 @@ def test_a_whole_write_is_byte_identical_with_and_without_the_extension(tmp_path
     (raw / "class_1" / "empty.jpg").write_bytes(b"")  # rejected by both paths
     subprocess.run(
         [sys.executable, "-m", "tfshards", "list", str(raw), "--out", str(tmp_path / "listing")],
-        check=True, capture_output=True, cwd=REPO,
+        check=True, capture_output=True, cwd=tmp_path,
     )  # fmt: skip
     c, py = _write(tmp_path, "c", pure=False), _write(tmp_path, "py", pure=True)
     names = sorted(p.name for p in c.iterdir())
