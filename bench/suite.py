@@ -98,8 +98,8 @@ class Bench:
                     "tfshards (1 process)", lambda out: writers.tfshards_write(listing, out, 1)
                 ),
                 Contender(
-                    f"tfshards ({WORKERS} threads: auto)",
-                    lambda out: writers.tfshards_write(listing, out, WORKERS, "auto"),
+                    f"tfshards ({WORKERS} threads)",
+                    lambda out: writers.tfshards_write(listing, out, WORKERS, "thread"),
                     note="what auto picks when tfshards._native is built",
                 ),
                 Contender(
@@ -131,9 +131,9 @@ class Bench:
                     note="starts its process pool in every run",
                 ),
                 Contender(
-                    f"tfshards validate ({WORKERS} threads: auto)",
+                    f"tfshards validate ({WORKERS} threads)",
                     lambda _: checkers.tfshards_validate(manifest_url, WORKERS, "thread"),
-                    note="hashing releases the GIL; the per-record Python does not",
+                    note="what auto picks when tfshards._native is built",
                 ),
             ],
             self.bound(name, "validate"),

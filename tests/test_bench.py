@@ -22,6 +22,7 @@ WRITE = {
     "seed recipe (Process start+join)",
     "tensorflow-datasets build",
     "tfshards (1 process)",
+    "tfshards (2 threads)",
     "tfshards (2 processes)",
 }
 VALIDATE = {
