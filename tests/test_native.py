@@ -126,3 +126,45 @@ def test_a_whole_write_is_byte_identical_with_and_without_the_extension(tmp_path
     records = sum(1 for p in c.glob("*.tfrecord") for _ in scan(p.read_bytes()))
     assert records == 60
     assert b"empty.jpg" in (c / "manifest.json").read_bytes()
+
+
+@needs_c
+@pytest.mark.parametrize("seed", range(4))
+def test_parse_examples_accepts_exactly_what_the_numpy_parse_accepts(monkeypatch, seed):
+    from tfshards import bulkcheck
+    from tfshards.example import FeatureSpec, encode
+
+    schema = [
+        FeatureSpec("image", "bytes", ()),
+        FeatureSpec("label", "int64", ()),
+        FeatureSpec("path", "bytes", ()),
+        FeatureSpec("zz", "int64", ()),
+    ]
+    rng = random.Random(seed)
+    records = []
+    for i in range(300):
+        features = {
+            "image": ("bytes", [rng.randbytes(rng.choice([0, 1, 127, 128, 3000, 20_000]))]),
+            "label": ("int64", [rng.choice([0, 1, 127, 128, (1 << 21) - 1, 1 << 21])]),
+            "path": ("bytes", [f"c/{i}.jpg".encode()]),
+            "zz": ("int64", [rng.randrange(1 << 14)]),
+        }
+        data = bytearray(b"".join(encode(features)[0]))  # type: ignore[arg-type]
+        if i % 3:  # damage most of them: a byte near the head or anywhere
+            at = rng.randrange(min(len(data), 40)) if i % 2 else rng.randrange(len(data))
+            data[at] = rng.randrange(256)
+        records.append(bytes(data))
+    buf = b"".join(records)
+    ends = np.cumsum([len(r) for r in records]).astype(np.int64)
+    starts = ends - np.array([len(r) for r in records], dtype=np.int64)
+    u8 = np.frombuffer(buf, dtype=np.uint8)
+    c_ok, c_spans, c_values = bulkcheck._parse(u8, starts, ends, schema)
+    monkeypatch.setattr(bulkcheck, "NATIVE", None)
+    ok, spans, values = bulkcheck._parse(u8, starts, ends, schema)
+    assert c_ok.tolist() == ok.tolist()
+    assert 50 < ok.sum() < 300  # both kinds of record are there
+    for name in spans:
+        for c_side, side in zip(c_spans[name], spans[name], strict=True):
+            assert c_side[ok].tolist() == side[ok].tolist(), name
+    for name in values:
+        assert c_values[name][ok].tolist() == values[name][ok].tolist(), name

@@ -40,6 +40,10 @@ class Native(Protocol):
 
     def sha256_spans(self, buffer: Buffer, starts: Buffer, ends: Buffer) -> bytes: ...
 
+    def parse_examples(
+        self, buffer: Buffer, starts: Buffer, ends: Buffer, keys: tuple[bytes, ...], kinds: bytes
+    ) -> tuple[bytes, bytes, bytes]: ...
+
 
 def _load() -> Native | None:
     if os.environ.get("TFSHARDS_PURE_PYTHON", "") not in ("", "0"):
