@@ -47,9 +47,9 @@ def test_the_extension_is_built_where_it_can_be():
 def _spans(n: int, size: int, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
     rng = np.random.default_rng(seed)
     lengths = rng.integers(0, 40_000, n)
-    # every length around the 3-stream block (3 x 4096) and the 8-byte steps, at odd offsets
-    edges = [0, 1, 7, 8, 9, 15, 16, 17, 4095, 4096, 4097, 12_287, 12_288, 12_289]
-    lengths[:40] = [*edges, *range(24_560, 24_586)]
+    # every length around the 3-stream chunk (3 x 1024) and the 8-byte steps, at odd offsets
+    edges = [0, 1, 7, 8, 9, 15, 16, 17, 3071, 3072, 3073, 4095, 4096, 4097, 6143, 6144]
+    lengths[:42] = [*edges, *range(24_560, 24_586)]
     starts = rng.integers(0, size - 40_000, n)
     return starts.astype(np.int64), (starts + lengths).astype(np.int64)
 

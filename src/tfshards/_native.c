@@ -37,7 +37,7 @@
 
 static uint32_t crc_table[8][256]; /* slicing-by-8, for CPUs without SSE4.2 */
 
-#define CRC_BLOCK 4096 /* long buffers: three streams of this many bytes at once */
+#define CRC_BLOCK 1024 /* buffers of 3 KB and more: three streams of this many bytes at once */
 static uint32_t crc_shift_table[4][256]; /* state -> state after CRC_BLOCK zero bytes */
 static int have_sse42;
 
