@@ -40,7 +40,7 @@ def default_workers() -> int:
 # Options shared by the commands that fan out over shards (write, validate).
 Workers = Annotated[
     int,
-    typer.Option(help="Shards worked on at once, this process included (default: all cores)."),
+    typer.Option(help="Shards worked on at once (default: all cores)."),
 ]
 Executor = Annotated[
     str,
