@@ -23,3 +23,15 @@ def clean_memory_fs() -> Iterator[None]:
     MemoryFileSystem.store.clear()
     MemoryFileSystem.pseudo_dirs.clear()
     MemoryFileSystem.pseudo_dirs.append("")
+
+
+@pytest.fixture(params=["c", "python"])
+def loop(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """Run a test on the compiled loops (tfshards._native) and on the pure-Python ones."""
+    from tfshards import native
+
+    if request.param == "c" and native.NATIVE is None:
+        pytest.skip("tfshards._native is not built")
+    if request.param == "python":
+        monkeypatch.setattr(native, "NATIVE", None)
+    return str(request.param)

@@ -20,14 +20,10 @@ BASE = (
 )
 
 
-@pytest.fixture(autouse=True, params=["c", "python"])
-def loop(request, monkeypatch):
-    """Every test on the compiled span loops and on the pure-Python ones."""
-    if request.param == "c" and bulkcheck.NATIVE is None:
-        pytest.skip("tfshards._native is not built")
-    if request.param == "python":
-        monkeypatch.setattr(bulkcheck, "NATIVE", None)
-    return request.param
+@pytest.fixture(autouse=True)
+def both_loops(loop: str) -> str:
+    """Every test here on the compiled span loops and on the pure-Python ones."""
+    return loop
 
 
 def _record(payload: bytes, label: int, path: str, **extra: tuple[str, list]) -> bytes:

@@ -7,7 +7,6 @@ import random
 
 import pytest
 
-from tfshards import recordbuffer
 from tfshards.example import encode
 from tfshards.recordbuffer import FileChanged, RecordBuffer, copy_into, read_local_into
 from tfshards.tfrecord import frame, scan
@@ -95,16 +94,6 @@ def test_local_read_matches_in_memory_bytes(tmp_path):
         records.add_file(len(payload), 2, b"a.jpg", read_into, source)
         records.flush()
     assert local.data == memory.data == _reference("image", payload, 2, b"a.jpg")
-
-
-@pytest.fixture(params=["c", "python"])
-def loop(request, monkeypatch):
-    """Run a test on the compiled loop and on the pure-Python one."""
-    if request.param == "c" and recordbuffer.NATIVE is None:
-        pytest.skip("tfshards._native is not built")
-    if request.param == "python":
-        monkeypatch.setattr(recordbuffer, "NATIVE", None)
-    return request.param
 
 
 @pytest.mark.parametrize("image_feature", ["image", "a", "m_img", "q", "zz"])

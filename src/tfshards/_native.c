@@ -443,18 +443,27 @@ fail:
     return -1;
 }
 
-/* crc32c_spans(buffer, starts, ends) -> bytes: uint32 CRC-32C of each span (unmasked). */
-static PyObject *crc32c_spans(PyObject *self, PyObject *args) {
+typedef void (*SpanFn)(const uint8_t *data, size_t n, uint8_t *out);
+
+static void crc_into(const uint8_t *data, size_t n, uint8_t *out) {
+    uint32_t crc = crc32c(data, n);
+    memcpy(out, &crc, 4); /* native order: read back as a numpy uint32 array */
+}
+
+static void sha_into(const uint8_t *data, size_t n, uint8_t *out) { SHA256(data, n, out); }
+
+/* Apply ``fn`` to every span of (buffer, starts, ends), ``width`` output bytes each. */
+static PyObject *map_spans(PyObject *args, SpanFn fn, Py_ssize_t width) {
     Py_buffer buf, starts, ends;
     if (get_spans(args, &buf, &starts, &ends) < 0) return NULL;
     Py_ssize_t n = starts.len / 8;
-    PyObject *out = PyBytes_FromStringAndSize(NULL, n * 4);
+    PyObject *out = PyBytes_FromStringAndSize(NULL, n * width);
     if (out != NULL) {
-        uint32_t *crc = (uint32_t *)PyBytes_AS_STRING(out);
+        uint8_t *o = (uint8_t *)PyBytes_AS_STRING(out);
         const int64_t *s = starts.buf, *e = ends.buf;
         const uint8_t *base = buf.buf;
         Py_BEGIN_ALLOW_THREADS
-        for (Py_ssize_t i = 0; i < n; i++) crc[i] = crc32c(base + s[i], (size_t)(e[i] - s[i]));
+        for (Py_ssize_t i = 0; i < n; i++) fn(base + s[i], (size_t)(e[i] - s[i]), o + i * width);
         Py_END_ALLOW_THREADS
     }
     PyBuffer_Release(&buf);
@@ -463,25 +472,14 @@ static PyObject *crc32c_spans(PyObject *self, PyObject *args) {
     return out;
 }
 
+/* crc32c_spans(buffer, starts, ends) -> bytes: uint32 CRC-32C of each span (unmasked). */
+static PyObject *crc32c_spans(PyObject *self, PyObject *args) {
+    return map_spans(args, crc_into, 4);
+}
+
 /* sha256_spans(buffer, starts, ends) -> bytes: the 32-byte SHA-256 of each span. */
 static PyObject *sha256_spans(PyObject *self, PyObject *args) {
-    Py_buffer buf, starts, ends;
-    if (get_spans(args, &buf, &starts, &ends) < 0) return NULL;
-    Py_ssize_t n = starts.len / 8;
-    PyObject *out = PyBytes_FromStringAndSize(NULL, n * SHA256_DIGEST_LENGTH);
-    if (out != NULL) {
-        unsigned char *md = (unsigned char *)PyBytes_AS_STRING(out);
-        const int64_t *s = starts.buf, *e = ends.buf;
-        const uint8_t *base = buf.buf;
-        Py_BEGIN_ALLOW_THREADS
-        for (Py_ssize_t i = 0; i < n; i++)
-            SHA256(base + s[i], (size_t)(e[i] - s[i]), md + i * SHA256_DIGEST_LENGTH);
-        Py_END_ALLOW_THREADS
-    }
-    PyBuffer_Release(&buf);
-    PyBuffer_Release(&starts);
-    PyBuffer_Release(&ends);
-    return out;
+    return map_spans(args, sha_into, SHA256_DIGEST_LENGTH);
 }
 
 /* frame_offsets(buffer) -> (bytes, end): int64 offsets of the records whose

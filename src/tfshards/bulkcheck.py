@@ -22,9 +22,9 @@ from collections.abc import Sequence
 import crc32c
 import numpy as np
 
-from tfshards import recordcheck
+from tfshards import native, recordcheck
 from tfshards import tfrecord as tfr
-from tfshards.native import NATIVE, Native
+from tfshards.native import Native
 from tfshards.schema import FeatureSpec
 from tfshards.tfrecord import FOOTER_BYTES, HEADER_BYTES
 
@@ -112,8 +112,9 @@ def _parse(
     Returns ``ok``, the value span of each ``bytes`` feature and the value of
     each ``int64`` feature (meaningful where ``ok``).
     """
-    if NATIVE is not None:
-        return _parse_native(NATIVE, u8, starts, ends, schema)
+    c = native.NATIVE
+    if c is not None:
+        return _parse_native(c, u8, starts, ends, schema)
     p = _Parse(u8, starts, ends)
     pos, body_end = p.delimited(starts, _TAG1)  # Example.features
     p.ok &= body_end == ends
@@ -193,8 +194,9 @@ def _framed(buf: bytes, u8: np.ndarray) -> tuple[np.ndarray, int]:
     Walks the lengths (the one sequential step), then checks their CRCs at once;
     past the first bad one the lengths cannot be trusted.
     """
-    if NATIVE is not None:
-        walked, offset = NATIVE.frame_offsets(buf)
+    c = native.NATIVE
+    if c is not None:
+        walked, offset = c.frame_offsets(buf)
         at = np.frombuffer(walked, dtype=np.int64)
     else:
         offsets: list[int] = []
@@ -214,8 +216,9 @@ def _framed(buf: bytes, u8: np.ndarray) -> tuple[np.ndarray, int]:
 
 def _crc32c(view: memoryview, starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
     """CRC-32C of each ``view[start:end]``."""
-    if NATIVE is not None:
-        return np.frombuffer(NATIVE.crc32c_spans(view, _i64(starts), _i64(ends)), np.uint32)
+    c = native.NATIVE
+    if c is not None:
+        return np.frombuffer(c.crc32c_spans(view, _i64(starts), _i64(ends)), np.uint32)
     crc = crc32c.crc32c
     return np.fromiter(
         (crc(view[s:e]) for s, e in zip(starts.tolist(), ends.tolist(), strict=True)),
@@ -226,8 +229,9 @@ def _crc32c(view: memoryview, starts: np.ndarray, ends: np.ndarray) -> np.ndarra
 
 def _sha256(view: memoryview, starts: np.ndarray, ends: np.ndarray) -> bytes:
     """The 32-byte SHA-256 digests of each ``view[start:end]``, joined."""
-    if NATIVE is not None:
-        return NATIVE.sha256_spans(view, _i64(starts), _i64(ends))
+    c = native.NATIVE
+    if c is not None:
+        return c.sha256_spans(view, _i64(starts), _i64(ends))
     sha256 = hashlib.sha256
     return b"".join(
         [sha256(view[a:b]).digest() for a, b in zip(starts.tolist(), ends.tolist(), strict=True)]

@@ -24,8 +24,8 @@ from typing import Any
 
 import crc32c
 
+from tfshards import native
 from tfshards.example import bytes_entry_head, int64_entry, varint
-from tfshards.native import NATIVE
 from tfshards.tfrecord import FOOTER_BYTES, HEADER_BYTES, header, mask
 
 FLUSH_BYTES = 1 << 20  # 1 MB writes: a fresh worker faults in fewer pages than with 4 MB
@@ -113,11 +113,12 @@ class RecordBuffer:
         One C call frames a whole buffer's worth of files when
         :mod:`tfshards.native` is built; else one :meth:`add_file` each.
         """
+        c = native.NATIVE
         try:
-            dir_fd = -1 if NATIVE is None else os.open(prefix, os.O_RDONLY | os.O_DIRECTORY)
+            dir_fd = -1 if c is None else os.open(prefix, os.O_RDONLY | os.O_DIRECTORY)
         except OSError:  # each file's own error tells more than the folder's
             dir_fd = -1
-        if NATIVE is None or dir_fd < 0:
+        if c is None or dir_fd < 0:
             for i, (rel, label, size) in enumerate(entries):
                 try:
                     self.add_file(size, label, rel.encode(), read_local_into, prefix + rel)
@@ -127,7 +128,7 @@ class RecordBuffer:
         rels = [e[0].encode() for e in entries]
         labels = [e[1] for e in entries]
         sizes = [e[2] for e in entries]
-        frame, i, count = NATIVE.frame_files, 0, len(entries)
+        frame, i, count = c.frame_files, 0, len(entries)
         try:
             while i < count:
                 i, self._used, error, found = frame(

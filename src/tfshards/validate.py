@@ -19,13 +19,12 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from tfshards import bulkcheck, storage
+from tfshards import bulkcheck, native, storage
 from tfshards import executor as executors
 from tfshards.bulkcheck import check_records
 from tfshards.errors import ConfigError, ValidationError
 from tfshards.example import FeatureSpec
 from tfshards.manifest import MANIFEST_NAME, SIDECAR_SUFFIX, Manifest, ShardInfo, load
-from tfshards.native import NATIVE
 from tfshards.progress import Progress
 from tfshards.recordcheck import RecordChecker
 from tfshards.tfrecord import decompress
@@ -258,7 +257,9 @@ def validate(config: ValidateConfig, *, progress: bool = False) -> ValidationRep
     start = time.monotonic()
     manifest = load(config.manifest, **config.storage_options)
     fs, root = storage.open_url(manifest.root, **config.storage_options)
-    gil_free = NATIVE is not None and bulkcheck.supports(manifest.schema, config.decode_images)
+    gil_free = native.NATIVE is not None and bulkcheck.supports(
+        manifest.schema, config.decode_images
+    )
     kind = executors.resolve(
         config.executor, config.workers, [storage.protocol(fs)], gil_free=gil_free
     )

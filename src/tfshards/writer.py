@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from tfshards import executor as executors
-from tfshards import sharding, storage
+from tfshards import native, sharding, storage
 from tfshards import transform as transforms
 from tfshards.errors import ConfigError, InputError
 from tfshards.listing import Listing, listing_digest, listing_root, read_listing
@@ -29,7 +29,6 @@ from tfshards.manifest import (
     MANIFEST_NAME,
     Manifest,
 )
-from tfshards.native import NATIVE
 from tfshards.progress import Progress
 from tfshards.schema import FeatureSpec, merge_specs
 from tfshards.shard import ShardResult, ShardTask, write_shard
@@ -184,7 +183,7 @@ def write(config: WriteConfig, listing: Listing | str, *, progress: bool = True)
         config.executor,
         config.workers,
         [storage.protocol(fs_in), storage.protocol(fs_out)],
-        gil_free=NATIVE is not None and config.transform is None and storage.is_local(fs_in),
+        gil_free=native.NATIVE is not None and config.transform is None and storage.is_local(fs_in),
     )
     pool_size = min(config.workers, config.num_shards or config.workers)
     # Workers start before the listing is loaded: forked later, each would count it in its RSS.
