@@ -140,3 +140,13 @@ def test_a_missing_root_reports_every_file(tmp_path, loop):
     records = RecordBuffer(Collect(), "image")
     problems = list(records.add_local_files(f"{tmp_path}/gone/", [("a", 0, 1), ("b", 0, 2)]))
     assert [(i, type(p)) for i, p in problems] == [(0, FileNotFoundError), (1, FileNotFoundError)]
+
+
+def test_a_record_larger_than_the_buffer_by_its_keys_alone_still_fits(tmp_path, loop):
+    feature = "k" * 5000  # the payload's key alone is larger than the whole buffer
+    (tmp_path / "a.jpg").write_bytes(b"abc")
+    out = Collect()
+    records = RecordBuffer(out, feature, capacity=1024)
+    assert list(records.add_local_files(f"{tmp_path}/", [("a.jpg", 1, 3)])) == []
+    records.flush()
+    assert out.data == _reference(feature, b"abc", 1, b"a.jpg")

@@ -140,8 +140,8 @@ class RecordBuffer:
                 elif i < count:  # record ``i`` does not fit: flush, or grow for it
                     if self._used:
                         self.flush()
-                    else:
-                        self._grow(sizes[i] + len(rels[i]) + 4096)  # > record: keys, lengths
+                    else:  # at least double: a record's keys and lengths can outgrow any margin
+                        self._grow(max(2 * len(self._buf), sizes[i] + len(rels[i]) + 4096))
         finally:
             os.close(dir_fd)
 
