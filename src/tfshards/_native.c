@@ -383,11 +383,10 @@ static PyObject *frame_files(PyObject *self, PyObject *args) {
         /* The payload's slot is followed by at least one byte of this buffer
          * (the +1 above), which the read may fill: those bytes are written
          * over below, after the file is checked. */
-        uint8_t saved[1];
-        saved[0] = payload[it->size];
+        uint8_t saved = payload[it->size];
         size_t file_size = 0;
         Py_ssize_t got = read_file(dir_fd, it->rel, payload, it->size + 1, &file_size);
-        payload[it->size] = saved[0];
+        payload[it->size] = saved;
         if (got < 0) {
             error = (int)-got;
             break;
@@ -551,6 +550,12 @@ static int get_delimited(const uint8_t *b, int64_t *at, int64_t end, uint8_t tag
     return 1;
 }
 
+typedef struct {
+    const char *key;
+    size_t key_len;
+    char kind; /* 'b': one bytes value, 'i': one int64 value */
+} Field;
+
 /* parse_examples(buffer, starts, ends, keys, kinds) -> (ok, spans, values)
  *
  * Parses each record buffer[start:end] as a canonical Example holding exactly
@@ -568,14 +573,14 @@ static PyObject *parse_examples(PyObject *self, PyObject *args) {
                           &kinds, &nk))
         return NULL;
     PyObject *result = NULL, *ok = NULL, *spans = NULL, *values = NULL;
-    Slot *slots = NULL;
+    Field *fields = NULL;
     Py_ssize_t n = starts.len / 8;
     if (starts.len % 8 || ends.len != starts.len || PyTuple_GET_SIZE(keys) != nk) {
         PyErr_SetString(PyExc_ValueError, "parse_examples: inconsistent arguments");
         goto done;
     }
-    slots = PyMem_Malloc(sizeof(Slot) * (size_t)(nk + 1));
-    if (slots == NULL) {
+    fields = PyMem_Malloc(sizeof(Field) * (size_t)(nk + 1));
+    if (fields == NULL) {
         PyErr_NoMemory();
         goto done;
     }
@@ -586,9 +591,9 @@ static PyObject *parse_examples(PyObject *self, PyObject *args) {
             PyErr_SetString(PyExc_ValueError, "parse_examples: keys of < 128 bytes, kinds b/i");
             goto done;
         }
-        slots[k].key = PyBytes_AS_STRING(key);
-        slots[k].key_len = (size_t)PyBytes_GET_SIZE(key);
-        slots[k].role = kinds[k];
+        fields[k].key = PyBytes_AS_STRING(key);
+        fields[k].key_len = (size_t)PyBytes_GET_SIZE(key);
+        fields[k].kind = kinds[k];
     }
     const int64_t *s = starts.buf, *e = ends.buf;
     for (Py_ssize_t i = 0; i < n; i++) {
@@ -611,21 +616,21 @@ static PyObject *parse_examples(PyObject *self, PyObject *args) {
         int64_t end = e[i], pos = s[i], body_end;
         int good = get_delimited(b, &pos, end, 0x0a, &body_end) && body_end == end;
         for (Py_ssize_t k = 0; good && k < nk; k++) {
-            const Slot *slot = &slots[k];
+            const Field *field = &fields[k];
             int64_t entry_end, length, list_end, value_end;
             good = get_delimited(b, &pos, end, 0x0a, &entry_end) && entry_end <= end &&
-                   pos + 3 + (int64_t)slot->key_len <= end && b[pos] == 0x0a &&
-                   b[pos + 1] == slot->key_len &&
-                   memcmp(b + pos + 2, slot->key, slot->key_len) == 0 &&
-                   b[pos + 2 + slot->key_len] == 0x12;
+                   pos + 3 + (int64_t)field->key_len <= end && b[pos] == 0x0a &&
+                   b[pos + 1] == field->key_len &&
+                   memcmp(b + pos + 2, field->key, field->key_len) == 0 &&
+                   b[pos + 2 + field->key_len] == 0x12;
             if (!good) break;
-            pos += 3 + (int64_t)slot->key_len;
+            pos += 3 + (int64_t)field->key_len;
             good = get_varint3(b, &pos, end, &length) && length > 0 && pos + length == entry_end &&
-                   get_delimited(b, &pos, end, slot->role == 'b' ? 0x0a : 0x1a, &list_end) &&
+                   get_delimited(b, &pos, end, field->kind == 'b' ? 0x0a : 0x1a, &list_end) &&
                    get_delimited(b, &pos, end, 0x0a, &value_end) && list_end == entry_end &&
                    value_end == entry_end;
             if (!good) break;
-            if (slot->role == 'b') {
+            if (field->kind == 'b') {
                 sp[(i * nk + k) * 2] = pos;
                 sp[(i * nk + k) * 2 + 1] = value_end;
             } else {
@@ -643,7 +648,7 @@ done:
     Py_XDECREF(ok);
     Py_XDECREF(spans);
     Py_XDECREF(values);
-    PyMem_Free(slots);
+    PyMem_Free(fields);
     PyBuffer_Release(&buf);
     PyBuffer_Release(&starts);
     PyBuffer_Release(&ends);

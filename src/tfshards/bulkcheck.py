@@ -142,7 +142,7 @@ def _parse(
 
 
 def _parse_native(
-    native: Native,
+    c: Native,
     u8: np.ndarray,
     starts: np.ndarray,
     ends: np.ndarray,
@@ -152,7 +152,7 @@ def _parse_native(
     specs = sorted(schema, key=lambda s: s.name.encode())
     keys = tuple(s.name.encode() for s in specs)
     kinds = b"".join(b"b" if s.dtype == "bytes" else b"i" for s in specs)
-    ok, spans, values = native.parse_examples(u8, _i64(starts), _i64(ends), keys, kinds)
+    ok, spans, values = c.parse_examples(u8, _i64(starts), _i64(ends), keys, kinds)
     n = len(specs)
     span = np.frombuffer(spans, dtype=np.int64).reshape(len(starts), n, 2)
     value = np.frombuffer(values, dtype=np.int64).reshape(len(starts), n)

@@ -91,10 +91,7 @@ def write_shard(task: ShardTask) -> ShardResult:
         if fn is None and local:  # the hot path: whole buffers of files at a time
             for i, problem in buffer.add_local_files(prefix, task.entries):
                 rel, _, listed_size = task.entries[i]
-                if isinstance(problem, FileChanged):
-                    reject(_size_error(rel, listed_size, problem.found), rel)
-                else:
-                    reject(problem, rel)
+                reject(_file_problem(problem, rel, listed_size), rel)
         else:
             for rel, label, listed_size in task.entries:
                 try:
@@ -136,7 +133,16 @@ def _add(
     try:
         buffer.add_file(listed_size, label, rel.encode(), read_into, source)
     except FileChanged as exc:
-        raise _size_error(rel, listed_size, exc.found) from None
+        raise _file_problem(exc, rel, listed_size) from None
+
+
+def _file_problem(
+    problem: OSError | FileChanged, rel: str, listed_size: int
+) -> OSError | InputError:
+    """What the framing reported about one file, as the error its reject or failure names."""
+    if isinstance(problem, FileChanged):
+        return _size_error(rel, listed_size, problem.found)
+    return problem
 
 
 def _features(
