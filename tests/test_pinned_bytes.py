@@ -1,0 +1,86 @@
+"""Pinned bytes: the sample and a synthetic set always write these exact shards and manifests.
+
+A refactor must change no byte. When a change is *meant* to change bytes (a new
+format version, a new version-naming rule), update the pins below in the same
+commit and say why in its message.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+from tfshards.listing import list_files
+from tfshards.sample import write_digits, write_synthetic
+from tfshards.writer import WriteConfig, write
+
+# Any fixed mtime: a version name must not depend on it, but pinning it keeps
+# this test about bytes, not about how the name is derived.
+_MTIME = 1_700_000_000
+
+# name -> (shards digest, manifest sha256). The shards digest is the sha256 of
+# "<shard name> <shard sha256>\n" lines in manifest order.
+PINNED = {
+    "digits": (
+        "c54282dcc8e8b707245e09dd0b88ab4bcb21b43d82c07307601436c6ad06b272",
+        "f10943b3bb3e8f9e6f6513d855cf04c020e206c51cc7557c0ebe6c23c90feebd",
+    ),
+    "synth-jpeg-none": (
+        "557aba005f80ad6080a0606144dd4aa3fd80358c3100b90c3ae5d46332382708",
+        "c9bd448a6fddc3ea62118d3406a5f9a5e3a40faf571f3ee94b3e5b964daaf2fe",
+    ),
+    "synth-png-gzip": (
+        "0973701c65dc333d75133542e85389f595f4c08d2dcf750b793cde94d75126f8",
+        "e9c80df239a3df6d641d12d9984eb186911b353bbf342c42f3264e535567ada9",
+    ),
+    "synth-jpeg-zlib": (
+        "3ad086d615d066805e2bf329a66f48c25fbc2be2203c7af6b767f1561e5ca4ad",
+        "6c44c76629f60a25878652196dda2f5991b549b6c5f10351045c3070d6a8600c",
+    ),
+}
+
+
+def _fix_mtimes(root: Path) -> None:
+    for path in root.rglob("*"):
+        os.utime(path, (_MTIME, _MTIME))
+
+
+def _digests(out: Path, manifest_root: str) -> tuple[str, str]:
+    version = out / manifest_root.rsplit("/", 1)[-1]
+    manifest_bytes = (version / "manifest.json").read_bytes()
+    shards = {
+        s["name"]: hashlib.sha256((version / s["name"]).read_bytes()).hexdigest()
+        for s in json.loads(manifest_bytes)["shards"]
+    }
+    lines = "".join(f"{name} {sha}\n" for name, sha in shards.items())
+    return hashlib.sha256(lines.encode()).hexdigest(), hashlib.sha256(manifest_bytes).hexdigest()
+
+
+def _write_case(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, case: str) -> tuple[str, str]:
+    monkeypatch.chdir(tmp_path)
+    raw = Path("raw")
+    if case == "digits":
+        write_digits(str(raw))
+        _fix_mtimes(raw)
+        listing = list_files("raw", extensions=[".png"])
+        config = WriteConfig(out="shards", name="digits", num_shards=16, seed=42)
+    else:
+        fmt, compression = case.split("-")[1:]
+        write_synthetic(str(raw), 103, 24, fmt=fmt, classes=5, seed=3, workers=1)
+        _fix_mtimes(raw)
+        listing = list_files("raw")
+        config = WriteConfig(
+            out="shards", name="synth", num_shards=5, seed=7, compression=compression
+        )
+    result = write(config, listing, progress=False)
+    return _digests(Path("shards"), result.manifest.root)
+
+
+@pytest.mark.parametrize("case", sorted(PINNED))
+def test_written_bytes_match_the_pins(case, loop, tmp_path, monkeypatch):
+    """Both the compiled and the pure-Python loops write the pinned bytes."""
+    assert _write_case(tmp_path, monkeypatch, case) == PINNED[case]
