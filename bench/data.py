@@ -32,7 +32,7 @@ class DataSet:
         return f"{self.name}-{self.count}x{self.size}"
 
 
-# ~4 KB and ~72 KB JPEGs: the sizes FACTS.md measured (thumbnails vs photos).
+# ~4 KB and ~72 KB JPEGs: thumbnail-sized and photo-sized records.
 SMALL = DataSet("small", 20_000, 96)
 LARGE = DataSet("large", 2_000, 512)
 

@@ -14,7 +14,7 @@ rename a small sidecar (``<sha256>.tfrecord.ok``) records the file's size,
 mtime, ctime and inode as verified. Reuse trusts a copy whose stat still
 matches its sidecar, and re-hashes any other (rewritten, truncated, touched),
 re-fetching it if the hash is wrong. Re-hashing every run would cost ~1 s per
-GB (FACTS.md: sha256 ~1 GB/s per core) before the first batch; a stat costs
+GB (sha256 runs at ~1 GB/s per core on the 2-core machine) before the first batch; a stat costs
 microseconds, and ctime cannot be set back by a user, so an edit in place is
 still noticed.
 """

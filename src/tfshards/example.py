@@ -4,7 +4,8 @@ The encoder writes the protobuf wire format directly, features in sorted key
 order, so its bytes equal ``Example.SerializeToString(deterministic=True)``
 (the tests check this against TensorFlow) in every interpreter. The default
 ``SerializeToString()`` orders the feature map differently from one process to
-the next (FACTS.md), which would make every run's shards differ.
+the next (two runs over the same data were seen to write different bytes),
+which would make every run's shards differ.
 
 Wire format (all fields length-delimited unless noted)::
 

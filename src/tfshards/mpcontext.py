@@ -64,8 +64,7 @@ class LeanForkServerContext(multiprocessing.context.ForkServerContext):
     A stock forkserver (or spawn) worker first re-runs the script that started
     the parent, so that functions defined there unpickle. Ours run only
     functions of tfshards modules, and a script that imports TensorFlow at the
-    top would cost every worker 3-5 s and ~300 MB for nothing (the issue's
-    "workers should not each pay seconds to import TensorFlow"). Measured: a
+    top would cost every worker 3-5 s and ~300 MB for nothing. Measured: a
     2-process validate of 144 MB took 0.25 s under ``python -m bench.run``
     (whose import is 0.2 s), and 0.15 s in the next run with this context.
 
