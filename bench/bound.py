@@ -22,7 +22,7 @@ from PIL import Image
 
 from tfshards.listing import Listing
 
-# Which pieces each job cannot avoid (see README "How the bound is computed").
+# Which pieces each job cannot avoid (bench/README.md, "How it measures").
 WRITE = ("read_file", "sha256", "crc32c")  # read every input, hash it, frame it
 VALIDATE = ("read_shard", "sha256", "crc32c")  # read the shard, hash it, check record CRCs
 READ = ("read_shard", "crc32c", "decode_tf")  # read, check CRCs, decode the image

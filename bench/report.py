@@ -1,4 +1,4 @@
-"""Render benchmark results as the markdown tables that go into the README."""
+"""Render benchmark results as the markdown tables of bench/README.md."""
 
 from __future__ import annotations
 

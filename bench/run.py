@@ -1,4 +1,4 @@
-"""Benchmark tfshards against what a user would otherwise write; print the README table.
+"""Benchmark tfshards against what a user would otherwise write; print bench/README.md tables.
 
     make bench                                  # = python -m bench.run --out bench/results
     python -m bench.run --only write,bound --reps 5
