@@ -8,7 +8,7 @@ them is touched.
 from __future__ import annotations
 
 import importlib
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from tfshards.errors import (
     ConfigError,
@@ -30,23 +30,26 @@ _LAZY = {
     "write_listing": "tfshards.listing",
     # write
     "WriteConfig": "tfshards.writer",
+    "WriteResult": "tfshards.writer",
     "write": "tfshards.writer",
     "Manifest": "tfshards.manifest",
+    "ShardInfo": "tfshards.manifest",
     "load_manifest": "tfshards.manifest",
     # validate
     "ValidateConfig": "tfshards.validate",
+    "ValidationReport": "tfshards.validate",
     "validate_shards": "tfshards.validate",
     # read (TensorFlow)
-    "Split": "tfshards.loader",
-    "SplitWarning": "tfshards.loader",
-    "find_corrupt_record": "tfshards.loader",
+    "Split": "tfshards.splits",
+    "SplitWarning": "tfshards.splits",
+    "split": "tfshards.splits",
+    "find_corrupt_record": "tfshards.corruption",
+    "shard_errors": "tfshards.corruption",
     "make_dataset": "tfshards.loader",
-    "shard_errors": "tfshards.loader",
-    "split": "tfshards.loader",
     "ShardCache": "tfshards.cache",
-    "FileSplit": "tfshards.generator",
+    "FileSplit": "tfshards.splits",
+    "split_files": "tfshards.splits",
     "from_files": "tfshards.generator",
-    "split_files": "tfshards.generator",
     # sample data
     "write_digits": "tfshards.sample",
     "write_synthetic": "tfshards.sample",
@@ -54,6 +57,20 @@ _LAZY = {
 # Exported under another name where the plain one is a submodule's: after
 # `import tfshards.validate`, `tfshards.validate` is the module, not the function.
 _RENAMED = {"load_manifest": "load", "validate_shards": "validate"}
+
+if TYPE_CHECKING:  # what type checkers see; at run time __getattr__ imports on first use
+    from tfshards.cache import ShardCache
+    from tfshards.corruption import find_corrupt_record, shard_errors
+    from tfshards.generator import from_files
+    from tfshards.listing import Listing, list_files, read_listing, write_listing
+    from tfshards.loader import make_dataset
+    from tfshards.manifest import Manifest, ShardInfo
+    from tfshards.manifest import load as load_manifest
+    from tfshards.sample import write_digits, write_synthetic
+    from tfshards.splits import FileSplit, Split, SplitWarning, split, split_files
+    from tfshards.validate import ValidateConfig, ValidationReport
+    from tfshards.validate import validate as validate_shards
+    from tfshards.writer import WriteConfig, WriteResult, write
 
 
 def __getattr__(name: str) -> Any:
@@ -65,12 +82,36 @@ def __getattr__(name: str) -> Any:
 
 __all__ = [
     "ConfigError",
+    "FileSplit",
     "InputError",
+    "Listing",
+    "Manifest",
     "RecordError",
+    "ShardCache",
     "ShardError",
+    "ShardInfo",
+    "Split",
+    "SplitWarning",
     "TfshardsError",
     "TransformError",
+    "ValidateConfig",
     "ValidationError",
+    "ValidationReport",
+    "WriteConfig",
+    "WriteResult",
     "__version__",
-    *sorted(_LAZY),
+    "find_corrupt_record",
+    "from_files",
+    "list_files",
+    "load_manifest",
+    "make_dataset",
+    "read_listing",
+    "shard_errors",
+    "split",
+    "split_files",
+    "validate_shards",
+    "write",
+    "write_digits",
+    "write_listing",
+    "write_synthetic",
 ]
