@@ -13,10 +13,23 @@ REPO = Path(__file__).resolve().parents[1]
 SRC = REPO / "src"
 
 
+def _runtime_nodes(tree: ast.AST) -> list[ast.AST]:
+    """Every node of ``tree`` except the bodies of ``if TYPE_CHECKING:`` (never run)."""
+    nodes, todo = [], [tree]
+    while todo:
+        node = todo.pop()
+        nodes.append(node)
+        if isinstance(node, ast.If) and ast.unparse(node.test).endswith("TYPE_CHECKING"):
+            todo += node.orelse
+            continue
+        todo += ast.iter_child_nodes(node)
+    return nodes
+
+
 def _imports(path: Path) -> set[str]:
-    """tfshards modules ``path`` imports, at the top or inside functions."""
+    """tfshards modules ``path`` imports when it runs, at the top or inside functions."""
     found = set()
-    for node in ast.walk(ast.parse(path.read_text())):
+    for node in _runtime_nodes(ast.parse(path.read_text())):
         if isinstance(node, ast.Import):
             found |= {a.name for a in node.names if a.name.startswith("tfshards")}
         elif isinstance(node, ast.ImportFrom) and (node.module or "").startswith("tfshards"):
