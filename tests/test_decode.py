@@ -1,0 +1,84 @@
+"""Image decoding: scaled JPEG decode picks the right DCT ratio; both loader paths agree."""
+
+from __future__ import annotations
+
+import io
+
+import numpy as np
+import pytest
+from PIL import Image
+
+from tfshards import loader
+from tfshards.decode import decode_image
+from tfshards.listing import list_files
+from tfshards.sample import SyntheticSpec, render_synthetic, write_synthetic
+from tfshards.writer import WriteConfig, write
+
+
+def _jpeg(size: int) -> bytes:
+    return render_synthetic(SyntheticSpec(count=1, size=size, fmt="jpeg"), 0)
+
+
+@pytest.mark.parametrize(
+    ("target", "decoded_side"),
+    [(300, 512), (256, 256), (224, 256), (129, 256), (128, 128), (100, 128), (64, 64), (40, 64)],
+)
+def test_scaled_jpeg_decodes_at_the_smallest_scale_that_covers_the_target(target, decoded_side):
+    import tensorflow as tf
+
+    from tfshards.decode import _scaled_jpeg
+
+    image = _scaled_jpeg(tf.constant(_jpeg(512)), (target, target, 3))
+    assert tuple(image.shape) == (decoded_side, decoded_side, 3)
+
+
+def test_scaled_decode_is_close_to_a_full_decode_and_has_the_target_shape():
+    import tensorflow as tf
+
+    data = tf.constant(_jpeg(512))
+    scaled = decode_image(data, (224, 224, 3), resize=True).numpy()
+    full = decode_image(data, (224, 224, 3), resize=True, scaled=False).numpy()
+    assert scaled.shape == full.shape == (224, 224, 3)
+    assert 0.0 < np.abs(scaled - full).mean() < 0.02  # in [0, 1] units: under 2%
+
+
+def test_non_jpeg_images_decode_whole_whatever_scaled_says():
+    import tensorflow as tf
+
+    buf = io.BytesIO()
+    Image.fromarray(np.arange(64 * 64 * 3, dtype=np.uint8).reshape(64, 64, 3)).save(buf, "PNG")
+    data = tf.constant(buf.getvalue())
+    a = decode_image(data, (16, 16, 3), resize=True).numpy()
+    b = decode_image(data, (16, 16, 3), resize=True, scaled=False).numpy()
+    np.testing.assert_array_equal(a, b)
+
+
+@pytest.fixture(scope="module")
+def large_set(tmp_path_factory: pytest.TempPathFactory):  # type: ignore[no-untyped-def]
+    base = tmp_path_factory.mktemp("large")
+    write_synthetic(str(base / "img"), 24, 256, workers=1)
+    config = WriteConfig(out=str(base / "shards"), num_shards=3, executor="serial")
+    return write(config, list_files(str(base / "img")), progress=False).manifest
+
+
+@pytest.mark.parametrize("scaled", [True, False])
+def test_per_record_and_per_batch_paths_give_the_same_batches(large_set, scaled):
+    def read(per_record: bool) -> list[tuple[np.ndarray, np.ndarray]]:
+        ds = loader.make_dataset(
+            large_set.shards,
+            large_set,
+            batch_size=5,
+            training=False,
+            image_size=(64, 64),
+            channels=3,
+            scaled_decode=scaled,
+            per_record=per_record,
+        )
+        return [(x.numpy(), y.numpy()) for x, y in ds]
+
+    by_record, by_batch = read(True), read(False)
+    assert [x.shape for x, _ in by_record] == [(5, 64, 64, 3)] * 4 + [(4, 64, 64, 3)]
+    assert len(by_record) == len(by_batch)
+    for (xa, ya), (xb, yb) in zip(by_record, by_batch, strict=True):
+        np.testing.assert_array_equal(ya, yb)
+        np.testing.assert_allclose(xa, xb, atol=1e-6)
