@@ -69,3 +69,43 @@ def tfds_read(listing: Listing, data_dir: str) -> Any:
         num_parallel_calls=tf.data.AUTOTUNE,
     )
     return dataset.batch(BATCH).prefetch(tf.data.AUTOTUNE)
+
+
+RESIZED = (224, 112)  # target sides for reading the large set resized (ImageNet-like, and half)
+
+
+def seed_read_resized(manifest: Manifest, side: int) -> Any:
+    """The usual resizing reader: interleave -> parse_single_example + decode_jpeg + resize."""
+    import tensorflow as tf
+
+    paths = [os.path.join(manifest.root, s.name) for s in manifest.shards]
+    spec = {
+        "image": tf.io.FixedLenFeature([], tf.string),
+        "label": tf.io.FixedLenFeature([], tf.int64),
+    }
+
+    def parse(record: Any) -> tuple[Any, Any]:
+        example = tf.io.parse_single_example(record, spec)
+        image = tf.io.decode_jpeg(example["image"], channels=3)
+        return tf.image.resize(image, (side, side)) / 255.0, example["label"]
+
+    files = tf.data.Dataset.from_tensor_slices(paths)
+    return (
+        files.interleave(tf.data.TFRecordDataset, num_parallel_calls=tf.data.AUTOTUNE)
+        .map(parse, num_parallel_calls=tf.data.AUTOTUNE)
+        .batch(BATCH)
+        .prefetch(tf.data.AUTOTUNE)
+    )
+
+
+def tfshards_read_resized(manifest: Manifest, side: int, scaled: bool = True) -> Any:
+    """``make_dataset`` resizing to ``side`` (scaled JPEG decode unless ``scaled`` is False)."""
+    return make_dataset(
+        manifest.shards,
+        manifest,
+        batch_size=BATCH,
+        training=False,
+        image_size=(side, side),
+        channels=3,
+        scaled_decode=scaled,
+    )

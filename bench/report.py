@@ -9,6 +9,7 @@ TITLES = {
     "write": "Write shards (raw JPEG files -> 16 TFRecord shards)",
     "validate": "Validate shards",
     "read": "Read one epoch of decoded (image, label) batches",
+    "read resized": "Read one epoch of the large images resized (float32 batches of 128)",
     "generator": "Parallelize a per-item Python function feeding tf.data",
 }
 

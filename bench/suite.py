@@ -161,6 +161,32 @@ class Bench:
             self.bound(name, "read"),
         )
 
+    def read_resized(self, name: str, listing: Listing, manifest: Manifest) -> None:
+        payload = listing.total_bytes
+        for side in readers.RESIZED:
+            self.job(
+                "read resized",
+                f"{name} -> {side} px",
+                [
+                    Contender(
+                        "usual reader (parse_single_example, decode_jpeg, resize)",
+                        Epochs(partial(readers.seed_read_resized, manifest, side), payload),
+                    ),
+                    Contender(
+                        "tfshards make_dataset",
+                        Epochs(partial(readers.tfshards_read_resized, manifest, side), payload),
+                        note="scaled JPEG decode when the target is at most half the image",
+                    ),
+                    Contender(
+                        "tfshards make_dataset, scaled_decode=False",
+                        Epochs(
+                            partial(readers.tfshards_read_resized, manifest, side, False), payload
+                        ),
+                    ),
+                ],
+                None,
+            )
+
 
 BOUND_PIECES = {"write": bounds.WRITE, "validate": bounds.VALIDATE, "read": bounds.READ}
 
@@ -216,6 +242,8 @@ def run(
                     bench.validate(name, url, manifest)
                 if "read" in only:
                     bench.read(name, listing, manifest, tfds_dir)
+                    if name == LARGE.name:
+                        bench.read_resized(name, listing, manifest)
         if "generator" in only:
             from bench import generators
 

@@ -22,7 +22,7 @@ def test_import_loads_neither_tensorflow_nor_fsspec():
     assert out.stdout.split() == ["False", "False"]
 
 
-USER_SCRIPT = '''
+USER_SCRIPT = """
 import tfshards
 
 listing = tfshards.list_files("data/raw")
@@ -36,7 +36,7 @@ split = tfshards.split(result.manifest, val_fraction=0.2, seed=0)
 dataset = tfshards.make_dataset(split.train, result.manifest, batch_size=8, training=True)
 reveal_type(tfshards.make_dataset)
 records: str = result.reused  # a real type makes this line an error
-'''
+"""
 
 
 def test_type_checkers_see_the_public_api_with_real_types(tmp_path):

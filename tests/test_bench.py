@@ -36,6 +36,11 @@ READ = {
     "tensorflow-datasets as_dataset",
     "tfshards make_dataset",
 }
+READ_RESIZED = {
+    "usual reader (parse_single_example, decode_jpeg, resize)",
+    "tfshards make_dataset",
+    "tfshards make_dataset, scaled_decode=False",
+}
 GENERATOR = {
     "serial from_generator",
     "seed recipe (py_function, AUTOTUNE)",
@@ -96,6 +101,14 @@ def test_tiny_run_reports_every_contender_with_positive_numbers(
             assert r["ratio"] is None or r["ratio"]["median"] > 0
         assert sum(r["ratio"] is None for r in rows) == 2  # one baseline per data set
 
+    resized = _rows(doc, "read resized")  # the large set only, at two target sizes
+    assert {r["data"] for r in resized} == {"large -> 224 px", "large -> 112 px"}
+    for data in ("large -> 224 px", "large -> 112 px"):
+        assert {r["name"] for r in resized if r["data"] == data} == READ_RESIZED, data
+    for r in resized:
+        _positive_timings(r)
+        assert r["ratio"] is None or r["ratio"]["median"] > 0
+
     generator = _rows(doc, "generator")
     expected = {
         "PIL decode+resize": GENERATOR | {GRAPH},
@@ -125,6 +138,7 @@ def test_tiny_run_reports_every_contender_with_positive_numbers(
     }
     assert all(r["us_per_record"] > 0 for r in bound)
 
-    for heading in ("#### Write shards", "#### Validate shards", "#### Read one epoch"):
+    headings = ("#### Write shards", "#### Validate shards", "#### Read one epoch of decoded")
+    for heading in (*headings, "#### Read one epoch of the large images resized"):
         assert heading in stdout
     assert "python -m bench.run --scale 0.005" in stdout
