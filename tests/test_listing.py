@@ -123,7 +123,7 @@ def test_written_listing_is_canonical_json_and_reads_back(make_tree: Make, tmp_p
     meta_text = (tmp_path / "out" / "meta.json").read_text(encoding="utf-8")
     meta = json.loads(meta_text)
     assert meta_text.endswith("}\n")
-    assert meta["version"] == 1 and meta["files"] == 6 and meta["bytes"] == 14
+    assert meta["version"] == 2 and meta["files"] == 6 and meta["bytes"] == 14
     assert meta["files_per_label"] == {"a": 1, "a b": 1, "cat": 2, "dog": 2}
     assert meta["files_sha256"] == listing_digest(listing)
     assert read_listing(str(tmp_path / "out")) == listing

@@ -117,8 +117,8 @@ def test_a_whole_write_is_byte_identical_with_and_without_the_extension(tmp_path
         check=True, capture_output=True, cwd=tmp_path,
     )  # fmt: skip
     c, py = _write(tmp_path, "c", pure=False), _write(tmp_path, "py", pure=True)
-    names = sorted(p.name for p in c.iterdir())
-    assert names == sorted(p.name for p in py.iterdir())
+    names = sorted(str(p.relative_to(c)) for p in c.rglob("*") if p.is_file())
+    assert names == sorted(str(p.relative_to(py)) for p in py.rglob("*") if p.is_file())
     assert len([n for n in names if n.endswith(".tfrecord")]) == 3
     for name in names:
         if name != "manifest.json":  # its ``root`` names the folder

@@ -86,11 +86,12 @@ def test_shard_names_and_counts_are_exact(listing, tmp_path):
     ]
     assert [s.records for s in manifest.shards] == [25, 26, 26, 26]
     assert manifest.records == manifest.listed == 103
-    on_disk = sorted(p.name for p in Path(manifest.root).iterdir())
+    root = Path(manifest.root)
+    on_disk = sorted(str(p.relative_to(root)) for p in root.rglob("*") if p.is_file())
     assert on_disk == sorted(
         [MANIFEST_NAME]
         + [s.name for s in manifest.shards]
-        + [s.name + ".done" for s in manifest.shards]
+        + [f"_work/{s.name}.done" for s in manifest.shards]
     )
     for shard in manifest.shards:
         data = Path(manifest.shard_url(shard)).read_bytes()

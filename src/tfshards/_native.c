@@ -11,6 +11,7 @@
  *   frame_offsets  walk a shard's TFRecord framing: where each record starts
  *   crc32c_spans   CRC-32C of many slices of one buffer
  *   sha256_spans   SHA-256 of many slices of one buffer
+ *   hash_files     SHA-256 and size of many files of one folder (the listing's content tokens)
  *   parse_examples the layout of many Examples of one-value features at once
  *
  * Every function releases the GIL while it works, so two threads run two
@@ -22,7 +23,9 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #define OPENSSL_SUPPRESS_DEPRECATED /* SHA256(): the one-shot call with the least overhead */
@@ -261,7 +264,7 @@ static Py_ssize_t read_file(int dir_fd, const char *rel, uint8_t *dst, size_t ca
     return (Py_ssize_t)got;
 }
 
-/* frame_files(buffer, used, dir_fd, rels, labels, sizes, start, keys, roles)
+/* frame_files(buffer, used, dir_fd, rels, labels, sizes, start, keys, roles[, expected])
  *   -> (next, used, error, found)
  *
  * Frames the files ``rels`` (paths relative to the open folder ``dir_fd``),
@@ -270,7 +273,9 @@ static Py_ssize_t read_file(int dir_fd, const char *rel, uint8_t *dst, size_t ca
  * than the whole buffer needs a larger buffer), all are done (next ==
  * len(paths)), or item ``next`` fails: error > 0 is an errno of opening or
  * reading it, error -1 means it does not hold exactly its listed size (or is
- * empty), and ``found`` is the size it has. ``keys`` are the four feature
+ * empty), and ``found`` is the size it has; error -2 means its SHA-256
+ * differs from its 32 bytes in ``expected`` (all zero: not checked), and
+ * ``found`` is the 32-byte digest it has. ``keys`` are the four feature
  * names in sorted order, ``roles`` what each holds: "p" payload, "l" label,
  * "n" path (name), "s" sha256. */
 static PyObject *frame_files(PyObject *self, PyObject *args) {
@@ -280,17 +285,21 @@ static PyObject *frame_files(PyObject *self, PyObject *args) {
     PyObject *rels, *labels, *sizes, *keys;
     const char *roles;
     Py_ssize_t roles_len;
-    if (!PyArg_ParseTuple(args, "w*niO!O!O!nO!s#", &buf, &used, &dir_fd, &PyList_Type, &rels,
+    Py_buffer expected = {0};
+    if (!PyArg_ParseTuple(args, "w*niO!O!O!nO!s#|y*", &buf, &used, &dir_fd, &PyList_Type, &rels,
                           &PyList_Type, &labels, &PyList_Type, &sizes, &start, &PyTuple_Type,
-                          &keys, &roles, &roles_len))
+                          &keys, &roles, &roles_len, &expected))
         return NULL;
+    static const uint8_t unchecked[SHA256_DIGEST_LENGTH] = {0};
+    unsigned char md[SHA256_DIGEST_LENGTH];
     PyObject *result = NULL;
     Item *items = NULL;
     Py_ssize_t count = PyList_GET_SIZE(rels);
     Slot slots[4];
     if ( PyList_GET_SIZE(labels) != count ||
         PyList_GET_SIZE(sizes) != count || PyTuple_GET_SIZE(keys) != 4 || roles_len != 4 ||
-        used < 0 || used > buf.len || start < 0 || start > count) {
+        used < 0 || used > buf.len || start < 0 || start > count ||
+        (expected.buf != NULL && expected.len != count * SHA256_DIGEST_LENGTH)) {
         PyErr_SetString(PyExc_ValueError, "frame_files: inconsistent arguments");
         goto done;
     }
@@ -396,8 +405,15 @@ static PyObject *frame_files(PyObject *self, PyObject *args) {
             found = file_size;
             break;
         }
-        unsigned char md[SHA256_DIGEST_LENGTH];
         SHA256(payload, it->size, md);
+        if (expected.buf != NULL) {
+            const uint8_t *want = (const uint8_t *)expected.buf + i * SHA256_DIGEST_LENGTH;
+            if (memcmp(want, unchecked, SHA256_DIGEST_LENGTH) &&
+                memcmp(want, md, SHA256_DIGEST_LENGTH)) {
+                error = -2;
+                break;
+            }
+        }
         for (int b = 0; b < SHA256_DIGEST_LENGTH; b++) {
             digest[2 * b] = (uint8_t)HEX[md[b] >> 4];
             digest[2 * b + 1] = (uint8_t)HEX[md[b] & 0xf];
@@ -408,11 +424,99 @@ static PyObject *frame_files(PyObject *self, PyObject *args) {
         at += total;
     }
     Py_END_ALLOW_THREADS
-    result = Py_BuildValue("(nnin)", i, (Py_ssize_t)at, error, (Py_ssize_t)found);
+    if (error == -2)
+        result = Py_BuildValue("(nniy#)", i, (Py_ssize_t)at, error, (const char *)md,
+                               (Py_ssize_t)SHA256_DIGEST_LENGTH);
+    else
+        result = Py_BuildValue("(nnin)", i, (Py_ssize_t)at, error, (Py_ssize_t)found);
 done:
     PyMem_Free(items);
     PyBuffer_Release(&buf);
+    if (expected.buf != NULL) PyBuffer_Release(&expected);
     return result;
+}
+
+/* -------------------------------------------------------------- hash_files */
+
+#define HASH_CHUNK (1 << 20)
+
+/* SHA-256 of the whole file ``name`` in ``dir_fd`` into ``md``; returns its
+ * size or -errno (-EINVAL: not a regular file). O_NONBLOCK: a FIFO put in
+ * place of a listed file must not block the open. */
+static int64_t hash_file(int dir_fd, const char *name, uint8_t *chunk, unsigned char *md) {
+    int fd = openat(dir_fd, name, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+    if (fd < 0) return -errno;
+    struct stat st;
+    int e = fstat(fd, &st) < 0 ? errno : S_ISREG(st.st_mode) ? 0 : EINVAL;
+    if (e) {
+        close(fd);
+        return -e;
+    }
+    SHA256_CTX ctx;
+    SHA256_Init(&ctx);
+    int64_t total = 0;
+    for (;;) {
+        ssize_t r = read(fd, chunk, HASH_CHUNK);
+        if (r < 0) {
+            if (errno == EINTR) continue;
+            e = errno;
+            close(fd);
+            return -e;
+        }
+        if (r == 0) break;
+        SHA256_Update(&ctx, chunk, (size_t)r);
+        total += r;
+    }
+    SHA256_Final(md, &ctx);
+    close(fd);
+    return total;
+}
+
+/* hash_files(folder, names) -> (digests, sizes): for each name (bytes, relative
+ * to the folder ``folder``), the 32-byte SHA-256 of its bytes and, as int64,
+ * how many bytes it holds, or -errno when it cannot be read (-EINVAL: not a
+ * regular file); an unreadable folder gives -errno for every name. */
+static PyObject *hash_files(PyObject *self, PyObject *args) {
+    const char *folder;
+    PyObject *names;
+    if (!PyArg_ParseTuple(args, "yO!", &folder, &PyList_Type, &names)) return NULL;
+    Py_ssize_t n = PyList_GET_SIZE(names);
+    const char **items = PyMem_Malloc(sizeof(char *) * (size_t)(n + 1));
+    if (items == NULL) return PyErr_NoMemory();
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *name = PyList_GET_ITEM(names, i);
+        if (!PyBytes_Check(name) || memchr(PyBytes_AS_STRING(name), 0, PyBytes_GET_SIZE(name))) {
+            PyMem_Free(items);
+            PyErr_SetString(PyExc_TypeError, "hash_files: names must be bytes without NUL");
+            return NULL;
+        }
+        items[i] = PyBytes_AS_STRING(name);
+    }
+    PyObject *digests = PyBytes_FromStringAndSize(NULL, n * SHA256_DIGEST_LENGTH);
+    PyObject *sizes = PyBytes_FromStringAndSize(NULL, n * 8);
+    uint8_t *chunk = malloc(HASH_CHUNK);
+    if (digests == NULL || sizes == NULL || chunk == NULL) {
+        Py_XDECREF(digests);
+        Py_XDECREF(sizes);
+        free(chunk);
+        PyMem_Free(items);
+        return chunk == NULL ? PyErr_NoMemory() : NULL;
+    }
+    uint8_t *d = (uint8_t *)PyBytes_AS_STRING(digests);
+    int64_t *sz = (int64_t *)PyBytes_AS_STRING(sizes);
+    Py_BEGIN_ALLOW_THREADS
+    int dir_fd = open(folder, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    int dir_error = dir_fd < 0 ? errno : 0;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        memset(d + i * SHA256_DIGEST_LENGTH, 0, SHA256_DIGEST_LENGTH);
+        sz[i] = dir_fd < 0 ? -(int64_t)dir_error
+                           : hash_file(dir_fd, items[i], chunk, d + i * SHA256_DIGEST_LENGTH);
+    }
+    if (dir_fd >= 0) close(dir_fd);
+    Py_END_ALLOW_THREADS
+    free(chunk);
+    PyMem_Free(items);
+    return Py_BuildValue("(NN)", digests, sizes);
 }
 
 /* ------------------------------------------------------------ span kernels */
@@ -657,8 +761,9 @@ done:
 
 static PyMethodDef methods[] = {
     {"frame_files", frame_files, METH_VARARGS,
-     "frame_files(buffer, used, dir_fd, rels, labels, sizes, start, keys, roles)"
+     "frame_files(buffer, used, dir_fd, rels, labels, sizes, start, keys, roles[, expected])"
      " -> (next, used, error, found)"},
+    {"hash_files", hash_files, METH_VARARGS, "hash_files(folder, names) -> (digests, sizes)"},
     {"frame_offsets", frame_offsets, METH_VARARGS, "frame_offsets(buffer) -> (offsets, end)"},
     {"crc32c_spans", crc32c_spans, METH_VARARGS, "crc32c_spans(buffer, starts, ends) -> bytes"},
     {"sha256_spans", sha256_spans, METH_VARARGS, "sha256_spans(buffer, starts, ends) -> bytes"},

@@ -15,8 +15,9 @@ from collections.abc import Iterable, Iterator
 from typing import Any, TextIO
 
 from tfshards import storage
+from tfshards.contenthash import storage_token
 from tfshards.errors import InputError
-from tfshards.walker import Entry, TreeFilter, change_token, info_name, why
+from tfshards.walker import Entry, TreeFilter, info_name, why
 
 FORMATS = {".csv": "csv", ".jsonl": "jsonl", ".json": "jsonl"}
 _DIR_CACHE = 256  # directory listings kept while matching index rows on object stores
@@ -192,7 +193,7 @@ def _stat_files(
                 raise missing(rel, line, f"an unreadable path ({why(exc)})") from None
             if not stat.S_ISREG(st.st_mode):
                 raise missing(rel, line, "a folder or special file")
-            yield st.st_size, str(st.st_mtime_ns)
+            yield st.st_size, ""  # the content is hashed after the scan
         return
 
     # Object stores: one listing per folder (cached) instead of one request per file.
@@ -208,4 +209,4 @@ def _stat_files(
         info = folder(parent).get(name)
         if info is None or info.get("type") != "file":
             raise missing(rel, line, "nothing" if info is None else "a folder")
-        yield int(info.get("size") or 0), change_token(info)
+        yield int(info.get("size") or 0), storage_token(info)

@@ -2,8 +2,9 @@
 
 A listing is the first stage's output and every later stage's input, so it is
 canonical: entries sorted by path (codepoint order), labels sorted, one JSON
-object per line with sorted keys. The same tree gives the same ``files.jsonl``
-bytes on every run and every filesystem, apart from the change ``token``.
+object per line with sorted keys. Each file's ``token`` names its content
+(:mod:`tfshards.contenthash`), so the same files give the same ``files.jsonl``
+bytes wherever they are and however they were copied.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ import hashlib
 import itertools
 import json
 import operator
+import os
 from collections import Counter
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -19,14 +21,14 @@ from typing import Any
 
 from fsspec.utils import get_protocol
 
-from tfshards import storage
+from tfshards import contenthash, storage
 from tfshards.errors import ConfigError, InputError
 from tfshards.indexfile import read_index, scan_index
 from tfshards.walker import Entry, TreeFilter, check_root, scan_tree
 
 DEFAULT_EXTENSIONS = (".png", ".jpg", ".jpeg", ".gif", ".bmp", ".webp")
 SKIP_REASONS = ("hidden", "extension", "glob", "no-label", "not-a-file")
-VERSION = 1
+VERSION = 2  # 2: tokens name the content (sha256 or the storage's hash), never an mtime
 FILES_NAME = "files.jsonl"
 META_NAME = "meta.json"
 _ENTRY_KEYS = frozenset({"label", "label_index", "path", "size", "token"})
@@ -90,8 +92,9 @@ def list_files(
     extensions: Sequence[str] | None = DEFAULT_EXTENSIONS,
     glob: str | None = None,
     storage_options: Mapping[str, Any] | None = None,
+    threads: int | None = None,
 ) -> Listing:
-    """List the files under ``root`` with their labels.
+    """List the files under ``root`` with their labels and content tokens.
 
     Labels come from the first folder level under ``root`` (ImageFolder layout;
     files directly under ``root`` are skipped as ``no-label``), or from an
@@ -103,6 +106,9 @@ def list_files(
     match ``extensions`` and ``glob``. The checks run in that order and each
     skipped file is counted under the first reason that applies.
 
+    Every kept file gets a content token: the hash its storage keeps (S3 ETag,
+    GCS md5Hash), or else the SHA-256 of its bytes, read in ``threads`` threads.
+
     Args:
         root: local path or fsspec URL (``s3://``, ``gs://``, ``memory://`` ...).
             Credentials come from the environment or fsspec config, never the URL.
@@ -112,6 +118,7 @@ def list_files(
         glob: ``fnmatch`` pattern the relative path must match (``*`` crosses ``/``).
         storage_options: passed to fsspec for ``root`` (and ``index`` when on
             the same kind of storage).
+        threads: files hashed at once (default: all cores).
 
     Returns:
         The listing, entries sorted by path.
@@ -125,8 +132,10 @@ def list_files(
     check_root(fs, base, root)
     filt = TreeFilter.build(extensions, glob)
     counts: Counter[str] = Counter()
+    if threads is None:
+        threads = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else 1
     if index is None:
-        labels, entries = scan_tree(fs, base, filt, counts)
+        labels, entries = scan_tree(fs, base, filt, counts, threads)
     else:
         _reject_credentials(index)
         same = get_protocol(index) == get_protocol(root)
@@ -147,7 +156,20 @@ def list_files(
             skipped=skipped,
         )
     entries.sort()  # paths are unique, so tuples compare by path alone
+    _hash_contents(fs, base, root, entries, threads)
     return Listing(_normalize_root(root), tuple(labels), tuple(entries), skipped)
+
+
+def _hash_contents(fs: Any, base: str, root: str, entries: list[Entry], threads: int) -> None:
+    """Give the entries without a token yet the SHA-256 of their bytes."""
+    todo = [i for i, entry in enumerate(entries) if not entry.token]
+    if not todo:
+        return
+    rows = [(entries[i].path, entries[i].size) for i in todo]
+    for i, (size, token) in zip(
+        todo, contenthash.hash_files(fs, base, rows, root, threads), strict=True
+    ):
+        entries[i] = entries[i]._replace(size=size, token=token)
 
 
 def format_skipped(skipped: Mapping[str, int]) -> str:

@@ -19,7 +19,6 @@ from tfshards.schema import FeatureSpec, schema_from_json, schema_to_json
 
 FORMAT_VERSION = 1
 MANIFEST_NAME = "manifest.json"
-SIDECAR_SUFFIX = ".done"  # per-shard completion record: `<shard>.done`
 
 
 @dataclass(frozen=True)
@@ -165,7 +164,7 @@ def save(manifest: Manifest, url: str, **storage_options: Any) -> None:
 def sidecar_json(
     info: ShardInfo, rejected: Sequence[Reject], schema: Sequence[FeatureSpec]
 ) -> bytes:
-    """The `<shard>.done` record that lets a resumed run trust a finished shard."""
+    """The record of a finished shard (``tfshards.layout.SIDECAR``): a resumed run trusts it."""
     doc = {
         "rejected": [r.to_json() for r in rejected],
         "schema": schema_to_json(schema),

@@ -45,6 +45,18 @@ class FileChanged(Exception):
         self.found = found
 
 
+class ContentChanged(Exception):
+    """The file's bytes are not the listed ones: same size, other SHA-256 (raw digests)."""
+
+    def __init__(self, expected: bytes, found: bytes) -> None:
+        super().__init__(expected, found)
+        self.expected, self.found = expected, found
+
+
+Problem = OSError | FileChanged | ContentChanged
+_UNCHECKED = bytes(32)  # an expected digest of zeros: nothing to compare with
+
+
 class _Table(dict[int, bytes]):
     """Byte strings by length, each computed once per process (at most ``_TABLE_SIZE`` kept).
 
@@ -104,14 +116,16 @@ class RecordBuffer:
         self._roles = "".join(roles[k] for k in sorted(roles))
 
     def add_local_files(
-        self, prefix: str, entries: Sequence[Entry]
-    ) -> Iterator[tuple[int, OSError | FileChanged]]:
+        self, prefix: str, entries: Sequence[Entry], expected: bytes | None = None
+    ) -> Iterator[tuple[int, Problem]]:
         """Frame the local files ``prefix + path`` of ``entries``, in order.
 
-        Yields ``(index, problem)`` for each file that cannot be read or does
-        not hold its listed size, and goes on with the next one when resumed.
-        One C call frames a whole buffer's worth of files when
-        :mod:`tfshards.native` is built; else one :meth:`add_file` each.
+        Yields ``(index, problem)`` for each file that cannot be read, does
+        not hold its listed size, or (with ``expected``: 32 bytes of SHA-256
+        per entry, zeros for none) holds other bytes than listed, and goes on
+        with the next one when resumed. One C call frames a whole buffer's
+        worth of files when :mod:`tfshards.native` is built; else one
+        :meth:`add_file` each.
         """
         c = native.NATIVE
         try:
@@ -120,22 +134,33 @@ class RecordBuffer:
             dir_fd = -1
         if c is None or dir_fd < 0:
             for i, (rel, label, size) in enumerate(entries):
+                want = expected[32 * i : 32 * i + 32] if expected else None
                 try:
-                    self.add_file(size, label, rel.encode(), read_local_into, prefix + rel)
-                except (OSError, FileChanged) as exc:
+                    self.add_file(size, label, rel.encode(), read_local_into, prefix + rel, want)
+                except (OSError, FileChanged, ContentChanged) as exc:
                     yield i, exc
             return
         rels = [e[0].encode() for e in entries]
         labels = [e[1] for e in entries]
         sizes = [e[2] for e in entries]
         frame, i, count = c.frame_files, 0, len(entries)
+        checks = () if expected is None else (expected,)
         try:
             while i < count:
                 i, self._used, error, found = frame(
-                    self._buf, self._used, dir_fd, rels, labels, sizes, i, self._keys, self._roles
+                    self._buf,
+                    self._used,
+                    dir_fd,
+                    rels,
+                    labels,
+                    sizes,
+                    i,
+                    self._keys,
+                    self._roles,
+                    *checks,
                 )
                 if error:
-                    yield i, OSError(error, os.strerror(error)) if error > 0 else FileChanged(found)
+                    yield i, _problem(error, found, expected, i)
                     i += 1
                 elif i < count:  # record ``i`` does not fit: flush, or grow for it
                     if self._used:
@@ -146,7 +171,13 @@ class RecordBuffer:
             os.close(dir_fd)
 
     def add_file(
-        self, size: int, label: int, path: bytes, read_into: ReadInto, source: Any
+        self,
+        size: int,
+        label: int,
+        path: bytes,
+        read_into: ReadInto,
+        source: Any,
+        expected: bytes | None = None,
     ) -> None:
         """Frame one file of ``size`` listed bytes as an Example of the base features.
 
@@ -155,6 +186,7 @@ class RecordBuffer:
 
         Raises:
             FileChanged: the file is empty or does not hold exactly ``size`` bytes.
+            ContentChanged: its SHA-256 is not ``expected`` (raw; None or zeros: unchecked).
         """
         image_head = self._image_heads[size]
         label_entry = _LABELS[label]
@@ -175,7 +207,10 @@ class RecordBuffer:
         got = read_into(view[start : start + size + 1], source)
         if got != size or got == 0:
             raise FileChanged(got)
-        digest = hashlib.sha256(view[start : start + size]).hexdigest().encode()
+        sha = hashlib.sha256(view[start : start + size])
+        if expected and expected != _UNCHECKED and sha.digest() != expected:
+            raise ContentChanged(expected, sha.digest())
+        digest = sha.hexdigest().encode()
         end = at + HEADER_BYTES + length
         if self._payload_first:
             view[at:start] = lead + image_head
@@ -217,6 +252,15 @@ class RecordBuffer:
         self._view.release()
         self._buf = bytearray(capacity)
         self._view = memoryview(self._buf)
+
+
+def _problem(error: int, found: Any, expected: bytes | None, i: int) -> Problem:
+    """The exception for what ``frame_files`` reported about item ``i``."""
+    if error > 0:
+        return OSError(error, os.strerror(error))
+    if error == -2 and expected is not None:
+        return ContentChanged(expected[32 * i : 32 * i + 32], bytes(found))
+    return FileChanged(found)
 
 
 def read_local_into(view: memoryview, path: str) -> int:

@@ -12,12 +12,14 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from tfshards import storage
+from tfshards import layout, storage
 from tfshards import transform as transforms
+from tfshards.contenthash import expected_md5, expected_sha256
 from tfshards.errors import InputError, TransformError
 from tfshards.example import encode
-from tfshards.manifest import SIDECAR_SUFFIX, Reject, ShardInfo, sidecar_from_json, sidecar_json
+from tfshards.manifest import Reject, ShardInfo, sidecar_from_json, sidecar_json
 from tfshards.recordbuffer import (
+    ContentChanged,
     FileChanged,
     ReadInto,
     RecordBuffer,
@@ -41,6 +43,7 @@ class ShardTask:
     on_error: str
     source_options: Mapping[str, Any]
     out_options: Mapping[str, Any]
+    tokens: tuple[str, ...] = ()  # each entry's listed content token (tfshards.contenthash)
 
 
 @dataclass(frozen=True)
@@ -55,7 +58,7 @@ def write_shard(task: ShardTask) -> ShardResult:
     """Write one shard (or keep it, if a finished and verified copy exists)."""
     fs_out, out_dir = storage.open_url(task.out, **task.out_options)
     shard_path = storage.join(out_dir, task.name)
-    kept = _reuse(fs_out, shard_path)
+    kept = _reuse(fs_out, shard_path, layout.sidecar_path(out_dir, task.name))
     if kept is not None:
         return kept
     fs_in, root = storage.open_url(task.source, **task.source_options)
@@ -69,7 +72,8 @@ def write_shard(task: ShardTask) -> ShardResult:
     rejected: list[Reject] = []
     hasher = hashlib.sha256()
     compressor = Compressor(task.compression)
-    sink = storage.AtomicSink(fs_out, shard_path)
+    sink = storage.AtomicSink(fs_out, shard_path, temp_dir=layout.work_dir(out_dir))
+    tokens = task.tokens or ("",) * len(task.entries)
 
     def flush(view: memoryview) -> None:
         chunks = compressor.feed([view])  # the view itself when not compressing
@@ -89,18 +93,23 @@ def write_shard(task: ShardTask) -> ShardResult:
 
     try:
         if fn is None and local:  # the hot path: whole buffers of files at a time
-            for i, problem in buffer.add_local_files(prefix, task.entries):
+            expected = b"".join(expected_sha256(t) or bytes(32) for t in tokens)
+            for i, problem in buffer.add_local_files(prefix, task.entries, expected):
                 rel, _, listed_size = task.entries[i]
                 reject(_file_problem(problem, rel, listed_size), rel)
         else:
-            for rel, label, listed_size in task.entries:
+            for (rel, label, listed_size), token in zip(task.entries, tokens, strict=True):
                 try:
                     if fn is not None:
-                        features = _features(fs_in, root, rel, label, listed_size, task, fn, specs)
+                        features = _features(
+                            fs_in, root, rel, label, listed_size, token, task, fn, specs
+                        )
                         buffer.append(frame(encode(features)[0]))
                     else:
                         data = storage.read_bytes(fs_in, prefix + rel, size_hint=listed_size)
-                        _add(buffer, rel, label, listed_size, copy_into, data)
+                        _check_md5(data, token, rel)
+                        want = expected_sha256(token)
+                        _add(buffer, rel, label, listed_size, copy_into, data, want)
                 except (OSError, InputError) as exc:
                     reject(exc, rel)
         records -= len(rejected)
@@ -116,7 +125,7 @@ def write_shard(task: ShardTask) -> ShardResult:
     info = ShardInfo(task.name, records, sink.size, hasher.hexdigest())
     schema = tuple(specs[k] for k in sorted(specs))
     storage.write_atomic(
-        fs_out, shard_path + SIDECAR_SUFFIX, [sidecar_json(info, rejected, schema)]
+        fs_out, layout.sidecar_path(out_dir, task.name), [sidecar_json(info, rejected, schema)]
     )
     return ShardResult(info, tuple(rejected), schema, reused=False)
 
@@ -128,21 +137,36 @@ def _add(
     listed_size: int,
     read_into: ReadInto,
     source: Any,
+    expected: bytes | None = None,
 ) -> None:
     """One file, no transform: straight into the buffer (the hot path)."""
     try:
-        buffer.add_file(listed_size, label, rel.encode(), read_into, source)
-    except FileChanged as exc:
+        buffer.add_file(listed_size, label, rel.encode(), read_into, source, expected)
+    except (FileChanged, ContentChanged) as exc:
         raise _file_problem(exc, rel, listed_size) from None
 
 
 def _file_problem(
-    problem: OSError | FileChanged, rel: str, listed_size: int
+    problem: OSError | FileChanged | ContentChanged, rel: str, listed_size: int
 ) -> OSError | InputError:
     """What the framing reported about one file, as the error its reject or failure names."""
     if isinstance(problem, FileChanged):
         return _size_error(rel, listed_size, problem.found)
+    if isinstance(problem, ContentChanged):
+        return _content_error(rel, "sha256", problem.expected.hex(), problem.found.hex())
     return problem
+
+
+def _check_md5(data: bytes, token: str, rel: str) -> None:
+    """Compare fetched bytes with an MD5 the storage listed (S3 single-part ETag, GCS md5)."""
+    want = expected_md5(token)
+    if want is not None:
+        found = hashlib.md5(data, usedforsecurity=False).hexdigest()
+        if found != want:
+            raise InputError(
+                f"file changed since it was listed: expected md5 {want}, found {found}",
+                path=rel,
+            )
 
 
 def _features(
@@ -151,6 +175,7 @@ def _features(
     rel: str,
     label: int,
     listed_size: int,
+    token: str,
     task: ShardTask,
     fn: transforms.Transform | None,
     specs: dict[str, FeatureSpec],
@@ -158,11 +183,16 @@ def _features(
     data = storage.read_bytes(fs, storage.join(root, rel), size_hint=listed_size)
     if len(data) != listed_size or not data:
         raise _size_error(rel, listed_size, len(data))
+    _check_md5(data, token, rel)
+    sha = hashlib.sha256(data)
+    want = expected_sha256(token)
+    if want is not None and sha.digest() != want:
+        raise _content_error(rel, "sha256", want.hex(), sha.hexdigest())
     features: dict[str, tuple[Dtype, Values]] = {
         task.image_feature: ("bytes", [data]),
         "label": ("int64", [label]),
         "path": ("bytes", [rel.encode()]),
-        "sha256": ("bytes", [hashlib.sha256(data).hexdigest().encode()]),
+        "sha256": ("bytes", [sha.hexdigest().encode()]),
     }
     if fn is not None and task.transform is not None:
         for key, value in transforms.apply(fn, task.transform, rel, data, label).items():
@@ -181,6 +211,12 @@ def _size_error(rel: str, listed: int, found: int) -> InputError:
         return InputError("empty file: expected at least 1 byte, found 0", path=rel)
     return InputError(
         f"file changed since it was listed: expected {listed} bytes, found {found}", path=rel
+    )
+
+
+def _content_error(rel: str, kind: str, listed: str, found: str) -> InputError:
+    return InputError(
+        f"file changed since it was listed: expected {kind} {listed}, found {found}", path=rel
     )
 
 
@@ -205,12 +241,10 @@ def _reason(exc: Exception) -> str:
     return text[len(prefix) :] if path and text.startswith(prefix) else text
 
 
-def _reuse(fs: Any, shard_path: str) -> ShardResult | None:
+def _reuse(fs: Any, shard_path: str, sidecar: str) -> ShardResult | None:
     """A finished shard whose bytes still match its sidecar, or None."""
     try:
-        info, rejected, schema = sidecar_from_json(
-            storage.read_bytes(fs, shard_path + SIDECAR_SUFFIX)
-        )
+        info, rejected, schema = sidecar_from_json(storage.read_bytes(fs, sidecar))
         data = storage.read_bytes(fs, shard_path)
     except (OSError, ValueError, KeyError, TypeError):
         return None

@@ -115,14 +115,15 @@ def write_atomic(fs: Any, path: str, chunks: Iterable[Chunk]) -> int:
 class AtomicSink:
     """A file that becomes visible under its final name only on :meth:`commit`.
 
-    Local disk: chunks stream into a temp file beside ``path`` (named with this
-    host and pid, so a later run can tell a dead writer's leftovers from a live
-    one's) and ``os.replace`` moves it into place. Object stores and
-    ``memory://``: chunks are kept in memory and uploaded in one call, and an
-    object appears only once its upload completes.
+    Local disk: chunks stream into a temp file beside ``path``, or in
+    ``temp_dir`` on the same filesystem (named with this host and pid, so a
+    later run can tell a dead writer's leftovers from a live one's) and
+    ``os.replace`` moves it into place. Object stores and ``memory://``:
+    chunks are kept in memory and uploaded in one call, and an object appears
+    only once its upload completes.
     """
 
-    def __init__(self, fs: Any, path: str) -> None:
+    def __init__(self, fs: Any, path: str, temp_dir: str | None = None) -> None:
         self.fs, self.path, self.size = fs, path, 0
         self._fd: int | None = None
         self._chunks: list[Chunk] = []
@@ -130,7 +131,9 @@ class AtomicSink:
         if is_local(fs):
             directory = os.path.dirname(path) or "."
             os.makedirs(directory, exist_ok=True)
-            self._tmp = os.path.join(directory, _tmp_name(os.path.basename(path)))
+            if temp_dir:  # same filesystem (a subfolder), so the rename stays atomic
+                os.makedirs(temp_dir, exist_ok=True)
+            self._tmp = os.path.join(temp_dir or directory, _tmp_name(os.path.basename(path)))
             self._fd = os.open(self._tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
 
     def write(self, chunks: Iterable[Chunk]) -> None:

@@ -19,12 +19,12 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from tfshards import bulkcheck, native, storage
+from tfshards import bulkcheck, layout, native, storage
 from tfshards import executor as executors
 from tfshards.bulkcheck import check_records
 from tfshards.errors import ConfigError, ValidationError
 from tfshards.example import FeatureSpec
-from tfshards.manifest import MANIFEST_NAME, SIDECAR_SUFFIX, Manifest, ShardInfo, load
+from tfshards.manifest import Manifest, ShardInfo, load
 from tfshards.progress import Progress
 from tfshards.recordcheck import RecordChecker
 from tfshards.tfrecord import decompress
@@ -329,27 +329,34 @@ def _manifest_problems(
 def unlisted_files(fs: Any, root: str, manifest: Manifest) -> list[Problem]:
     """Files in the version directory that the manifest does not account for.
 
-    ``manifest.json`` and the ``.done`` sidecars of listed shards belong there;
-    a temp file of :class:`~tfshards.storage.AtomicSink` is reported as stale.
+    What may be there is declared once, in :mod:`tfshards.layout` (the
+    manifest, the shards and their bookkeeping files in its subfolders); a
+    temp file of :class:`~tfshards.storage.AtomicSink` is reported as stale.
     """
     try:
-        entries = fs.ls(root, detail=True)
+        entries = fs.find(root, withdirs=True, detail=True)
     except FileNotFoundError:
         return []  # every shard reports itself missing
-    listed = {s.name for s in manifest.shards}
-    expected = listed | {n + SIDECAR_SUFFIX for n in listed} | {MANIFEST_NAME}
+    expected = layout.expected_paths(s.name for s in manifest.shards)
+    base = root.rstrip("/") + "/"
     out = []
-    for entry in sorted(entries, key=lambda e: str(e["name"])):
-        name = posixpath.basename(str(entry["name"]).rstrip("/"))
-        if name in expected:
+    foreign: list[str] = []  # unexpected folders: reported once, not file by file
+    for name in sorted(entries):
+        if not str(name).startswith(base):
+            continue  # the version directory itself
+        rel = str(name)[len(base) :].rstrip("/")
+        if not rel or rel in expected or rel in layout.FOLDERS:
             continue
-        if storage.is_temp_name(name):
+        if any(rel.startswith(folder) for folder in foreign):
+            continue
+        if storage.is_temp_name(posixpath.basename(rel)):
             what = "stale temp file (a writer stopped before publishing it)"
-        elif entry.get("type") == "directory":
+        elif entries[name].get("type") == "directory":
             what = "directory not listed in the manifest"
+            foreign.append(rel + "/")
         else:
             what = "file not listed in the manifest"
-        out.append(Problem(name, what))
+        out.append(Problem(rel, what))
     return out
 
 

@@ -8,7 +8,6 @@ directory listing at a time.
 
 from __future__ import annotations
 
-import datetime
 import fnmatch
 import functools
 import os
@@ -19,15 +18,9 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
-from tfshards import storage
+from tfshards import contenthash, storage
+from tfshards.contenthash import storage_token
 from tfshards.errors import ConfigError, InputError
-
-# Keys fsspec backends use for a cheap change token, best first: a content hash
-# (s3 ETag, gcs md5Hash/crc32c, ...) beats a timestamp.
-_TOKEN_KEYS = (
-    *("ETag", "etag", "md5Hash", "md5", "checksum", "crc32c"),
-    *("mtime", "LastModified", "last_modified", "updated", "created"),
-)
 
 
 class Entry(NamedTuple):
@@ -36,7 +29,7 @@ class Entry(NamedTuple):
     path: str  # relative to the root, posix separators
     size: int  # bytes
     label: int  # index into Listing.labels
-    token: str  # change token the filesystem offers: ETag / md5 / checksum, else mtime
+    token: str  # content token (tfshards.contenthash): "sha256:<hex>", "etag:<etag>", ...
 
 
 @dataclass(frozen=True)
@@ -99,7 +92,7 @@ def check_root(fs: Any, base: str, root: str) -> None:
 
 
 def scan_tree(
-    fs: Any, base: str, filt: TreeFilter, skipped: Counter[str]
+    fs: Any, base: str, filt: TreeFilter, skipped: Counter[str], threads: int = 1
 ) -> tuple[list[str], list[Entry]]:
     """Every first-level folder with at least one kept file is a label; returns labels, entries.
 
@@ -109,7 +102,7 @@ def scan_tree(
     entries: list[Entry] = []
     for name in _label_folders(fs, base, filt, skipped):
         label_id, before = len(labels), len(entries)
-        rows = _walk(fs, storage.join(base, name), name + "/", filt, skipped)
+        rows = _walk(fs, storage.join(base, name), name + "/", filt, skipped, threads)
         entries.extend(Entry(rel, size, label_id, token) for rel, size, token in rows)
         if len(entries) > before:  # a folder whose files were all skipped is no label
             labels.append(name)
@@ -139,11 +132,15 @@ def _label_folders(fs: Any, base: str, filt: TreeFilter, skipped: Counter[str]) 
 
 
 def _walk(
-    fs: Any, base: str, prefix: str, filt: TreeFilter, skipped: Counter[str]
+    fs: Any, base: str, prefix: str, filt: TreeFilter, skipped: Counter[str], threads: int
 ) -> Iterator[tuple[str, int, str]]:
-    """Yield ``(prefix + relative path, size, token)`` for every kept file under ``base``."""
+    """Yield ``(prefix + relative path, size, token)`` for every kept file under ``base``.
+
+    Local files are hashed here (``threads`` at once); elsewhere the token is
+    the storage's own content hash, or ``""`` when it keeps none.
+    """
     if storage.is_local(fs):
-        yield from _walk_local(base, prefix, filt, skipped)
+        yield from _walk_local(base, prefix, filt, skipped, threads)
         return
     try:
         for dirpath, dirs, files in fs.walk(base, detail=True, on_error="raise"):
@@ -161,20 +158,23 @@ def _walk(
                 if reason:
                     skipped[reason] += 1
                     continue
-                yield rel, int(info.get("size") or 0), change_token(info)
+                yield rel, int(info.get("size") or 0), storage_token(info)
     except OSError as exc:
         where = storage.unstrip(fs, base)
         raise InputError(f"{where}: cannot list folder ({why(exc)})", path=where) from None
 
 
 def _walk_local(
-    base: str, prefix: str, filt: TreeFilter, skipped: Counter[str]
+    base: str, prefix: str, filt: TreeFilter, skipped: Counter[str], threads: int
 ) -> Iterator[tuple[str, int, str]]:
     # Depth-first with an explicit stack; `ancestors` (device, inode) pairs stop symlink loops.
+    # No stat per file: the kept files of each folder are hashed afterwards, and the
+    # hash reports the size of the bytes it read.
     top = os.stat(base)
     Frame = tuple[str, str, tuple[tuple[int, int], ...]]
     stack: list[Frame] = [(base, prefix, ((top.st_dev, top.st_ino),))]
-    reason, is_reg = filt.reason, stat.S_ISREG
+    reason = filt.reason
+    batches: list[contenthash.Batch] = []
     while stack:
         directory, rel_dir, ancestors = stack.pop()
         try:
@@ -183,6 +183,7 @@ def _walk_local(
             raise InputError(
                 f"{directory}: cannot list folder ({why(exc)})", path=directory
             ) from None
+        names: list[str] = []
         with it:
             for entry in it:
                 name = entry.name
@@ -205,27 +206,14 @@ def _walk_local(
                     continue
                 skip = reason(rel)
                 if skip is None:
-                    try:
-                        st = entry.stat()
-                    except FileNotFoundError:  # dangling symlink
-                        skipped["not-a-file"] += 1
+                    if entry.is_file():  # the directory entry's type: no stat unless a link
+                        names.append(name)
                         continue
-                    if is_reg(st.st_mode):
-                        yield rel, st.st_size, str(st.st_mtime_ns)
-                        continue
-                    skip = "not-a-file"  # socket, FIFO, device
+                    skip = "not-a-file"  # socket, FIFO, device, dangling symlink
                 skipped[skip] += 1
-
-
-def change_token(info: dict[str, Any]) -> str:
-    """The best change token in an fsspec ``info`` dict (ETag, md5, ..., mtime), or ``""``."""
-    for key in _TOKEN_KEYS:
-        value = info.get(key)
-        if value is not None and value != "":
-            if isinstance(value, datetime.datetime):
-                return value.isoformat()
-            return str(value).strip('"')
-    return ""
+        if names:
+            batches.append((directory, rel_dir, names))
+    yield from contenthash.hash_local(batches, threads)
 
 
 def info_name(info: dict[str, Any]) -> str:

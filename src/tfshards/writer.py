@@ -3,10 +3,15 @@
 The plan (record order, shard contents, names) is a pure function of the
 listing and the parameters, so any number of workers on any executor writes
 the same bytes. Each shard is one task (:func:`write_shard`) on plain values.
-A shard is published atomically, then recorded in a ``<shard>.done`` sidecar;
-a re-run after a crash re-hashes finished shards against their sidecars, keeps
-the good ones and writes the rest. ``manifest.json``, written last, commits
-the set.
+A shard is published atomically, then recorded in a sidecar under
+``_work/`` (:mod:`tfshards.layout`); a re-run after a crash re-hashes finished
+shards against their sidecars, keeps the good ones and writes the rest.
+``manifest.json``, written last, commits the set.
+
+The version directory is named after the content (:func:`fingerprint`): the
+files' paths relative to the root, labels and content tokens, the parameters
+that shape the bytes, and :data:`BYTES_VERSION`. Never mtimes, never where or
+how the root was spelled: the same files give the same name on every clone.
 """
 
 from __future__ import annotations
@@ -20,7 +25,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from tfshards import executor as executors
-from tfshards import native, sharding, storage
+from tfshards import layout, native, sharding, storage
 from tfshards import transform as transforms
 from tfshards.errors import ConfigError, InputError
 from tfshards.listing import Listing, listing_digest, listing_root, read_listing
@@ -35,6 +40,10 @@ from tfshards.shard import ShardResult, ShardTask, write_shard
 from tfshards.tfrecord import COMPRESSIONS
 
 BASE_FEATURES = ("label", "path", "sha256")
+# Bump whenever a change to tfshards changes the shard bytes written for the same
+# inputs and params (framing, feature encoding, record order): the version name
+# then changes too, so no directory ever holds two kinds of bytes under one name.
+BYTES_VERSION = 1
 _PATH_LABEL_SIZE = operator.itemgetter(0, 2, 1)  # listing Entry -> ShardTask entry
 OnError = Literal["fail", "skip"]
 
@@ -113,13 +122,18 @@ class WriteResult:
 
 
 def fingerprint(listing: Listing, params: Mapping[str, Any]) -> str:
-    """Name of the version directory: a hash of the listing and the byte-shaping params."""
+    """Name of the version directory: a hash of what goes into the shards.
+
+    ``files.jsonl`` (each file's path relative to the root, label and content
+    token), the byte-shaping ``params`` and the format versions. Not the root:
+    the same files read from another folder or clone give the same shards.
+    """
     doc = {
+        "bytes": BYTES_VERSION,
         "files_sha256": listing_digest(listing),
         "format": FORMAT_VERSION,
         "labels": list(listing.labels),
         "params": dict(params),
-        "source": listing.root,
     }
     return hashlib.sha256(json.dumps(doc, sort_keys=True).encode()).hexdigest()[:16]
 
@@ -150,7 +164,7 @@ def plan(listing: Listing, config: WriteConfig) -> tuple[str, dict[str, Any], li
     bounds = sharding.shard_boundaries(len(entries), num_shards)
     tasks = []
     for i in range(num_shards):
-        picked = map(entries.__getitem__, order[bounds[i] : bounds[i + 1]])
+        picked = [entries[j] for j in order[bounds[i] : bounds[i + 1]]]
         tasks.append(
             ShardTask(
                 name=sharding.shard_name(config.name, i, num_shards),
@@ -163,6 +177,7 @@ def plan(listing: Listing, config: WriteConfig) -> tuple[str, dict[str, Any], li
                 on_error=config.on_error,
                 source_options=dict(config.source_options),
                 out_options=dict(config.out_options),
+                tokens=tuple(entry.token for entry in picked),
             )
         )
     params["on_error"] = config.on_error
@@ -222,6 +237,7 @@ def write(config: WriteConfig, listing: Listing | str, *, progress: bool = True)
         fs_copy, copy_path = storage.open_url(config.manifest_copy)
         storage.write_atomic(fs_copy, copy_path, [manifest.to_json()])
     storage.remove_stale_temps(fs_out, version_path)
+    storage.remove_stale_temps(fs_out, layout.work_dir(version_path))
     return WriteResult(manifest, sum(r.reused for r in done), time.monotonic() - start)
 
 
