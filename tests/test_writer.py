@@ -421,7 +421,7 @@ def test_killed_writer_resumes_to_identical_bytes(listing, tmp_path, transforms_
 
     victim = _cli(*args, "--out", "out", "--manifest", "out.json", cwd=tmp_path)
     deadline = time.monotonic() + 60
-    while not list((tmp_path / "out").glob("*/*.done")) and time.monotonic() < deadline:
+    while not list((tmp_path / "out").glob("*/_work/*.done")) and time.monotonic() < deadline:
         time.sleep(0.05)
     os.killpg(victim.pid, signal.SIGKILL)
     victim.wait()

@@ -10,6 +10,7 @@ from __future__ import annotations
 import typer
 
 from tfshards.cli.list import list_files_command
+from tfshards.cli.prune import prune_command
 from tfshards.cli.sample import sample_app
 from tfshards.cli.train import train_command
 from tfshards.cli.validate import validate_command
@@ -29,6 +30,7 @@ app.command("list")(list_files_command)
 app.command("write")(write_command)
 app.command("validate")(validate_command)
 app.command("train")(train_command)
+app.command("prune")(prune_command)
 
 
 def main() -> None:

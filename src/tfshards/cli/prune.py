@@ -1,0 +1,58 @@
+"""``tfshards prune``: list, and with ``--delete`` remove, unreferenced version directories."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+
+from tfshards.cli._common import one_line_errors
+from tfshards.prune import DEFAULT_MIN_AGE_S, PruneConfig, prune
+
+
+@one_line_errors
+def prune_command(
+    manifest: Annotated[
+        str, typer.Option(help="The current manifest; the version it references is kept.")
+    ] = "data/manifest.json",
+    out: Annotated[
+        str | None,
+        typer.Option(
+            help="Shard location holding the version directories (path or fsspec URL). "
+            "Default: the folder of the current manifest's version."
+        ),
+    ] = None,
+    keep_commits: Annotated[
+        int,
+        typer.Option(
+            help="Also keep the versions the manifest referenced in the last N git commits "
+            "that changed it or dvc.lock (read through DVC)."
+        ),
+    ] = 0,
+    min_age_minutes: Annotated[
+        float,
+        typer.Option(help="Keep any version with a file modified less than this long ago."),
+    ] = DEFAULT_MIN_AGE_S / 60,
+    delete: Annotated[
+        bool, typer.Option("--delete", help="Delete them (default: only list what would go).")
+    ] = False,
+) -> None:
+    """List the version directories no kept manifest references; delete them with --delete.
+
+    One line per version (keep / would delete / deleted, with its size and
+    why), then a summary. Never touches a version without manifest.json, with
+    a writer's temp file, or modified within --min-age-minutes: it may be
+    being written. In a DVC project, run `dvc commit -f` after deleting so
+    dvc.lock records the smaller shard folder.
+    """
+    config = PruneConfig(
+        manifest=manifest,
+        out=out,
+        keep_commits=keep_commits,
+        min_age_s=min_age_minutes * 60,
+        delete=delete,
+    )
+    report = prune(config)
+    for version in report.versions:
+        typer.echo(str(version))
+    typer.echo(report.summary())
