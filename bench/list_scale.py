@@ -4,10 +4,11 @@
     python bench/list_scale.py --files 1000000 --dir /data/bench-tree --keep
 
 Files are 16-byte ``.jpg`` stubs spread over ``--labels`` label folders with
-``--per-dir`` files per leaf folder, each a hard link to one stub per leaf folder (so building
-200,000 of them takes seconds; a listing reads each through its own name). Creating the tree is not timed. Peak RSS is
-the process's high-water mark (``ru_maxrss``), read before and after
-listing, so the difference bounds what the listing holds.
+``--per-dir`` files per leaf folder, each a hard link to its folder's one
+stub (200,000 take seconds to build; the listing opens, reads and hashes each
+through its own name). Creating the tree is not timed. Peak RSS is the
+process's high-water mark (``ru_maxrss``), read before and after listing, so
+the difference bounds what the listing holds.
 """
 
 from __future__ import annotations
