@@ -1,0 +1,206 @@
+"""Prune: unreferenced version directories are listed, and deleted only when asked."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from typer.testing import CliRunner
+
+from tfshards.cli import app
+from tfshards.errors import ConfigError
+from tfshards.listing import Listing, list_files
+from tfshards.manifest import MANIFEST_NAME, Manifest
+from tfshards.prune import PruneConfig, prune
+from tfshards.sample import write_synthetic
+from tfshards.writer import WriteConfig, write
+
+OLD = 1_000_000_000  # an mtime long past: older than any --min-age
+
+
+@pytest.fixture
+def listing(tmp_path: Path) -> Listing:
+    write_synthetic(str(tmp_path / "raw"), 24, 16, workers=1)
+    return list_files(str(tmp_path / "raw"))
+
+
+def _write(listing: Listing, out: str, seed: int, copy: str, **options: Any) -> Manifest:
+    config = WriteConfig(
+        out=out, num_shards=2, seed=seed, executor="serial", manifest_copy=copy, out_options=options
+    )
+    return write(config, listing, progress=False).manifest
+
+
+def _age(folder: Path) -> None:
+    for path in [folder, *folder.rglob("*")]:
+        os.utime(path, (OLD, OLD))
+
+
+@pytest.fixture
+def versions(listing: Listing, tmp_path: Path) -> dict[str, str]:
+    """Four finished versions (seeds 1-4; seed 4 is current) and an interrupted one."""
+    out = tmp_path / "shards"
+    names = {}
+    for seed in (1, 2, 3, 4):
+        names[f"seed{seed}"] = _write(listing, str(out), seed, str(tmp_path / "m.json")).fingerprint
+    interrupted = out / "00000000deadbeef"
+    interrupted.mkdir()
+    (interrupted / "x-00000-of-00001.tfrecord").write_bytes(b"partial")
+    (out / "notes").mkdir()  # not a version: never touched
+    for child in out.iterdir():
+        _age(child)
+    return names
+
+
+def _actions(report: Any) -> dict[str, str]:
+    return {v.name: v.action for v in report.versions}
+
+
+def test_dry_run_lists_unreferenced_versions_and_deletes_nothing(versions, tmp_path):
+    before = sorted(p.name for p in (tmp_path / "shards").iterdir())
+    report = prune(PruneConfig(manifest=str(tmp_path / "m.json")))
+    assert _actions(report) == {
+        versions["seed1"]: "delete",
+        versions["seed2"]: "delete",
+        versions["seed3"]: "delete",
+        versions["seed4"]: "keep",
+        "00000000deadbeef": "keep",
+    }
+    assert sorted(p.name for p in (tmp_path / "shards").iterdir()) == before
+    assert "would delete 3" in report.summary() and "--delete" in report.summary()
+
+
+def test_delete_removes_exactly_the_unreferenced_finished_versions(versions, tmp_path):
+    report = prune(PruneConfig(manifest=str(tmp_path / "m.json"), delete=True))
+    left = sorted(p.name for p in (tmp_path / "shards").iterdir())
+    assert left == sorted(["00000000deadbeef", "notes", versions["seed4"]])
+    assert sum(v.action == "deleted" for v in report.versions) == 3
+    assert Manifest.from_json((tmp_path / "m.json").read_bytes()).fingerprint == versions["seed4"]
+
+
+def test_recent_and_temp_holding_versions_are_never_touched(versions, tmp_path):
+    out = tmp_path / "shards"
+    os.utime(out / versions["seed1"] / MANIFEST_NAME)  # touched just now
+    live = out / versions["seed2"] / "_work" / ".x.tfrecord.tmp-host-1-abcdef12"
+    live.write_bytes(b"")
+    os.utime(live, (OLD, OLD))
+    report = prune(PruneConfig(manifest=str(tmp_path / "m.json"), delete=True))
+    states = {v.name: v for v in report.versions}
+    assert states[versions["seed1"]].reason.startswith("modified recently")
+    assert states[versions["seed2"]].reason.startswith("holds a temp file")
+    assert states["00000000deadbeef"].reason.startswith("no manifest.json")
+    assert (out / versions["seed1"]).is_dir() and (out / versions["seed2"]).is_dir()
+    assert not (out / versions["seed3"]).exists()
+
+
+def test_a_manifest_from_another_location_is_refused(versions, listing, tmp_path):
+    _write(listing, str(tmp_path / "elsewhere"), 9, str(tmp_path / "other.json"))
+    with pytest.raises(ConfigError, match="expected the current version"):
+        prune(PruneConfig(manifest=str(tmp_path / "other.json"), out=str(tmp_path / "shards")))
+    assert len(list((tmp_path / "shards").iterdir())) == 6
+
+
+def _git(cwd: Path, *args: str) -> None:
+    env = {**os.environ, "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@e", "DVC_NO_ANALYTICS": "1"}
+    env |= {"GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@e"}
+    subprocess.run(args, cwd=cwd, env=env, check=True, capture_output=True, timeout=120)
+
+
+@pytest.mark.slow
+def test_keep_commits_keeps_the_versions_of_the_last_n_manifests(listing, tmp_path):
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    _git(repo, "git", "init", "-q")
+    manifest = repo / "manifest.json"
+    names = []
+    for seed in (1, 2, 3, 4):
+        names.append(_write(listing, str(repo / "shards"), seed, str(manifest)).fingerprint)
+        _git(repo, "git", "add", "manifest.json")
+        _git(repo, "git", "commit", "-qm", f"seed {seed}")
+    for child in (repo / "shards").iterdir():
+        _age(child)
+    report = prune(PruneConfig(manifest=str(manifest), keep_commits=2, delete=True))
+    assert _actions(report) == {
+        names[0]: "deleted",
+        names[1]: "deleted",
+        names[2]: "keep",
+        names[3]: "keep",
+    }
+    assert {v.reason for v in report.versions if v.action == "keep"} == {
+        "referenced by the current manifest",
+        f"referenced by the manifest at commit {_head(repo, 1)[:10]}",
+    }
+
+
+def _head(repo: Path, back: int) -> str:
+    return subprocess.run(
+        ["git", "rev-parse", f"HEAD~{back}"], cwd=repo, capture_output=True, text=True, check=True
+    ).stdout.strip()
+
+
+def test_cli_prints_one_line_per_version_and_a_summary(versions, tmp_path):
+    result = CliRunner().invoke(app, ["prune", "--manifest", str(tmp_path / "m.json")])
+    assert result.exit_code == 0, result.output
+    lines = result.output.strip().splitlines()
+    assert len(lines) == 6
+    unreferenced = [tmp_path / "shards" / versions[f"seed{i}"] for i in (1, 2, 3)]
+    size = sum(p.stat().st_size for v in unreferenced for p in v.rglob("*") if p.is_file())
+    assert lines[-1] == (
+        f"{tmp_path / 'shards'}: 5 versions, 2 kept, would delete 3 ({size / 1e6:.1f} MB); "
+        "run with --delete to delete them"
+    )
+    assert sum(line.startswith("would delete") for line in lines) == 3
+    deleted = CliRunner().invoke(app, ["prune", "--manifest", str(tmp_path / "m.json"), "--delete"])
+    assert deleted.exit_code == 0 and deleted.output.count("deleted ") >= 3
+    missing = CliRunner().invoke(app, ["prune", "--manifest", str(tmp_path / "nope.json")])
+    assert missing.exit_code == 1 and missing.output.count("\n") == 1
+    assert "nope.json: manifest not found" in missing.output
+
+
+@pytest.fixture(scope="module")
+def endpoint() -> Iterator[str]:
+    from moto.server import ThreadedMotoServer
+
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+    server.start()
+    host, port = server.get_host_and_port()
+    yield f"http://{host}:{port}"
+    server.stop()
+
+
+@pytest.mark.slow
+def test_prune_on_s3_deletes_exactly_the_unreferenced_versions(listing, tmp_path, endpoint):
+    import s3fs
+
+    options = {"endpoint_url": endpoint, "key": "testing", "secret": "testing"}
+    fs = s3fs.S3FileSystem(**options, skip_instance_cache=True)
+    fs.mkdir("prune-bucket")
+    try:
+        names = [
+            _write(
+                listing, "s3://prune-bucket/shards", seed, str(tmp_path / "m.json"), **options
+            ).fingerprint
+            for seed in (1, 2, 3)
+        ]
+        fs.pipe_file("prune-bucket/shards/00000000deadbeef/x.tfrecord", b"partial")
+        config = PruneConfig(
+            manifest=str(tmp_path / "m.json"), min_age_s=0, storage_options=options
+        )
+        assert _actions(prune(config)) == {
+            names[0]: "delete",
+            names[1]: "delete",
+            names[2]: "keep",
+            "00000000deadbeef": "keep",
+        }
+        prune(PruneConfig(**{**config.__dict__, "delete": True}))
+        fs.invalidate_cache()
+        left = sorted(p.rsplit("/", 1)[-1] for p in fs.ls("prune-bucket/shards"))
+        assert left == sorted(["00000000deadbeef", names[2]])
+        assert fs.exists(f"prune-bucket/shards/{names[2]}/{MANIFEST_NAME}")
+    finally:
+        fs.rm("prune-bucket", recursive=True)
+        s3fs.S3FileSystem.clear_instance_cache()
