@@ -39,6 +39,9 @@ _LAZY = {
     "ValidateConfig": "tfshards.validate",
     "ValidationReport": "tfshards.validate",
     "validate_shards": "tfshards.validate",
+    # prune
+    "PruneConfig": "tfshards.prune",
+    "prune_versions": "tfshards.prune",
     # read (TensorFlow)
     "Split": "tfshards.splits",
     "SplitWarning": "tfshards.splits",
@@ -56,7 +59,7 @@ _LAZY = {
 }
 # Exported under another name where the plain one is a submodule's: after
 # `import tfshards.validate`, `tfshards.validate` is the module, not the function.
-_RENAMED = {"load_manifest": "load", "validate_shards": "validate"}
+_RENAMED = {"load_manifest": "load", "validate_shards": "validate", "prune_versions": "prune"}
 
 if TYPE_CHECKING:  # what type checkers see; at run time __getattr__ imports on first use
     from tfshards.cache import ShardCache
