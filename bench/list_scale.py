@@ -3,7 +3,7 @@
     python bench/list_scale.py --files 200000            # tree in a temp dir, removed after
     python bench/list_scale.py --files 1000000 --dir /data/bench-tree --keep
 
-Files are 16-byte ``.jpg`` stubs spread over ``--labels`` label folders with
+Files are 16-byte (``--file-bytes``) ``.jpg`` stubs spread over ``--labels`` label folders with
 ``--per-dir`` files per leaf folder, each a hard link to its folder's one
 stub (200,000 take seconds to build; the listing opens, reads and hashes each
 through its own name). Creating the tree is not timed. Peak RSS is the
@@ -24,7 +24,7 @@ import time
 from tfshards.listing import list_files, listing_digest, write_listing
 
 
-def make_tree(root: str, files: int, labels: int, per_dir: int) -> None:
+def make_tree(root: str, files: int, labels: int, per_dir: int, file_bytes: int = 16) -> None:
     """Create ``files`` small files: ``root/label_XX/dir_XXXX/XXXXXXX.jpg``."""
     made: set[str] = set()
     for i in range(files):
@@ -35,7 +35,7 @@ def make_tree(root: str, files: int, labels: int, per_dir: int) -> None:
             made.add(directory)
             stub = os.path.join(directory, ".stub.jpg")  # hidden: the listing skips it
             with open(stub, "wb") as f:
-                f.write(b"\xff\xd8\xff" + b"\0" * 13)
+                f.write(b"\xff\xd8\xff" + b"\0" * max(0, file_bytes - 3))
         os.link(stub, os.path.join(directory, f"{i:07d}.jpg"))
 
 
@@ -48,6 +48,7 @@ def main() -> None:
     parser.add_argument("--files", type=int, default=200_000)
     parser.add_argument("--labels", type=int, default=10)
     parser.add_argument("--per-dir", type=int, default=1000, help="files per leaf folder")
+    parser.add_argument("--file-bytes", type=int, default=16, help="size of each file")
     parser.add_argument("--dir", help="where to build the tree (default: a temp dir)")
     parser.add_argument("--keep", action="store_true", help="keep the tree (reuse with --dir)")
     args = parser.parse_args()
@@ -56,7 +57,7 @@ def main() -> None:
     try:
         if not os.path.isdir(os.path.join(root, "label_00")):
             start = time.perf_counter()
-            make_tree(root, args.files, args.labels, args.per_dir)
+            make_tree(root, args.files, args.labels, args.per_dir, args.file_bytes)
             print(
                 f"built {args.files} files in {time.perf_counter() - start:.1f} s", file=sys.stderr
             )
