@@ -434,8 +434,9 @@ def test_killed_writer_resumes_to_identical_bytes(listing, tmp_path, transforms_
     stdout, stderr = resumed.communicate(timeout=120)
     assert resumed.returncode == 0, stderr
     assert b"shards reused" in stdout and b" 0 shards reused" not in stdout
-    ref_files = {p.name: p.read_bytes() for p in (tmp_path / "ref").glob("*/*")}
-    out_files = {p.name: p.read_bytes() for p in version.iterdir()}
+    (ref,) = (tmp_path / "ref").iterdir()
+    ref_files = {p.relative_to(ref): p.read_bytes() for p in ref.rglob("*") if p.is_file()}
+    out_files = {p.relative_to(version): p.read_bytes() for p in version.rglob("*") if p.is_file()}
     assert out_files.keys() == ref_files.keys()  # also: no temp files left behind
     for name, data in out_files.items():  # only the location differs: out/ vs ref/
         assert data == ref_files[name].replace(b'"root": "ref/', b'"root": "out/')
@@ -452,7 +453,7 @@ def test_two_racing_writers_leave_one_valid_set(listing, tmp_path, transforms_mo
     for shard in manifest.shards:
         data = (tmp_path / manifest.shard_url(shard)).read_bytes()
         assert hashlib.sha256(data).hexdigest() == shard.sha256
-    assert not [p for p in (tmp_path / manifest.root).iterdir() if storage.is_temp_name(p.name)]
+    assert not [p for p in (tmp_path / manifest.root).rglob("*") if storage.is_temp_name(p.name)]
 
 
 @pytest.mark.slow
