@@ -53,7 +53,7 @@ def storage_token(info: Mapping[str, Any]) -> str:
     for key, kind in _STORAGE_KEYS:
         value = info.get(key)
         if value is not None and value != "" and not isinstance(value, datetime.datetime):
-            return f"{kind}:{str(value).strip(chr(34))}"
+            return kind + ":" + str(value).strip('"')  # S3 quotes its ETags
     return ""
 
 
@@ -109,13 +109,16 @@ def hash_local(batches: Sequence[Batch], threads: int) -> Iterator[tuple[str, in
     def run(chunk: Batch) -> list[tuple[int, bytes]]:
         return _hash_local(chunk[0], chunk[2])
 
-    with ThreadPoolExecutor(max(1, threads)) as pool:
+    pool = ThreadPoolExecutor(max(1, threads))
+    try:
         done = pool.map(run, chunks) if threads > 1 and len(chunks) > 1 else map(run, chunks)
         for (folder, rel_dir, names), hashed in zip(chunks, done, strict=True):
             for name, (size, digest) in zip(names, hashed, strict=True):
                 if size < 0:
                     raise _unreadable(os.path.join(folder, name), size)
                 yield rel_dir + name, size, f"{SHA256}:{digest.hex()}"
+    finally:  # on an error, do not hash the rest of the tree first
+        pool.shutdown(cancel_futures=True)
 
 
 def hash_files(
@@ -142,11 +145,14 @@ def hash_files(
         return _hash_remote(fs, storage.join(base, row[0]))
 
     out = []
-    with ThreadPoolExecutor(max(1, threads)) as pool:
+    pool = ThreadPoolExecutor(max(1, threads))
+    try:
         for (rel, _), (size, digest) in zip(rows, pool.map(run, rows), strict=True):
             if size < 0:
                 raise _unreadable(storage.join(root, rel), size)
             out.append((size, sha256_token(digest)))
+    finally:
+        pool.shutdown(cancel_futures=True)
     return out
 
 
