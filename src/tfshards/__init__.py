@@ -69,6 +69,8 @@ if TYPE_CHECKING:  # what type checkers see; at run time __getattr__ imports on 
     from tfshards.loader import make_dataset
     from tfshards.manifest import Manifest, ShardInfo
     from tfshards.manifest import load as load_manifest
+    from tfshards.prune import PruneConfig
+    from tfshards.prune import prune as prune_versions
     from tfshards.sample import write_digits, write_synthetic
     from tfshards.splits import FileSplit, Split, SplitWarning, split, split_files
     from tfshards.validate import ValidateConfig, ValidationReport
@@ -89,6 +91,7 @@ __all__ = [
     "InputError",
     "Listing",
     "Manifest",
+    "PruneConfig",
     "RecordError",
     "ShardCache",
     "ShardError",
@@ -108,6 +111,7 @@ __all__ = [
     "list_files",
     "load_manifest",
     "make_dataset",
+    "prune_versions",
     "read_listing",
     "shard_errors",
     "split",
