@@ -1,9 +1,11 @@
 """Walk a folder tree into listing entries, labelled by their first folder (ImageFolder).
 
-Local disk gets an ``os.scandir`` walk that stats only the files it keeps and
-holds no per-file dicts (``LocalFileSystem.find(detail=True)`` builds a dict
-per file); other filesystems are walked with ``fs.walk(detail=True)``, one
-directory listing at a time.
+Local disk gets an ``os.scandir`` walk that stats no file (the directory
+entry's type says which are files) and holds no per-file dicts
+(``LocalFileSystem.find(detail=True)`` builds a dict per file); each kept
+file is then opened and hashed (:mod:`tfshards.contenthash`), which also gives
+its size. Other filesystems are walked with ``fs.walk(detail=True)``, one
+directory listing at a time, their content tokens taken from the listing.
 """
 
 from __future__ import annotations
