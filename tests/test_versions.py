@@ -6,6 +6,7 @@ import glob
 import hashlib
 import os
 import shutil
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -145,6 +146,47 @@ def test_remote_md5_tokens_are_checked_and_multipart_etags_are_not() -> None:
     assert contenthash.expected_md5(f"etag:{md5}") == md5
     assert contenthash.expected_md5(f"etag:{md5}-3") is None  # multipart: part-size dependent
     assert contenthash.storage_token({"created": 12.5, "size": 3}) == ""  # a time is no content
+
+
+@pytest.fixture(scope="module")
+def endpoint() -> Iterator[str]:
+    from moto.server import ThreadedMotoServer
+
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+    server.start()
+    host, port = server.get_host_and_port()
+    yield f"http://{host}:{port}"
+    server.stop()
+
+
+@pytest.mark.slow
+def test_an_s3_object_replaced_after_listing_is_caught_by_its_etag(raw, tmp_path, endpoint):
+    import s3fs
+
+    options = {"endpoint_url": endpoint, "key": "testing", "secret": "testing"}
+    fs = s3fs.S3FileSystem(**options, skip_instance_cache=True)
+    fs.mkdir("etag-bucket")
+    try:
+        fs.put(f"{raw}/", "etag-bucket/raw/", recursive=True)
+        listing = list_files("s3://etag-bucket/raw", storage_options=options)
+        rel = listing.entries[3].path
+        assert listing.entries[3].token.startswith("etag:")
+        data = bytearray(fs.cat_file(f"etag-bucket/raw/{rel}"))
+        old = hashlib.md5(data).hexdigest()
+        data[-2] ^= 0x33
+        fs.pipe_file(f"etag-bucket/raw/{rel}", bytes(data))  # same size, new bytes
+        config = WriteConfig(
+            out=str(tmp_path / "out"), num_shards=2, executor="serial", source_options=options
+        )
+        with pytest.raises(InputError) as info:
+            write(config, listing, progress=False)
+        assert str(info.value) == (
+            f"s3://etag-bucket/raw/{rel}: file changed since it was listed: expected md5 "
+            f"{old}, found {hashlib.md5(data).hexdigest()}"
+        )
+    finally:
+        fs.rm("etag-bucket", recursive=True)
+        s3fs.S3FileSystem.clear_instance_cache()
 
 
 def _tf_count(pattern: str) -> int:
