@@ -234,17 +234,32 @@ typedef struct {
     size_t size;
 } Item;
 
+#define NOT_REGULAR (-(Py_ssize_t)1 << 40) /* below every -errno */
+
 /* Read ``rel`` into ``dst``, asking for ``cap`` bytes: the listed size + 1,
  * so that a file that grew shows in the same read(). Returns the byte count
- * or -errno; a file that fills all ``cap`` bytes has its current size in
- * ``file_size``. Like the Python loop, reads again only after a short read
- * below the listed size. */
+ * or -errno, or NOT_REGULAR with the ``st_mode`` in ``file_size`` for
+ * anything but a regular file (opening a FIFO without O_NONBLOCK waits for a
+ * writer, forever if none comes); a file that fills all ``cap`` bytes has its
+ * current size in ``file_size``. Like the Python loop, reads at least once,
+ * then again only after a short read below the listed size. */
 static Py_ssize_t read_file(int dir_fd, const char *rel, uint8_t *dst, size_t cap,
                             size_t *file_size) {
-    int fd = openat(dir_fd, rel, O_RDONLY | O_CLOEXEC);
+    int fd = openat(dir_fd, rel, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
     if (fd < 0) return -errno;
+    struct stat st;
+    if (fstat(fd, &st) != 0) {
+        int e = errno;
+        close(fd);
+        return -e;
+    }
+    if (!S_ISREG(st.st_mode)) {
+        close(fd);
+        *file_size = (size_t)st.st_mode;
+        return NOT_REGULAR;
+    }
     size_t got = 0;
-    while (got + 1 < cap) {
+    for (;;) {
         ssize_t r = read(fd, dst + got, cap - got);
         if (r < 0) {
             if (errno == EINTR) continue;
@@ -254,6 +269,7 @@ static Py_ssize_t read_file(int dir_fd, const char *rel, uint8_t *dst, size_t ca
         }
         if (r == 0) break;
         got += (size_t)r;
+        if (got + 1 >= cap) break;
     }
     *file_size = got;
     if (got == cap) { /* more than the listed size: report what it holds now */
@@ -275,7 +291,8 @@ static Py_ssize_t read_file(int dir_fd, const char *rel, uint8_t *dst, size_t ca
  * reading it, error -1 means it does not hold exactly its listed size (or is
  * empty), and ``found`` is the size it has; error -2 means its SHA-256
  * differs from its 32 bytes in ``expected`` (all zero: not checked), and
- * ``found`` is the 32-byte digest it has. ``keys`` are the four feature
+ * ``found`` is the 32-byte digest it has; error -3 means it is not a regular
+ * file, and ``found`` is its ``st_mode``. ``keys`` are the four feature
  * names in sorted order, ``roles`` what each holds: "p" payload, "l" label,
  * "n" path (name), "s" sha256. */
 static PyObject *frame_files(PyObject *self, PyObject *args) {
@@ -396,6 +413,11 @@ static PyObject *frame_files(PyObject *self, PyObject *args) {
         size_t file_size = 0;
         Py_ssize_t got = read_file(dir_fd, it->rel, payload, it->size + 1, &file_size);
         payload[it->size] = saved;
+        if (got == NOT_REGULAR) {
+            error = -3;
+            found = file_size;
+            break;
+        }
         if (got < 0) {
             error = (int)-got;
             break;

@@ -18,7 +18,7 @@ from concurrent.futures.process import BrokenProcessPool
 from typing import Any, TypeVar
 
 from tfshards.errors import ConfigError, ShardError
-from tfshards.mpcontext import mp_context
+from tfshards.mpcontext import die_with_parent, mp_context
 
 T = TypeVar("T")
 R = TypeVar("R")
@@ -59,6 +59,11 @@ def resolve(
             "use executor 'thread' or 'serial'"
         )
     return executor
+
+
+def _pool_worker_init(cwd: str, owner: int) -> None:
+    die_with_parent(owner)  # a SIGKILLed writer must not leave its workers behind
+    _worker_init(cwd)
 
 
 def _worker_init(cwd: str) -> None:
@@ -134,8 +139,8 @@ def _new_pool(executor: str, workers: int) -> cf.Executor:
     return cf.ProcessPoolExecutor(
         max_workers=workers,
         mp_context=mp_context(),
-        initializer=_worker_init,
-        initargs=(os.getcwd(),),
+        initializer=_pool_worker_init,
+        initargs=(os.getcwd(), os.getpid()),
     )
 
 

@@ -156,11 +156,13 @@ def from_files(
 
     leaves = tuple(_leaf(tf, spec) for spec in tf.nest.flatten(output_signature))
     template = tf.nest.map_structure(lambda _: None, output_signature)
-    runner = Runner(mode, fn, leaves, num_parallel_calls)
     # from_generator costs ~0.1-0.5 ms per element it yields, far more than a cheap fn: with
     # fixed shapes, yield stacked chunks (a batch, or CHUNK_ITEMS then unbatch in TF).
     fixed = all(leaf.shape is not None and None not in leaf.shape for leaf in leaves)
     chunk = (batch_size or CHUNK_ITEMS) if fixed else None
+    # Threads take one file per task, processes a chunk: no more workers than that.
+    tasks = len(items) if mode == "threads" else -(-len(items) // (chunk or CHUNK_ITEMS))
+    runner = Runner(mode, fn, leaves, num_parallel_calls, tasks)
     epochs = iter(range(1 << 62))
 
     def generate() -> Iterator[Any]:

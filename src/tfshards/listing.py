@@ -277,6 +277,13 @@ def listing_root(out_dir: str) -> str:
     return root
 
 
+def listing_counts(out_dir: str) -> tuple[int, int]:
+    """``(files, bytes)`` of a listing directory, read from ``meta.json`` alone."""
+    fs, base = storage.open_url(out_dir)
+    meta = _read_meta(fs, base)[0]
+    return int(meta["files"]), int(meta["bytes"])
+
+
 def read_listing(out_dir: str) -> Listing:
     """Read a listing written by :func:`write_listing`, checking every line.
 
@@ -383,6 +390,10 @@ def _parse_line(path: str, n: int, line: bytes, labels: Sequence[str]) -> Entry:
     )
     if not (isinstance(rel, str) and rel and isinstance(token, str)):
         raise bad("expected a non-empty string 'path' and a string 'token'")
+    if rel.startswith("/") or {"", ".", ".."} & set(rel.split("/")):  # as index files
+        raise bad(
+            f"expected a path relative to the root without '.', '..' or empty parts, found {rel!r}"
+        )
     if type(size) is not int or size < 0:
         raise bad(f"expected 'size' an integer >= 0, found {size!r}")
     if type(label_index) is not int or not 0 <= label_index < len(labels):

@@ -1,18 +1,24 @@
-"""How worker processes start: ``fork`` when it is safe, a lean ``forkserver`` otherwise."""
+"""How worker processes start (``fork`` when safe, else a lean ``forkserver``) and die."""
 
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import multiprocessing
 import multiprocessing.context
+import os
+import signal
 import sys
 import threading
+import time
 import types
 from collections.abc import Iterator
 from multiprocessing import popen_forkserver
 from typing import Any
 
 PRELOAD = ["tfshards.shard", "tfshards.validate"]  # what forkserver workers import once
+_PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
+WATCH_SECONDS = 0.5  # how often a worker without PR_SET_PDEATHSIG looks for its parent
 
 
 def mp_context() -> multiprocessing.context.BaseContext:
@@ -73,3 +79,57 @@ class LeanForkServerContext(multiprocessing.context.ForkServerContext):
     """
 
     Process = _LeanProcess
+
+
+def die_with_parent(owner: int) -> None:
+    """Worker initializer: end this process as soon as its parent dies.
+
+    Without it, a pool worker whose parent is SIGKILLed (the OOM killer,
+    ``kill -9``) lives on forever, blocked on its task queue, holding memory
+    and the caller's stdout/stderr: it holds the write end of that queue
+    itself, so it never reads end-of-file. On Linux the kernel sends SIGKILL
+    when the parent dies (``PR_SET_PDEATHSIG``); elsewhere a daemon thread
+    polls ``getppid()``. A ``fork`` worker's parent is ``owner``, the process
+    that made the pool. A ``forkserver`` worker's parent is the server, which
+    exits when ``owner`` does (it reads end-of-file on its "alive" pipe), so
+    the worker follows one step later. ``owner`` may have died before this
+    runs: then the worker exits at once.
+    """
+    parent = os.getppid()
+    if not _set_parent_death_signal():
+        threading.Thread(target=_watch_parent, args=(parent,), daemon=True).start()
+    if not pid_alive(owner) or os.getppid() != parent:
+        os._exit(1)
+
+
+def _set_parent_death_signal() -> bool:
+    if not sys.platform.startswith("linux"):
+        return False
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        return int(libc.prctl(_PR_SET_PDEATHSIG, int(signal.SIGKILL), 0, 0, 0)) == 0
+    except (OSError, AttributeError):
+        return False
+
+
+def _watch_parent(parent: int) -> None:
+    while os.getppid() == parent:
+        time.sleep(WATCH_SECONDS)
+    os._exit(1)
+
+
+def pid_alive(pid: int) -> bool:
+    """True while process ``pid`` runs; a zombie (dead, not yet reaped) is not alive."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        pass  # another user's process: it exists
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            stat = f.read()
+    except OSError:  # no procfs (macOS), or it just went away: trust kill()
+        return True
+    state = stat[stat.rfind(b")") + 2 : stat.rfind(b")") + 3]  # the name may hold ")"
+    return state not in (b"Z", b"X")

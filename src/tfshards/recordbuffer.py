@@ -24,7 +24,7 @@ from typing import Any
 
 import crc32c
 
-from tfshards import native
+from tfshards import native, storage
 from tfshards.example import bytes_entry_head, int64_entry, varint
 from tfshards.tfrecord import FOOTER_BYTES, HEADER_BYTES, header, mask
 
@@ -255,9 +255,14 @@ class RecordBuffer:
 
 
 def _problem(error: int, found: Any, expected: bytes | None, i: int) -> Problem:
-    """The exception for what ``frame_files`` reported about item ``i``."""
+    """The exception for what ``frame_files`` reported about item ``i``.
+
+    An errno (> 0), a size (-1), a digest (-2) or a file type (-3, ``st_mode``).
+    """
     if error > 0:
         return OSError(error, os.strerror(error))
+    if error == -3:
+        return storage.not_a_file(found)
     if error == -2 and expected is not None:
         return ContentChanged(expected[32 * i : 32 * i + 32], bytes(found))
     return FileChanged(found)
@@ -265,7 +270,7 @@ def _problem(error: int, found: Any, expected: bytes | None, i: int) -> Problem:
 
 def read_local_into(view: memoryview, path: str) -> int:
     """:data:`ReadInto` for a local file: reads until ``view`` is full or the file ends."""
-    fd = os.open(path, os.O_RDONLY)
+    fd = storage.open_regular(path)  # a FIFO would block the read forever
     try:
         got = os.readv(fd, [view])
         while got < len(view) - 1:  # short of the listed size: the end, or a piecemeal filesystem

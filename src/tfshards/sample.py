@@ -21,7 +21,7 @@ from PIL import Image
 
 from tfshards import storage
 from tfshards.errors import ConfigError
-from tfshards.mpcontext import mp_context
+from tfshards.mpcontext import die_with_parent, mp_context
 from tfshards.progress import Progress
 
 FORMATS = {"jpeg": ".jpg", "png": ".png"}
@@ -193,7 +193,12 @@ def _run(batches: list[SyntheticBatch], workers: int) -> Iterator[tuple[int, int
         yield from map(write_synthetic_batch, batches)
         return
     # fork only a parent without threads (TF, moto hold some); else a lean forkserver
-    with ProcessPoolExecutor(min(workers, len(batches)), mp_context=mp_context()) as pool:
+    with ProcessPoolExecutor(
+        min(workers, len(batches)),
+        mp_context=mp_context(),
+        initializer=die_with_parent,
+        initargs=(os.getpid(),),
+    ) as pool:
         yield from pool.map(write_synthetic_batch, batches)
 
 

@@ -11,10 +11,12 @@ system temp dir, so its final move is not atomic across filesystems).
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import posixpath
 import re
 import socket
+import stat
 import uuid
 from collections.abc import Iterable
 from typing import Any
@@ -23,6 +25,7 @@ import fsspec
 from fsspec.implementations.local import LocalFileSystem
 
 from tfshards.errors import ConfigError
+from tfshards.mpcontext import pid_alive
 
 Chunk = bytes | bytearray | memoryview
 
@@ -72,7 +75,7 @@ def read_bytes(fs: Any, path: str, size_hint: int | None = None) -> bytes:
     ``fstat`` and asks for one byte more, so a file that grew still shows.
     """
     if is_local(fs):
-        fd = os.open(path, os.O_RDONLY)
+        fd = open_regular(path)
         try:
             if size_hint is not None:
                 data = os.read(fd, size_hint + 1)
@@ -87,6 +90,44 @@ def read_bytes(fs: Any, path: str, size_hint: int | None = None) -> bytes:
         finally:
             os.close(fd)
     return bytes(fs.cat_file(path))
+
+
+class NotAFileError(OSError):
+    """A local path that is not a regular file (a FIFO, device, socket or folder): never read."""
+
+
+def not_a_file(mode: int) -> NotAFileError:
+    """The error for a path whose ``st_mode`` is ``mode``: what was expected, what was found."""
+    kinds = (
+        (stat.S_ISFIFO, "a FIFO"),
+        (stat.S_ISCHR, "a character device"),
+        (stat.S_ISBLK, "a block device"),
+        (stat.S_ISSOCK, "a socket"),
+        (stat.S_ISDIR, "a folder"),
+    )
+    found = next((kind for test, kind in kinds if test(mode)), f"file type {stat.S_IFMT(mode):#o}")
+    return NotAFileError(errno.EINVAL, f"expected a regular file, found {found}")
+
+
+def open_regular(path: str) -> int:
+    """Open a local regular file for reading, and nothing else; returns the descriptor.
+
+    Opening a FIFO for reading waits for a writer, forever if none comes:
+    ``O_NONBLOCK`` returns at once (it changes nothing for a regular file) and
+    ``fstat`` then refuses anything but a regular file.
+
+    Raises:
+        NotAFileError: ``path`` is a FIFO, device, socket or folder.
+    """
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    try:
+        mode = os.fstat(fd).st_mode
+        if not stat.S_ISREG(mode):
+            raise not_a_file(mode)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
 
 
 def read_rest(fd: int) -> bytes:
@@ -146,9 +187,13 @@ class AtomicSink:
 
     def commit(self) -> None:
         if self._fd is not None:
+            # Durable before visible: without the fsync a power loss can leave the final
+            # name pointing at missing content; the directory's fsync makes the rename last.
+            os.fsync(self._fd)
             os.close(self._fd)
             self._fd = None
             os.replace(self._tmp, self.path)
+            fsync_dir(os.path.dirname(self.path) or ".")
             return
         parent = posixpath.dirname(self.path)
         if parent:
@@ -164,6 +209,15 @@ class AtomicSink:
             self._fd = None
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(self._tmp)
+
+
+def fsync_dir(directory: str) -> None:
+    """Flush a local directory's entries (a rename into it) to disk."""
+    fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
 
 
 _TMP = re.compile(r"^\.(?P<name>.+)\.tmp-(?P<host>[^-]+)-(?P<pid>\d+)-[0-9a-f]+$")
@@ -183,7 +237,9 @@ def remove_stale_temps(fs: Any, directory: str) -> int:
     """Delete temp files left in ``directory`` by writers of this host that died.
 
     A temp file of a live process (another writer racing on the same
-    directory) is left alone. Returns how many were removed.
+    directory) is left alone; a zombie's is not (a killed worker that nobody
+    reaped, e.g. under a container init that does not reap orphans, still
+    answers ``kill(pid, 0)``). Returns how many were removed.
     """
     if not is_local(fs) or not os.path.isdir(directory):
         return 0
@@ -191,22 +247,12 @@ def remove_stale_temps(fs: Any, directory: str) -> int:
     removed = 0
     for name in os.listdir(directory):
         m = _TMP.match(name)
-        if m is None or m["host"] != host or _pid_alive(int(m["pid"])):
+        if m is None or m["host"] != host or pid_alive(int(m["pid"])):
             continue
         with contextlib.suppress(FileNotFoundError):
             os.unlink(os.path.join(directory, name))
             removed += 1
     return removed
-
-
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 _IOV_MAX = 1024  # Linux limit on buffers per writev call

@@ -28,7 +28,7 @@ from tfshards import executor as executors
 from tfshards import layout, native, sharding, storage
 from tfshards import transform as transforms
 from tfshards.errors import ConfigError, InputError
-from tfshards.listing import Listing, listing_digest, listing_root, read_listing
+from tfshards.listing import Listing, listing_counts, listing_digest, listing_root, read_listing
 from tfshards.manifest import (
     FORMAT_VERSION,
     MANIFEST_NAME,
@@ -200,7 +200,14 @@ def write(config: WriteConfig, listing: Listing | str, *, progress: bool = True)
         [storage.protocol(fs_in), storage.protocol(fs_out)],
         gil_free=native.NATIVE is not None and config.transform is None and storage.is_local(fs_in),
     )
-    pool_size = min(config.workers, config.num_shards or config.workers)
+    # Never more workers than shards; meta.json alone gives the count before the listing loads.
+    files, nbytes = (
+        (len(listing.entries), listing.total_bytes)
+        if isinstance(listing, Listing)
+        else listing_counts(listing)
+    )
+    shards = config.num_shards or sharding.auto_num_shards(files, nbytes, config.target_shard_bytes)
+    pool_size = min(config.workers, shards)
     # Workers start before the listing is loaded: forked later, each would count it in its RSS.
     with executors.started(kind, pool_size) as pool:
         if isinstance(listing, str):
