@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from tfshards import generator
+from tfshards import generator, pools
 from tfshards.errors import ConfigError
 from tfshards.listing import Entry, Listing, list_files
 from tfshards.sample import write_synthetic
@@ -296,3 +296,28 @@ def test_killed_worker_is_an_error_not_a_hang(listing):
         listing, load_image, output_signature=_image_signature(), mode="processes"
     )
     assert len(list(again)) == 40  # a fresh pool replaces the broken one
+
+
+def test_never_more_worker_processes_than_tasks(listing):
+    """40 files in batches of 20 are 2 tasks per epoch: 2 processes, though 8 were asked for."""
+    before = dict(pools._POOLS)
+    made = []
+    real = pools.Runner.__init__
+
+    def spy(self: pools.Runner, *args: Any, **kwargs: Any) -> None:
+        real(self, *args, **kwargs)
+        made.append(self.workers)
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(pools.Runner, "__init__", spy)
+        ds = generator.from_files(
+            listing,
+            load_image,
+            output_signature=_image_signature(),
+            mode="processes",
+            batch_size=20,
+            num_parallel_calls=8,
+        )
+    assert len(_unbatched(ds)) == 40
+    assert made == [2]
+    assert 8 not in set(pools._POOLS) - set(before)

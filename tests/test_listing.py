@@ -453,6 +453,38 @@ def test_truncated_listing_is_reported(written: Path) -> None:
         read_listing(str(written))
 
 
+@pytest.mark.parametrize("escape", ["../secret.jpg", "cat/../../secret.jpg", "ABSOLUTE", "./x.jpg"])
+def test_listing_paths_that_leave_the_root_are_refused_like_index_paths(
+    tmp_path: Path, escape: str
+) -> None:
+    """A hand-edited files.jsonl (hashes updated to match) must not make write read other files."""
+    from tfshards.writer import WriteConfig, write
+
+    root = tmp_path / "raw"
+    (root / "cat").mkdir(parents=True)
+    (root / "cat" / "001.jpg").write_bytes(b"cat")
+    secret = tmp_path / "secret.jpg"
+    secret.write_bytes(b"top secret bytes")
+    rel = str(secret) if escape == "ABSOLUTE" else escape
+    crafted = Listing(
+        str(root),
+        ("cat",),
+        tuple(sorted([Entry(rel, 16, 0, "t"), Entry("cat/001.jpg", 3, 0, "t")])),
+    )
+    write_listing(crafted, str(tmp_path / "listing"))  # files.jsonl and meta.json agree
+    line = 1 + [e.path for e in crafted.entries].index(rel)
+    expected = (
+        rf"files\.jsonl:{line}: expected a path relative to the root "
+        r"without '\.', '\.\.' or empty parts, found"
+    )
+    with pytest.raises(InputError, match=expected):
+        read_listing(str(tmp_path / "listing"))
+    config = WriteConfig(out=str(tmp_path / "out"), executor="serial", on_error="skip")
+    with pytest.raises(InputError, match=expected):
+        write(config, str(tmp_path / "listing"), progress=False)
+    assert not (tmp_path / "out").exists()
+
+
 def test_missing_or_broken_meta_is_reported(written: Path, tmp_path: Path) -> None:
     with pytest.raises(InputError, match="listing metadata not found"):
         read_listing(str(tmp_path / "nowhere"))

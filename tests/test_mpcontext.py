@@ -7,8 +7,10 @@ import subprocess
 import sys
 import textwrap
 import threading
+import time
 from pathlib import Path
 
+import psutil
 import pytest
 
 from tfshards import mpcontext
@@ -74,3 +76,103 @@ def test_forkserver_workers_do_not_rerun_the_script_that_started_them(tmp_path):
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip() == "LeanForkServerContext"
     assert len(log.read_text().split()) == 1  # the parent alone ran the script
+
+
+# ------------------------------------------------------------------ workers die with their parent
+
+BLOCK_TRANSFORM = """
+import time
+
+def block(path, data, label):
+    time.sleep(3600)  # a shard that never ends: the parent is killed mid-write
+    return {}
+"""
+
+# Each script starts worker processes and then never ends on its own.
+ORPHAN_SCRIPTS = {
+    "process pool, fork": """
+        from tfshards import executor
+        list(executor.run(time.sleep, [3600.0] * 4, executor="process", workers=3))
+    """,
+    "process pool, forkserver (a parent with threads)": """
+        threading.Thread(target=threading.Event().wait, daemon=True).start()
+        from tfshards import executor
+        list(executor.run(time.sleep, [3600.0] * 4, executor="process", workers=3))
+    """,
+    "from_files processes (idle workers)": """
+        from tfshards.pools import Leaf, Runner
+        runner = Runner("processes", abs, [Leaf("int64", (), "")], 2)
+        threading.Event().wait()
+    """,
+    "sample": """
+        from tfshards.sample import write_synthetic
+        write_synthetic(sys.argv[1], 1_000_000, 32, workers=3, progress=False)
+    """,
+}
+
+
+def _descendants(pid: int, at_least: int) -> list[psutil.Process]:
+    """The process tree under ``pid`` once it has ``at_least`` processes (60 s at most)."""
+    parent = psutil.Process(pid)
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        found = parent.children(recursive=True)
+        if len(found) >= at_least:
+            return found
+        time.sleep(0.05)
+    raise AssertionError(f"expected {at_least} worker processes, found {len(found)}")
+
+
+def _running(processes: list[psutil.Process]) -> list[psutil.Process]:
+    alive = []
+    for p in processes:
+        try:
+            if p.is_running() and p.status() != psutil.STATUS_ZOMBIE:
+                alive.append(p)
+        except psutil.NoSuchProcess:
+            pass
+    return alive
+
+
+def _orphans_after_killing(argv: list[str], workers: int, cwd: Path) -> list[psutil.Process]:
+    """SIGKILL the process ``argv`` starts (not its workers); what is still running 10 s later."""
+    env = {**os.environ, "PYTHONPATH": f"{REPO / 'src'}{os.pathsep}{cwd}"}
+    proc = subprocess.Popen(argv, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    workers_seen = _descendants(proc.pid, workers)
+    try:
+        proc.kill()  # the parent alone, as the OOM killer does
+        proc.wait()
+        deadline = time.monotonic() + 10
+        while _running(workers_seen) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        left = _running(workers_seen)
+        if not left:  # nobody holds the caller's pipes any more: reading them ends
+            proc.communicate(timeout=10)
+        return left
+    finally:
+        for p in _running(workers_seen):  # only the processes this test started
+            p.kill()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("case", sorted(ORPHAN_SCRIPTS))
+def test_workers_exit_when_their_parent_is_killed(case, tmp_path):
+    script = tmp_path / "parent.py"
+    body = textwrap.indent(textwrap.dedent(ORPHAN_SCRIPTS[case]), "    ")
+    script.write_text(f"import sys, threading, time\n\nif __name__ == '__main__':\n{body}")
+    argv = [sys.executable, str(script), str(tmp_path / "out")]
+    assert _orphans_after_killing(argv, workers=2, cwd=tmp_path) == []
+
+
+@pytest.mark.slow
+def test_a_killed_write_command_leaves_no_worker_behind(tmp_path):
+    from tfshards.listing import list_files, write_listing
+    from tfshards.sample import write_synthetic
+
+    write_synthetic(str(tmp_path / "raw"), 24, 16, workers=1)
+    write_listing(list_files(str(tmp_path / "raw")), str(tmp_path / "listing"))
+    (tmp_path / "tx_block.py").write_text(BLOCK_TRANSFORM)
+    argv = [sys.executable, "-m", "tfshards", "write", str(tmp_path / "listing")]
+    argv += ["--out", "out", "--num-shards", "4", "--transform", "tx_block:block"]
+    argv += ["--executor", "process", "--workers", "3", "--no-progress"]
+    assert _orphans_after_killing(argv, workers=2, cwd=tmp_path) == []

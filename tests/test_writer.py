@@ -217,6 +217,37 @@ def test_skip_records_rejects_and_counts_reconcile(raw, tmp_path):
     assert manifest.listed == manifest.records + len(manifest.rejected) == 103
 
 
+@pytest.mark.timeout(60)  # opening a FIFO for reading waits for a writer, forever
+@pytest.mark.parametrize("transform", [None, "tx_mod:nothing"])
+def test_a_listed_file_replaced_by_a_fifo_is_rejected_never_opened(
+    listing, raw, tmp_path, loop, transforms_module, transform
+):
+    rel = listing.entries[5].path
+    (raw / rel).unlink()
+    os.mkfifo(raw / rel)  # between list and write
+    manifest = _write(listing, tmp_path / "out", num_shards=2, on_error="skip", transform=transform)
+    assert [(r.path, r.reason) for r in manifest.rejected] == [
+        (rel, "expected a regular file, found a FIFO")
+    ]
+    with pytest.raises(InputError) as info:
+        _write(listing, tmp_path / "again", num_shards=2, transform=transform)
+    assert str(info.value) == f"{raw / rel}: cannot read: expected a regular file, found a FIFO"
+
+
+def test_a_file_listed_empty_that_has_bytes_now_reads_the_same_in_both_loops(raw, tmp_path, loop):
+    victim = sorted(raw.glob("*/*.jpg"))[4]
+    victim.write_bytes(b"")
+    listing = list_files(str(raw))
+    victim.write_bytes(b"x" * 100)
+    manifest = _write(listing, tmp_path / "out", num_shards=2, on_error="skip")
+    assert [(r.path, r.reason) for r in manifest.rejected] == [
+        (
+            str(victim.relative_to(raw)),
+            "file changed since it was listed: expected 0 bytes, found 100",
+        )
+    ]
+
+
 def test_cli_reports_bad_input_on_one_line_with_exit_1(raw, tmp_path):
     (sorted(raw.glob("*/*.jpg"))[0]).write_bytes(b"")
     write_listing(list_files(str(raw)), str(tmp_path / "listing"))
@@ -298,6 +329,9 @@ def flaky(path, data, label):
 def slow(path, data, label):
     import time
     time.sleep(0.03)
+    return {}
+
+def nothing(path, data, label):
     return {}
 """
 
@@ -442,6 +476,57 @@ def test_killed_writer_resumes_to_identical_bytes(listing, tmp_path, transforms_
         assert data == ref_files[name].replace(b'"root": "ref/', b'"root": "out/')
 
 
+# Kills a process-mode write mid-shard under a "subreaper" that never reaps, as a container
+# whose init does not reap orphans: the writer and its workers stay zombies while it resumes.
+ZOMBIE_HARNESS = """
+import ctypes, json, os, pathlib, signal, subprocess, sys, time
+from tfshards import storage
+
+ctypes.CDLL(None).prctl(36, 1, 0, 0, 0)  # PR_SET_CHILD_SUBREAPER: orphans become ours
+write = [sys.executable, "-m", "tfshards", *sys.argv[1:]]
+victim = subprocess.Popen(write, start_new_session=True)
+out = pathlib.Path("out")
+deadline = time.monotonic() + 60
+while time.monotonic() < deadline:
+    temps = [p for p in out.glob("*/*") if storage.is_temp_name(p.name)]
+    if len(temps) >= 2:
+        break
+    time.sleep(0.02)
+os.killpg(victim.pid, signal.SIGKILL)  # never reaped: not victim.wait(), no waitpid(-1)
+time.sleep(0.5)
+zombies = [p.name for p in out.glob("*/*") if storage.is_temp_name(p.name)]
+resumed = subprocess.run(write, capture_output=True, text=True)
+print(json.dumps({"temps": zombies, "rc": resumed.returncode, "stderr": resumed.stderr}))
+"""
+
+
+@pytest.mark.slow
+def test_resume_after_killed_workers_left_as_zombies_validates(
+    listing, tmp_path, transforms_module
+):
+    from tfshards.validate import ValidateConfig, validate
+
+    write_listing(listing, str(tmp_path / "listing"))
+    args = ["write", str(tmp_path / "listing"), "--out", "out", "--manifest", "m.json"]
+    args += ["--num-shards", "4", "--transform", "tx_mod:slow", "--executor", "process"]
+    args += ["--workers", "3", "--no-progress"]
+    env = {**os.environ, "PYTHONPATH": f"{REPO / 'src'}{os.pathsep}{tmp_path}"}
+    harness = subprocess.run(
+        [sys.executable, "-c", ZOMBIE_HARNESS, *args],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=240,
+    )
+    assert harness.returncode == 0, harness.stderr
+    seen = json.loads(harness.stdout.splitlines()[-1])
+    assert len(seen["temps"]) >= 2  # the killed writers' temp files were there at resume
+    assert seen["rc"] == 0, seen["stderr"]
+    report = validate(ValidateConfig(manifest=str(tmp_path / "m.json"), executor="serial"))
+    assert report.ok, report.problems
+
+
 @pytest.mark.slow
 def test_two_racing_writers_leave_one_valid_set(listing, tmp_path, transforms_module):
     write_listing(listing, str(tmp_path / "listing"))
@@ -491,3 +576,22 @@ def test_workers_start_before_the_listing_is_loaded(listing, tmp_path, monkeypat
     manifest = write(config, str(tmp_path / "listing"), progress=False).manifest
     assert workers_alive == [1]  # 2 workers: this process and one started before the listing
     assert manifest.records == len(listing.entries)
+
+
+def test_never_more_worker_processes_than_shards(tmp_path, monkeypatch):
+    """--workers 8 over 5 files makes 5 shards: this process and 4 others, not 7."""
+    write_synthetic(str(tmp_path / "raw"), 5, 16, workers=1)
+    write_listing(list_files(str(tmp_path / "raw")), str(tmp_path / "listing"))
+    started = []
+    real = writer.read_listing
+    before = {p.pid for p in multiprocessing.active_children()}  # other tests' pools
+
+    def spy(path: str) -> Listing:
+        started.append(len({p.pid for p in multiprocessing.active_children()} - before))
+        return real(path)
+
+    monkeypatch.setattr(writer, "read_listing", spy)
+    config = WriteConfig(out=str(tmp_path / "out"), workers=8, executor="process")
+    manifest = write(config, str(tmp_path / "listing"), progress=False).manifest
+    assert len(manifest.shards) == 5
+    assert started == [4]

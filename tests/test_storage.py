@@ -1,0 +1,87 @@
+"""Local publication: fsync before the rename, the folder after; temps of dead writers go."""
+
+from __future__ import annotations
+
+import os
+import stat
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+
+from tfshards import storage
+
+
+def _spy_on_disk_calls(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, str]]:
+    """Record fsync (of a file or a folder) and replace calls, passing each through."""
+    calls: list[tuple[str, str]] = []
+    real_fsync, real_replace = os.fsync, os.replace
+
+    def fsync(fd: int) -> None:
+        calls.append(("fsync", "folder" if stat.S_ISDIR(os.fstat(fd).st_mode) else "file"))
+        real_fsync(fd)
+
+    def replace(src: str, dst: str) -> None:
+        calls.append(("replace", os.path.basename(dst)))
+        real_replace(src, dst)
+
+    monkeypatch.setattr(os, "fsync", fsync)
+    monkeypatch.setattr(os, "replace", replace)
+    return calls
+
+
+def test_a_published_file_is_on_disk_before_its_name_and_the_name_after(tmp_path, monkeypatch):
+    """A power loss must never leave the final name pointing at content that was not written."""
+    calls = _spy_on_disk_calls(monkeypatch)
+    target = tmp_path / "shard.tfrecord"
+    assert storage.write_atomic(storage.open_url(str(tmp_path))[0], str(target), [b"ab", b"c"]) == 3
+    assert calls == [("fsync", "file"), ("replace", "shard.tfrecord"), ("fsync", "folder")]
+    assert target.read_bytes() == b"abc"
+
+
+def test_an_aborted_file_is_neither_synced_nor_published(tmp_path, monkeypatch):
+    calls = _spy_on_disk_calls(monkeypatch)
+    sink = storage.AtomicSink(storage.open_url(str(tmp_path))[0], str(tmp_path / "x"))
+    sink.write([b"partial"])
+    sink.abort()
+    assert calls == [] and list(tmp_path.iterdir()) == []
+
+
+def test_a_zombie_writers_temp_file_is_swept(tmp_path):
+    """A killed writer that nobody reaped still answers kill(pid, 0): it is dead all the same."""
+    script = (
+        "import sys, time\n"
+        "from tfshards import storage\n"
+        "sink = storage.AtomicSink(storage.open_url(sys.argv[1])[0], sys.argv[1] + '/shard')\n"
+        "sink.write([b'half a shard'])\n"
+        "print('ready', flush=True)\n"
+        "time.sleep(3600)\n"
+    )
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1] / "src")}
+    writer = subprocess.Popen(
+        [sys.executable, "-c", script, str(tmp_path)], env=env, stdout=subprocess.PIPE
+    )
+    try:
+        assert writer.stdout is not None and writer.stdout.readline() == b"ready\n"
+        writer.kill()  # and no wait(): a zombie until reaped
+        while psutil.Process(writer.pid).status() != psutil.STATUS_ZOMBIE:
+            time.sleep(0.01)
+        (temp,) = tmp_path.iterdir()
+        assert storage.is_temp_name(temp.name) and f"-{writer.pid}-" in temp.name
+        assert storage.remove_stale_temps(storage.open_url(str(tmp_path))[0], str(tmp_path)) == 1
+        assert list(tmp_path.iterdir()) == []
+    finally:
+        writer.kill()
+        writer.wait()
+
+
+def test_a_live_writers_temp_file_is_kept(tmp_path):
+    sink = storage.AtomicSink(storage.open_url(str(tmp_path))[0], str(tmp_path / "shard"))
+    try:
+        assert storage.remove_stale_temps(storage.open_url(str(tmp_path))[0], str(tmp_path)) == 0
+        assert len(list(tmp_path.iterdir())) == 1
+    finally:
+        sink.abort()
