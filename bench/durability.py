@@ -47,7 +47,8 @@ def main() -> None:
     parser.add_argument("--data", default="bench/data")
     args = parser.parse_args()
     real_fsync = os.fsync
-    workroot = tempfile.mkdtemp(dir=args.data if os.path.isdir(args.data) else None)
+    os.makedirs(args.data, exist_ok=True)
+    workroot = tempfile.mkdtemp(dir=args.data)  # the disk the data is on, not a tmpfs
     print("| data | writer | fsync s (min-max) | no fsync s (min-max) | cost |")
     print("|---|---|---:|---:|---:|")
     try:

@@ -142,3 +142,28 @@ def test_tiny_run_reports_every_contender_with_positive_numbers(
     for heading in (*headings, "#### Read one epoch of the large images resized"):
         assert heading in stdout
     assert "python -m bench.run --scale 0.005" in stdout
+
+
+@pytest.mark.slow
+def test_durability_run_reports_each_writer_with_and_without_fsync(tmp_path: Path) -> None:
+    env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2", "PYTHONPATH": str(REPO)}
+    args = ["--scale", "0.002", "--reps", "1", "--data", str(tmp_path / "data")]
+    proc = subprocess.run(
+        [sys.executable, "-m", "bench.durability", *args],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    rows = [line.split("|")[1:-1] for line in proc.stdout.splitlines()[2:]]
+    assert [(r[0].strip(), r[1].strip()) for r in rows] == [
+        (data, writer)
+        for data in ("small", "large")
+        for writer in ("1 process", "auto (2 workers)")
+    ]
+    for r in rows:
+        assert float(r[2].split()[0]) > 0 and float(r[3].split()[0]) > 0
+        assert float(r[4].strip().rstrip("x")) > 0
