@@ -99,6 +99,11 @@ ORPHAN_SCRIPTS = {
         from tfshards import executor
         list(executor.run(time.sleep, [3600.0] * 4, executor="process", workers=3))
     """,
+    "process pool, fork, polling getppid() (no PR_SET_PDEATHSIG: not Linux)": """
+        from tfshards import executor, mpcontext
+        mpcontext._set_parent_death_signal = lambda: False  # fork: the workers inherit this
+        list(executor.run(time.sleep, [3600.0] * 4, executor="process", workers=3))
+    """,
     "from_files processes (idle workers)": """
         from tfshards.pools import Leaf, Runner
         runner = Runner("processes", abs, [Leaf("int64", (), "")], 2)

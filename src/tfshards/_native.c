@@ -234,7 +234,7 @@ typedef struct {
     size_t size;
 } Item;
 
-#define NOT_REGULAR (-(Py_ssize_t)1 << 40) /* below every -errno */
+#define NOT_REGULAR (-((Py_ssize_t)1 << 40)) /* below every -errno */
 
 /* Read ``rel`` into ``dst``, asking for ``cap`` bytes: the listed size + 1,
  * so that a file that grew shows in the same read(). Returns the byte count

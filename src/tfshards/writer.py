@@ -219,7 +219,7 @@ def write(config: WriteConfig, listing: Listing | str, *, progress: bool = True)
                     write_shard,
                     tasks,
                     executor=kind,
-                    workers=config.workers,
+                    workers=pool_size,
                     dask_address=config.dask_address,
                     describe=lambda t: t.name,
                     pool=pool,
