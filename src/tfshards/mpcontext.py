@@ -16,6 +16,8 @@ from collections.abc import Iterator
 from multiprocessing import popen_forkserver
 from typing import Any
 
+from tfshards.storage import pid_alive
+
 PRELOAD = ["tfshards.shard", "tfshards.validate"]  # what forkserver workers import once
 _PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
 WATCH_SECONDS = 0.5  # how often a worker without PR_SET_PDEATHSIG looks for its parent
@@ -116,20 +118,3 @@ def _watch_parent(parent: int) -> None:
     while os.getppid() == parent:
         time.sleep(WATCH_SECONDS)
     os._exit(1)
-
-
-def pid_alive(pid: int) -> bool:
-    """True while process ``pid`` runs; a zombie (dead, not yet reaped) is not alive."""
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        pass  # another user's process: it exists
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            stat = f.read()
-    except OSError:  # no procfs (macOS), or it just went away: trust kill()
-        return True
-    state = stat[stat.rfind(b")") + 2 : stat.rfind(b")") + 3]  # the name may hold ")"
-    return state not in (b"Z", b"X")

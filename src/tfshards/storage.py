@@ -25,7 +25,6 @@ import fsspec
 from fsspec.implementations.local import LocalFileSystem
 
 from tfshards.errors import ConfigError
-from tfshards.mpcontext import pid_alive
 
 Chunk = bytes | bytearray | memoryview
 
@@ -253,6 +252,23 @@ def remove_stale_temps(fs: Any, directory: str) -> int:
             os.unlink(os.path.join(directory, name))
             removed += 1
     return removed
+
+
+def pid_alive(pid: int) -> bool:
+    """True while process ``pid`` runs; a zombie (dead, not yet reaped) is not alive."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        pass  # another user's process: it exists
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            stat = f.read()
+    except OSError:  # no procfs (macOS), or it just went away: trust kill()
+        return True
+    state = stat[stat.rfind(b")") + 2 : stat.rfind(b")") + 3]  # the name may hold ")"
+    return state not in (b"Z", b"X")
 
 
 _IOV_MAX = 1024  # Linux limit on buffers per writev call
