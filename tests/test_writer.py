@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
+from tfshards import executor as executors
 from tfshards import storage, tfrecord, writer
 from tfshards.cli import app
 from tfshards.errors import ConfigError, InputError, TransformError
@@ -590,8 +591,18 @@ def test_never_more_worker_processes_than_shards(tmp_path, monkeypatch):
         started.append(len({p.pid for p in multiprocessing.active_children()} - before))
         return real(path)
 
+    pools = []
+    real_pool = executors.LocalPool.__init__
+
+    def pool_spy(self: executors.LocalPool, kind: str, workers: int) -> None:
+        pools.append(workers)
+        real_pool(self, kind, workers)
+
     monkeypatch.setattr(writer, "read_listing", spy)
+    monkeypatch.setattr(executors.LocalPool, "__init__", pool_spy)
     config = WriteConfig(out=str(tmp_path / "out"), workers=8, executor="process")
     manifest = write(config, str(tmp_path / "listing"), progress=False).manifest
     assert len(manifest.shards) == 5
-    assert started == [4]
+    assert pools == [5]  # this process and 4 others
+    # fork starts all 4 at once; forkserver (a parent with threads) only as tasks need them
+    assert 1 <= started[0] <= 4
