@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import socket
 import stat
 import subprocess
 import sys
@@ -70,7 +71,7 @@ def test_a_zombie_writers_temp_file_is_swept(tmp_path):
         while psutil.Process(writer.pid).status() != psutil.STATUS_ZOMBIE:
             time.sleep(0.01)
         (temp,) = tmp_path.iterdir()
-        assert storage.is_temp_name(temp.name) and f"-{writer.pid}-" in temp.name
+        assert storage.is_temp_name(temp.name) and f"-{writer.pid}." in temp.name
         assert storage.remove_stale_temps(storage.open_url(str(tmp_path))[0], str(tmp_path)) == 1
         assert list(tmp_path.iterdir()) == []
     finally:
@@ -85,3 +86,22 @@ def test_a_live_writers_temp_file_is_kept(tmp_path):
         assert len(list(tmp_path.iterdir())) == 1
     finally:
         sink.abort()
+
+
+def test_a_temp_file_whose_pid_now_names_another_process_is_swept(tmp_path):
+    """A restarted container reuses small pids: the new holder of the pid is not the writer."""
+    other = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(3600)"])
+    try:
+        start = storage.process_start(other.pid)
+        assert start is not None
+        host = socket.gethostname().replace("-", "_") or "host"
+        earlier = tmp_path / f".shard.tmp-{host}-{other.pid}.{start - 100}-0123abcd"
+        current = tmp_path / f".shard.tmp-{host}-{other.pid}.{start}-4567abcd"
+        earlier.write_bytes(b"a dead writer's half shard")
+        current.write_bytes(b"a live writer's half shard")
+        assert storage.is_temp_name(earlier.name) and storage.is_temp_name(current.name)
+        assert storage.remove_stale_temps(storage.open_url(str(tmp_path))[0], str(tmp_path)) == 1
+        assert list(tmp_path.iterdir()) == [current]
+    finally:
+        other.kill()
+        other.wait()

@@ -219,12 +219,19 @@ def fsync_dir(directory: str) -> None:
         os.close(fd)
 
 
-_TMP = re.compile(r"^\.(?P<name>.+)\.tmp-(?P<host>[^-]+)-(?P<pid>\d+)-[0-9a-f]+$")
+# .NAME.tmp-HOST-PID.START-RANDOM; START (the writer's start time in clock ticks since
+# boot) tells a reused pid from the writer; names without it (no procfs) still match.
+_TMP = re.compile(
+    r"^\.(?P<name>.+)\.tmp-(?P<host>[^-]+)-(?P<pid>\d+)(?:\.(?P<start>\d+))?-[0-9a-f]+$"
+)
 
 
 def _tmp_name(name: str) -> str:
     host = socket.gethostname().replace("-", "_") or "host"
-    return f".{name}.tmp-{host}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+    pid = os.getpid()
+    start = process_start(pid)
+    writer = f"{pid}" if start is None else f"{pid}.{start}"
+    return f".{name}.tmp-{host}-{writer}-{uuid.uuid4().hex[:8]}"
 
 
 def is_temp_name(name: str) -> bool:
@@ -236,9 +243,11 @@ def remove_stale_temps(fs: Any, directory: str) -> int:
     """Delete temp files left in ``directory`` by writers of this host that died.
 
     A temp file of a live process (another writer racing on the same
-    directory) is left alone; a zombie's is not (a killed worker that nobody
-    reaped, e.g. under a container init that does not reap orphans, still
-    answers ``kill(pid, 0)``). Returns how many were removed.
+    directory) is left alone. Dead are: a pid that does not exist, a zombie (a
+    killed worker nobody reaped, e.g. under a container init that does not
+    reap orphans, still answers ``kill(pid, 0)``), and a pid now held by a
+    process that started at another time than the writer (a restarted
+    container reuses its small pids). Returns how many were removed.
     """
     if not is_local(fs) or not os.path.isdir(directory):
         return 0
@@ -246,7 +255,10 @@ def remove_stale_temps(fs: Any, directory: str) -> int:
     removed = 0
     for name in os.listdir(directory):
         m = _TMP.match(name)
-        if m is None or m["host"] != host or pid_alive(int(m["pid"])):
+        if m is None or m["host"] != host:
+            continue
+        start = None if m["start"] is None else int(m["start"])
+        if pid_alive(int(m["pid"]), start):
             continue
         with contextlib.suppress(FileNotFoundError):
             os.unlink(os.path.join(directory, name))
@@ -254,21 +266,40 @@ def remove_stale_temps(fs: Any, directory: str) -> int:
     return removed
 
 
-def pid_alive(pid: int) -> bool:
-    """True while process ``pid`` runs; a zombie (dead, not yet reaped) is not alive."""
+def pid_alive(pid: int, start: int | None = None) -> bool:
+    """True while process ``pid`` runs; a zombie (dead, not yet reaped) is not alive.
+
+    With ``start`` (from :func:`process_start`), also false when ``pid`` now
+    names a process that started at another time.
+    """
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
         return False
     except PermissionError:
         pass  # another user's process: it exists
+    fields = _proc_stat(pid)
+    if fields is None:  # no procfs (macOS), or it just went away: trust kill()
+        return True
+    if fields[0] in (b"Z", b"X"):
+        return False
+    return start is None or int(fields[19]) == start
+
+
+def process_start(pid: int) -> int | None:
+    """When ``pid`` started, in clock ticks since boot; None without ``/proc``."""
+    fields = _proc_stat(pid)
+    return None if fields is None else int(fields[19])
+
+
+def _proc_stat(pid: int) -> list[bytes] | None:
+    """The fields of ``/proc/<pid>/stat`` after the name (state first, start time 20th)."""
     try:
         with open(f"/proc/{pid}/stat", "rb") as f:
-            stat = f.read()
-    except OSError:  # no procfs (macOS), or it just went away: trust kill()
-        return True
-    state = stat[stat.rfind(b")") + 2 : stat.rfind(b")") + 3]  # the name may hold ")"
-    return state not in (b"Z", b"X")
+            line = f.read()
+    except OSError:
+        return None
+    return line[line.rfind(b")") + 2 :].split()  # the name may hold ")" and spaces
 
 
 _IOV_MAX = 1024  # Linux limit on buffers per writev call
