@@ -43,6 +43,23 @@ def test_a_published_file_is_on_disk_before_its_name_and_the_name_after(tmp_path
     assert target.read_bytes() == b"abc"
 
 
+def test_new_folders_are_synced_into_their_parents_before_the_file_lands(tmp_path, monkeypatch):
+    calls = _spy_on_disk_calls(monkeypatch)
+    synced_folders = []
+    real_fsync_dir = storage.fsync_dir
+
+    def fsync_dir(directory: str) -> None:
+        synced_folders.append(os.path.relpath(directory, tmp_path))
+        real_fsync_dir(directory)
+
+    monkeypatch.setattr(storage, "fsync_dir", fsync_dir)
+    target = tmp_path / "out" / "v1" / "manifest.json"
+    storage.write_atomic(storage.open_url(str(tmp_path))[0], str(target), [b"{}"])
+    assert synced_folders == [".", "out", os.path.join("out", "v1")]
+    assert calls[-3:] == [("fsync", "file"), ("replace", "manifest.json"), ("fsync", "folder")]
+    assert target.read_bytes() == b"{}"
+
+
 def test_an_aborted_file_is_neither_synced_nor_published(tmp_path, monkeypatch):
     calls = _spy_on_disk_calls(monkeypatch)
     sink = storage.AtomicSink(storage.open_url(str(tmp_path))[0], str(tmp_path / "x"))

@@ -170,7 +170,7 @@ class AtomicSink:
         self._tmp = ""
         if is_local(fs):
             directory = os.path.dirname(path) or "."
-            os.makedirs(directory, exist_ok=True)
+            make_dirs(directory)
             if temp_dir:  # same filesystem (a subfolder), so the rename stays atomic
                 os.makedirs(temp_dir, exist_ok=True)
             self._tmp = os.path.join(temp_dir or directory, _tmp_name(os.path.basename(path)))
@@ -208,6 +208,21 @@ class AtomicSink:
             self._fd = None
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(self._tmp)
+
+
+def make_dirs(directory: str) -> None:
+    """``os.makedirs`` that also fsyncs each new folder's entry in its parent.
+
+    A file renamed into a folder whose own entry a power loss drops is lost all the same.
+    """
+    missing = []
+    while directory and not os.path.isdir(directory):
+        missing.append(directory)
+        directory = os.path.dirname(directory)
+    for folder in reversed(missing):
+        with contextlib.suppress(FileExistsError):  # a racing writer made it first
+            os.mkdir(folder)
+        fsync_dir(os.path.dirname(folder) or ".")
 
 
 def fsync_dir(directory: str) -> None:
