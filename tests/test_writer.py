@@ -489,13 +489,13 @@ victim = subprocess.Popen(write, start_new_session=True)
 out = pathlib.Path("out")
 deadline = time.monotonic() + 60
 while time.monotonic() < deadline:
-    temps = [p for p in out.glob("*/*") if storage.is_temp_name(p.name)]
+    temps = [p for p in out.rglob("*") if storage.is_temp_name(p.name)]
     if len(temps) >= 2:
         break
     time.sleep(0.02)
 os.killpg(victim.pid, signal.SIGKILL)  # never reaped: not victim.wait(), no waitpid(-1)
 time.sleep(0.5)
-zombies = [p.name for p in out.glob("*/*") if storage.is_temp_name(p.name)]
+zombies = [p.name for p in out.rglob("*") if storage.is_temp_name(p.name)]
 resumed = subprocess.run(write, capture_output=True, text=True)
 print(json.dumps({"temps": zombies, "rc": resumed.returncode, "stderr": resumed.stderr}))
 """
