@@ -16,6 +16,7 @@ per-record path takes ~11 (both including the shard's own sha256).
 from __future__ import annotations
 
 import hashlib
+import heapq
 import struct
 from collections.abc import Sequence
 
@@ -246,11 +247,11 @@ def check_records(buf: bytes, checker: recordcheck.RecordChecker) -> int:
     """:func:`tfshards.recordcheck.check_records`, in bulk where the schema allows."""
     if not supports(checker.schema, checker.decode_images):
         return recordcheck.check_records(buf, checker)
-    found: list[tuple[int, int, str]] = []
+    found = _InOrder(checker.limit)
     add = checker.add
 
     def collect(what: str, index: int, offset: int) -> None:
-        found.append((index, offset, what))
+        found.push(index, offset, what)
 
     checker = checker.reporting_to(collect)
     num_labels, labels, image_feature = checker.num_labels, checker.labels, checker.image_feature
@@ -296,7 +297,30 @@ def check_records(buf: bytes, checker: recordcheck.RecordChecker) -> int:
                 checker.check(buf, view, index, where, data_start, data_start + len(data))
         records += records_in_tail
 
-    found.sort(key=lambda f: f[0])  # record order, as the per-record path reports them
-    for index, where, what in found:
+    for index, where, what in found.first():  # record order, as the per-record path reports
         add(what, index, where)
+    if found.dropped and checker.skip is not None:
+        checker.skip(found.dropped)
     return records
+
+
+class _InOrder:
+    """Problems found out of record order: keeps the ``limit`` earliest (all when None)."""
+
+    def __init__(self, limit: int | None) -> None:
+        self.limit, self.dropped = limit, 0
+        self._seq = 0  # ties (one record, several problems) keep the order they were found in
+        self._heap: list[tuple[int, int, int, str]] = []  # (-index, -seq, offset, what): max first
+
+    def push(self, index: int, offset: int, what: str) -> None:
+        self._seq += 1
+        item = (-index, -self._seq, offset, what)
+        if self.limit is None or len(self._heap) < self.limit:
+            heapq.heappush(self._heap, item)
+        else:
+            self.dropped += 1
+            if item > self._heap[0]:  # earlier than the latest kept: it takes that one's place
+                heapq.heapreplace(self._heap, item)
+
+    def first(self) -> list[tuple[int, int, str]]:
+        return [(-i, offset, what) for i, _, offset, what in sorted(self._heap, reverse=True)]

@@ -14,7 +14,7 @@ from typing import Any
 import crc32c
 
 from tfshards import tfrecord as tfr
-from tfshards.example import DecodeError, FeatureSpec, conformance_problem, decode
+from tfshards.example import DecodeError, FeatureSpec, outline, outline_problem
 from tfshards.tfrecord import FOOTER_BYTES, HEADER_BYTES
 
 
@@ -53,6 +53,10 @@ class RecordChecker:
         decode_images: also decode each payload with Pillow.
         labels: records per label index (in range only), counted in place.
         add: called as ``add(what, record index, byte offset)`` for each problem found.
+        limit: problems the caller keeps (the first, in record order); a check
+            that finds them out of order holds no more than this many, and
+            reports how many more it found to ``skip``. None: no limit.
+        skip: called as ``skip(n)`` with the number of problems found past ``limit``.
     """
 
     def __init__(
@@ -65,7 +69,11 @@ class RecordChecker:
         decode_images: bool,
         labels: list[int],
         add: Callable[[str, int, int], None],
+        limit: int | None = None,
+        skip: Callable[[int], None] | None = None,
     ) -> None:
+        if limit is not None and (limit < 1 or skip is None):
+            raise ValueError(f"limit must be >= 1 and come with skip, got {limit}")
         self.schema, self.image_feature = schema, image_feature
         self.plan = _Plan.build(schema, image_feature)
         has_image = _scalar(schema, image_feature, "bytes")
@@ -73,6 +81,7 @@ class RecordChecker:
         self.decode_images = decode_images and has_image
         self.count_labels = _scalar(schema, "label", "int64")
         self.num_labels, self.labels, self.add = num_labels, labels, add
+        self.limit, self.skip = limit, skip
 
     def reporting_to(self, add: Callable[[str, int, int], None]) -> RecordChecker:
         """The same checks, counting into the same ``labels``, with problems going to ``add``."""
@@ -169,16 +178,16 @@ def _check_slow(
 ) -> str | tuple[int, Any, Any]:
     """The general path: a problem, or ``(label, payload, stored sha256)`` of a good record."""
     try:
-        decoded = decode(data)
+        found = outline(data, {spec.name for spec in schema})
     except (DecodeError, UnicodeDecodeError) as exc:
         return f"not a tf.train.Example: {exc}"
-    problem = conformance_problem(decoded, schema)
+    problem = outline_problem(found, schema)
     if problem is not None:
         return problem
 
     def first(name: str, default: Any) -> Any:
-        values = decoded.get(name, ("bytes", []))[1]
-        return values[0] if len(values) == 1 else default
+        feature = found.get(name)
+        return feature.first if feature is not None and feature.size == 1 else default
 
     return first("label", 0), first(image_feature, b""), first("sha256", b"")
 

@@ -94,9 +94,86 @@ def decompress(data: bytes, compression: str) -> bytes:
     """Undo :class:`Compressor` (gzip or zlib); ``"none"`` returns ``data``."""
     if compression == "none":
         return data
+    return b"".join(inflate(data, compression))
+
+
+INFLATE_CHUNK = 1 << 20  # decompressed bytes handed out at a time: memory stays flat
+
+
+def inflate(data: bytes | memoryview, compression: str) -> Iterator[bytes]:
+    """Decompress a gzip or zlib stream piece by piece, at most ``INFLATE_CHUNK`` bytes each.
+
+    Finds what :func:`zlib.decompress` finds (the same :class:`zlib.error` for
+    a damaged or truncated stream, bytes after the stream's end ignored), but
+    a caller that stops early, or drops each piece, never holds the whole
+    output: a small file can inflate to many GB.
+    """
     if compression not in _WBITS:
         raise ConfigError(f"compression must be one of {COMPRESSIONS}, got {compression!r}")
-    return zlib.decompress(data, _WBITS[compression])
+    inflater = zlib.decompressobj(_WBITS[compression])
+    tail: bytes | memoryview = data
+    while not inflater.eof:
+        out = inflater.decompress(tail, INFLATE_CHUNK)
+        tail = inflater.unconsumed_tail
+        if out:
+            yield out
+        elif not tail:  # all input used, no output, no end of stream
+            raise zlib.error("Error -5 while decompressing data: incomplete or truncated stream")
+
+
+class FrameCounter:
+    """Walk the framing of a TFRecord stream fed in pieces, holding at most one header.
+
+    Checks each length's CRC and that each record fits in the stream; data
+    CRCs are left to the reader. ``problem`` (with ``offset`` and ``records``,
+    the records before it) is None while the framing holds.
+    """
+
+    def __init__(self) -> None:
+        self.records = self.offset = 0
+        self.problem: str | None = None
+        self._head = bytearray()  # the part of the current header seen so far
+        self._skip = 0  # data and footer bytes of the current record still to come
+        self._length = 0  # the current record's length field
+
+    def feed(self, piece: bytes | memoryview) -> None:
+        view = memoryview(piece)
+        pos, size = 0, len(view)
+        while pos < size and self.problem is None:
+            if self._skip:
+                step = min(self._skip, size - pos)
+                self._skip -= step
+                pos += step
+                if not self._skip:
+                    self.records += 1
+                    self.offset += len(self._head) + self._length + FOOTER_BYTES
+                    self._head.clear()
+                continue
+            take = min(HEADER_BYTES - len(self._head), size - pos)
+            self._head += view[pos : pos + take]
+            pos += take
+            if len(self._head) == HEADER_BYTES:
+                (self._length,) = _LENGTH.unpack_from(self._head)
+                (stored,) = _CRC.unpack_from(self._head, 8)
+                computed = masked_crc(bytes(self._head[:8]))
+                if stored != computed:
+                    self.problem = (
+                        f"length CRC mismatch (stored {stored:#010x}, computed {computed:#010x})"
+                    )
+                self._skip = self._length + FOOTER_BYTES
+
+    def finish(self) -> None:
+        """The stream has ended: a record cut short is a problem."""
+        if self.problem is not None or not (self._head or self._skip):
+            return
+        if len(self._head) < HEADER_BYTES:
+            self.problem = f"truncated header: {len(self._head)} of 12 bytes"
+        else:
+            left = self._length + FOOTER_BYTES - self._skip
+            self.problem = (
+                f"truncated record: length field says {self._length} bytes + 4 CRC bytes, "
+                f"file has {left} left"
+            )
 
 
 def data_crc_problem(stored: int, computed: int) -> str:

@@ -15,7 +15,7 @@ import json
 import posixpath
 import time
 import zlib
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -27,7 +27,7 @@ from tfshards.example import FeatureSpec
 from tfshards.manifest import Manifest, ShardInfo, load
 from tfshards.progress import Progress
 from tfshards.recordcheck import RecordChecker
-from tfshards.tfrecord import decompress
+from tfshards.tfrecord import FrameCounter, decompress, inflate
 
 MAX_PROBLEMS = 50  # kept per shard, and printed: enough to see a pattern, few enough to read
 
@@ -201,34 +201,51 @@ class _Found:
         if len(self.kept) < self.limit:
             self.kept.append(Problem(self.where, what, index, offset))
 
+    def skip(self, n: int) -> None:
+        """``n`` more problems, found past the limit and not kept."""
+        self.count += n
+
 
 def validate_shard(task: ShardCheck) -> ShardReport:
-    """Check one shard's bytes, framing and records against its manifest entry."""
+    """Check one shard's bytes, framing and records against its manifest entry.
+
+    Memory stays bounded by the manifest's shard size whatever the file holds
+    (measured in the README): a file larger than the manifest says is hashed
+    and its framing walked in pieces, and a gzip/zlib shard is decompressed
+    whole only when its size and sha256 match the manifest; otherwise its
+    stream is inflated piece by piece and only its framing is walked.
+    """
     found = _Found(task.name, task.max_problems)
     labels = [0] * task.num_labels
-    records = nbytes = 0
     fs, root = storage.open_url(task.root, **task.storage_options)
     try:
-        raw = storage.read_bytes(fs, storage.join(root, task.name))
+        held, nbytes, digest, walked = _read(fs, storage.join(root, task.name), task.bytes)
     except FileNotFoundError:
         found.add(f"missing: expected {task.bytes} bytes holding {task.records} records")
-        raw = None
+        return ShardReport(task.name, 0, 0, tuple(labels), tuple(found.kept), found.count)
     except OSError as exc:
         found.add(f"cannot read: {exc.strerror or exc}")
-        raw = None
-    if raw is not None:
-        nbytes = len(raw)
-        if nbytes != task.bytes:
-            found.add(f"size mismatch: expected {task.bytes} bytes, found {nbytes}")
-        digest = hashlib.sha256(raw).hexdigest()
-        if digest != task.sha256:
-            found.add(f"sha256 mismatch: expected {task.sha256}, found {digest}")
+        return ShardReport(task.name, 0, 0, tuple(labels), tuple(found.kept), found.count)
+    if nbytes != task.bytes:
+        found.add(f"size mismatch: expected {task.bytes} bytes, found {nbytes}")
+    if digest != task.sha256:
+        found.add(f"sha256 mismatch: expected {task.sha256}, found {digest}")
+    trusted = nbytes == task.bytes and digest == task.sha256
+    records: int | None = None
+    if walked is not None:  # too large to hold: its framing was walked while hashing
+        records = _walked(walked, found)
+    elif task.compression != "none" and not trusted:
         try:
-            buf = decompress(raw, task.compression)
+            records = _walked(_walk(inflate(held, task.compression)), found)
+        except zlib.error as exc:
+            found.add(f"cannot decompress ({task.compression}): {exc}")
+    else:
+        try:
+            buf = decompress(held, task.compression)
         except zlib.error as exc:
             found.add(f"cannot decompress ({task.compression}): {exc}")
         else:
-            del raw
+            del held
             checker = RecordChecker(
                 task.schema,
                 task.image_feature,
@@ -237,11 +254,60 @@ def validate_shard(task: ShardCheck) -> ShardReport:
                 decode_images=task.decode_images,
                 labels=labels,
                 add=found.add,
+                limit=task.max_problems,
+                skip=found.skip,
             )
             records = check_records(buf, checker)
-            if records != task.records:
-                found.add(f"record count mismatch: expected {task.records}, found {records}")
-    return ShardReport(task.name, records, nbytes, tuple(labels), tuple(found.kept), found.count)
+    if records is not None and records != task.records:
+        found.add(f"record count mismatch: expected {task.records}, found {records}")
+    return ShardReport(
+        task.name, records or 0, nbytes, tuple(labels), tuple(found.kept), found.count
+    )
+
+
+READ_CHUNK = 4 << 20  # hashed and walked at a time past what is held
+HOLD_SLACK = 1 << 20  # bytes held past the manifest's size: a few appended bytes still get parsed
+
+
+def _read(fs: Any, path: str, expected: int) -> tuple[bytes, int, str, FrameCounter | None]:
+    """``(held bytes, file size, sha256, framing walk)`` of the file at ``path``.
+
+    Holds at most ``expected + HOLD_SLACK`` bytes; the framing walk is None
+    when the file fit (the records are then checked from the held bytes).
+    """
+    hold = expected + HOLD_SLACK
+    with fs.open(path, "rb") as f:
+        held = f.read(hold + 1)
+        if len(held) <= hold:
+            return held, len(held), hashlib.sha256(held).hexdigest(), None
+        digest, walk, size = hashlib.sha256(held), FrameCounter(), len(held)
+        walk.feed(held)
+        del held
+        while chunk := f.read(READ_CHUNK):
+            digest.update(chunk)
+            size += len(chunk)
+            if walk.problem is None:
+                walk.feed(chunk)
+    walk.finish()
+    return b"", size, digest.hexdigest(), walk
+
+
+def _walk(pieces: Iterable[bytes]) -> FrameCounter:
+    """Walk the framing of a stream given in pieces, stopping at its first problem."""
+    walk = FrameCounter()
+    for piece in pieces:
+        walk.feed(piece)
+        if walk.problem is not None:
+            return walk
+    walk.finish()
+    return walk
+
+
+def _walked(walk: FrameCounter, found: _Found) -> int:
+    """Report a framing walk's problem; the records it counted."""
+    if walk.problem is not None:
+        found.add(walk.problem, walk.records, walk.offset)
+    return walk.records
 
 
 # ----------------------------------------------------------------------------- run
