@@ -6,8 +6,10 @@ import hashlib
 import json
 import os
 import random
+import struct
 import subprocess
 import sys
+import zlib
 from pathlib import Path
 
 import pytest
@@ -472,3 +474,126 @@ def test_counts_agree_with_tensorflow_reading_the_same_shards(shard_set):
             example = tf.train.Example.FromString(raw.numpy())
             labels[example.features.feature["label"].int64_list.value[0]] += 1
     assert dict(zip(manifest.labels, labels, strict=True)) == report.records_per_label
+
+
+# ----------------------------------------------------------------------------- hostile shards
+
+PEAK_RSS_MB = 300  # the bound the README states for validate on any shard content
+_ADDRESS_SPACE = 2 << 30  # the child's RLIMIT_AS: a whole-stream inflate or a list per field fails
+# VmHWM, this process's own peak: getrusage's ru_maxrss keeps the pytest parent's across exec.
+_MEASURE = """
+import json, re, resource, sys
+resource.setrlimit(resource.RLIMIT_AS, (int(sys.argv[2]), int(sys.argv[2])))
+from tfshards.validate import ValidateConfig, validate
+report = validate(ValidateConfig(sys.argv[1], executor="serial"))
+with open("/proc/self/status") as status:
+    peak_kb = int(re.search(r"VmHWM:\\s*(\\d+)", status.read()).group(1))
+print(json.dumps({
+    "rss_mb": peak_kb / 1024,
+    "problems": [str(p) for p in report.problems],
+    "count": report.problem_count,
+}))
+"""
+
+
+def _validate_in_child(manifest_path: str, loop: str) -> dict:  # type: ignore[type-arg]
+    """Validate in a fresh process under an address-space limit; its peak RSS and problems."""
+    env = {**os.environ, "OPENBLAS_NUM_THREADS": "1"}
+    env["TFSHARDS_PURE_PYTHON"] = "1" if loop == "python" else "0"
+    result = subprocess.run(
+        [sys.executable, "-c", _MEASURE, manifest_path, str(_ADDRESS_SPACE)],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    return json.loads(result.stdout)  # type: ignore[no-any-return]
+
+
+def _replace_shard(manifest_path: str, manifest: Manifest, shard: int, data: bytes) -> None:
+    """Put ``data`` in place of a shard, and its size and sha256 in the manifest (a forged set)."""
+    path = _path(manifest, shard)
+    path.write_bytes(data)
+
+    def fix(doc):  # type: ignore[no-untyped-def]
+        doc["shards"][shard].update(bytes=len(data), sha256=_sha(path))
+
+    _edit_manifest(manifest_path, fix)
+
+
+def _gzip_of_zeros(gib: int) -> bytes:
+    """A gzip member of ``gib`` GiB of zeros in ~1 KB per MiB: full-flush blocks repeat."""
+    deflate = zlib.compressobj(9, zlib.DEFLATED, -15)
+    block = deflate.compress(bytes(1 << 20)) + deflate.flush(zlib.Z_FULL_FLUSH)
+    final = zlib.compressobj(9, zlib.DEFLATED, -15).flush()  # an empty last block
+    crc = 0
+    zeros = bytes(1 << 20)
+    for _ in range(gib << 10):
+        crc = zlib.crc32(zeros, crc)
+    header = b"\x1f\x8b\x08\x00\x00\x00\x00\x00\x00\xff"
+    return header + block * (gib << 10) + final + struct.pack("<II", crc, (gib << 30) & 0xFFFFFFFF)
+
+
+@pytest.mark.slow
+def test_gzip_bomb_shard_is_reported_in_bounded_memory(tmp_path, loop):
+    manifest_path, manifest = _make_set(tmp_path, compression="gzip")
+    bomb = _gzip_of_zeros(4)  # 4 GiB of zeros in ~4 MB
+    assert len(bomb) < 5 << 20
+    _path(manifest, 1).write_bytes(bomb)
+    found = _validate_in_child(manifest_path, loop)
+    info = manifest.shards[1]
+    assert found["problems"][:4] == [
+        f"{SHARD[1]}: size mismatch: expected {info.bytes} bytes, found {len(bomb)}",
+        f"{SHARD[1]}: sha256 mismatch: expected {info.sha256}, "
+        f"found {hashlib.sha256(bomb).hexdigest()}",
+        f"{SHARD[1]}: record 0 at byte 0: length CRC mismatch (stored 0x00000000, "
+        f"computed {tfrecord.masked_crc(bytes(8)):#010x})",
+        f"{SHARD[1]}: record count mismatch: expected {info.records}, found 0",
+    ]
+    assert found["rss_mb"] < PEAK_RSS_MB
+
+
+@pytest.mark.slow
+def test_example_of_ten_million_empty_fields_is_reported_in_bounded_memory(shard_set, loop):
+    manifest_path, manifest = shard_set
+    body = b"\x0a\x00" * 10_000_000  # ten million empty Features messages: 20 MB
+    _replace_shard(manifest_path, manifest, 2, b"".join(tfrecord.frame([body])))
+    found = _validate_in_child(manifest_path, loop)
+    assert found["problems"][0] == f"{SHARD[2]}: record 0 at byte 0: feature 'image' missing"
+    assert found["rss_mb"] < PEAK_RSS_MB
+
+
+@pytest.mark.slow
+def test_million_zero_length_records_keep_a_count_not_a_list(shard_set, loop):
+    manifest_path, manifest = shard_set
+    empty = b"".join(tfrecord.frame([b""]))
+    _replace_shard(manifest_path, manifest, 0, empty * 1_000_000)  # 16 MB
+    found = _validate_in_child(manifest_path, loop)
+    assert found["problems"][:2] == [
+        f"{SHARD[0]}: record {i} at byte {16 * i}: feature 'image' missing" for i in range(2)
+    ]
+    # Each record, then the shard's and the set's record counts; the first 50 are kept.
+    assert found["count"] == 1_000_000 + 2
+    assert len(found["problems"]) == 50 + 1
+    assert found["rss_mb"] < PEAK_RSS_MB
+
+
+def test_file_far_larger_than_its_manifest_entry_is_walked_not_held(shard_set):
+    manifest_path, manifest = shard_set
+    path = _path(manifest, 3)
+    clean = path.read_bytes()
+    first = _records(path)[0]
+    length = len(first.data or b"")
+    path.write_bytes(clean + clean[:12] + bytes(3 << 20))  # record 0's header, then 3 MB of zeros
+    info = manifest.shards[3]
+    zeros_at = len(clean) + 12 + length + 4  # the header after the copied record
+    size = len(clean) + 12 + (3 << 20)
+    assert _lines(_check(manifest_path)) == [
+        f"{SHARD[3]}: size mismatch: expected {info.bytes} bytes, found {size}",
+        f"{SHARD[3]}: sha256 mismatch: expected {info.sha256}, found {_sha(path)}",
+        f"{SHARD[3]}: record {info.records + 1} at byte {zeros_at}: length CRC mismatch "
+        f"(stored 0x00000000, computed {tfrecord.masked_crc(bytes(8)):#010x})",
+        f"{SHARD[3]}: record count mismatch: expected {info.records}, found {info.records + 1}",
+        f"manifest.json: total record count mismatch: expected {COUNT}, found {COUNT + 1}",
+    ]

@@ -228,12 +228,20 @@ def _field_spans(buf: memoryview) -> Iterator[tuple[int, int, int]]:
     pos = 0
     end = len(buf)
     while pos < end:
-        key, pos = _read_varint(buf, pos)
+        key = buf[pos]  # one-byte varints inline: a call costs more than the decoding
+        pos += 1
+        if key > 0x7F:
+            key, pos = _read_varint(buf, pos - 1)
         if key & 7 != 2:
             raise DecodeError(
                 f"field {key >> 3}: wire type {key & 7}, expected 2 (length-delimited)"
             )
-        length, pos = _read_varint(buf, pos)
+        if pos >= end:
+            raise DecodeError("truncated varint")
+        length = buf[pos]
+        pos += 1
+        if length > 0x7F:
+            length, pos = _read_varint(buf, pos - 1)
         if pos + length > end:
             raise DecodeError(f"field {key >> 3}: length {length} runs past the message end")
         yield key >> 3, pos, pos + length
@@ -329,8 +337,10 @@ def outline(data: bytes | memoryview, names: Collection[str]) -> dict[str, Outli
     for num, msg in _fields(memoryview(data)):
         if num != 1:
             continue
+        if not msg:
+            continue
         for entry_num, entry in _fields(msg):
-            if entry_num != 1:
+            if entry_num != 1 or not (entry or "" in names):
                 continue
             key = ""
             found = Outline("bytes", 0, None)

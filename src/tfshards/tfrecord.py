@@ -100,25 +100,31 @@ def decompress(data: bytes, compression: str) -> bytes:
 INFLATE_CHUNK = 1 << 20  # decompressed bytes handed out at a time: memory stays flat
 
 
-def inflate(data: bytes | memoryview, compression: str) -> Iterator[bytes]:
+def inflate(data: bytes | memoryview | Iterable[bytes], compression: str) -> Iterator[bytes]:
     """Decompress a gzip or zlib stream piece by piece, at most ``INFLATE_CHUNK`` bytes each.
 
-    Finds what :func:`zlib.decompress` finds (the same :class:`zlib.error` for
-    a damaged or truncated stream, bytes after the stream's end ignored), but
-    a caller that stops early, or drops each piece, never holds the whole
+    ``data`` is the whole compressed stream, or its pieces in order. Finds
+    what :func:`zlib.decompress` finds (the same :class:`zlib.error` for a
+    damaged or truncated stream; bytes after the stream's end ignored), but a
+    caller that stops early, or drops each piece, never holds the whole
     output: a small file can inflate to many GB.
     """
     if compression not in _WBITS:
         raise ConfigError(f"compression must be one of {COMPRESSIONS}, got {compression!r}")
     inflater = zlib.decompressobj(_WBITS[compression])
-    tail: bytes | memoryview = data
-    while not inflater.eof:
-        out = inflater.decompress(tail, INFLATE_CHUNK)
-        tail = inflater.unconsumed_tail
-        if out:
-            yield out
-        elif not tail:  # all input used, no output, no end of stream
-            raise zlib.error("Error -5 while decompressing data: incomplete or truncated stream")
+    pieces = [data] if isinstance(data, (bytes, memoryview)) else data
+    for piece in pieces:
+        tail: bytes | memoryview = piece
+        while not inflater.eof:
+            out = inflater.decompress(tail, INFLATE_CHUNK)
+            tail = inflater.unconsumed_tail
+            if out:
+                yield out
+            if not tail and len(out) < INFLATE_CHUNK:  # this piece is used up
+                break
+        if inflater.eof:
+            return
+    raise zlib.error("Error -5 while decompressing data: incomplete or truncated stream")
 
 
 class FrameCounter:

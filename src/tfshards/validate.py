@@ -15,7 +15,7 @@ import json
 import posixpath
 import time
 import zlib
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -219,49 +219,19 @@ def validate_shard(task: ShardCheck) -> ShardReport:
     labels = [0] * task.num_labels
     fs, root = storage.open_url(task.root, **task.storage_options)
     try:
-        held, nbytes, digest, walked = _read(fs, storage.join(root, task.name), task.bytes)
+        with fs.open(storage.join(root, task.name), "rb") as f:
+            read = _Read(f, task.bytes + HOLD_SLACK)
+            records = _check_read(read, task, found, labels)
     except FileNotFoundError:
         found.add(f"missing: expected {task.bytes} bytes holding {task.records} records")
         return ShardReport(task.name, 0, 0, tuple(labels), tuple(found.kept), found.count)
     except OSError as exc:
         found.add(f"cannot read: {exc.strerror or exc}")
         return ShardReport(task.name, 0, 0, tuple(labels), tuple(found.kept), found.count)
-    if nbytes != task.bytes:
-        found.add(f"size mismatch: expected {task.bytes} bytes, found {nbytes}")
-    if digest != task.sha256:
-        found.add(f"sha256 mismatch: expected {task.sha256}, found {digest}")
-    trusted = nbytes == task.bytes and digest == task.sha256
-    records: int | None = None
-    if walked is not None:  # too large to hold: its framing was walked while hashing
-        records = _walked(walked, found)
-    elif task.compression != "none" and not trusted:
-        try:
-            records = _walked(_walk(inflate(held, task.compression)), found)
-        except zlib.error as exc:
-            found.add(f"cannot decompress ({task.compression}): {exc}")
-    else:
-        try:
-            buf = decompress(held, task.compression)
-        except zlib.error as exc:
-            found.add(f"cannot decompress ({task.compression}): {exc}")
-        else:
-            del held
-            checker = RecordChecker(
-                task.schema,
-                task.image_feature,
-                num_labels=task.num_labels,
-                check_sha=task.check_sha,
-                decode_images=task.decode_images,
-                labels=labels,
-                add=found.add,
-                limit=task.max_problems,
-                skip=found.skip,
-            )
-            records = check_records(buf, checker)
     if records is not None and records != task.records:
         found.add(f"record count mismatch: expected {task.records}, found {records}")
     return ShardReport(
-        task.name, records or 0, nbytes, tuple(labels), tuple(found.kept), found.count
+        task.name, records or 0, read.size, tuple(labels), tuple(found.kept), found.count
     )
 
 
@@ -269,27 +239,89 @@ READ_CHUNK = 4 << 20  # hashed and walked at a time past what is held
 HOLD_SLACK = 1 << 20  # bytes held past the manifest's size: a few appended bytes still get parsed
 
 
-def _read(fs: Any, path: str, expected: int) -> tuple[bytes, int, str, FrameCounter | None]:
-    """``(held bytes, file size, sha256, framing walk)`` of the file at ``path``.
+class _Read:
+    """A shard file: held whole when it fits in ``hold`` bytes, else streamed in pieces.
 
-    Holds at most ``expected + HOLD_SLACK`` bytes; the framing walk is None
-    when the file fit (the records are then checked from the held bytes).
+    ``size`` and ``sha256`` are final once :meth:`rest` is used up (at once
+    for a held file).
     """
-    hold = expected + HOLD_SLACK
-    with fs.open(path, "rb") as f:
-        held = f.read(hold + 1)
-        if len(held) <= hold:
-            return held, len(held), hashlib.sha256(held).hexdigest(), None
-        digest, walk, size = hashlib.sha256(held), FrameCounter(), len(held)
-        walk.feed(held)
-        del held
-        while chunk := f.read(READ_CHUNK):
-            digest.update(chunk)
-            size += len(chunk)
-            if walk.problem is None:
-                walk.feed(chunk)
-    walk.finish()
-    return b"", size, digest.hexdigest(), walk
+
+    def __init__(self, f: Any, hold: int) -> None:
+        self.f = f
+        self.held = f.read(hold + 1)
+        self.fits = len(self.held) <= hold
+        self.size, self._digest = len(self.held), hashlib.sha256(self.held)
+
+    @property
+    def sha256(self) -> str:
+        return self._digest.hexdigest()
+
+    def rest(self) -> Iterator[bytes]:
+        """The whole file in pieces (hashing as it goes); the held part is let go."""
+        held, self.held = self.held, b""
+        yield held
+        while chunk := self.f.read(READ_CHUNK):
+            self._digest.update(chunk)
+            self.size += len(chunk)
+            yield chunk
+
+
+def _check_read(read: _Read, task: ShardCheck, found: _Found, labels: list[int]) -> int | None:
+    """Report the file's size and hash, then its records; how many records (None: unknown)."""
+    if read.fits:
+        _compare_file(read, task, found)
+        if task.compression == "none" or (read.size, read.sha256) == (task.bytes, task.sha256):
+            held, read.held = read.held, b""  # the records check owns it (and may let it go)
+            return _check_held(held, task, found, labels)
+        pieces: Iterator[bytes] = iter([read.held])
+    else:
+        pieces = read.rest()
+    # Untrusted and compressed, or too large to hold: inflate and walk the framing in pieces.
+    records, problem = None, None
+    try:
+        walk = _walk(pieces if task.compression == "none" else inflate(pieces, task.compression))
+    except zlib.error as exc:
+        problem = f"cannot decompress ({task.compression}): {exc}"
+    else:
+        records = walk.records
+    for _ in pieces:  # hash what the walk left
+        pass
+    if not read.fits:
+        _compare_file(read, task, found)
+    if problem is not None:
+        found.add(problem)
+    elif walk.problem is not None:
+        found.add(walk.problem, walk.records, walk.offset)
+    return records
+
+
+def _compare_file(read: _Read, task: ShardCheck, found: _Found) -> None:
+    if read.size != task.bytes:
+        found.add(f"size mismatch: expected {task.bytes} bytes, found {read.size}")
+    if read.sha256 != task.sha256:
+        found.add(f"sha256 mismatch: expected {task.sha256}, found {read.sha256}")
+
+
+def _check_held(held: bytes, task: ShardCheck, found: _Found, labels: list[int]) -> int | None:
+    """Every record of a shard held in memory (decompressed whole: it matched the manifest)."""
+    try:
+        buf = decompress(held, task.compression)
+    except zlib.error as exc:
+        found.add(f"cannot decompress ({task.compression}): {exc}")
+        return None
+    del held
+    checker = RecordChecker(
+        task.schema,
+        task.image_feature,
+        num_labels=task.num_labels,
+        check_sha=task.check_sha,
+        decode_images=task.decode_images,
+        labels=labels,
+        add=found.add,
+        limit=task.max_problems,
+        skip=found.skip,
+    )
+    return check_records(buf, checker)
 
 
 def _walk(pieces: Iterable[bytes]) -> FrameCounter:
@@ -301,13 +333,6 @@ def _walk(pieces: Iterable[bytes]) -> FrameCounter:
             return walk
     walk.finish()
     return walk
-
-
-def _walked(walk: FrameCounter, found: _Found) -> int:
-    """Report a framing walk's problem; the records it counted."""
-    if walk.problem is not None:
-        found.add(walk.problem, walk.records, walk.offset)
-    return walk.records
 
 
 # ----------------------------------------------------------------------------- run
