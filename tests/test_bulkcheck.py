@@ -165,3 +165,30 @@ def test_transform_scalars_take_the_bulk_path():
 def test_lists_and_decoding_use_the_per_record_path():
     assert not bulkcheck.supports((*BASE, FeatureSpec("emb", "float", (4,))), decode_images=False)
     assert not bulkcheck.supports(BASE, decode_images=True)
+
+
+@pytest.mark.parametrize("limit", [1, 7, 20])
+def test_a_limit_keeps_the_first_problems_in_record_order_and_counts_the_rest(limit):
+    rng = random.Random(limit)
+    records = [bytes(s.data or b"") for s in scan(_shard(60, seed=limit, classes=6))]
+    damaged = bytearray(b"".join(b"".join(frame([r])) for r in records))
+    for _ in range(30):  # data CRC problems among label problems, found in another pass
+        damaged[rng.randrange(len(damaged))] ^= 0x10
+    _, _, everything = _run(bulkcheck.check_records, bytes(damaged))
+    assert len(everything) > limit
+    kept: list[tuple[str, int, int]] = []
+    skipped: list[int] = []
+    checker = recordcheck.RecordChecker(
+        BASE,
+        "image",
+        num_labels=4,
+        check_sha=True,
+        decode_images=False,
+        labels=[0] * 4,
+        add=lambda what, index, offset: kept.append((what, index, offset)),
+        limit=limit,
+        skip=skipped.append,
+    )
+    bulkcheck.check_records(bytes(damaged), checker)
+    assert kept == everything[:limit]
+    assert sum(skipped) == len(everything) - limit

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import random
+import tracemalloc
+
 import pytest
 
 from tfshards import example
@@ -95,3 +98,47 @@ def test_conformance_names_missing_and_wrong_features():
     short = {**ok, "vec": ("float", [1.0])}
     problem = example.conformance_problem(example.decode(example.encode_bytes(short)), schema)
     assert problem is not None and "expected 2 values" in problem and "found 1" in problem
+
+
+def _verdict(data: bytes, names: set[str], use_outline: bool) -> object:
+    """What decode or outline makes of ``data``: each named feature's kind, count, first value."""
+    try:
+        if use_outline:
+            found = example.outline(data, names)
+            return {
+                k: (o.dtype, o.size, o.first if o.dtype != "float" else None)
+                for k, o in found.items()
+            }
+        decoded = example.decode(data)
+    except (example.DecodeError, UnicodeDecodeError) as exc:
+        return f"{type(exc).__name__}: {exc}"
+    return {
+        k: (dtype, len(values), values[0] if values and dtype != "float" else None)
+        for k, (dtype, values) in decoded.items()
+        if k in names
+    }
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_outline_agrees_with_decode_on_mutated_examples(seed):
+    rng = random.Random(seed)
+    clean = example.encode_bytes(CASES)
+    names = {"image", "label", "neg", "floats", "empty_i", "many"}  # some, not all
+    for _ in range(400):
+        data = bytearray(clean)
+        for _ in range(rng.choice([1, 1, 2, 3])):
+            pos = rng.randrange(len(data))
+            data[pos] = rng.choice([data[pos] ^ (1 << rng.randrange(8)), 0x0A, 0x12, 0x80, 0xFF, 0])
+        if rng.random() < 0.2:
+            data = data[: rng.randrange(len(data))]
+        assert _verdict(bytes(data), names, True) == _verdict(bytes(data), names, False)
+
+
+def test_outline_of_many_fields_holds_no_list_of_them():
+    many = b"\x0a\x00" * 200_000  # as a list of (number, memoryview): ~40 MB
+    tracemalloc.start()
+    try:
+        assert example.outline(many, {"image"}) == {}
+        assert tracemalloc.get_traced_memory()[1] < 1 << 20  # peak of Python allocations
+    finally:
+        tracemalloc.stop()

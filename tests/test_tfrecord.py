@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import gzip
 import os
+import random
+import zlib
 
 import pytest
 
@@ -95,3 +97,66 @@ def test_scan_reports_truncation_that_tensorflow_would_accept(cut):
 def test_unknown_compression_is_a_config_error():
     with pytest.raises(ConfigError, match="compression must be one of"):
         tfrecord.Compressor("lz4")
+
+
+def _pieces(data: bytes, seed: int) -> list[bytes]:
+    rng = random.Random(seed)
+    out, pos = [], 0
+    while pos < len(data):
+        step = rng.choice([1, 3, 12, 16, 700, 5000])
+        out.append(data[pos : pos + step])
+        pos += step
+    return out
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_frame_counter_fed_in_pieces_finds_what_scan_finds(seed):
+    rng = random.Random(seed)
+    clean = _stream(RECORDS * 3)
+    for _ in range(30):
+        damaged = bytearray(clean[: rng.randrange(len(clean) + 1)])
+        if damaged and rng.random() < 0.5:
+            damaged[rng.randrange(len(damaged))] ^= 1 << rng.randrange(8)
+        scanned = list(tfrecord.scan(bytes(damaged)))
+        framing = [s for s in scanned if s.data is None]  # data CRCs are not its business
+        counter = tfrecord.FrameCounter()
+        for piece in _pieces(bytes(damaged), seed):
+            counter.feed(piece)
+        counter.finish()
+        if framing:
+            assert (counter.problem, counter.records, counter.offset) == (
+                framing[0].problem,
+                framing[0].index,
+                framing[0].offset,
+            )
+        else:
+            assert (counter.problem, counter.records) == (None, len(scanned))
+
+
+@pytest.mark.parametrize("compression", ["gzip", "zlib"])
+def test_inflate_in_pieces_finds_what_zlib_decompress_finds(compression):
+    stream = _stream(RECORDS * 50, compression)
+    rng = random.Random(1)
+    for cut in [len(stream), len(stream) - 1, len(stream) - 9, 5, 0, *rng.sample(range(9), 3)]:
+        for damaged in (stream[:cut], stream[:cut] + b"trailing bytes"):
+            try:
+                expected: bytes | str = zlib.decompress(
+                    damaged, {"gzip": 31, "zlib": 15}[compression]
+                )
+            except zlib.error as exc:
+                expected = str(exc)
+            for pieces in (damaged, _pieces(damaged, cut)):
+                try:
+                    out = list(tfrecord.inflate(pieces, compression))
+                except zlib.error as exc:
+                    assert str(exc) == expected
+                else:
+                    assert b"".join(out) == expected
+                    assert all(len(o) <= tfrecord.INFLATE_CHUNK for o in out)
+
+
+def test_inflate_hands_out_a_bomb_a_piece_at_a_time():
+    bomb = zlib.compress(bytes(64 << 20), 9)  # 64 MiB of zeros in ~64 KB
+    pieces = tfrecord.inflate(bomb, "zlib")
+    assert next(pieces) == bytes(tfrecord.INFLATE_CHUNK)
+    assert sum(len(p) for p in pieces) == (64 << 20) - tfrecord.INFLATE_CHUNK
