@@ -288,14 +288,29 @@ def test_truncated_local_shard_is_refused_before_reading(shard_set, tmp_path):
         loader.make_dataset(manifest.shards, manifest, batch_size=8, training=False)
 
 
-def test_corrupt_record_raises_record_error_naming_the_shard(shard_set, tmp_path):
-    manifest = _copy_shards(shard_set[0], tmp_path / "copy")
-    shard = manifest.shards[5]
-    path = Path(manifest.shard_url(shard))
+def _flip_middle(path: Path) -> None:
     data = bytearray(path.read_bytes())
     data[len(data) // 2] ^= 0xFF  # inside some record's payload: its data CRC breaks
     path.write_bytes(bytes(data))
+
+
+def test_damaged_local_shard_is_named_with_its_record_before_tensorflow_reads(shard_set, tmp_path):
+    manifest = _copy_shards(shard_set[0], tmp_path / "copy")
+    shard = manifest.shards[5]
+    _flip_middle(Path(manifest.shard_url(shard)))
+    with pytest.raises(
+        RecordError, match=rf"{shard.name}: record \d+ at byte \d+: data CRC"
+    ) as info:
+        loader.make_dataset(manifest.shards, manifest, batch_size=16, training=False)
+    assert info.value.shard == shard.name and isinstance(info.value.offset, int)
+    assert "sha256 mismatch" in str(info.value.__cause__)
+
+
+def test_shard_damaged_after_make_dataset_raises_record_error_naming_the_shard(shard_set, tmp_path):
+    manifest = _copy_shards(shard_set[0], tmp_path / "copy")
+    shard = manifest.shards[5]
     ds = loader.make_dataset(manifest.shards, manifest, batch_size=16, training=False)
+    _flip_middle(Path(manifest.shard_url(shard)))  # verified once; checked again at open
     pattern = rf"{shard.name}: record \d+ at byte \d+"
     with pytest.raises(RecordError, match=pattern) as info, loader.shard_errors(manifest):
         for _ in ds:

@@ -13,10 +13,15 @@ from tfshards.cache import ShardCache
 from tfshards.errors import RecordError, ShardError
 from tfshards.manifest import Manifest, ShardInfo
 
-# TensorFlow messages that mean "the bytes of a record are bad" (not a model or user error).
+# Messages that mean "the bytes of a record are bad" (not a model or user error): TensorFlow's
+# own, and tfshards.gate's when a shard changed under a running loader.
 _RECORD_PROBLEM = re.compile(
-    r"corrupt|truncat|checksum|crc|could not parse|parse example|data loss", re.IGNORECASE
+    r"corrupt|truncat|checksum|crc|could not parse|parse example|data loss"
+    r"|is required but could not be found|negative number of bytes|utf-8|codec"
+    r"|image file format|decode|sha256 mismatch|records, found|rewritten since the manifest",
+    re.IGNORECASE,
 )
+_IMAGE_PROBLEM = re.compile(r"image file format|decode", re.IGNORECASE)  # scan with Pillow too
 
 
 @contextlib.contextmanager
@@ -27,21 +32,35 @@ def shard_errors(
     cache_dir: str | None = None,
     **storage_options: Any,
 ) -> Iterator[None]:
-    """Re-raise TensorFlow's nameless record errors as :class:`RecordError` naming the shard.
+    """Re-raise nameless errors about bad records as :class:`RecordError` naming the shard.
 
-    Wrap ``model.fit(...)`` or an iteration over :func:`tfshards.loader.make_dataset`. A
-    ``DataLossError`` (or a parse error) raised inside starts a scan of the
-    local copies of ``shards`` (default: all); the first bad record found is
-    raised, chained to TensorFlow's error. Costs nothing while all is well.
+    Wrap :func:`tfshards.loader.make_dataset` and ``model.fit(...)`` (or an
+    iteration over the dataset). A ``DataLossError``, or a TensorFlow or
+    Python error about a record's content (a parse error, a required feature
+    missing, an image that does not decode, bytes that are not UTF-8) raised
+    inside starts a scan of the local copies of ``shards`` (default: all),
+    with every image decoded when the error was about one; the first bad
+    record found is raised, chained to the original error, which is re-raised
+    when the scan finds nothing. Costs nothing while all is well.
     """
     import tensorflow as tf
 
     try:
         yield
-    except (tf.errors.DataLossError, tf.errors.InvalidArgumentError) as exc:
-        if isinstance(exc, tf.errors.InvalidArgumentError) and not _RECORD_PROBLEM.search(str(exc)):
+    except (tf.errors.OpError, ValueError) as exc:
+        message = str(exc)
+        if not (
+            isinstance(exc, (tf.errors.DataLossError, UnicodeDecodeError))
+            or _RECORD_PROBLEM.search(message)
+        ):
             raise
-        found = find_corrupt_record(manifest, shards, cache_dir=cache_dir, **storage_options)
+        found = find_corrupt_record(
+            manifest,
+            shards,
+            cache_dir=cache_dir,
+            decode_images=bool(_IMAGE_PROBLEM.search(message)),
+            **storage_options,
+        )
         if found is None:
             raise
         raise found from exc
@@ -52,6 +71,7 @@ def find_corrupt_record(
     shards: Sequence[ShardInfo] | None = None,
     *,
     cache_dir: str | None = None,
+    decode_images: bool = False,
     **storage_options: Any,
 ) -> ShardError | None:
     """Check the local copies of ``shards`` (default: all) and describe the first bad one.
@@ -70,7 +90,10 @@ def find_corrupt_record(
         path = storage.join(root, shard.name) if cache is None else cache.path(shard)
         if cache is not None and not os.path.exists(path):
             continue
-        report = validate_shard(ShardCheck.of(manifest, shard, path=path, max_problems=8))
+        check = ShardCheck.of(
+            manifest, shard, path=path, decode_images=decode_images, max_problems=8
+        )
+        report = validate_shard(check)
         if not report.problems:
             continue
         where = manifest.shard_url(shard)

@@ -20,12 +20,15 @@ batch's graph costs least (see :func:`decode_images`).
 TensorFlow is imported on first use, not with this module: :func:`split` is
 pure and runs where TensorFlow is absent or too slow to import (a DVC stage).
 
-Corrupt data is never skipped. A local shard whose size differs from the
-manifest stops :func:`make_dataset` (TensorFlow reads a shard cut at a record
-boundary as a shorter valid file); a bad record CRC stops the run with
-TensorFlow's ``DataLossError``, which does not say which file. Wrap the loop or
-``model.fit`` in :func:`shard_errors` to have it re-raised as a
-:class:`~tfshards.errors.RecordError` naming the shard, record and byte offset.
+Corrupt data is never skipped, and TensorFlow never opens a shard that was not
+verified. A local shard whose size, sha256, framing or record count differs
+from the manifest stops :func:`make_dataset` (:mod:`tfshards.gate`: TensorFlow
+reads a shard cut at a record boundary as a shorter valid file, and a forged
+record length can crash it); remote shards are verified as they reach the
+cache. A bad record inside (a CRC, or content TensorFlow cannot parse or
+decode) stops the run with a TensorFlow error that does not say which file.
+Wrap the loop or ``model.fit`` in :func:`shard_errors` to have it re-raised as
+a :class:`~tfshards.errors.RecordError` naming the shard, record and byte offset.
 
 The split (:mod:`tfshards.splits`), the parse and decode ops
 (:mod:`tfshards.decode`) and the corrupt-record naming
@@ -42,7 +45,8 @@ from tfshards import storage
 from tfshards.cache import Fetch, ShardCache
 from tfshards.corruption import find_corrupt_record, shard_errors
 from tfshards.decode import MAX_UNROLL, PER_RECORD_BYTES, decode_image, decode_images, parse_fn
-from tfshards.errors import ConfigError, ShardError
+from tfshards.errors import ConfigError, RecordError, ShardError
+from tfshards.gate import Gate
 from tfshards.manifest import Manifest, ShardInfo
 from tfshards.splits import SPLIT_TOLERANCE, Split, SplitWarning, choose_val, split
 
@@ -238,13 +242,14 @@ def records_dataset(
     cycle_length: int | None = None,
     parallel_reads: int | None = None,
     deterministic: bool | None = None,
-    fetch: Fetch | None = None,
+    fetch: Fetch | Gate | None = None,
 ) -> tf.data.Dataset:
     """Serialized records of the local shard files ``paths``, interleaved record by record.
 
     ``shuffle_files`` reshuffles the file order every epoch from ``seed``.
-    With ``fetch``, each file is awaited (downloaded and verified) before it is
-    opened, so reading starts as soon as the first shard is in the cache.
+    With ``fetch``, each file is awaited (downloaded and verified, or for a
+    local file verified by :class:`~tfshards.gate.Gate`) before it is opened,
+    so reading starts as soon as the first shard is in the cache.
     """
     import tensorflow as tf
 
@@ -269,7 +274,7 @@ def records_dataset(
     )
 
 
-def _gate(tf: Any, fetch: Fetch) -> Callable[[Any], Any]:
+def _gate(tf: Any, fetch: Fetch | Gate) -> Callable[[Any], Any]:
     def wait(path: Any) -> Any:
         return fetch.wait(path.numpy().decode())
 
@@ -291,7 +296,7 @@ def _image_shape(
     manifest: Manifest,
     shards: Sequence[ShardInfo],
     paths: Sequence[str],
-    fetch: Fetch | None,
+    fetch: Fetch | Gate | None,
     image_feature: str,
     image_size: tuple[int, int] | None,
     channels: int | None,
@@ -325,12 +330,13 @@ def resolve_paths(
     *,
     cache_dir: str | None = None,
     **storage_options: Any,
-) -> tuple[list[str], Fetch | None]:
+) -> tuple[list[str], Fetch | Gate]:
     """Local paths to read ``shards`` from, and the fetch bringing them when remote.
 
-    Local shards are read in place after a size check against the manifest
-    (cheap, and the one problem TensorFlow's reader cannot see). Remote shards
-    are fetched into the cache in the background, in this order.
+    Local shards are read in place once :mod:`tfshards.gate` has verified
+    them (size, sha256, framing and record count; once per file and process),
+    and again at each open by a ``stat``. Remote shards are fetched into the
+    cache in the background, in this order, and verified by their sha256.
     """
     if not shards:
         raise ConfigError("no shards to read (an empty split?)")
@@ -343,21 +349,19 @@ def resolve_paths(
         cache = ShardCache(cache_dir)
         fetch = cache.fetch(manifest, shards, **storage_options)
         return [cache.path(s) for s in shards], fetch
-    paths = []
-    for shard in shards:
-        path = os.path.abspath(storage.join(root, shard.name))
-        try:
-            size = os.stat(path).st_size
-        except FileNotFoundError:
-            raise ShardError(
-                f"{manifest.shard_url(shard)}: shard listed in the manifest is missing",
-                shard=shard.name,
-            ) from None
-        if size != shard.bytes:
-            raise ShardError(
-                f"{manifest.shard_url(shard)}: expected {shard.bytes} bytes, found {size} "
-                "(truncated or rewritten since the manifest was written)",
-                shard=shard.name,
-            )
-        paths.append(path)
-    return paths, None
+    entries = {
+        os.path.abspath(storage.join(root, s.name)): (s, manifest.shard_url(s)) for s in shards
+    }
+    local = Gate(entries, manifest.compression)
+    try:
+        local.verify_all()
+    except ShardError as exc:
+        if getattr(exc, "found_sha256", None) is None:
+            raise
+        # Same size, other bytes: say which record, when one is at fault.
+        at_fault = [s for s in shards if s.name == getattr(exc, "shard", None)]
+        found = find_corrupt_record(manifest, at_fault, **storage_options)
+        if isinstance(found, RecordError):
+            raise found from exc
+        raise
+    return [os.path.abspath(storage.join(root, s.name)) for s in shards], local
