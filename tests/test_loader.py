@@ -3,16 +3,20 @@
 from __future__ import annotations
 
 import collections
+import dataclasses
 import hashlib
 import json
+import os
+import subprocess
+import sys
 import warnings
 from pathlib import Path
 
 import pytest
 
-from tfshards import loader
+from tfshards import gate, loader, tfrecord
 from tfshards.errors import ConfigError, RecordError, ShardError
-from tfshards.example import FeatureSpec
+from tfshards.example import FeatureSpec, encode_bytes
 from tfshards.listing import list_files
 from tfshards.manifest import Manifest, ShardInfo
 from tfshards.sample import write_synthetic
@@ -332,3 +336,172 @@ def test_errors_that_are_not_about_records_pass_through(shard_set):
         loader.shard_errors(shard_set[0]),
     ):
         raise tf.errors.InvalidArgumentError(None, None, "model input has the wrong rank")
+
+
+# ----------------------------------------------------------------------------- hostile shards
+
+
+def _forge(manifest: Manifest, index: int, data: bytes, records: int | None = None) -> Manifest:
+    """Write ``data`` as shard ``index`` and a manifest whose entry matches it (size, sha256)."""
+    old = manifest.shards[index]
+    Path(manifest.shard_url(old)).write_bytes(data)
+    new = ShardInfo(
+        old.name,
+        old.records if records is None else records,
+        len(data),
+        hashlib.sha256(data).hexdigest(),
+    )
+    shards = tuple(new if s.name == old.name else s for s in manifest.shards)
+    return dataclasses.replace(manifest, shards=shards)
+
+
+_HOSTILE_CHILD = """
+import json, sys
+from tfshards import loader
+from tfshards.errors import TfshardsError
+from tfshards.manifest import load
+manifest = load(sys.argv[1])
+out = []
+for forged in (False, True):
+    if forged:
+        manifest = load(sys.argv[2])
+    try:
+        with loader.shard_errors(manifest):
+            for _ in loader.make_dataset(manifest.shards, manifest, batch_size=8, training=False):
+                pass
+        out.append("read to the end")
+    except TfshardsError as exc:
+        out.append(f"{type(exc).__name__}: {exc}")
+print(json.dumps(out))
+"""
+
+
+@pytest.mark.slow
+def test_same_size_shard_declaring_a_64_gib_record_is_refused_not_crashing(shard_set, tmp_path):
+    manifest = _copy_shards(shard_set[0], tmp_path / "copy")
+    shard = manifest.shards[2]
+    path = Path(manifest.shard_url(shard))
+    clean = path.read_bytes()
+    hostile = (tfrecord.header(1 << 36) + clean[12:])[: len(clean)]  # valid length CRC
+    assert len(hostile) == shard.bytes
+    path.write_bytes(hostile)
+    (tmp_path / "manifest.json").write_bytes(manifest.to_json())
+    forged = _forge(manifest, 2, hostile)  # a manifest that vouches for the hostile bytes
+    (tmp_path / "forged.json").write_bytes(forged.to_json())
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            _HOSTILE_CHILD,
+            str(tmp_path / "manifest.json"),
+            str(tmp_path / "forged.json"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]  # SIGSEGV is -11
+    plain, vouched = json.loads(result.stdout)
+    # Refused before TensorFlow opens it; with the manifest untouched the sha256 fails first,
+    # and the scan that follows names the record (the error's cause is the sha256 mismatch).
+    assert (
+        plain
+        == vouched
+        == (
+            f"RecordError: {manifest.shard_url(shard)}: record 0 at byte 0: truncated record: "
+            f"length field says {1 << 36} bytes + 4 CRC bytes, file has {len(clean) - 12} left"
+        )
+    )
+
+
+def test_shard_cut_at_a_record_boundary_does_not_read_short(shard_set, tmp_path):
+    manifest = _copy_shards(shard_set[0], tmp_path / "copy")
+    shard = manifest.shards[4]
+    clean = Path(manifest.shard_url(shard)).read_bytes()
+    cut = list(tfrecord.scan(clean))[-3].offset  # the last three records gone, framing intact
+    forged = _forge(manifest, 4, clean[:cut])  # size and sha256 vouch for it; the count does not
+    with pytest.raises(
+        ShardError,
+        match=rf"{shard.name}: expected {shard.records} records, found {shard.records - 3}$",
+    ):
+        loader.make_dataset(forged.shards, forged, batch_size=8, training=False)
+
+
+def test_a_shard_is_verified_once_per_process_and_again_when_it_changes(
+    shard_set, tmp_path, monkeypatch
+):
+    manifest = _copy_shards(shard_set[0], tmp_path / "copy")
+    reads: list[str] = []
+    real = gate._read
+
+    def counting(path: str, compression: str):  # type: ignore[no-untyped-def]
+        reads.append(path)
+        return real(path, compression)
+
+    monkeypatch.setattr(gate, "_read", counting)
+    for _ in range(2):  # two datasets, two epochs each
+        ds = loader.make_dataset(
+            manifest.shards, manifest, batch_size=64, training=False, repeat=False
+        )
+        for _ in range(2):
+            assert sum(int(labels.shape[0]) for _, labels in ds) == IMAGES
+    assert sorted(reads) == sorted(manifest.shard_url(s) for s in manifest.shards)
+    touched = manifest.shard_url(manifest.shards[1])
+    os.utime(touched, ns=(1, 1))  # same bytes, another mtime: read again, once
+    reads.clear()
+    ds = loader.make_dataset(manifest.shards, manifest, batch_size=64, training=False)
+    assert sum(int(labels.shape[0]) for _, labels in ds) == IMAGES
+    assert reads == [touched]
+
+
+def _replace_record(
+    manifest: Manifest, index: int, which: int, data: bytes
+) -> tuple[Manifest, int]:
+    """Put ``data`` (framed, valid CRCs) in place of one record; a manifest that vouches for it."""
+    shard = manifest.shards[index]
+    records = [
+        bytes(s.data or b"") for s in tfrecord.scan(Path(manifest.shard_url(shard)).read_bytes())
+    ]
+    records[which] = data
+    framed = [b"".join(tfrecord.frame([r])) for r in records]
+    return _forge(manifest, index, b"".join(framed)), sum(len(f) for f in framed[:which])
+
+
+def _example(**features: tuple[str, list]) -> bytes:  # type: ignore[type-arg]
+    return encode_bytes(features)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    ("content", "found"),
+    [
+        (_example(label=("int64", [1]), path=("bytes", [b"a.jpg"])), "feature 'image' missing"),
+        (
+            _example(
+                image=("bytes", [b"plain text, not an image"]),
+                label=("int64", [1]),
+                path=("bytes", [b"a.jpg"]),
+                sha256=(
+                    "bytes",
+                    [hashlib.sha256(b"plain text, not an image").hexdigest().encode()],
+                ),
+            ),
+            "feature 'image' does not decode as an image",
+        ),
+        (b"\x0a\x05not an example", "not a tf.train.Example"),
+    ],
+    ids=["missing-feature", "not-an-image", "not-an-example"],
+)
+def test_malformed_record_with_valid_crcs_is_named_inside_shard_errors(
+    shard_set, tmp_path, content, found
+):
+    manifest = _copy_shards(shard_set[0], tmp_path / "copy")
+    shard = manifest.shards[6]
+    forged, offset = _replace_record(manifest, 6, 2, content)
+    with pytest.raises(RecordError) as info, loader.shard_errors(forged):
+        ds = loader.make_dataset(forged.shards, forged, batch_size=8, training=False)
+        for _ in ds:
+            pass
+    assert str(info.value).startswith(
+        f"{forged.shard_url(shard)}: record 2 at byte {offset}: {found}"
+    )
+    assert (info.value.shard, info.value.index, info.value.offset) == (shard.name, 2, offset)
