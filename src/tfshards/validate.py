@@ -1,9 +1,11 @@
 """Check a shard set against its manifest: file bytes, framing, records, labels, leftovers.
 
 Each shard is one task (:func:`validate_shard`) on plain values, run on any
-executor. Nothing stops at the first problem: every problem is collected with
-where it is (shard, record index, byte offset; offsets count in the
-decompressed stream for gzip/zlib shards) and what was expected and found.
+executor. Nothing stops at the first problem: every problem is counted, and
+the first ``max_problems`` of each shard kept, with where it is (shard,
+record index, byte offset; offsets count in the decompressed stream for
+gzip/zlib shards) and what was expected and found. Memory does not grow with
+what a shard holds (see :func:`validate_shard`).
 The records themselves are checked by :func:`tfshards.bulkcheck.check_records`
 (numpy, all records of a shard at once) and :mod:`tfshards.recordcheck`.
 """
