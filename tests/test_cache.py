@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import collections
+import dataclasses
+import hashlib
 import json
 import os
 from pathlib import Path
@@ -130,3 +132,36 @@ def test_cache_dir_comes_from_the_environment(monkeypatch, tmp_path):
     monkeypatch.delenv("TFSHARDS_CACHE")
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "x"))
     assert default_cache_dir() == str(tmp_path / "x" / "tfshards")
+
+
+def test_cached_shard_that_the_manifest_vouches_for_is_walked_before_tensorflow_reads(
+    remote, tmp_path
+):
+    from tfshards import tfrecord
+    from tfshards.errors import RecordError
+
+    shard = remote.shards[2]
+    fs = MemoryFileSystem()
+    clean = fs.cat_file(_remote_path(remote, shard.name))
+    hostile = (tfrecord.header(1 << 36) + clean[12:])[: len(clean)]  # a 64 GiB length, valid CRC
+    fs.pipe_file(_remote_path(remote, shard.name), hostile)
+    forged = dataclasses.replace(
+        remote,
+        shards=tuple(
+            dataclasses.replace(s, sha256=hashlib.sha256(hostile).hexdigest())
+            if s.name == shard.name
+            else s
+            for s in remote.shards
+        ),
+    )
+    cache_dir = str(tmp_path / "cache")
+    expected = (
+        f"{forged.shard_url(shard)}: record 0 at byte 0: truncated record: "
+        f"length field says {1 << 36} bytes + 4 CRC bytes, file has {len(clean) - 12} left"
+    )
+    with pytest.raises(RecordError) as info, loader.shard_errors(forged, cache_dir=cache_dir):
+        for _ in loader.make_dataset(
+            forged.shards, forged, batch_size=8, training=False, cache_dir=cache_dir, decode=False
+        ):
+            pass
+    assert str(info.value) == expected

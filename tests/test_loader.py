@@ -434,9 +434,9 @@ def test_a_shard_is_verified_once_per_process_and_again_when_it_changes(
     reads: list[str] = []
     real = gate._read
 
-    def counting(path: str, compression: str):  # type: ignore[no-untyped-def]
+    def counting(path: str, compression: str, check_sha: bool):  # type: ignore[no-untyped-def]
         reads.append(path)
-        return real(path, compression)
+        return real(path, compression, check_sha)
 
     monkeypatch.setattr(gate, "_read", counting)
     for _ in range(2):  # two datasets, two epochs each

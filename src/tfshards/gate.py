@@ -9,7 +9,8 @@ CRC, every record inside the file; gzip/zlib streams inflated piece by piece)
 must hold and its record count must match, so a shard cut at a record boundary
 cannot read short. A verified file is remembered by path, size, mtime, ctime
 and inode in this process: the check costs once, and each later open (every
-epoch) costs one ``stat``.
+epoch) costs one ``stat``. Copies of remote shards in the cache, whose sha256
+the cache checks, get the same framing walk and count without a second hash.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ import hashlib
 import os
 import threading
 import zlib
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 
 from tfshards.errors import RecordError, ShardError
 from tfshards.manifest import ShardInfo
@@ -43,7 +44,9 @@ def _key(st: os.stat_result, shard: ShardInfo) -> tuple[int, ...]:
     )
 
 
-def verify(path: str, shard: ShardInfo, compression: str, where: str) -> None:
+def verify(
+    path: str, shard: ShardInfo, compression: str, where: str, *, check_sha: bool = True
+) -> None:
     """Raise unless the local file ``path`` is ``shard`` as the manifest describes it.
 
     Args:
@@ -51,6 +54,7 @@ def verify(path: str, shard: ShardInfo, compression: str, where: str) -> None:
         shard: its manifest entry.
         compression: the manifest's compression (``none``, ``gzip`` or ``zlib``).
         where: how errors name the shard (its URL).
+        check_sha: hash it too; False for a copy whose hash the cache has checked.
 
     Raises:
         ShardError: missing, or size, sha256 or record count differ.
@@ -73,8 +77,8 @@ def verify(path: str, shard: ShardInfo, compression: str, where: str) -> None:
     with _lock:
         if _verified.get(path) == key:
             return
-    digest, walk, inflate_error = _read(path, compression)
-    if digest != shard.sha256:
+    digest, walk, inflate_error = _read(path, compression, check_sha)
+    if check_sha and digest != shard.sha256:
         raise ShardError(
             f"{where}: sha256 mismatch: expected {shard.sha256}, found {digest} "
             "(rewritten since the manifest was written)",
@@ -106,15 +110,16 @@ def verify(path: str, shard: ShardInfo, compression: str, where: str) -> None:
         _verified[path] = key
 
 
-def _read(path: str, compression: str) -> tuple[str, FrameCounter, str | None]:
-    """The file's sha256, its framing walk, and why its stream does not inflate (if so)."""
+def _read(path: str, compression: str, check_sha: bool) -> tuple[str, FrameCounter, str | None]:
+    """The file's sha256 (if asked), its framing walk, and why its stream does not inflate."""
     digest = hashlib.sha256()
     walk = FrameCounter()
 
     def pieces() -> Iterator[bytes]:
         with open(path, "rb", buffering=0) as f:  # local by construction
             while chunk := f.read(READ_BYTES):
-                digest.update(chunk)
+                if check_sha:
+                    digest.update(chunk)
                 yield chunk
 
     raw = pieces()
@@ -143,21 +148,32 @@ def forget(path: str | None = None) -> None:
 
 
 class Gate:
-    """:func:`verify` each time TensorFlow is about to open a local shard (``Fetch.wait``'s role).
+    """:func:`verify` each time TensorFlow is about to open a shard (``Fetch.wait``'s role).
 
     Args:
         entries: local path -> (its manifest entry, the URL errors name it by).
         compression: the manifest's compression.
+        before: called with the path first (a cache's ``Fetch.wait``: download and hash).
+        check_sha: hash each file; False when ``before`` has.
     """
 
-    def __init__(self, entries: Mapping[str, tuple[ShardInfo, str]], compression: str) -> None:
+    def __init__(
+        self,
+        entries: Mapping[str, tuple[ShardInfo, str]],
+        compression: str,
+        *,
+        before: Callable[[str], str] | None = None,
+        check_sha: bool = True,
+    ) -> None:
         self._entries = dict(entries)
-        self.compression = compression
+        self.compression, self.before, self.check_sha = compression, before, check_sha
 
     def wait(self, path: str) -> str:
         """Verify the shard at ``path`` (a ``stat`` once verified); returns ``path``."""
+        if self.before is not None:
+            self.before(path)
         shard, where = self._entries[path]
-        verify(path, shard, self.compression, where)
+        verify(path, shard, self.compression, where, check_sha=self.check_sha)
         return path
 
     def verify_all(self, workers: int = 4) -> None:

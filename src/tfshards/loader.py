@@ -330,13 +330,14 @@ def resolve_paths(
     *,
     cache_dir: str | None = None,
     **storage_options: Any,
-) -> tuple[list[str], Fetch | Gate]:
+) -> tuple[list[str], Gate]:
     """Local paths to read ``shards`` from, and the fetch bringing them when remote.
 
     Local shards are read in place once :mod:`tfshards.gate` has verified
     them (size, sha256, framing and record count; once per file and process),
     and again at each open by a ``stat``. Remote shards are fetched into the
-    cache in the background, in this order, and verified by their sha256.
+    cache in the background, in this order, verified by their sha256, and
+    walked by the gate (framing, record count) when first opened.
     """
     if not shards:
         raise ConfigError("no shards to read (an empty split?)")
@@ -348,7 +349,9 @@ def resolve_paths(
     if not storage.is_local(fs):
         cache = ShardCache(cache_dir)
         fetch = cache.fetch(manifest, shards, **storage_options)
-        return [cache.path(s) for s in shards], fetch
+        cached = {cache.path(s): (s, manifest.shard_url(s)) for s in shards}
+        gate = Gate(cached, manifest.compression, before=fetch.wait, check_sha=False)
+        return [cache.path(s) for s in shards], gate
     entries = {
         os.path.abspath(storage.join(root, s.name)): (s, manifest.shard_url(s)) for s in shards
     }
