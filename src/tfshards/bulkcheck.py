@@ -6,7 +6,9 @@ hold one ``bytes`` or ``int64`` value (the writer's base features, and most
 transforms). Per record, Python only walks the framing, calls ``crc32c`` on
 the data and ``sha256`` on the payload; the length CRCs, the Example layout
 (tags, keys, lengths, one value per feature, nothing extra) and the labels are
-checked for all records of the shard at once. A record the bulk parse does
+checked for up to ``BATCH_RECORDS`` records at once (memory stays flat however
+many records a shard holds), and only the first ``checker.limit`` problems are
+kept, in record order. A record the bulk parse does
 not accept (another layout, a varint over 3 bytes, a damaged entry) goes
 through :class:`~tfshards.recordcheck.RecordChecker`, which decides and words
 the problem. On 20,000 records of 4 KB this is ~6 us per record where the

@@ -133,8 +133,9 @@ def _read(path: str, compression: str, check_sha: bool) -> tuple[str, FrameCount
             walk.finish()
     except zlib.error as exc:
         error = str(exc)
-    for _ in raw:
-        pass  # hash the rest
+    if check_sha:
+        for _ in raw:
+            pass  # hash the rest
     return digest.hexdigest(), walk, error
 
 

@@ -185,8 +185,14 @@ def _check_read(read: _Read, task: ShardCheck, found: _Found, labels: list[int])
     if read.fits:
         _compare_file(read, task, found)
         if task.compression == "none" or (read.size, read.sha256) == (task.bytes, task.sha256):
-            held, read.held = read.held, b""  # the records check owns it (and may let it go)
-            return _check_held(held, task, found, labels)
+            held, read.held = read.held, b""
+            try:
+                buf = decompress(held, task.compression)
+            except zlib.error as exc:
+                found.add(f"cannot decompress ({task.compression}): {exc}")
+                return None
+            del held  # a compressed shard: only its decompressed stream stays
+            return _check_records(buf, task, found, labels)
         pieces: Iterator[bytes] = iter([read.held])
     else:
         pieces = read.rest()
@@ -216,14 +222,8 @@ def _compare_file(read: _Read, task: ShardCheck, found: _Found) -> None:
         found.add(f"sha256 mismatch: expected {task.sha256}, found {read.sha256}")
 
 
-def _check_held(held: bytes, task: ShardCheck, found: _Found, labels: list[int]) -> int | None:
-    """Every record of a shard held in memory (decompressed whole: it matched the manifest)."""
-    try:
-        buf = decompress(held, task.compression)
-    except zlib.error as exc:
-        found.add(f"cannot decompress ({task.compression}): {exc}")
-        return None
-    del held
+def _check_records(buf: bytes, task: ShardCheck, found: _Found, labels: list[int]) -> int:
+    """Every record of a shard held in memory (a compressed one only when it matched)."""
     checker = RecordChecker(
         task.schema,
         task.image_feature,
