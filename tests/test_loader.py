@@ -488,8 +488,17 @@ def _example(**features: tuple[str, list]) -> bytes:  # type: ignore[type-arg]
             "feature 'image' does not decode as an image",
         ),
         (b"\x0a\x05not an example", "not a tf.train.Example"),
+        (  # a feature key that is not UTF-8 ("path" with one byte changed; lengths unchanged)
+            _example(
+                image=("bytes", [b"\xff\xd8"]),
+                label=("int64", [1]),
+                path=("bytes", [b"a.jpg"]),
+                sha256=("bytes", [hashlib.sha256(b"\xff\xd8").hexdigest().encode()]),
+            ).replace(b"path", b"p\xffth"),
+            "not a tf.train.Example: 'utf-8' codec can't decode byte 0xff",
+        ),
     ],
-    ids=["missing-feature", "not-an-image", "not-an-example"],
+    ids=["missing-feature", "not-an-image", "not-an-example", "key-not-utf8"],
 )
 def test_malformed_record_with_valid_crcs_is_named_inside_shard_errors(
     shard_set, tmp_path, content, found
