@@ -15,8 +15,10 @@ import queue
 import sys
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures.process import BrokenProcessPool
-from typing import Any, TypeVar
+from typing import TypeVar
 
+from tfshards import cluster
+from tfshards.cluster import Needs
 from tfshards.errors import ConfigError, ShardError
 from tfshards.mpcontext import die_with_parent, mp_context
 
@@ -153,6 +155,8 @@ def run(
     dask_address: str | None = None,
     describe: Callable[[T], str] = str,
     pool: LocalPool | None = None,
+    needs: Needs | None = None,
+    note: Callable[[str], object] | None = None,
 ) -> Iterator[tuple[int, R]]:
     """Yield ``(task index, result)`` as tasks finish.
 
@@ -161,12 +165,14 @@ def run(
     re-raised. A worker process that dies (SIGKILL, OOM) becomes a
     :class:`ShardError` naming the tasks that were in flight. ``pool`` (from
     :func:`started`, for a ``process`` or ``thread`` executor) is used instead
-    of a new one, and left running.
+    of a new one, and left running. On Dask, ``needs`` is checked on every
+    worker before a task is shipped and ``note`` gets the line saying what
+    ran (see :mod:`tfshards.cluster`).
     """
     if not tasks:
         return
     if executor == "dask":
-        yield from _run_dask(fn, tasks, workers, dask_address)
+        yield from cluster.run(fn, tasks, workers, dask_address, needs or Needs(), note)
         return
     if executor not in ("process", "thread", "serial"):
         raise ConfigError(f"executor must be one of {EXECUTORS}, got {executor!r}")
@@ -247,41 +253,3 @@ def _run_pool(
             "finished shards are kept: run again to resume",
             shards=lost,
         ) from exc
-
-
-def _run_dask(
-    fn: Callable[[T], R], tasks: Sequence[T], workers: int, address: str | None
-) -> Iterator[tuple[int, R]]:
-    try:
-        from distributed import Client, LocalCluster, as_completed
-    except ImportError as exc:
-        raise ConfigError(
-            "executor 'dask' needs dask[distributed]: pip install 'tfshards[dask]'"
-        ) from exc
-    cluster: Any = None
-    if address in (None, "", "local"):
-        # Loopback only: LocalCluster serves on 0.0.0.0:8787 unless told otherwise.
-        cluster = LocalCluster(
-            n_workers=workers,
-            threads_per_worker=1,
-            processes=True,
-            host="127.0.0.1",
-            dashboard_address="127.0.0.1:0",
-        )
-        client = Client(cluster)
-    else:
-        client = Client(address)
-    try:
-        client.run(_worker_init, os.getcwd())
-        # pure=False: with the default, Dask runs identical calls only once.
-        futures = client.map(fn, list(tasks), pure=False)
-        index = {f.key: i for i, f in enumerate(futures)}
-        try:
-            for future, result in as_completed(futures, with_results=True):
-                yield index[future.key], result
-        finally:
-            client.cancel(futures)
-    finally:
-        client.close()
-        if cluster is not None:
-            cluster.close()

@@ -51,6 +51,13 @@ class Progress:
             self._last_log = time.monotonic()
             print(self._line(), file=sys.stderr, flush=True)
 
+    def note(self, line: str) -> None:
+        """Say one line on stderr (above the bar on a terminal) unless disabled."""
+        if self._bar is not None:
+            self._bar.write(line, file=sys.stderr)
+        elif self.enabled:
+            print(line, file=sys.stderr, flush=True)
+
     def _line(self) -> str:
         elapsed = max(time.monotonic() - self._start, 1e-9)
         of = f"/{self.total}" if self.total is not None else ""

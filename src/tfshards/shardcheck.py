@@ -74,7 +74,7 @@ class ShardCheck:
         """The check of ``shard`` as the manifest describes it (at ``path``, if given)."""
         where = path or storage.join(manifest.root, shard.name)
         return cls(
-            root=posixpath.dirname(where),
+            root=storage.absolute(posixpath.dirname(where)),
             name=posixpath.basename(where),
             records=shard.records,
             bytes=shard.bytes,

@@ -60,6 +60,18 @@ def join(base: str, *parts: str) -> str:
     return posixpath.join(base.rstrip("/") or "/", *parts)
 
 
+def absolute(url: str) -> str:
+    """``url`` with a relative local path made absolute; other URLs unchanged.
+
+    Tasks carry absolute paths: a worker started in another directory (a Dask
+    worker) would resolve a relative one against its own.
+    """
+    protocol, path = fsspec.core.split_protocol(url)
+    if protocol is None:
+        return os.path.abspath(str(path))
+    return url
+
+
 def unstrip(fs: Any, path: str) -> str:
     """Turn an fs-internal path back into a URL a user (or another process) can open."""
     if is_local(fs):

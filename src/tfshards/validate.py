@@ -21,6 +21,7 @@ from typing import Any
 
 from tfshards import bulkcheck, layout, native, storage
 from tfshards import executor as executors
+from tfshards.cluster import Needs
 from tfshards.errors import ConfigError, ValidationError
 from tfshards.manifest import Manifest, load
 from tfshards.progress import Progress
@@ -59,6 +60,8 @@ class ValidateConfig:
             schema takes the bulk path (every per-record loop then runs without
             the GIL), else processes; threads for ``memory://``.
         dask_address: scheduler address for ``executor="dask"`` (None: a local cluster).
+        shared_fs: a local shard directory is on a filesystem every Dask worker
+            mounts at the same path (without it, a scheduler address refuses it).
         max_problems: problems kept per shard (all are counted).
         storage_options: fsspec options for the manifest and the shards.
     """
@@ -68,6 +71,7 @@ class ValidateConfig:
     workers: int = 1
     executor: str = "auto"
     dask_address: str | None = None
+    shared_fs: bool = False
     max_problems: int = MAX_PROBLEMS
     storage_options: Mapping[str, Any] = field(default_factory=dict)
 
@@ -141,7 +145,11 @@ def validate(config: ValidateConfig, *, progress: bool = False) -> ValidationRep
         manifest.schema, config.decode_images
     )
     kind = executors.resolve(
-        config.executor, config.workers, [storage.protocol(fs)], gil_free=gil_free
+        config.executor,
+        config.workers,
+        [storage.protocol(fs)],
+        gil_free=gil_free,
+        dask_address=config.dask_address,
     )
     tasks = [
         ShardCheck.of(
@@ -162,6 +170,12 @@ def validate(config: ValidateConfig, *, progress: bool = False) -> ValidationRep
                 workers=config.workers,
                 dask_address=config.dask_address,
                 describe=lambda t: t.name,
+                needs=Needs(
+                    locations=(storage.absolute(manifest.root),),
+                    inputs=(storage.absolute(manifest.root),),
+                    shared_fs=config.shared_fs,
+                ),
+                note=bar.note,
             ),
             len(tasks),
             on_result=lambda r: bar.update(r.records, r.bytes),

@@ -27,6 +27,7 @@ from typing import Any, Literal
 from tfshards import executor as executors
 from tfshards import layout, native, sharding, storage
 from tfshards import transform as transforms
+from tfshards.cluster import Needs
 from tfshards.errors import ConfigError, InputError
 from tfshards.listing import Listing, listing_counts, listing_digest, listing_root, read_listing
 from tfshards.manifest import (
@@ -70,6 +71,8 @@ class WriteConfig:
             no transform and the source is local (the per-record loop then runs
             in C without the GIL), else processes; threads for ``memory://``.
         dask_address: scheduler address for ``executor="dask"`` (None: a local cluster).
+        shared_fs: local paths are on a filesystem every Dask worker mounts at
+            the same path (without it, a scheduler address refuses local paths).
         manifest_copy: also save the manifest here (the DVC-tracked copy).
         source_options / out_options: fsspec storage options (credentials stay out of params).
     """
@@ -86,6 +89,7 @@ class WriteConfig:
     workers: int = 1
     executor: str = "auto"
     dask_address: str | None = None
+    shared_fs: bool = False
     manifest_copy: str | None = None
     source_options: Mapping[str, Any] = field(default_factory=dict)
     out_options: Mapping[str, Any] = field(default_factory=dict)
@@ -162,14 +166,15 @@ def plan(listing: Listing, config: WriteConfig) -> tuple[str, dict[str, Any], li
     version = storage.join(config.out, fingerprint(listing, params))
     order = sharding.shuffled_order(len(entries), config.seed)
     bounds = sharding.shard_boundaries(len(entries), num_shards)
+    source, out = storage.absolute(listing.root), storage.absolute(version)
     tasks = []
     for i in range(num_shards):
         picked = [entries[j] for j in order[bounds[i] : bounds[i + 1]]]
         tasks.append(
             ShardTask(
                 name=sharding.shard_name(config.name, i, num_shards),
-                source=listing.root,
-                out=version,
+                source=source,
+                out=out,
                 entries=tuple(map(_PATH_LABEL_SIZE, picked)),  # C loops: 20k files in ~3 ms
                 image_feature=config.image_feature,
                 transform=config.transform,
@@ -223,6 +228,14 @@ def write(config: WriteConfig, listing: Listing | str, *, progress: bool = True)
                     dask_address=config.dask_address,
                     describe=lambda t: t.name,
                     pool=pool,
+                    needs=Needs(
+                        locations=(tasks[0].source, tasks[0].out),
+                        inputs=(tasks[0].source,),
+                        transform=config.transform,
+                        transform_identity=params["transform"],
+                        shared_fs=config.shared_fs,
+                    ),
+                    note=bar.note,
                 ),
                 len(tasks),
                 on_result=lambda r: bar.update(r.info.records + len(r.rejected), r.info.bytes),

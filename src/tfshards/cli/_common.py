@@ -53,4 +53,11 @@ DaskAddress = Annotated[
     str | None,
     typer.Option(help="Dask scheduler address for --executor dask (default: a local cluster)."),
 ]
+SharedFs = Annotated[
+    bool,
+    typer.Option(
+        help="With --dask-address: local paths are on a filesystem every worker mounts at "
+        "the same path (without it they are refused: each worker would use its own disk)."
+    ),
+]
 ShowProgress = Annotated[bool, typer.Option(help="Show progress.")]

@@ -9,6 +9,7 @@ import typer
 from tfshards.cli._common import (
     DaskAddress,
     Executor,
+    SharedFs,
     ShowProgress,
     Workers,
     default_workers,
@@ -34,6 +35,7 @@ def validate_command(
     workers: Workers = default_workers(),
     executor: Executor = "auto",
     dask_address: DaskAddress = None,
+    shared_fs: SharedFs = False,
     progress: ShowProgress = True,
 ) -> None:
     """Check a shard set against its manifest; exit 1 on any problem.
@@ -52,6 +54,7 @@ def validate_command(
         workers=workers,
         executor=executor,
         dask_address=dask_address,
+        shared_fs=shared_fs,
         max_problems=max_problems,
     )
     report = validate(config, progress=progress)

@@ -10,6 +10,7 @@ from tfshards import sharding
 from tfshards.cli._common import (
     DaskAddress,
     Executor,
+    SharedFs,
     ShowProgress,
     Workers,
     default_workers,
@@ -57,6 +58,7 @@ def write_command(
     workers: Workers = default_workers(),
     executor: Executor = "auto",
     dask_address: DaskAddress = None,
+    shared_fs: SharedFs = False,
     progress: ShowProgress = True,
 ) -> None:
     """Write the listed files into versioned TFRecord shards of tf.train.Example.
@@ -81,6 +83,7 @@ def write_command(
         workers=workers,
         executor=executor,
         dask_address=dask_address,
+        shared_fs=shared_fs,
         manifest_copy=manifest,
     )
     result = write(config, listing, progress=progress)

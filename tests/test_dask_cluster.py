@@ -1,0 +1,236 @@
+"""A real Dask cluster, as a user starts one: `dask scheduler` and `dask worker` processes.
+
+The scheduler and its two worker processes run on 127.0.0.1 on free ports, in
+another working directory than the CLI, with S3 credentials for a moto server
+in their environment. The CLI reaches them with ``--dask-address``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tfshards import native
+from tfshards.manifest import Manifest
+from tfshards.sample import write_synthetic
+
+pytestmark = pytest.mark.slow
+DASK = str(Path(sys.executable).parent / "dask")
+CLI = (sys.executable, "-m", "tfshards")
+
+
+@pytest.fixture(scope="module")
+def s3_env() -> Iterator[dict[str, str]]:
+    """Environment that points fsspec's S3 at a moto server on 127.0.0.1."""
+    from moto.server import ThreadedMotoServer
+
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+    server.start()
+    host, port = server.get_host_and_port()
+    yield {
+        **os.environ,
+        "FSSPEC_S3_ENDPOINT_URL": f"http://{host}:{port}",
+        "AWS_ACCESS_KEY_ID": "testing",
+        "AWS_SECRET_ACCESS_KEY": "testing",
+    }
+    server.stop()
+
+
+def _stop(procs: list[subprocess.Popen[bytes]]) -> None:
+    """SIGTERM each process group (the worker's nanny and its children), then SIGKILL."""
+    for proc in procs:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGTERM)
+    deadline = time.monotonic() + 10
+    for proc in procs:
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            proc.wait(max(deadline - time.monotonic(), 0.1))
+        with contextlib.suppress(ProcessLookupError):  # the group may outlive its leader
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+
+
+@pytest.fixture(scope="module")
+def scheduler(tmp_path_factory: pytest.TempPathFactory, s3_env: dict[str, str]) -> Iterator[str]:
+    """Address of a `dask scheduler` with two single-threaded worker processes."""
+    from distributed import Client
+
+    elsewhere = tmp_path_factory.mktemp("cluster")
+    info = elsewhere / "scheduler.json"
+    env = {k: v for k, v in s3_env.items() if k != "PYTHONPATH"}
+    procs: list[subprocess.Popen[bytes]] = []
+    logs = contextlib.ExitStack()
+
+    def start(*args: str) -> None:
+        log = logs.enter_context(open(elsewhere / f"{args[0]}.log", "ab"))  # noqa: SIM115
+        procs.append(
+            subprocess.Popen(
+                [DASK, *args],
+                cwd=elsewhere,
+                env=env,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,  # its own process group: killed whole at the end
+            )
+        )
+
+    try:
+        start(
+            "scheduler",
+            *("--host", "127.0.0.1", "--port", "0", "--no-dashboard"),
+            "--scheduler-file",
+            str(info),
+        )
+        deadline = time.monotonic() + 30
+        while not info.exists() and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert info.exists(), (elsewhere / "scheduler.log").read_text()
+        address = json.loads(info.read_text())["address"]
+        start(
+            "worker",
+            address,
+            *("--nworkers", "2", "--nthreads", "1"),
+            *("--host", "127.0.0.1", "--no-dashboard"),
+        )
+        with Client(address, timeout="30s") as client:
+            client.wait_for_workers(2, timeout=60)
+        yield address
+    finally:
+        _stop(procs)
+        logs.close()
+
+
+@pytest.fixture
+def project(tmp_path: Path) -> Path:
+    """A project folder with 48 raw images under raw/ and their listing at data/listing."""
+    write_synthetic(str(tmp_path / "raw"), 48, 16, workers=1)
+    _cli(tmp_path, "list", "raw", "--out", "data/listing")  # a relative root
+    return tmp_path
+
+
+def _cli(
+    cwd: Path, *args: str, env: dict[str, str] | None = None, ok: bool = True
+) -> subprocess.CompletedProcess[str]:
+    result = subprocess.run(
+        [*CLI, *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=120
+    )
+    if ok:
+        assert result.returncode == 0, result.stderr
+    return result
+
+
+def _shards(root: Path) -> dict[str, bytes]:
+    return {p.name: p.read_bytes() for p in sorted(root.rglob("*.tfrecord"))}
+
+
+WRITE = ("write", "data/listing", "--num-shards", "4")
+
+
+def test_relative_listing_written_and_validated_by_a_scheduler_matches_a_local_run(
+    project, scheduler
+):
+    _cli(project, *WRITE, "--executor", "serial", "--no-progress")
+    local_shards = _shards(project / "data/shards")
+    local_manifest = (project / "data/manifest.json").read_bytes()
+    shutil.rmtree(project / "data/shards")
+    (project / "data/manifest.json").unlink()
+
+    dask = ("--executor", "dask", "--dask-address", scheduler, "--shared-fs")
+    wrote = _cli(project, *WRITE, *dask)
+    assert _shards(project / "data/shards") == local_shards
+    assert (project / "data/manifest.json").read_bytes() == local_manifest
+    compiled = 2 if native.NATIVE is not None else 0
+    said = (
+        f"dask, {scheduler}: 2 workers, 2 threads, 1 host; "
+        f"compiled loops (tfshards._native) on {compiled}/2"
+    )
+    assert said in wrote.stderr
+
+    checked = _cli(project, "validate", "data/manifest.json", "--metrics", "m.json", *dask)
+    assert said in checked.stderr
+    assert json.loads((project / "m.json").read_text())["problems"] == 0
+
+
+def test_local_paths_with_a_scheduler_are_refused_without_shared_fs(project, scheduler):
+    dask = ("--executor", "dask", "--dask-address", scheduler)
+    refused = _cli(project, *WRITE, *dask, ok=False)
+    assert refused.returncode == 1
+    assert refused.stderr.count("\n") == 1 and refused.stderr.startswith("error: ")
+    assert f"{project / 'raw'}: a local path with the Dask scheduler {scheduler}" in refused.stderr
+    assert "--shared-fs" in refused.stderr
+    assert not (project / "data/shards").exists()
+
+    _cli(project, *WRITE, "--executor", "serial", "--no-progress")
+    refused = _cli(project, "validate", "data/manifest.json", *dask, ok=False)
+    assert refused.returncode == 1 and refused.stderr.count("\n") == 1
+    assert "a local path with the Dask scheduler" in refused.stderr
+
+
+def test_a_transform_module_the_workers_cannot_import_is_refused_by_name(project, scheduler):
+    (project / "mytransform.py").write_text(
+        "def features(path, data, label):\n    return {'size': len(data)}\n"
+    )
+    dask = ("--executor", "dask", "--dask-address", scheduler, "--shared-fs")
+    refused = _cli(project, *WRITE, "--transform", "mytransform:features", *dask, ok=False)
+    assert refused.returncode == 1
+    assert refused.stderr.count("\n") == 1 and refused.stderr.startswith("error: Dask worker ")
+    assert "cannot import module 'mytransform'" in refused.stderr
+    assert not list((project / "data").glob("shards/*/*.tfrecord"))
+
+
+def test_raw_files_and_shards_on_s3_through_a_scheduler_match_a_local_run(
+    project, scheduler, s3_env
+):
+    import s3fs
+
+    fs = s3fs.S3FileSystem(
+        endpoint_url=s3_env["FSSPEC_S3_ENDPOINT_URL"], key="testing", secret="testing"
+    )
+    fs.mkdir("bucket")
+    try:
+        fs.put(str(project / "raw") + "/", "bucket/raw/", recursive=True)
+        _cli(project, *WRITE, "--executor", "serial", "--no-progress")
+        local_shards = _shards(project / "data/shards")
+
+        _cli(project, "list", "s3://bucket/raw", "--out", "s3listing", env=s3_env)
+        dask = ("--executor", "dask", "--dask-address", scheduler)
+        _cli(
+            project,
+            "write",
+            "s3listing",
+            "--num-shards",
+            "4",
+            "--out",
+            "s3://bucket/shards",
+            "--manifest",
+            "s3manifest.json",
+            *dask,
+            env=s3_env,
+        )
+        manifest = Manifest.from_json((project / "s3manifest.json").read_bytes())
+        assert manifest.root.startswith("s3://bucket/shards/")
+        on_s3 = {s.name: fs.cat_file(manifest.shard_url(s)) for s in manifest.shards}
+        assert on_s3 == local_shards
+
+        _cli(
+            project,
+            "validate",
+            f"{manifest.root}/manifest.json",
+            "--metrics",
+            "m.json",
+            *dask,
+            env=s3_env,
+        )
+        assert json.loads((project / "m.json").read_text())["records"] == 48
+    finally:
+        fs.rm("bucket", recursive=True)
