@@ -234,3 +234,16 @@ def test_raw_files_and_shards_on_s3_through_a_scheduler_match_a_local_run(
         assert json.loads((project / "m.json").read_text())["records"] == 48
     finally:
         fs.rm("bucket", recursive=True)
+
+
+def test_a_local_cluster_imports_a_transform_from_the_working_directory(project):
+    (project / "mytransform.py").write_text(
+        "def features(path, data, label):\n    return {'size': len(data)}\n"
+    )
+    args = (*WRITE, "--transform", "mytransform:features", "--workers", "2")
+    _cli(project, *args, "--executor", "serial", "--no-progress")
+    local_shards = _shards(project / "data/shards")
+    shutil.rmtree(project / "data/shards")
+    ran = _cli(project, *args, "--executor", "dask")
+    assert "dask, local cluster tcp://127.0.0.1:" in ran.stderr
+    assert _shards(project / "data/shards") == local_shards

@@ -1,0 +1,95 @@
+"""Checks made before tasks go to a Dask cluster: paths, workers' transform and build.
+
+The real scheduler and workers are in ``test_dask_cluster.py``; these run the
+same checks in this process, in milliseconds.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from tfshards import cluster, native, storage, transform
+from tfshards.cluster import Needs, WorkerReport
+from tfshards.errors import ConfigError
+from tfshards.listing import list_files
+from tfshards.sample import write_synthetic
+from tfshards.writer import WriteConfig, plan
+
+
+def test_relative_local_paths_become_absolute_and_urls_stay(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    assert storage.absolute("data/shards") == str(tmp_path / "data/shards")
+    assert storage.absolute("/srv/raw") == "/srv/raw"
+    assert storage.absolute("s3://bucket/raw") == "s3://bucket/raw"
+    assert storage.absolute("file:///srv/raw") == "file:///srv/raw"
+
+
+def test_tasks_carry_absolute_paths_while_the_manifest_keeps_the_given_root(tmp_path, monkeypatch):
+    write_synthetic(str(tmp_path / "raw"), 20, 16, workers=1)
+    monkeypatch.chdir(tmp_path)
+    version, _, tasks = plan(list_files("raw"), WriteConfig(out="data/shards", num_shards=2))
+    assert version.startswith("data/shards/")
+    assert {t.source for t in tasks} == {str(tmp_path / "raw")}
+    assert {t.out for t in tasks} == {str(tmp_path / version)}
+
+
+@pytest.mark.parametrize("url", ["/srv/raw", "file:///srv/raw", "raw"])
+def test_a_local_path_with_a_scheduler_is_refused_naming_it_and_the_option(url):
+    with pytest.raises(ConfigError) as err:
+        cluster.check_locations("tcp://10.0.0.5:8786", Needs(locations=("s3://b/out", url)))
+    message = str(err.value)
+    assert message.startswith(f"{url}: a local path with the Dask scheduler tcp://10.0.0.5:8786")
+    assert "--shared-fs" in message and "\n" not in message
+
+
+@pytest.mark.parametrize(
+    ("address", "needs"),
+    [
+        ("tcp://10.0.0.5:8786", Needs(locations=("s3://b/raw", "gs://b/out"))),
+        ("tcp://10.0.0.5:8786", Needs(locations=("/srv/raw",), shared_fs=True)),
+        (None, Needs(locations=("/srv/raw",))),  # a local cluster shares this disk
+        ("local", Needs(locations=("/srv/raw",))),
+    ],
+)
+def test_urls_shared_filesystems_and_local_clusters_are_accepted(address, needs):
+    cluster.check_locations(address, needs)
+
+
+def test_a_worker_reports_a_transform_module_it_cannot_import(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    found = cluster.probe("no_such_module_here:fn", "no_such_module_here:fn@0", [])
+    assert "cannot import module 'no_such_module_here'" in found["transform_error"]
+
+
+def test_a_worker_reports_a_transform_whose_source_differs(tmp_path, monkeypatch):
+    (tmp_path / "edited_transform.py").write_text("def fn(p, d, l):\n    return {}\n")
+    monkeypatch.chdir(tmp_path)
+    spec = "edited_transform:fn"
+    client_side = transform.identity(spec)
+    assert cluster.probe(spec, client_side, [])["transform_error"] == ""
+    found = cluster.probe(spec, spec + "@0123456789abcdef", [])
+    assert "module source differs from the client's" in found["transform_error"]
+
+
+def test_a_worker_reports_the_local_inputs_it_cannot_see(tmp_path):
+    seen, unseen = str(tmp_path), str(tmp_path / "elsewhere")
+    found = cluster.probe(None, "none", [seen, unseen, "s3://bucket/raw"])
+    assert found["missing"] == [unseen]
+    assert found["native"] is (native.NATIVE is not None)
+
+
+def _report(compiled: bool, threads: int, host: str = "a") -> WorkerReport:
+    return WorkerReport(f"tcp://{host}:1", host, threads, "0.1.0", compiled, "", ())
+
+
+def test_the_run_line_counts_workers_threads_hosts_and_compiled_loops():
+    line = cluster.describe("tcp://s:8786", [_report(True, 1, "a"), _report(False, 1, "b")])
+    assert line == (
+        "dask, tcp://s:8786: 2 workers, 2 threads, 2 hosts; "
+        "compiled loops (tfshards._native) on 1/2"
+    )
+
+
+def test_the_run_line_warns_when_python_loops_share_a_gil():
+    line = cluster.describe("tcp://s:8786", [_report(False, 4)])
+    assert "--nthreads 1" in line
