@@ -93,3 +93,38 @@ def test_the_run_line_counts_workers_threads_hosts_and_compiled_loops():
 def test_the_run_line_warns_when_python_loops_share_a_gil():
     line = cluster.describe("tcp://s:8786", [_report(False, 4)])
     assert "--nthreads 1" in line
+
+
+class _Client:
+    """Answers ``nthreads`` and ``run`` as a scheduler with these workers would."""
+
+    def __init__(self, answers: dict[str, object]) -> None:
+        self.answers = answers
+
+    def nthreads(self) -> dict[str, int]:
+        return dict.fromkeys(self.answers, 1)
+
+    def run(self, fn: object, *args: object, on_error: str) -> dict[str, object]:
+        return self.answers
+
+
+def _answer(**changes: object) -> dict[str, object]:
+    import tfshards
+
+    found = cluster.probe(None, "none", [])
+    assert found["version"] == tfshards.__version__
+    return {**found, **changes}
+
+
+def test_a_worker_with_another_tfshards_version_is_named():
+    client = _Client({"tcp://w1:1": _answer(), "tcp://w2:1": _answer(version="0.0.9")})
+    with pytest.raises(ConfigError, match=r"^Dask worker tcp://w2:1: tfshards 0\.0\.9, expected "):
+        cluster.check_workers(client, Needs())
+
+
+def test_a_worker_that_cannot_run_the_probe_is_named_on_one_line():
+    failure = ModuleNotFoundError("No module named 'tfshards'\n(while unpickling)")
+    with pytest.raises(ConfigError) as err:
+        cluster.check_workers(_Client({"tcp://w1:1": failure}), Needs())
+    assert str(err.value).startswith("Dask worker tcp://w1:1: cannot run tfshards")
+    assert "\n" not in str(err.value)

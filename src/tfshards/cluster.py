@@ -115,18 +115,26 @@ def check_workers(client: Any, needs: Needs) -> list[WorkerReport]:
     """Ask every worker what it has (one round trip); raise on the first that cannot run."""
     import tfshards
 
-    info = client.scheduler_info()["workers"]
-    if not info:
+    threads = client.nthreads()
+    if not threads:
         raise ConfigError("the Dask scheduler has no workers yet; start some with `dask worker`")
     inputs = [p for p in needs.inputs if is_local_path(p)]
-    answers = client.run(probe, needs.transform, needs.transform_identity, inputs)
+    answers = client.run(
+        probe, needs.transform, needs.transform_identity, inputs, on_error="return"
+    )
     reports = []
     for address in sorted(answers):
         a = answers[address]
+        if isinstance(a, BaseException):  # e.g. no tfshards there to unpickle `probe` with
+            raise ConfigError(
+                f"Dask worker {address}: cannot run tfshards "
+                f"({type(a).__name__}: {' '.join(str(a).split())}); "
+                f"install tfshards {tfshards.__version__} on the workers"
+            )
         report = WorkerReport(
             address=address,
             host=a["host"],
-            threads=int(info.get(address, {}).get("nthreads", 1)),
+            threads=int(threads.get(address, 1)),
             version=a["version"],
             native=a["native"],
             transform_error=a["transform_error"],
