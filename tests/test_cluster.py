@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pytest
 
-from tfshards import cluster, native, storage, transform
+from tfshards import cluster, executor, native, storage, transform
 from tfshards.cluster import Needs, WorkerReport
 from tfshards.errors import ConfigError
 from tfshards.listing import list_files
@@ -128,3 +128,14 @@ def test_a_worker_that_cannot_run_the_probe_is_named_on_one_line():
         cluster.check_workers(_Client({"tcp://w1:1": failure}), Needs())
     assert str(err.value).startswith("Dask worker tcp://w1:1: cannot run tfshards")
     assert "\n" not in str(err.value)
+
+
+def test_a_scheduler_address_means_the_dask_executor():
+    assert executor.resolve("auto", 4, ["file"], dask_address="tcp://s:8786") == "dask"
+    assert executor.resolve("dask", 4, ["s3"], dask_address="tcp://s:8786") == "dask"
+    assert executor.resolve("auto", 4, ["file"], dask_address="local") == "process"
+
+
+def test_a_scheduler_address_with_a_local_executor_is_refused():
+    with pytest.raises(ConfigError, match=r"needs executor 'dask' \(or 'auto'\), got 'thread'"):
+        executor.resolve("thread", 4, ["file"], dask_address="tcp://s:8786")

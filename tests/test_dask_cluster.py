@@ -203,7 +203,7 @@ def test_raw_files_and_shards_on_s3_through_a_scheduler_match_a_local_run(
         local_shards = _shards(project / "data/shards")
 
         _cli(project, "list", "s3://bucket/raw", "--out", "s3listing", env=s3_env)
-        dask = ("--executor", "dask", "--dask-address", scheduler)
+        dask = ("--dask-address", scheduler)  # implies --executor dask
         _cli(
             project,
             "write",

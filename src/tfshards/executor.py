@@ -37,7 +37,12 @@ def check_options(executor: str, workers: int) -> None:
 
 
 def resolve(
-    executor: str, workers: int, protocols: Sequence[str], *, gil_free: bool = False
+    executor: str,
+    workers: int,
+    protocols: Sequence[str],
+    *,
+    gil_free: bool = False,
+    dask_address: str | None = None,
 ) -> str:
     """Pick the concrete executor for ``"auto"`` and reject impossible combinations.
 
@@ -45,10 +50,18 @@ def resolve(
     ``memory://`` (a per-process store: what a worker process writes there
     never reaches the parent) and when ``gil_free`` (the per-record loop runs
     in :mod:`tfshards.native` without the GIL: threads start in microseconds,
-    a process pool in tens of milliseconds). Otherwise processes.
+    a process pool in tens of milliseconds). Otherwise processes. A Dask
+    scheduler address means ``dask``; with a local executor it is refused.
     """
     check_options(executor, workers)
     in_memory = "memory" in protocols
+    if cluster.is_remote(dask_address):
+        if executor not in ("auto", "dask"):
+            raise ConfigError(
+                f"a Dask scheduler address ({dask_address}) needs executor 'dask' "
+                f"(or 'auto'), got {executor!r}"
+            )
+        executor = "dask"
     if executor == "auto":
         if in_memory:
             return "thread"

@@ -204,6 +204,7 @@ def write(config: WriteConfig, listing: Listing | str, *, progress: bool = True)
         config.workers,
         [storage.protocol(fs_in), storage.protocol(fs_out)],
         gil_free=native.NATIVE is not None and config.transform is None and storage.is_local(fs_in),
+        dask_address=config.dask_address,
     )
     # Never more workers than shards; meta.json alone gives the count before the listing loads.
     files, nbytes = (

@@ -51,7 +51,10 @@ Executor = Annotated[
 ]
 DaskAddress = Annotated[
     str | None,
-    typer.Option(help="Dask scheduler address for --executor dask (default: a local cluster)."),
+    typer.Option(
+        help="Dask scheduler to run on, e.g. tcp://scheduler:8786 (implies --executor dask; "
+        "--executor dask without it starts a local cluster)."
+    ),
 ]
 SharedFs = Annotated[
     bool,
