@@ -73,6 +73,7 @@ def dask_cluster(workdir: str) -> Iterator[str]:
             "scheduler",
             *("--host", "127.0.0.1", "--port", "0", "--no-dashboard"),
             *("--scheduler-file", info),
+            *("--idle-timeout", "600"),  # gone even if this process is killed
         )
         deadline = time.monotonic() + 60
         while not os.path.exists(info):
@@ -85,7 +86,7 @@ def dask_cluster(workdir: str) -> Iterator[str]:
             "worker",
             address,
             *("--nworkers", "2", "--nthreads", "1"),
-            *("--host", "127.0.0.1", "--no-dashboard"),
+            *("--host", "127.0.0.1", "--no-dashboard", "--death-timeout", "30"),
         )
         with Client(address, timeout="60s") as client:  # type: ignore[no-untyped-call]
             client.wait_for_workers(2, timeout=120)

@@ -88,8 +88,8 @@ def scheduler(tmp_path_factory: pytest.TempPathFactory, s3_env: dict[str, str]) 
         start(
             "scheduler",
             *("--host", "127.0.0.1", "--port", "0", "--no-dashboard"),
-            "--scheduler-file",
-            str(info),
+            *("--scheduler-file", str(info)),
+            *("--idle-timeout", "300"),  # gone even if pytest is killed before `finally`
         )
         deadline = time.monotonic() + 30
         while not info.exists() and time.monotonic() < deadline:
@@ -101,6 +101,7 @@ def scheduler(tmp_path_factory: pytest.TempPathFactory, s3_env: dict[str, str]) 
             address,
             *("--nworkers", "2", "--nthreads", "1"),
             *("--host", "127.0.0.1", "--no-dashboard"),
+            *("--death-timeout", "30"),  # and the workers 30 s after their scheduler
         )
         with Client(address, timeout="30s") as client:
             client.wait_for_workers(2, timeout=60)
