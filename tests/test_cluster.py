@@ -139,3 +139,11 @@ def test_a_scheduler_address_means_the_dask_executor():
 def test_a_scheduler_address_with_a_local_executor_is_refused():
     with pytest.raises(ConfigError, match=r"needs executor 'dask' \(or 'auto'\), got 'thread'"):
         executor.resolve("thread", 4, ["file"], dask_address="tcp://s:8786")
+
+
+@pytest.mark.parametrize("address", ["scheduler:port", "xyz://127.0.0.1:8786"])
+def test_a_malformed_scheduler_address_is_refused_on_one_line(address):
+    with pytest.raises(ConfigError) as err:
+        list(cluster.run(str, ["task"], 1, address, Needs()))
+    assert str(err.value).startswith("dask_address: expected a scheduler address like tcp://")
+    assert repr(address) in str(err.value) and "\n" not in str(err.value)

@@ -202,7 +202,12 @@ def run(
     if is_remote(address):
         try:
             client = Client(address, timeout="10s")
-        except OSError as exc:
+        except ValueError as exc:
+            raise ConfigError(
+                f"dask_address: expected a scheduler address like tcp://host:8786, "
+                f"got {address!r} ({exc})"
+            ) from exc
+        except OSError as exc:  # refused, or no answer within the timeout
             raise ConfigError(f"cannot reach the Dask scheduler {address}: {exc}") from exc
     else:
         # Loopback only: LocalCluster serves on 0.0.0.0:8787 unless told otherwise.
