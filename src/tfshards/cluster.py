@@ -169,10 +169,13 @@ def describe(address: str, reports: Sequence[WorkerReport]) -> str:
         f"dask, {address}: {len(reports)} workers, {threads} threads, {hosts} "
         f"host{'s' * (hosts != 1)}; compiled loops (tfshards._native) on {native}/{len(reports)}"
     )
-    if any(not r.native and r.threads > 1 for r in reports):
+    slow = sum(not r.native and r.threads > 1 for r in reports)
+    if slow:
         line += (
-            "; the pure-Python loops hold the GIL, so workers without the compiled loops "
-            "run one task at a time per process: start them with --nthreads 1"
+            f"; {slow} worker{'s' * (slow != 1)} without them "
+            f"run{'s' * (slow == 1)} several threads, which "
+            "take turns on the GIL in the Python loops: start such workers with "
+            "--nthreads 1 and more --nworkers"
         )
     return line
 
