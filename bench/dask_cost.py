@@ -1,6 +1,6 @@
 """What Dask costs against local workers: per run, per shard, and where it stops losing.
 
-    python -m bench.dask_cost --out bench/results   # ~4 min on 2 cores; prints a markdown table
+    python -m bench.dask_cost --out bench/results   # a few minutes on 2 cores; a markdown table
     python -m bench.dask_cost --reps 1 --scale 0.05   # smoke run
 
 Contenders, each ``tfshards.write`` with 2 workers from this process: local
@@ -168,10 +168,20 @@ def crossover(
     return max((a1 - within * a0) / (within * b0 - b1), 0.0)
 
 
+# Not compared: the baseline itself, and a LocalCluster, whose start-up (seconds,
+# varying by more than the whole per-file work) makes the line through its two
+# size runs meaningless.
+NOT_COMPARED = ("processes", "dask LocalCluster")
+
+
 def _files(name: str, count: float | None) -> str:
-    if name == "processes":
+    if name in NOT_COMPARED:
         return "—"
     return "never (per-file cost not lower)" if count is None else f"~{count:,.0f} files"
+
+
+def _seconds(value: float) -> str:
+    return "—" if value < 0 else f"{value:.2f}"  # below zero: start-up noise, not a cost
 
 
 def render(doc: dict[str, object]) -> str:
@@ -185,7 +195,7 @@ def render(doc: dict[str, object]) -> str:
     for r in rows:
         lines.append(
             f"| {r['name']} | {r['fixed_s']:.2f} | {r['per_shard_ms']:.1f} "
-            f"| {r['per_1000_files_s']:.2f} | {r['largest_s']:.2f} "
+            f"| {_seconds(r['per_1000_files_s'])} | {r['largest_s']:.2f} "
             f"| {_files(r['name'], r['crossover_files'])} "
             f"| {_files(r['name'], r['within_10pct_files'])} |"
         )

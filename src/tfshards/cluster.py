@@ -203,13 +203,17 @@ def run(
     cluster: Any = None
     shown = str(address)
     if is_remote(address):
-        try:
-            client = Client(address, timeout="10s")
+        from distributed.comm.addressing import get_address_host_port
+
+        try:  # before Client(): one that fails on a bad address can hang the next one
+            get_address_host_port(str(address))
         except ValueError as exc:
             raise ConfigError(
                 f"dask_address: expected a scheduler address like tcp://host:8786, "
                 f"got {address!r} ({exc})"
             ) from exc
+        try:
+            client = Client(address, timeout="10s")
         except OSError as exc:  # refused, or no answer within the timeout
             raise ConfigError(f"cannot reach the Dask scheduler {address}: {exc}") from exc
     else:
