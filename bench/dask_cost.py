@@ -181,7 +181,7 @@ def _files(name: str, count: float | None) -> str:
 
 
 def _seconds(value: float) -> str:
-    return "—" if value < 0 else f"{value:.2f}"  # below zero: start-up noise, not a cost
+    return "—" if value < 0 else f"{value:.3f}"  # below zero: start-up noise, not a cost
 
 
 def render(doc: dict[str, object]) -> str:
