@@ -332,9 +332,22 @@ def _open_live(directory: str | None) -> Any:
     if directory is None:
         return None
     from dvclive.live import Live
+    from scmrepo.exceptions import SCMError
+
+    class _Live(Live):
+        def _init_dvc(self) -> None:
+            # In a git repository with no commit yet (a new project's first
+            # `dvc repro`), dvclive 3.49 asks git for HEAD before its own
+            # no-commit check and raises "Empty git repo". With the options
+            # below it needs nothing from the repository there (no experiment
+            # can be saved without a commit), so log as it does outside git.
+            try:
+                super()._init_dvc()
+            except SCMError:
+                self._dvc_repo = None
 
     # DVC runs this as a stage: dvclive must not edit dvc.yaml, make experiments or reports.
-    return Live(dir=directory, save_dvc_exp=False, dvcyaml=False, report=None)
+    return _Live(dir=directory, save_dvc_exp=False, dvcyaml=False, report=None)
 
 
 def _log_epoch(

@@ -7,8 +7,12 @@ time, so ``tfshards --help`` answers at once.
 
 from __future__ import annotations
 
+from typing import Annotated
+
 import typer
 
+from tfshards import __version__
+from tfshards.cli.init import init_command
 from tfshards.cli.list import list_files_command
 from tfshards.cli.prune import prune_command
 from tfshards.cli.sample import sample_app
@@ -24,6 +28,29 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
 )
 
+
+@app.callback()
+def pin_version(
+    pipeline_version: Annotated[
+        str | None,
+        typer.Option(
+            help="Stop unless the installed tfshards is this version. `tfshards init` writes it "
+            "into each stage's command, so an upgrade goes through `tfshards init --force` "
+            "and DVC re-runs the stages.",
+        ),
+    ] = None,
+) -> None:
+    if pipeline_version is not None and pipeline_version != __version__:
+        typer.echo(
+            f"error: dvc.yaml's stages were written for tfshards {pipeline_version}, "
+            f"this is tfshards {__version__}: install tfshards=={pipeline_version}, or run "
+            "`tfshards init --force` to move the pipeline to this version (its stages re-run)",
+            err=True,
+        )
+        raise typer.Exit(1)
+
+
+app.command("init")(init_command)
 # In pipeline order: sample -> list -> write -> validate -> train.
 app.add_typer(sample_app, name="sample")
 app.command("list")(list_files_command)

@@ -1,0 +1,96 @@
+"""``tfshards init``: write the tfshards stages into the current DVC repository."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from tfshards import __version__, pipeline
+from tfshards.cli._common import one_line_errors
+
+DEFAULTS = pipeline.PipelineSpec()
+
+
+@one_line_errors
+def init_command(
+    root: Annotated[
+        str | None,
+        typer.Option(
+            help="Raw files in ImageFolder layout (ROOT/<label>/<file>): a path in the repo "
+            f"or any fsspec URL. (default: {DEFAULTS.root})",
+            show_default=False,
+        ),
+    ] = None,
+    shards: Annotated[
+        str | None,
+        typer.Option(
+            help="Where shard versions go. A URL (s3://bucket/shards, gs://...) gives the "
+            "remote-first pipeline: DVC tracks only the manifest and the metrics. "
+            f"(default: {DEFAULTS.shards})",
+            show_default=False,
+        ),
+    ] = None,
+    name: Annotated[
+        str | None,
+        typer.Option(
+            help=f"Shard file prefix: NAME-00003-of-00016.tfrecord. (default: {DEFAULTS.name})",
+            show_default=False,
+        ),
+    ] = None,
+    image_size: Annotated[
+        int | None,
+        typer.Option(
+            help="Training resizes images to SIZE x SIZE pixels (the shards keep the original "
+            f"files). (default: {DEFAULTS.image_size})",
+            show_default=False,
+        ),
+    ] = None,
+    extensions: Annotated[
+        str | None,
+        typer.Option(
+            help=f"Comma-separated suffixes to list. (default: {DEFAULTS.extensions})",
+            show_default=False,
+        ),
+    ] = None,
+    force: Annotated[
+        bool,
+        typer.Option(
+            "--force",
+            help="Replace tfshards stages that differ from what init writes (e.g. after an "
+            "upgrade), and params that differ from the options given here.",
+        ),
+    ] = False,
+) -> None:
+    """Add the tfshards pipeline (list -> write -> validate -> train) to this repository.
+
+    Writes or merges the stages into ./dvc.yaml and their sections (list,
+    write, train) into ./params.yaml, then `dvc repro` runs them. Other
+    stages, params and comments are kept; an option left out keeps the value
+    params.yaml already has. Re-running is safe: nothing changes unless you
+    pass new options. Each command is pinned to this tfshards version, so a
+    later `tfshards init --force` after an upgrade makes DVC re-run the stages.
+
+    Needs `git init` and `dvc init` first. Edit params.yaml to tune; never put
+    credentials there (dvc.lock copies it): storage credentials and endpoints
+    come from the environment (AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY,
+    AWS_ENDPOINT_URL for S3-compatible stores).
+    """
+    given: dict[str, Any] = {
+        "root": root,
+        "shards": shards,
+        "name": name,
+        "image_size": image_size,
+        "extensions": extensions,
+    }
+    explicit = {k: v for k, v in given.items() if v is not None}
+    from tfshards import scaffold  # the YAML round trip loads only when init runs
+
+    result = scaffold.init(Path.cwd(), explicit, force=force, version=__version__)
+    variant = "remote-first: DVC tracks the manifest" if result.spec.remote else "local"
+    typer.echo(f"dvc.yaml: {result.stages.summary('stages') or 'unchanged'}")
+    typer.echo(f"params.yaml: {result.params.summary('params') or 'unchanged'}")
+    typer.echo(
+        f"raw files: {result.spec.root}; shards: {result.spec.shards} ({variant}). Next: dvc repro"
+    )

@@ -1,0 +1,201 @@
+"""The tfshards DVC stages (list -> write -> validate -> train) and their params sections.
+
+The one definition of the pipeline: ``tfshards init`` writes it into a user's
+repository, and this repository's own ``dvc.yaml`` is the same stages run
+through ``python stages/*.py`` with the library's source files as extra
+``deps`` (a test keeps the two in agreement). Pure data, no I/O.
+
+Two variants, chosen by where the shards go:
+
+- local (``data/shards``): the shard folder is a persisted, cached out, so a
+  re-run after a crash resumes from finished shards and a tampered shard
+  re-runs ``validate``.
+- remote (``s3://``, ``gs://``, any fsspec URL): DVC tracks only the manifest
+  and the metrics. DVC 3 refuses cached outs on ``s3://``; a ``cache: false``
+  remote out makes DVC delete the whole prefix before each run unless it is
+  persisted, and a persisted one leaves ``dvc.lock`` stale. The version
+  directory is named by the write's inputs, so the manifest names the shards.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import fsspec.utils
+
+from tfshards.errors import ConfigError
+from tfshards.listing import DEFAULT_EXTENSIONS
+from tfshards.train import TrainConfig
+
+STAGES = ("list", "write", "validate", "train")
+LISTING = "data/listing"
+MANIFEST = "data/manifest.json"
+VALIDATE_METRICS = "results/validate/metrics.json"
+TRAIN_METRICS = "results/train/metrics.json"
+LIVE_DIR = "results/train/live"
+MODEL = "models/model.keras"
+SPLIT = "results/train/split.json"
+PLOTS = {f"{LIVE_DIR}/plots/metrics": {"x": "step"}}
+
+# TrainConfig fields that are output paths fixed by the pipeline, not params.
+TRAIN_PATHS = {
+    "manifest": MANIFEST,
+    "metrics": TRAIN_METRICS,
+    "live_dir": LIVE_DIR,
+    "model_out": MODEL,
+    "split_out": SPLIT,
+}
+
+# PipelineSpec field -> the param that holds it (init reads them back on a re-run).
+SPEC_PARAMS = {
+    "root": ("list", "root"),
+    "extensions": ("list", "extensions"),
+    "shards": ("write", "out"),
+    "name": ("write", "name"),
+    "image_size": ("train", "image_size"),
+}
+
+# Comments written beside each param (params.yaml is the file users edit).
+PARAM_COMMENTS = {
+    "list": {
+        "root": "local path or any fsspec URL (s3://bucket/prefix, gs://...)",
+        "extensions": "comma-separated; files with other extensions are counted and skipped",
+    },
+    "write": {
+        "out": "version directories go here (local path or fsspec URL)",
+        "name": "shard prefix: NAME-00003-of-00016.tfrecord",
+        "num_shards": "0 = from target_shard_mb (at least 16)",
+        "seed": "global record shuffle",
+        "compression": "none | gzip | zlib",
+        "on_error": "fail | skip (skipped files are listed in the manifest)",
+    },
+    "train": {
+        "model": "small_cnn | mobilenet_v3_small (needs image_size >= 32)",
+        "image_size": "images are resized to this square size, in pixels",
+        "val_fraction": "held out as whole shards (the effective fraction is logged)",
+        "seed": "seeds training and picks the split",
+        "deterministic": "op determinism: the same seed gives the same run",
+        "mixed_precision": "auto (on when a GPU is present) | on | off",
+        "jit_compile": "XLA",
+    },
+}
+
+
+@dataclass(frozen=True)
+class PipelineSpec:
+    """What ``tfshards init`` asks: where the data is and the first params.
+
+    Attributes:
+        root: raw files in ImageFolder layout (``ROOT/<label>/...``), a path or URL.
+        shards: where version directories go; a URL other than ``file://``
+            gives the remote variant.
+        name: shard file prefix.
+        image_size: height = width images are resized to for training, in pixels.
+        extensions: comma-separated suffixes the listing keeps.
+    """
+
+    root: str = "data/raw"
+    shards: str = "data/shards"
+    name: str = "data"
+    image_size: int = 64
+    extensions: str = ",".join(DEFAULT_EXTENSIONS)
+
+    def __post_init__(self) -> None:
+        for field in ("root", "shards", "name", "extensions"):
+            if not str(getattr(self, field)).strip():
+                raise ConfigError(f"{field} must not be empty", option=field)
+        if any(c in self.name for c in "/ ${}"):
+            raise ConfigError(f"name must be a plain file prefix, got {self.name!r}", option="name")
+        TrainConfig(image_size=self.image_size)  # the default model accepts this size
+
+    @property
+    def remote(self) -> bool:
+        """True when the shards go to a non-local fsspec URL (the remote variant)."""
+        return is_remote(self.shards)
+
+
+def is_remote(url: str) -> bool:
+    """True for a URL whose protocol is not local disk (``s3://``, ``gs://``, ``memory://``)."""
+    return fsspec.utils.get_protocol(url) not in ("file", "local")
+
+
+def params(spec: PipelineSpec) -> dict[str, dict[str, Any]]:
+    """The params.yaml sections the stages read, with ``spec``'s values and defaults."""
+    train = TrainConfig(image_size=spec.image_size)
+    return {
+        "list": {"root": spec.root, "extensions": spec.extensions},
+        "write": {
+            "out": spec.shards,
+            "name": spec.name,
+            "num_shards": 0,
+            "target_shard_mb": 128,
+            "seed": 0,
+            "compression": "none",
+            "on_error": "fail",
+        },
+        "train": {
+            f.name: getattr(train, f.name)
+            for f in dataclasses.fields(TrainConfig)
+            if f.name not in TRAIN_PATHS
+        },
+    }
+
+
+def stages(*, remote: bool, program: Callable[[str], str]) -> dict[str, dict[str, Any]]:
+    """The four stages as DVC declares them, in pipeline order.
+
+    Args:
+        remote: the remote variant (only the manifest and metrics are outs).
+        program: the command prefix that runs a stage, given its name, e.g.
+            ``lambda s: f"tfshards {s}"``.
+    """
+    shard_outs: list[Any] = [] if remote else [{"${write.out}": {"persist": True}}]
+    shard_deps = [] if remote else ["${write.out}"]
+    return {
+        "list": {
+            "cmd": f"{program('list')} ${{list.root}} --out {LISTING} "
+            "--extensions ${list.extensions}",
+            "deps": ["${list.root}"],
+            "params": ["list"],
+            "outs": [LISTING],
+        },
+        "write": {
+            "cmd": f"{program('write')} {LISTING} --out ${{write.out}} --manifest {MANIFEST} "
+            "--name ${write.name} --num-shards ${write.num_shards} "
+            "--target-shard-mb ${write.target_shard_mb} --seed ${write.seed} "
+            "--compression ${write.compression} --on-error ${write.on_error}",
+            "deps": [LISTING],
+            "params": ["write"],
+            "outs": [MANIFEST, *shard_outs],
+        },
+        "validate": {
+            "cmd": f"{program('validate')} {MANIFEST} --metrics {VALIDATE_METRICS}",
+            "deps": [MANIFEST, *shard_deps],
+            "metrics": [{VALIDATE_METRICS: {"cache": False}}],
+        },
+        "train": {
+            "cmd": " ".join([program("train"), *_train_options()]),
+            "deps": [MANIFEST, *shard_deps, VALIDATE_METRICS],
+            "params": ["train"],
+            "outs": [
+                MODEL,
+                {SPLIT: {"cache": False}},
+                # dvclive's folder as a whole: under `dvc exp run` dvclive would
+                # git-add any file in it that is not a DVC out.
+                {LIVE_DIR: {"cache": False}},
+            ],
+            "metrics": [{TRAIN_METRICS: {"cache": False}}],
+        },
+    }
+
+
+def _train_options() -> list[str]:
+    """``--field value`` for every TrainConfig field: fixed paths, else the param."""
+    options = []
+    for f in dataclasses.fields(TrainConfig):
+        value = TRAIN_PATHS.get(f.name, f"${{train.{f.name}}}")
+        options.append(f"--{f.name.replace('_', '-')} {value}")
+    return options

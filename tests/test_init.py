@@ -1,0 +1,289 @@
+"""`tfshards init`: the stages it writes, how it merges, and this repository's agreement."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from typer.testing import CliRunner
+
+from tfshards import __version__, pipeline, scaffold
+from tfshards.cli import app
+
+REPO = Path(__file__).resolve().parents[1]
+CODE_DEPS = ("stages/", "src/tfshards/")  # deps this repository adds: its own source files
+
+
+@pytest.fixture
+def repo(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """An empty folder that looks like `git init && dvc init` ran in it."""
+    (tmp_path / ".git").mkdir()
+    (tmp_path / ".dvc").mkdir()
+    monkeypatch.chdir(tmp_path)
+    return tmp_path
+
+
+def _init(*args: str) -> Any:
+    return CliRunner().invoke(app, ["init", *args])
+
+
+def _load(path: Path) -> Any:
+    return yaml.safe_load(path.read_text())
+
+
+# --- this repository's dvc.yaml and params.yaml are what init writes --------------
+
+
+def _program_args(name: str, cmd: str) -> list[str]:
+    """The command's arguments after its program (``python stages/x.py`` or ``tfshards … x``)."""
+    words = cmd.split()
+    if words[0] == "python":
+        return words[2:]
+    return words[words.index(name) + 1 :]
+
+
+def _stage_differences(name: str, ours: dict[str, Any], inits: dict[str, Any]) -> list[str]:
+    found = []
+    mine, theirs = _program_args(name, ours["cmd"]), _program_args(name, inits["cmd"])
+    if mine != theirs:
+        only_mine = [w for w in mine if w not in theirs]
+        only_init = [w for w in theirs if w not in mine]
+        detail = (
+            f"only in dvc.yaml: {only_mine}; only in init's: {only_init}"
+            if only_mine or only_init
+            else f"same words, another order: dvc.yaml {mine}, init {theirs}"
+        )
+        found.append(f"stage {name}: cmd arguments differ ({detail})")
+    data_deps = [d for d in ours.get("deps", []) if not str(d).startswith(CODE_DEPS)]
+    if data_deps != inits.get("deps", []):
+        found.append(
+            f"stage {name}: non-code deps: dvc.yaml {data_deps}, init {inits.get('deps', [])}"
+        )
+    for key in ("params", "outs", "metrics", "plots", "wdir", "frozen"):
+        if ours.get(key) != inits.get(key):
+            found.append(f"stage {name}: {key}: dvc.yaml {ours.get(key)}, init {inits.get(key)}")
+    return found
+
+
+def test_this_repositorys_stages_are_what_init_writes_plus_sample():
+    ours = _load(REPO / "dvc.yaml")
+    inits = scaffold.plain(
+        scaffold.to_yaml(
+            pipeline.stages(remote=False, program=scaffold.program(__version__)),
+        )
+    )
+    names = [n for n in ours["stages"] if n != "sample"]
+    assert names == list(inits), f"stage names: dvc.yaml {names}, init {list(inits)}"
+    problems = []
+    for name in names:
+        problems += _stage_differences(name, ours["stages"][name], inits[name])
+    wanted_plots = [{k: v} for k, v in pipeline.PLOTS.items()]
+    if ours.get("plots") != wanted_plots:
+        problems.append(f"top-level plots: dvc.yaml {ours.get('plots')}, init {wanted_plots}")
+    assert not problems, "dvc.yaml and `tfshards init` disagree:\n" + "\n".join(problems)
+
+
+def test_every_stage_script_runs_the_matching_tfshards_command():
+    ours = _load(REPO / "dvc.yaml")["stages"]
+    for name in pipeline.STAGES:
+        script = re.match(r"python (stages/\S+\.py)", ours[name]["cmd"])
+        assert script, f"stage {name}: cmd does not run a stages/*.py script"
+        source = (REPO / script[1]).read_text()
+        command = {"list": "list_files_command"}.get(name, f"{name}_command")
+        assert f"tfshards.cli.{name} import {command}" in source, f"{script[1]} runs {command}?"
+
+
+def test_this_repositorys_params_have_the_keys_init_writes():
+    ours = _load(REPO / "params.yaml")
+    problems = []
+    for section, values in pipeline.params(pipeline.PipelineSpec()).items():
+        have = list(ours.get(section, {}))
+        if have != list(values):
+            missing = [k for k in values if k not in have]
+            extra = [k for k in have if k not in values]
+            problems.append(
+                f"params.yaml section {section}: missing {missing}, not written by init {extra}"
+                + ("" if missing or extra else f" (order: {have} vs {list(values)})")
+            )
+    assert not problems, "params.yaml and `tfshards init` disagree:\n" + "\n".join(problems)
+
+
+# --- the stages --------------------------------------------------------------------
+
+
+def test_local_shards_are_a_persisted_out_that_validate_and_train_depend_on():
+    stages = pipeline.stages(remote=False, program=lambda s: f"tfshards {s}")
+    assert {"${write.out}": {"persist": True}} in stages["write"]["outs"]
+    assert "${write.out}" in stages["validate"]["deps"]
+    assert "${write.out}" in stages["train"]["deps"]
+
+
+def test_remote_shards_leave_only_the_manifest_and_metrics_to_dvc():
+    stages = pipeline.stages(remote=True, program=lambda s: f"tfshards {s}")
+    assert stages["write"]["outs"] == [pipeline.MANIFEST]
+    for name in ("validate", "train"):
+        assert not any("write.out" in str(dep) for dep in stages[name]["deps"])
+    assert pipeline.VALIDATE_METRICS in stages["train"]["deps"]  # train runs after validate
+
+
+@pytest.mark.parametrize(
+    ("url", "remote"),
+    [("data/shards", False), ("/abs/shards", False), ("file:///x", False), ("s3://b/p", True),
+     ("gs://b/p", True), ("memory://p", True)],
+)  # fmt: skip
+def test_remote_means_a_non_local_protocol(url, remote):
+    assert pipeline.is_remote(url) is remote
+
+
+def test_every_train_option_in_the_command_is_a_train_cli_option():
+    from tfshards.cli.train import train_command
+
+    declared = {f"--{p.replace('_', '-')}" for p in train_command.__annotations__}
+    cmd = pipeline.stages(remote=False, program=lambda s: s)["train"]["cmd"]
+    used = set(re.findall(r"--[a-z-]+", cmd))
+    assert used <= declared, f"not options of tfshards train: {sorted(used - declared)}"
+
+
+def test_a_bad_name_is_refused_naming_the_option():
+    with pytest.raises(ValueError, match="name must be a plain file prefix"):
+        pipeline.PipelineSpec(name="a/b")
+
+
+def test_long_commands_fold_before_options_and_keep_their_words():
+    cmd = pipeline.stages(remote=False, program=scaffold.program("1.2.3"))["train"]["cmd"]
+    text = scaffold.dump(scaffold.to_yaml({"cmd": cmd}))
+    lines = text.splitlines()[1:]
+    assert len(lines) > 2 and all(len(line) <= scaffold.FOLD_AT + 6 for line in lines)
+    assert all(line.strip().startswith("--") for line in lines[1:])
+    assert " ".join(yaml.safe_load(text)["cmd"].split()) == " ".join(cmd.split())
+
+
+# --- init in a repository -----------------------------------------------------------
+
+
+def test_init_writes_the_stages_pinned_to_this_version_and_the_params(repo):
+    result = _init("--root", "images", "--image-size", "32")
+    assert result.exit_code == 0, result.output
+    stages = _load(repo / "dvc.yaml")["stages"]
+    assert list(stages) == list(pipeline.STAGES)
+    for name, stage in stages.items():
+        assert stage["cmd"].startswith(f"tfshards --pipeline-version {__version__} {name} ")
+    params = _load(repo / "params.yaml")
+    assert params["list"]["root"] == "images" and params["train"]["image_size"] == 32
+    assert params["write"]["out"] == "data/shards"
+    assert "added stages list, write, validate, train" in result.output
+
+
+def test_init_keeps_other_stages_params_and_comments(repo):
+    (repo / "dvc.yaml").write_text(
+        "stages:\n  prepare:  # fetch the photos\n    cmd: python prepare.py\n"
+        "    outs:\n      - data/raw\n"
+    )
+    (repo / "params.yaml").write_text("prepare:\n  url: https://example.com  # mirror\n")
+    assert _init().exit_code == 0
+    dvc_text, params_text = (repo / "dvc.yaml").read_text(), (repo / "params.yaml").read_text()
+    assert "# fetch the photos" in dvc_text and "# mirror" in params_text
+    assert list(_load(repo / "dvc.yaml")["stages"]) == ["prepare", *pipeline.STAGES]
+    assert _load(repo / "params.yaml")["prepare"] == {"url": "https://example.com"}
+
+
+def test_init_again_changes_no_byte(repo):
+    assert _init("--shards", "s3://bucket/shards").exit_code == 0
+    before = {p: (repo / p).read_bytes() for p in ("dvc.yaml", "params.yaml")}
+    result = _init()
+    assert result.exit_code == 0, result.output
+    assert "kept stages list, write, validate, train" in result.output
+    assert {p: (repo / p).read_bytes() for p in before} == before
+
+
+def test_init_keeps_params_the_user_tuned_and_adds_missing_keys(repo):
+    assert _init().exit_code == 0
+    params = (repo / "params.yaml").read_text()
+    params = params.replace("epochs: 10", "epochs: 3").replace("  seed: 0  ", "  SEED_GONE: 0  ", 1)
+    (repo / "params.yaml").write_text(params)
+    result = _init()
+    assert result.exit_code == 0, result.output
+    values = _load(repo / "params.yaml")
+    assert values["train"]["epochs"] == 3 and values["write"]["seed"] == 0
+    assert "added params write.seed" in result.output
+
+
+def test_init_reads_the_shard_location_back_from_params(repo):
+    assert _init("--shards", "gs://bucket/shards").exit_code == 0
+    (repo / "dvc.yaml").unlink()
+    assert _init().exit_code == 0  # no --shards: params.yaml says gs://
+    assert _load(repo / "dvc.yaml")["stages"]["write"]["outs"] == [pipeline.MANIFEST]
+
+
+def test_an_option_that_contradicts_params_needs_force(repo):
+    assert _init().exit_code == 0
+    before = (repo / "params.yaml").read_bytes()
+    refused = _init("--shards", "s3://bucket/shards")
+    assert refused.exit_code == 1
+    assert "write.out is 'data/shards', the command line asks 's3://bucket/shards'" in (
+        refused.output
+    )
+    assert (repo / "params.yaml").read_bytes() == before
+    forced = _init("--shards", "s3://bucket/shards", "--force")
+    assert forced.exit_code == 0, forced.output
+    assert _load(repo / "params.yaml")["write"]["out"] == "s3://bucket/shards"
+    assert _load(repo / "dvc.yaml")["stages"]["write"]["outs"] == [pipeline.MANIFEST]
+    assert "replaced stages write, validate, train" in forced.output
+
+
+def test_a_changed_tfshards_stage_is_replaced_only_with_force(repo):
+    assert _init().exit_code == 0
+    text = (repo / "dvc.yaml").read_text().replace(f"--pipeline-version {__version__}", "--x")
+    (repo / "dvc.yaml").write_text(text)  # as if written by another tfshards version
+    refused = _init()
+    assert refused.exit_code == 1 and "pass --force to replace it" in refused.output
+    assert (repo / "dvc.yaml").read_text() == text
+    assert _init("--force").exit_code == 0
+    assert f"--pipeline-version {__version__}" in (repo / "dvc.yaml").read_text()
+
+
+def test_a_users_stage_with_a_tfshards_name_is_never_replaced(repo):
+    mine = "stages:\n  train:\n    cmd: python my_train.py\n"
+    (repo / "dvc.yaml").write_text(mine)
+    result = _init("--force")
+    assert result.exit_code == 1
+    assert "stage 'train' exists and does not run tfshards" in result.output
+    assert (repo / "dvc.yaml").read_text() == mine
+    assert not (repo / "params.yaml").exists()  # nothing written when a check fails
+
+
+@pytest.mark.parametrize(("missing", "step"), [(".git", "git init"), (".dvc", "dvc init")])
+def test_init_outside_a_git_and_dvc_repository_names_the_missing_step(repo, missing, step):
+    (repo / missing).rmdir()
+    result = _init()
+    assert result.exit_code == 1
+    assert result.output.count("\n") == 1 and f"run `{step}` first" in result.output
+    assert not (repo / "dvc.yaml").exists()
+
+
+def test_broken_yaml_is_one_line_naming_the_file(repo):
+    (repo / "dvc.yaml").write_text("stages: [unclosed\n")
+    result = _init()
+    assert result.exit_code == 1 and result.output.count("\n") == 1
+    assert "dvc.yaml: not valid YAML" in result.output
+
+
+def test_a_stage_pinned_to_another_version_stops_naming_both(repo):
+    result = CliRunner().invoke(app, ["--pipeline-version", "0.0.1", "list", "--help"])
+    assert result.exit_code == 1
+    assert f"written for tfshards 0.0.1, this is tfshards {__version__}" in result.output
+
+
+def test_tfshards_init_help_in_a_real_process():
+    result = subprocess.run(
+        [sys.executable, "-m", "tfshards", "init", "--help"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert result.returncode == 0 and "--shards" in result.stdout
