@@ -101,7 +101,7 @@ def test_cli_writes_to_s3_with_credentials_from_the_environment(tmp_path, raw_on
     write_listing(list_files(raw_on_s3, storage_options=s3), str(tmp_path / "listing"))
     env = {
         **os.environ,
-        "FSSPEC_S3_ENDPOINT_URL": s3["endpoint_url"],
+        "AWS_ENDPOINT_URL": s3["endpoint_url"],  # read by botocore, so by s3fs and DVC
         "AWS_ACCESS_KEY_ID": "testing",
         "AWS_SECRET_ACCESS_KEY": "testing",
     }

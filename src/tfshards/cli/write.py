@@ -67,8 +67,8 @@ def write_command(
     listing and options give byte-identical shards and manifest whatever the
     number of workers. Shards go to OUT/<fingerprint>/ and the manifest,
     written last, commits the set. A re-run after a crash keeps the finished
-    shards. Storage credentials come from the environment (e.g. AWS_* or
-    FSSPEC_S3_ENDPOINT_URL), never from options.
+    shards. Storage credentials come from the environment (e.g. AWS_ACCESS_KEY_ID,
+    AWS_ENDPOINT_URL), never from options.
     """
     config = WriteConfig(
         out=out,

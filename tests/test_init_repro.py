@@ -1,0 +1,147 @@
+"""`tfshards init` in a new repository, for real: `dvc repro` before the first commit, and
+shards on S3 (moto's server on 127.0.0.1) reproduced up to date from a fresh clone."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tfshards.manifest import Manifest
+from tfshards.sample import write_synthetic
+
+pytestmark = pytest.mark.slow
+BIN = Path(sys.executable).parent  # where `tfshards` and `dvc` are installed
+UP_TO_DATE = "Data and pipelines are up to date."
+
+
+def _run(cmd: list[str], cwd: Path, env: dict[str, str] | None = None) -> str:
+    full_env = {
+        **{k: v for k, v in os.environ.items() if k != "FSSPEC_S3_ENDPOINT_URL"},
+        **(env or {}),
+        "PATH": f"{BIN}{os.pathsep}{os.environ['PATH']}",
+        "DVC_NO_ANALYTICS": "true",
+        "GIT_AUTHOR_NAME": "t",
+        "GIT_AUTHOR_EMAIL": "t@example.com",
+        "GIT_COMMITTER_NAME": "t",
+        "GIT_COMMITTER_EMAIL": "t@example.com",
+    }
+    result = subprocess.run(cmd, cwd=cwd, env=full_env, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, f"{cmd}: {result.stdout}\n{result.stderr}"
+    return result.stdout + result.stderr
+
+
+def _new_repo(root: Path, env: dict[str, str], *init_args: str) -> None:
+    """`git init`, `dvc init`, 48 tiny images in 4 classes, `tfshards init`, one epoch."""
+    root.mkdir()
+    _run(["git", "init", "-q"], root, env)
+    _run(["dvc", "init", "-q"], root, env)
+    write_synthetic(str(root / "data" / "raw"), 48, 16, classes=4, workers=1)
+    _run(["tfshards", "init", "--image-size", "8", *init_args], root, env)
+    params = root / "params.yaml"
+    params.write_text(params.read_text().replace("epochs: 10", "epochs: 1", 1))
+
+
+def _ran(output: str) -> list[str]:
+    return [s for s in ("list", "write", "validate", "train") if f"Running stage '{s}'" in output]
+
+
+def test_repro_before_the_first_commit_runs_every_stage_then_none(tmp_path):
+    root = tmp_path / "project"
+    env = {"TFSHARDS_CACHE": str(tmp_path / "cache")}
+    _new_repo(root, env)
+
+    first = _run(["dvc", "repro"], root, env)  # no commit yet: dvclive must cope
+    assert _ran(first) == ["list", "write", "validate", "train"]
+    metrics = json.loads((root / "results/train/metrics.json").read_text())
+    assert metrics["epochs"] == 1
+    assert (root / "results/train/live/plots/metrics").is_dir()  # dvclive logged anyway
+    old = Manifest.from_json((root / "data/manifest.json").read_bytes())
+    assert old.records == 48
+
+    second = _run(["dvc", "repro"], root, env)
+    assert UP_TO_DATE in second and _ran(second) == []
+
+    _run(["git", "add", "-A"], root, env)
+    _run(["git", "commit", "-qm", "pipeline"], root, env)  # experiments need a baseline commit
+    _run(["dvc", "exp", "run", "validate", "-S", "write.seed=5"], root, env)  # up to validate
+    new = Manifest.from_json((root / "data/manifest.json").read_bytes())
+    assert new.root != old.root and new.records == 48
+    assert (root / new.root / "manifest.json").exists()
+    assert (root / old.root / "manifest.json").exists()  # the old version stays
+
+
+@pytest.fixture
+def s3_env(tmp_path: Path) -> Iterator[dict[str, str]]:
+    """One endpoint variable for DVC and tfshards alike, AWS_ENDPOINT_URL, and a fresh bucket.
+
+    ``_run`` drops fsspec's own FSSPEC_S3_ENDPOINT_URL, so tfshards must do without it.
+    """
+    from moto.server import ThreadedMotoServer
+
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+    server.start()
+    host, port = server.get_host_and_port()
+    env = {
+        "AWS_ENDPOINT_URL": f"http://{host}:{port}",
+        "AWS_ACCESS_KEY_ID": "testing",
+        "AWS_SECRET_ACCESS_KEY": "testing",
+        "AWS_DEFAULT_REGION": "us-east-1",
+        "TFSHARDS_CACHE": str(tmp_path / "cache"),
+    }
+    import boto3
+
+    boto3.client(
+        "s3",
+        endpoint_url=env["AWS_ENDPOINT_URL"],
+        aws_access_key_id="testing",
+        aws_secret_access_key="testing",
+        region_name="us-east-1",
+    ).create_bucket(Bucket="bucket")
+    try:
+        yield env
+    finally:
+        server.stop()
+
+
+def test_remote_shards_reproduce_up_to_date_from_a_fresh_clone(tmp_path, s3_env):
+    import s3fs
+
+    origin = tmp_path / "origin"
+    _new_repo(origin, s3_env, "--shards", "s3://bucket/shards")
+    _run(["dvc", "add", "-q", "data/raw"], origin, s3_env)
+    _run(["dvc", "remote", "add", "-d", "store", "s3://bucket/dvc"], origin, s3_env)
+    assert _ran(_run(["dvc", "repro"], origin, s3_env)) == ["list", "write", "validate", "train"]
+    manifest = Manifest.from_json((origin / "data/manifest.json").read_bytes())
+    assert manifest.root.startswith("s3://bucket/shards/")
+    assert not (origin / "data/shards").exists()
+    _run(["git", "add", "-A"], origin, s3_env)
+    _run(["git", "commit", "-qm", "pipeline on S3"], origin, s3_env)
+    _run(["dvc", "push", "-q"], origin, s3_env)
+
+    clone = tmp_path / "clone"
+    _run(["git", "clone", "-q", str(origin), str(clone)], tmp_path, s3_env)
+    _run(["dvc", "pull", "-q"], clone, s3_env)
+    assert UP_TO_DATE in _run(["dvc", "status"], clone, s3_env)
+    again = _run(["dvc", "repro"], clone, s3_env)
+    assert UP_TO_DATE in again and _ran(again) == []
+
+    cached = sorted(p.name for p in (tmp_path / "cache").rglob("*.tfrecord"))
+    assert cached == sorted(f"{s.sha256}.tfrecord" for s in manifest.shards)  # train's reads
+
+    params = clone / "params.yaml"
+    params.write_text(params.read_text().replace("seed: 0 ", "seed: 3 ", 1))  # write.seed
+    changed = _run(["dvc", "repro", "validate"], clone, s3_env)  # training left out: time
+    assert _ran(changed) == ["write", "validate"]
+    new = Manifest.from_json((clone / "data/manifest.json").read_bytes())
+    assert new.root != manifest.root
+    fs = s3fs.S3FileSystem(endpoint_url=s3_env["AWS_ENDPOINT_URL"], key="testing", secret="testing")
+    for version in (manifest, new):  # DVC deleted nothing under the prefix
+        assert fs.exists(f"{version.root}/manifest.json")
+    status = _run(["dvc", "status"], clone, s3_env)
+    assert "train:" in status and "write:" not in status and "validate:" not in status
