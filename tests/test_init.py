@@ -214,9 +214,9 @@ def test_init_keeps_params_the_user_tuned_and_adds_missing_keys(repo):
 
 
 def test_init_reads_the_shard_location_back_from_params(repo):
-    assert _init("--shards", "gs://bucket/shards").exit_code == 0
+    assert _init("--shards", "memory://bucket/shards").exit_code == 0
     (repo / "dvc.yaml").unlink()
-    assert _init().exit_code == 0  # no --shards: params.yaml says gs://
+    assert _init().exit_code == 0  # no --shards: params.yaml says memory://
     assert _load(repo / "dvc.yaml")["stages"]["write"]["outs"] == [pipeline.MANIFEST]
 
 
@@ -287,3 +287,20 @@ def test_tfshards_init_help_in_a_real_process():
         timeout=60,
     )
     assert result.returncode == 0 and "--shards" in result.stdout
+
+
+def test_an_empty_dvc_yaml_and_params_yaml_are_filled(repo):
+    (repo / "dvc.yaml").write_text("stages:\nplots:\n")
+    (repo / "params.yaml").write_text("# tuned by hand\nwrite:\n")
+    result = _init()
+    assert result.exit_code == 0, result.output
+    assert list(_load(repo / "dvc.yaml")["stages"]) == list(pipeline.STAGES)
+    assert _load(repo / "params.yaml")["write"]["out"] == "data/shards"
+    assert "# tuned by hand" in (repo / "params.yaml").read_text()
+
+
+def test_a_shard_url_without_its_filesystem_installed_is_refused(repo):
+    result = _init("--shards", "nosuchfs://bucket/shards")
+    assert result.exit_code == 1 and result.output.count("\n") == 1
+    assert "nosuchfs://bucket/shards: no filesystem for nosuchfs://" in result.output
+    assert not (repo / "dvc.yaml").exists()

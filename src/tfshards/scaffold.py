@@ -16,6 +16,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import fsspec
+import fsspec.utils
 from ruamel.yaml import YAML
 from ruamel.yaml.comments import CommentedMap, CommentedSeq
 from ruamel.yaml.error import YAMLError
@@ -70,6 +72,18 @@ def check_repository(directory: Path) -> None:
         raise ConfigError(f"{here}: not a DVC repository: run `dvc init` first", step="dvc init")
 
 
+def check_backend(url: str) -> None:
+    """Fail now, not in the middle of ``dvc repro``, when ``url``'s filesystem is not installed."""
+    protocol = fsspec.utils.get_protocol(url)
+    try:
+        fsspec.get_filesystem_class(protocol)
+    except (ImportError, ValueError) as exc:
+        extra = {"s3": " (pip install 'tfshards[s3]')", "gs": " (pip install 'tfshards[gcs]')"}
+        raise ConfigError(
+            f"{url}: no filesystem for {protocol}://{extra.get(protocol, '')}: {exc}", url=url
+        ) from None
+
+
 def is_ours(stage: Any) -> bool:
     """True for a stage ``tfshards init`` wrote (its command runs ``tfshards``)."""
     cmd = stage.get("cmd") if isinstance(stage, Mapping) else None
@@ -80,7 +94,9 @@ def merge_stages(
     document: CommentedMap, wanted: Mapping[str, Any], *, force: bool, path: str
 ) -> Changes:
     """Add ``wanted`` stages and plots to a loaded dvc.yaml; replace ours only with ``force``."""
-    stages = document.setdefault("stages", CommentedMap())
+    if document.get("stages") is None:  # absent, or `stages:` with nothing under it
+        document["stages"] = CommentedMap()
+    stages = document["stages"]
     if not isinstance(stages, CommentedMap):
         raise ConfigError(f"{path}: 'stages' must be a mapping, found {type(stages).__name__}")
     changes = Changes()
@@ -105,7 +121,11 @@ def merge_stages(
             changes.replaced.append(name)
     for name in changes.added + changes.replaced:
         stages[name] = to_yaml(wanted[name])
-    plots = document.setdefault("plots", CommentedSeq())
+    if document.get("plots") is None:
+        document["plots"] = CommentedSeq()
+    plots = document["plots"]
+    if not isinstance(plots, CommentedSeq):
+        raise ConfigError(f"{path}: 'plots' must be a list, found {type(plots).__name__}")
     have = {key for entry in plots for key in (entry if isinstance(entry, Mapping) else [entry])}
     for key, spec in pipeline.PLOTS.items():
         if key not in have:
@@ -129,7 +149,7 @@ def merge_params(
     """
     changes = Changes()
     for section, values in wanted.items():
-        if section not in document:
+        if document.get(section) is None:
             document[section] = to_yaml(values, pipeline.PARAM_COMMENTS.get(section, {}))
             changes.added.append(section)
             continue
@@ -276,6 +296,8 @@ def init(directory: Path, explicit: Mapping[str, Any], *, force: bool, version: 
         spec = pipeline.PipelineSpec(**settled)
     except TypeError as exc:  # a params.yaml value of the wrong type
         raise ConfigError(f"{params_path}: {exc}") from None
+    for url in (spec.root, spec.shards):
+        check_backend(url)
     wanted = pipeline.params(spec)
     asked: dict[str, dict[str, Any]] = {}
     for name in explicit:

@@ -89,6 +89,11 @@ def init_command(
 
     result = scaffold.init(Path.cwd(), explicit, force=force, version=__version__)
     variant = "remote-first: DVC tracks the manifest" if result.spec.remote else "local"
+    if not pipeline.is_remote(result.spec.root) and not Path(result.spec.root).exists():
+        typer.echo(
+            f"note: {result.spec.root} does not exist yet: put the images there as "
+            f"{result.spec.root}/<label>/<file> before `dvc repro`"
+        )
     typer.echo(f"dvc.yaml: {result.stages.summary('stages') or 'unchanged'}")
     typer.echo(f"params.yaml: {result.params.summary('params') or 'unchanged'}")
     typer.echo(
