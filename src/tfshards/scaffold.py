@@ -84,9 +84,14 @@ def check_backend(url: str) -> None:
         ) from None
 
 
+def command(stage: Any) -> Any:
+    """A loaded stage's ``cmd`` (None when the stage is not a mapping)."""
+    return stage.get("cmd") if isinstance(stage, Mapping) else None
+
+
 def is_ours(stage: Any) -> bool:
     """True for a stage ``tfshards init`` wrote (its command runs ``tfshards``)."""
-    cmd = stage.get("cmd") if isinstance(stage, Mapping) else None
+    cmd = command(stage)
     return isinstance(cmd, str) and cmd.split()[:1] == [PROGRAM]
 
 
@@ -108,7 +113,7 @@ def merge_stages(
         elif not is_ours(stages[name]):
             raise ConfigError(
                 f"{path}: stage {name!r} exists and does not run tfshards "
-                f"(cmd: {stages[name].get('cmd')!r}); rename it, then run tfshards init again",
+                f"(cmd: {command(stages[name])!r}); rename it, then run tfshards init again",
                 stage=name,
             )
         elif not force:
