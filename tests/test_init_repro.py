@@ -36,12 +36,14 @@ def _run(cmd: list[str], cwd: Path, env: dict[str, str] | None = None) -> str:
     return result.stdout + result.stderr
 
 
-def _new_repo(root: Path, env: dict[str, str], *init_args: str) -> None:
+def _new_repo(root: Path, env: dict[str, str], *init_args: str, track_raw: bool = False) -> None:
     """`git init`, `dvc init`, 48 tiny images in 4 classes, `tfshards init`, one epoch."""
     root.mkdir()
     _run(["git", "init", "-q"], root, env)
     _run(["dvc", "init", "-q"], root, env)
     write_synthetic(str(root / "data" / "raw"), 48, 16, classes=4, workers=1)
+    if track_raw:
+        _run(["dvc", "add", "-q", "data/raw"], root, env)
     _run(["tfshards", "init", "--image-size", "8", *init_args], root, env)
     params = root / "params.yaml"
     params.write_text(params.read_text().replace("epochs: 10", "epochs: 1", 1))
@@ -113,8 +115,8 @@ def test_remote_shards_reproduce_up_to_date_from_a_fresh_clone(tmp_path, s3_env)
     import s3fs
 
     origin = tmp_path / "origin"
-    _new_repo(origin, s3_env, "--shards", "s3://bucket/shards")
-    _run(["dvc", "add", "-q", "data/raw"], origin, s3_env)
+    # The README's commands, in its order (plus tiny images and one epoch).
+    _new_repo(origin, s3_env, "--shards", "s3://bucket/shards", track_raw=True)
     _run(["dvc", "remote", "add", "-d", "store", "s3://bucket/dvc"], origin, s3_env)
     assert _ran(_run(["dvc", "repro"], origin, s3_env)) == ["list", "write", "validate", "train"]
     manifest = Manifest.from_json((origin / "data/manifest.json").read_bytes())
