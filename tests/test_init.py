@@ -12,7 +12,7 @@ import pytest
 import yaml
 from typer.testing import CliRunner
 
-from tfshards import __version__, pipeline, scaffold
+from tfshards import __version__, pipeline, scaffold, yamlfile
 from tfshards.cli import app
 
 REPO = Path(__file__).resolve().parents[1]
@@ -72,8 +72,8 @@ def _stage_differences(name: str, ours: dict[str, Any], inits: dict[str, Any]) -
 
 def test_this_repositorys_stages_are_what_init_writes_plus_sample():
     ours = _load(REPO / "dvc.yaml")
-    inits = scaffold.plain(
-        scaffold.to_yaml(
+    inits = yamlfile.plain(
+        yamlfile.to_yaml(
             pipeline.stages(remote=False, program=scaffold.program(__version__)),
         )
     )
@@ -152,15 +152,6 @@ def test_every_train_option_in_the_command_is_a_train_cli_option():
 def test_a_bad_name_is_refused_naming_the_option():
     with pytest.raises(ValueError, match="name must be a plain file prefix"):
         pipeline.PipelineSpec(name="a/b")
-
-
-def test_long_commands_fold_before_options_and_keep_their_words():
-    cmd = pipeline.stages(remote=False, program=scaffold.program("1.2.3"))["train"]["cmd"]
-    text = scaffold.dump(scaffold.to_yaml({"cmd": cmd}))
-    lines = text.splitlines()[1:]
-    assert len(lines) > 2 and all(len(line) <= scaffold.FOLD_AT + 6 for line in lines)
-    assert all(line.strip().startswith("--") for line in lines[1:])
-    assert " ".join(yaml.safe_load(text)["cmd"].split()) == " ".join(cmd.split())
 
 
 # --- init in a repository -----------------------------------------------------------
