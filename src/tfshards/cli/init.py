@@ -7,7 +7,7 @@ from typing import Annotated, Any
 
 import typer
 
-from tfshards import __version__, pipeline
+from tfshards import __version__, pipeline, storage
 from tfshards.cli._common import one_line_errors
 
 DEFAULTS = pipeline.PipelineSpec()
@@ -89,7 +89,8 @@ def init_command(
 
     result = scaffold.init(Path.cwd(), explicit, force=force, version=__version__)
     variant = "remote-first: DVC tracks the manifest" if result.spec.remote else "local"
-    if not pipeline.is_remote(result.spec.root) and not Path(result.spec.root).exists():
+    fs, raw = storage.open_url(result.spec.root)
+    if storage.is_local(fs) and not fs.exists(raw):  # a remote root is not probed here
         typer.echo(
             f"note: {result.spec.root} does not exist yet: put the images there as "
             f"{result.spec.root}/<label>/<file> before `dvc repro`"
