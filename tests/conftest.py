@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import os
+import subprocess
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
@@ -35,3 +37,28 @@ def loop(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str
     if request.param == "python":
         monkeypatch.setattr(native, "NATIVE", None)
     return str(request.param)
+
+
+def _mount(target: Path, *args: str) -> None:
+    target.mkdir(exist_ok=True)
+    done = subprocess.run(["mount", *args, str(target)], capture_output=True, text=True)
+    if done.returncode != 0:
+        pytest.skip(f"cannot mount here ({done.stderr.strip()}): needs root")
+
+
+@pytest.fixture
+def tiny_disk(tmp_path: Path) -> Iterator[Path]:
+    """A 64 KiB tmpfs: a real ENOSPC once a few files are written."""
+    disk = tmp_path / "tiny"
+    _mount(disk, "-t", "tmpfs", "-o", "size=64k", "tmpfs")
+    yield disk
+    subprocess.run(["umount", str(disk)], check=True)
+
+
+@pytest.fixture
+def read_only(tmp_path: Path) -> Iterator[Path]:
+    """A read-only bind mount of an empty folder: a real EROFS."""
+    folder = tmp_path / "ro"
+    _mount(folder, "--bind", "-o", "ro", str(tmp_path / "ro"))
+    yield folder
+    subprocess.run(["umount", str(folder)], check=True)

@@ -41,7 +41,7 @@ def _shard(n: int, seed: int = 0, big: int = 0, classes: int = 4) -> bytes:
     rng = random.Random(seed)
     sizes = [rng.randrange(1, 300) for _ in range(n)] + [big] * bool(big)
     return b"".join(
-        _record(rng.randbytes(size), rng.randrange(classes), f"c/{i:04d}.jpg")
+        _record(rng.randbytes(size), rng.randrange(classes), f"c/{i:04d}.bin")
         for i, size in enumerate(sizes)
     )
 
@@ -112,14 +112,14 @@ def test_truncated_shards_are_reported_the_same_way(cut):
 
 def test_records_of_another_layout_take_the_per_record_path():
     # A record holding an extra feature, and one with a stored hash that is not 64 hex digits.
-    odd = _record(b"x" * 10, 1, "a.jpg", extra=("bytes", [b"?"]))
+    odd = _record(b"x" * 10, 1, "a.bin", extra=("bytes", [b"?"]))
     wrong_hash = b"".join(
         frame(
             encode(
                 {
                     "image": ("bytes", [b"y"]),
                     "label": ("int64", [2]),
-                    "path": ("bytes", [b"b.jpg"]),
+                    "path": ("bytes", [b"b.bin"]),
                     "sha256": ("bytes", [b"ABCD"]),
                 }
             )[0]
@@ -142,7 +142,7 @@ def test_a_repeated_feature_entry_is_read_as_tensorflow_does_last_wins():
     good = {
         "image": ("bytes", [b"z"]),
         "label": ("int64", [1]),
-        "path": ("bytes", [b"z.jpg"]),
+        "path": ("bytes", [b"z.bin"]),
         "sha256": ("bytes", [hashlib.sha256(b"z").hexdigest().encode()]),
     }
     body = _entries(good) + _entries({"sha256": ("bytes", [b"0" * 64])})
@@ -155,7 +155,7 @@ def test_a_repeated_feature_entry_is_read_as_tensorflow_does_last_wins():
 def test_transform_scalars_take_the_bulk_path():
     schema = (*BASE, FeatureSpec("width", "int64", ()))
     buf = b"".join(
-        _record(bytes([i]) * 50, i % 4, f"{i}.jpg", width=("int64", [96 + i])) for i in range(20)
+        _record(bytes([i]) * 50, i % 4, f"{i}.bin", width=("int64", [96 + i])) for i in range(20)
     )
     assert bulkcheck.supports(schema, decode_images=False)
     records, labels, problems = _same(buf, schema)

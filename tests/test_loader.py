@@ -475,7 +475,16 @@ def _example(**features: tuple[str, list]) -> bytes:  # type: ignore[type-arg]
     ("content", "found"),
     [
         (_example(label=("int64", [1]), path=("bytes", [b"a.jpg"])), "feature 'image' missing"),
-        (
+        (  # a JPEG's first bytes, then none of the rest: only decoding tells
+            _example(
+                image=("bytes", [b"\xff\xd8\xff plain text"]),
+                label=("int64", [1]),
+                path=("bytes", [b"a.jpg"]),
+                sha256=("bytes", [hashlib.sha256(b"\xff\xd8\xff plain text").hexdigest().encode()]),
+            ),
+            "feature 'image' does not decode as an image",
+        ),
+        (  # text under an image name: its first bytes already tell
             _example(
                 image=("bytes", [b"plain text, not an image"]),
                 label=("int64", [1]),
@@ -485,7 +494,8 @@ def _example(**features: tuple[str, list]) -> bytes:  # type: ignore[type-arg]
                     [hashlib.sha256(b"plain text, not an image").hexdigest().encode()],
                 ),
             ),
-            "feature 'image' does not decode as an image",
+            "feature 'image' of a.jpg: expected an image (JPEG, PNG, GIF, BMP or WebP) as its "
+            "name says, found bytes b'plain te'",
         ),
         (b"\x0a\x05not an example", "not a tf.train.Example"),
         (  # a feature key that is not UTF-8 ("path" with one byte changed; lengths unchanged)
@@ -498,7 +508,7 @@ def _example(**features: tuple[str, list]) -> bytes:  # type: ignore[type-arg]
             "not a tf.train.Example: 'utf-8' codec can't decode byte 0xff",
         ),
     ],
-    ids=["missing-feature", "not-an-image", "not-an-example", "key-not-utf8"],
+    ids=["missing-feature", "not-an-image", "text-as-jpg", "not-an-example", "key-not-utf8"],
 )
 def test_malformed_record_with_valid_crcs_is_named_inside_shard_errors(
     shard_set, tmp_path, content, found

@@ -103,7 +103,8 @@ def test_local_files_framed_in_bulk_equal_encode_then_frame(tmp_path, loop, imag
     labels = [0, 127, 128, 300, 1 << 40]
     entries, expected = [], []
     for i, size in enumerate(sizes * 3):
-        rel = f"d{i % 2}/" + "x" * (i * 13 % 140) + f"{i}.jpg"  # paths of 8 to ~150 bytes
+        # paths of 8 to ~150 bytes; not image names, so random bytes pass (no format check)
+        rel = f"d{i % 2}/" + "x" * (i * 13 % 140) + f"{i}.bin"
         payload = rng.randbytes(size)
         (tmp_path / rel).parent.mkdir(exist_ok=True)
         (tmp_path / rel).write_bytes(payload)
@@ -144,9 +145,9 @@ def test_a_missing_root_reports_every_file(tmp_path, loop):
 
 def test_a_record_larger_than_the_buffer_by_its_keys_alone_still_fits(tmp_path, loop):
     feature = "k" * 5000  # the payload's key alone is larger than the whole buffer
-    (tmp_path / "a.jpg").write_bytes(b"abc")
+    (tmp_path / "a.bin").write_bytes(b"abc")
     out = Collect()
     records = RecordBuffer(out, feature, capacity=1024)
-    assert list(records.add_local_files(f"{tmp_path}/", [("a.jpg", 1, 3)])) == []
+    assert list(records.add_local_files(f"{tmp_path}/", [("a.bin", 1, 3)])) == []
     records.flush()
-    assert out.data == _reference(feature, b"abc", 1, b"a.jpg")
+    assert out.data == _reference(feature, b"abc", 1, b"a.bin")

@@ -109,7 +109,7 @@ def _good_features(image: bytes, label: int = 1) -> dict:  # type: ignore[type-a
     return {
         "image": ("bytes", [image]),
         "label": ("int64", [label]),
-        "path": ("bytes", [b"01/crafted.jpg"]),
+        "path": ("bytes", [b"01/crafted.bin"]),  # not an image name: any payload bytes pass
         "sha256": ("bytes", [hashlib.sha256(image).hexdigest().encode()]),
     }
 
@@ -381,9 +381,14 @@ def test_fast_path_agrees_with_the_general_decoder_on_mutated_records():
             assert fast is not None  # the canonical layout always takes the fast path
         if fast is not None:
             fast_hits += 1
-            label, ps, pe, ss, se = fast
+            label, ps, pe, ss, se, ns, ne = fast
             assert not isinstance(slow, str), slow
-            assert (label, data[ps:pe], data[ss:se]) == (slow[0], bytes(slow[1]), bytes(slow[2]))
+            assert (label, data[ps:pe], data[ss:se], data[ns:ne]) == (
+                slow[0],
+                bytes(slow[1]),
+                bytes(slow[2]),
+                bytes(slow[3]),
+            )
     assert fast_hits >= 1000
 
 

@@ -217,6 +217,34 @@ static uint8_t *put_entry_head(uint8_t *p, const char *key, size_t key_len, uint
 
 static const char HEX[] = "0123456789abcdef";
 
+/* -------------------------------------------------------------- known_image */
+
+/* 1 when ``p`` (a file of ``n`` bytes) starts like a JPEG, PNG, GIF, BMP or
+ * WebP file: the rule of tfshards.imageformat.image_format, on the same bytes. */
+static int known_image(const uint8_t *p, size_t n) {
+    static const uint8_t png[8] = {0x89, 'P', 'N', 'G', '\r', '\n', 0x1a, '\n'};
+    if (n >= 3 && p[0] == 0xff && p[1] == 0xd8 && p[2] == 0xff) return 1;
+    if (n >= 8 && memcmp(p, png, 8) == 0) return 1;
+    if (n >= 6 && (memcmp(p, "GIF87a", 6) == 0 || memcmp(p, "GIF89a", 6) == 0)) return 1;
+    if (n >= 18 && p[0] == 'B' && p[1] == 'M') {
+        uint32_t dib = (uint32_t)p[14] | (uint32_t)p[15] << 8 | (uint32_t)p[16] << 16 |
+                       (uint32_t)p[17] << 24;
+        if (dib == 12 || dib == 16 || dib == 40 || dib == 52 || dib == 56 || dib == 64 ||
+            dib == 108 || dib == 124)
+            return 1;
+    }
+    if (n >= 12 && memcmp(p, "RIFF", 4) == 0 && memcmp(p + 8, "WEBP", 4) == 0) return 1;
+    return 0;
+}
+
+/* The first (up to) 8 bytes of a payload, little-endian in one integer: what
+ * frame_files reports of a file it refused as not an image. */
+static int64_t head_bytes(const uint8_t *p, size_t n) {
+    uint64_t v = 0;
+    for (size_t k = 0; k < 8 && k < n; k++) v |= (uint64_t)p[k] << (8 * k);
+    return (int64_t)v;
+}
+
 /* -------------------------------------------------------------- frame_files */
 
 enum { ROLE_PAYLOAD, ROLE_LABEL, ROLE_PATH, ROLE_SHA };
@@ -280,7 +308,7 @@ static Py_ssize_t read_file(int dir_fd, const char *rel, uint8_t *dst, size_t ca
     return (Py_ssize_t)got;
 }
 
-/* frame_files(buffer, used, dir_fd, rels, labels, sizes, start, keys, roles[, expected])
+/* frame_files(buffer, used, dir_fd, rels, labels, sizes, start, keys, roles[, expected[, images]])
  *   -> (next, used, error, found)
  *
  * Frames the files ``rels`` (paths relative to the open folder ``dir_fd``),
@@ -294,7 +322,9 @@ static Py_ssize_t read_file(int dir_fd, const char *rel, uint8_t *dst, size_t ca
  * ``found`` is the 32-byte digest it has; error -3 means it is not a regular
  * file, and ``found`` is its ``st_mode``. ``keys`` are the four feature
  * names in sorted order, ``roles`` what each holds: "p" payload, "l" label,
- * "n" path (name), "s" sha256. */
+ * "n" path (name), "s" sha256. ``images``, one byte per item, marks the files
+ * whose name says image: error -4 means such a file is none of the known
+ * formats, and ``found`` holds its first 8 bytes (see head_bytes). */
 static PyObject *frame_files(PyObject *self, PyObject *args) {
     Py_buffer buf;
     Py_ssize_t used, start;
@@ -303,9 +333,12 @@ static PyObject *frame_files(PyObject *self, PyObject *args) {
     const char *roles;
     Py_ssize_t roles_len;
     Py_buffer expected = {0};
-    if (!PyArg_ParseTuple(args, "w*niO!O!O!nO!s#|y*", &buf, &used, &dir_fd, &PyList_Type, &rels,
-                          &PyList_Type, &labels, &PyList_Type, &sizes, &start, &PyTuple_Type,
-                          &keys, &roles, &roles_len, &expected))
+    const char *images = NULL;
+    Py_ssize_t images_len = 0;
+    if (!PyArg_ParseTuple(args, "w*niO!O!O!nO!s#|y*y#", &buf, &used, &dir_fd, &PyList_Type,
+                          &rels, &PyList_Type, &labels, &PyList_Type, &sizes, &start,
+                          &PyTuple_Type, &keys, &roles, &roles_len, &expected, &images,
+                          &images_len))
         return NULL;
     static const uint8_t unchecked[SHA256_DIGEST_LENGTH] = {0};
     unsigned char md[SHA256_DIGEST_LENGTH];
@@ -316,7 +349,8 @@ static PyObject *frame_files(PyObject *self, PyObject *args) {
     if ( PyList_GET_SIZE(labels) != count ||
         PyList_GET_SIZE(sizes) != count || PyTuple_GET_SIZE(keys) != 4 || roles_len != 4 ||
         used < 0 || used > buf.len || start < 0 || start > count ||
-        (expected.buf != NULL && expected.len != count * SHA256_DIGEST_LENGTH)) {
+        (expected.buf != NULL && expected.len != count * SHA256_DIGEST_LENGTH) ||
+        (images != NULL && images_len != count)) {
         PyErr_SetString(PyExc_ValueError, "frame_files: inconsistent arguments");
         goto done;
     }
@@ -435,6 +469,11 @@ static PyObject *frame_files(PyObject *self, PyObject *args) {
                 error = -2;
                 break;
             }
+        }
+        if (images != NULL && images[i] && !known_image(payload, it->size)) {
+            error = -4;
+            found = (size_t)head_bytes(payload, it->size);
+            break;
         }
         for (int b = 0; b < SHA256_DIGEST_LENGTH; b++) {
             digest[2 * b] = (uint8_t)HEX[md[b] >> 4];
@@ -783,7 +822,8 @@ done:
 
 static PyMethodDef methods[] = {
     {"frame_files", frame_files, METH_VARARGS,
-     "frame_files(buffer, used, dir_fd, rels, labels, sizes, start, keys, roles[, expected])"
+     "frame_files(buffer, used, dir_fd, rels, labels, sizes, start, keys, roles"
+     "[, expected[, images]])"
      " -> (next, used, error, found)"},
     {"hash_files", hash_files, METH_VARARGS, "hash_files(folder, names) -> (digests, sizes)"},
     {"frame_offsets", frame_offsets, METH_VARARGS, "frame_offsets(buffer) -> (offsets, end)"},

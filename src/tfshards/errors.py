@@ -6,6 +6,7 @@
     │   └── TransformError         a user transform failed or returned an unsupported value
     ├── ShardError                 a shard cannot be written, read or trusted (names the shard)
     │   └── RecordError            one record inside a shard is corrupt (shard, index, offset)
+    ├── StorageError               remote storage cannot be reached or refuses access
     └── ValidationError            validation found problems (``problems`` holds each line)
 
 Every error keeps its data as attributes as well as in the message, and pickles
@@ -56,6 +57,10 @@ class ShardError(TfshardsError):
 
 class RecordError(ShardError):
     """A record inside a shard is corrupt; ``shard``, ``index`` and ``offset`` say where."""
+
+
+class StorageError(TfshardsError):
+    """Remote storage cannot be reached (endpoint down) or refuses access (no credentials)."""
 
 
 class ValidationError(TfshardsError):

@@ -142,6 +142,12 @@ def _index_path(url: str, line: int, value: Any) -> str:
             f"{url}:{line}: expected 'path' a string, found {value!r}", path=url, line=line
         )
     rel: str = value
+    if "\0" in rel:  # no filesystem takes it; os.stat would raise ValueError
+        raise InputError(
+            f"{url}:{line}: expected a path without NUL characters, found {rel!r}",
+            path=url,
+            line=line,
+        )
     while rel.startswith("./"):
         rel = rel[2:]
     if not rel or rel.startswith("/") or {"", ".", ".."} & set(rel.split("/")):

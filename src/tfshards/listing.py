@@ -127,7 +127,6 @@ def list_files(
         InputError: missing, unreadable or empty root; nothing matched; bad index.
     """
     options = dict(storage_options or {})
-    _reject_credentials(root)
     fs, base = storage.open_url(root, **options)
     check_root(fs, base, root)
     filt = TreeFilter.build(extensions, glob)
@@ -137,7 +136,6 @@ def list_files(
     if index is None:
         labels, entries = scan_tree(fs, base, filt, counts, threads)
     else:
-        _reject_credentials(index)
         same = get_protocol(index) == get_protocol(root)
         index_fs, index_path = storage.open_url(index, **(options if same else {}))
         rows = read_index(index_fs, index_path, index)
@@ -181,16 +179,6 @@ def format_skipped(skipped: Mapping[str, int]) -> str:
 def _normalize_root(root: str) -> str:
     stripped = root.rstrip("/")
     return root if not stripped or stripped.endswith(":") else stripped
-
-
-def _reject_credentials(url: str) -> None:
-    """A password inside a URL would end up in meta.json, logs and DVC params."""
-    scheme, sep, rest = url.partition("://")
-    if sep and ":" in rest.split("/", 1)[0].rpartition("@")[0]:
-        raise ConfigError(
-            f"{scheme}://...: URL contains a password; expected credentials from "
-            "the environment or fsspec config, found them in the URL"
-        )
 
 
 # --- files.jsonl and meta.json ---------------------------------------------------------

@@ -33,6 +33,7 @@ class Native(Protocol):
         keys: tuple[bytes, ...],
         roles: str,
         expected: bytes = ...,
+        images: bytes = ...,
     ) -> tuple[int, int, int, Any]: ...
 
     def hash_files(self, folder: bytes, names: list[bytes]) -> tuple[bytes, bytes]: ...

@@ -26,6 +26,7 @@ import crc32c
 
 from tfshards import native, storage
 from tfshards.example import bytes_entry_head, int64_entry, varint
+from tfshards.imageformat import HEAD_BYTES, SHOWN_BYTES, NotAnImage, claims_image, image_format
 from tfshards.tfrecord import FOOTER_BYTES, HEADER_BYTES, header, mask
 
 FLUSH_BYTES = 1 << 20  # 1 MB writes: a fresh worker faults in fewer pages than with 4 MB
@@ -53,7 +54,7 @@ class ContentChanged(Exception):
         self.expected, self.found = expected, found
 
 
-Problem = OSError | FileChanged | ContentChanged
+Problem = OSError | FileChanged | ContentChanged | NotAnImage
 _UNCHECKED = bytes(32)  # an expected digest of zeros: nothing to compare with
 
 
@@ -121,9 +122,11 @@ class RecordBuffer:
         """Frame the local files ``prefix + path`` of ``entries``, in order.
 
         Yields ``(index, problem)`` for each file that cannot be read, does
-        not hold its listed size, or (with ``expected``: 32 bytes of SHA-256
-        per entry, zeros for none) holds other bytes than listed, and goes on
-        with the next one when resumed. One C call frames a whole buffer's
+        not hold its listed size, (with ``expected``: 32 bytes of SHA-256
+        per entry, zeros for none) holds other bytes than listed, or is named
+        as an image but holds none of the known formats
+        (:mod:`tfshards.imageformat`), and goes on with the next one when
+        resumed. One C call frames a whole buffer's
         worth of files when :mod:`tfshards.native` is built; else one
         :meth:`add_file` each.
         """
@@ -136,15 +139,19 @@ class RecordBuffer:
             for i, (rel, label, size) in enumerate(entries):
                 want = expected[32 * i : 32 * i + 32] if expected else None
                 try:
-                    self.add_file(size, label, rel.encode(), read_local_into, prefix + rel, want)
-                except (OSError, FileChanged, ContentChanged) as exc:
+                    self.add_file(
+                        size, label, rel.encode(), read_local_into, prefix + rel, want,
+                        claims_image(rel),
+                    )  # fmt: skip
+                except (OSError, FileChanged, ContentChanged, NotAnImage) as exc:
                     yield i, exc
             return
         rels = [e[0].encode() for e in entries]
         labels = [e[1] for e in entries]
         sizes = [e[2] for e in entries]
         frame, i, count = c.frame_files, 0, len(entries)
-        checks = () if expected is None else (expected,)
+        images = bytes(claims_image(e[0]) for e in entries)
+        checks = (bytes(32 * count) if expected is None else expected, images)
         try:
             while i < count:
                 i, self._used, error, found = frame(
@@ -160,7 +167,7 @@ class RecordBuffer:
                     *checks,
                 )
                 if error:
-                    yield i, _problem(error, found, expected, i)
+                    yield i, _problem(error, found, expected, i, sizes[i])
                     i += 1
                 elif i < count:  # record ``i`` does not fit: flush, or grow for it
                     if self._used:
@@ -178,6 +185,7 @@ class RecordBuffer:
         read_into: ReadInto,
         source: Any,
         expected: bytes | None = None,
+        check_image: bool = False,
     ) -> None:
         """Frame one file of ``size`` listed bytes as an Example of the base features.
 
@@ -187,6 +195,7 @@ class RecordBuffer:
         Raises:
             FileChanged: the file is empty or does not hold exactly ``size`` bytes.
             ContentChanged: its SHA-256 is not ``expected`` (raw; None or zeros: unchecked).
+            NotAnImage: ``check_image`` is set and the bytes are no known image format.
         """
         image_head = self._image_heads[size]
         label_entry = _LABELS[label]
@@ -210,6 +219,8 @@ class RecordBuffer:
         sha = hashlib.sha256(view[start : start + size])
         if expected and expected != _UNCHECKED and sha.digest() != expected:
             raise ContentChanged(expected, sha.digest())
+        if check_image and image_format(view[start : start + min(size, HEAD_BYTES)]) is None:
+            raise NotAnImage(bytes(view[start : start + min(size, SHOWN_BYTES)]))
         digest = sha.hexdigest().encode()
         end = at + HEADER_BYTES + length
         if self._payload_first:
@@ -254,13 +265,17 @@ class RecordBuffer:
         self._view = memoryview(self._buf)
 
 
-def _problem(error: int, found: Any, expected: bytes | None, i: int) -> Problem:
-    """The exception for what ``frame_files`` reported about item ``i``.
+def _problem(error: int, found: Any, expected: bytes | None, i: int, size: int) -> Problem:
+    """The exception for what ``frame_files`` reported about item ``i`` (``size`` bytes listed).
 
-    An errno (> 0), a size (-1), a digest (-2) or a file type (-3, ``st_mode``).
+    An errno (> 0), a size (-1), a digest (-2), a file type (-3, ``st_mode``)
+    or the first 8 bytes, little-endian, of a file named as an image that is
+    none (-4).
     """
     if error > 0:
         return OSError(error, os.strerror(error))
+    if error == -4:
+        return NotAnImage(found.to_bytes(8, "little", signed=True)[: min(size, SHOWN_BYTES)])
     if error == -3:
         return storage.not_a_file(found)
     if error == -2 and expected is not None:

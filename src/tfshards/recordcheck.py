@@ -15,6 +15,7 @@ import crc32c
 
 from tfshards import tfrecord as tfr
 from tfshards.example import DecodeError, FeatureSpec, outline, outline_problem
+from tfshards.imageformat import HEAD_BYTES, claims_image, image_format, not_an_image
 from tfshards.tfrecord import FOOTER_BYTES, HEADER_BYTES
 
 
@@ -80,6 +81,7 @@ class RecordChecker:
         self.check_sha = check_sha and has_image and _scalar(schema, "sha256", "bytes")
         self.decode_images = decode_images and has_image
         self.count_labels = _scalar(schema, "label", "int64")
+        self.check_images = has_image and _scalar(schema, "path", "bytes")
         self.num_labels, self.labels, self.add = num_labels, labels, add
         self.limit, self.skip = limit, skip
 
@@ -99,14 +101,16 @@ class RecordChecker:
             if isinstance(slow, str):
                 self.add(slow, index, offset)
                 return
-            label, payload, stored = slow
+            label, payload, stored, path = slow
         else:
-            label, ps, pe, ss, se = checked
-            payload, stored = view[ps:pe], buf[ss:se]
+            label, ps, pe, ss, se, ns, ne = checked
+            payload, stored, path = view[ps:pe], buf[ss:se], buf[ns:ne]
         if self.count_labels:
             self.count_label(label, index, offset)
         if self.check_sha:
             self.compare_sha(hashlib.sha256(payload).hexdigest().encode(), stored, index, offset)
+        if self.check_images:
+            self.check_image(payload, path, index, offset)
         if self.decode_images:
             why = _undecodable(payload)
             if why is not None:
@@ -123,6 +127,20 @@ class RecordChecker:
             self.add(
                 f"label out of range: expected 0..{self.num_labels - 1} "
                 f"({self.num_labels} labels), found {label}",
+                index,
+                offset,
+            )
+
+    def check_image(self, payload: Any, path: Any, index: int, offset: int) -> None:
+        """A payload whose path names an image must start like a known image format.
+
+        The writer's own rule (:mod:`tfshards.imageformat`), for shards from
+        anywhere; a header costs nothing to look at, unlike ``decode_images``.
+        """
+        name = bytes(path).decode("utf-8", "replace")
+        if claims_image(name) and image_format(payload[:HEAD_BYTES]) is None:
+            self.add(
+                f"feature {self.image_feature!r} of {name}: {not_an_image(bytes(payload[:8]))}",
                 index,
                 offset,
             )
@@ -175,8 +193,8 @@ def _scalar(schema: Sequence[FeatureSpec], name: str, dtype: str) -> bool:
 
 def _check_slow(
     data: memoryview, schema: Sequence[FeatureSpec], image_feature: str
-) -> str | tuple[int, Any, Any]:
-    """The general path: a problem, or ``(label, payload, stored sha256)`` of a good record."""
+) -> str | tuple[int, Any, Any, Any]:
+    """The general path: a problem, or ``(label, payload, stored sha256, path)`` of a record."""
     try:
         found = outline(data, {spec.name for spec in schema})
     except (DecodeError, UnicodeDecodeError) as exc:
@@ -189,7 +207,7 @@ def _check_slow(
         feature = found.get(name)
         return feature.first if feature is not None and feature.size == 1 else default
 
-    return first("label", 0), first(image_feature, b""), first("sha256", b"")
+    return first("label", 0), first(image_feature, b""), first("sha256", b""), first("path", b"")
 
 
 def _undecodable(payload: Any) -> str | None:
@@ -210,7 +228,7 @@ _HEADER = struct.Struct("<QI")  # TFRecord: length, masked crc32c of the length
 _FOOTER = struct.Struct("<I")  # masked crc32c of the data
 _TAG1 = 0x0A  # field 1, length-delimited: Example.features, map entry, key, each list
 _KIND_TAG = {"bytes": 0x0A, "float": 0x12, "int64": 0x1A}  # Feature's oneof fields 1, 2, 3
-_OTHER, _PAYLOAD, _STORED, _LABEL = range(4)  # what a feature is to the record checks
+_OTHER, _PAYLOAD, _STORED, _LABEL, _PATH = range(5)  # what a feature is to the record checks
 _TOO_LONG = 1 << 64  # a length no record has, so every bounds check after it fails
 _LONG_VARINT = re.compile(rb"[\x80-\xff]{10}")  # example.decode rejects varints over 10 bytes
 _HIGH_BYTES = bytes(range(0x80, 0x100))
@@ -249,6 +267,7 @@ class _Plan:
     def build(cls, schema: Sequence[FeatureSpec], image_feature: str) -> _Plan:
         roles = {(image_feature, "bytes"): _PAYLOAD, ("sha256", "bytes"): _STORED}
         roles[("label", "int64")] = _LABEL
+        roles[("path", "bytes")] = _PATH
         specs = []
         for s in schema:
             key = s.name.encode()
@@ -261,8 +280,10 @@ class _Plan:
             specs.append((key, (head, len(head), _KIND_TAG[s.dtype], size, role, scalar_bytes)))
         return cls(tuple(spec for _, spec in sorted(specs)))
 
-    def check(self, b: bytes, pos: int, end: int) -> tuple[int, int, int, int, int] | None:
-        """``(label, payload start, payload end, sha256 start, sha256 end)`` of ``b[pos:end]``.
+    def check(
+        self, b: bytes, pos: int, end: int
+    ) -> tuple[int, int, int, int, int, int, int] | None:
+        """``(label, payload start, end, sha256 start, end, path start, end)`` of ``b[pos:end]``.
 
         Returns them only for an Example in the canonical layout that conforms
         to the schema; None for anything else (the general path then decides,
@@ -272,7 +293,7 @@ class _Plan:
         """
         if not self.specs:
             return None
-        label = ps = pe = ss = se = first = first_end = 0
+        label = ps = pe = ss = se = ns = ne = first = first_end = 0
         try:
             if b[pos] != _TAG1:
                 return None
@@ -319,6 +340,8 @@ class _Plan:
                         ps, pe = pos, entry_end
                     elif role == _STORED:
                         ss, se = pos, entry_end
+                    elif role == _PATH:
+                        ns, ne = pos, entry_end
                     pos = entry_end
                     continue
                 if tag == _TAG1:  # BytesList: repeated {1: bytes}
@@ -339,6 +362,8 @@ class _Plan:
                         ps, pe = first, first_end
                     elif role == _STORED:
                         ss, se = first, first_end
+                    elif role == _PATH:
+                        ns, ne = first, first_end
                 elif pos < entry_end:  # FloatList or Int64List: {1: packed}
                     if b[pos] != _TAG1:
                         return None
@@ -372,4 +397,4 @@ class _Plan:
             return None
         if pos != end:
             return None  # features the schema does not name
-        return label, ps, pe, ss, se
+        return label, ps, pe, ss, se, ns, ne

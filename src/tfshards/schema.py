@@ -79,50 +79,95 @@ def merge_specs(a: FeatureSpec, b: FeatureSpec) -> FeatureSpec:
     return a if a.shape == b.shape else FeatureSpec(a.name, a.dtype, None)
 
 
+INT64_MIN, INT64_MAX = -(1 << 63), (1 << 63) - 1
+
+
 def normalize(name: str, value: Any) -> tuple[Dtype, Values, tuple[int, ...]]:
     """Turn a Python/numpy value into ``(dtype, flat values, shape)``.
 
-    Accepts bytes, str (UTF-8), bool/int, float, numpy scalars and arrays, and
-    lists/tuples of one of those. Raises :class:`TransformError` naming the
-    feature and the type otherwise.
+    Accepts bytes, str (UTF-8), bool/int (int64 range), float, numpy scalars
+    and arrays, and lists/tuples of one of those. Nested lists that are
+    rectangular are flattened row-major with their shape, exactly like the
+    numpy array they would make. Raises :class:`TransformError` naming the
+    feature for anything else: a wrong value is never stored silently.
     """
     if isinstance(value, (bytes, bytearray, memoryview)):
         return "bytes", [bytes(value) if not isinstance(value, bytes) else value], ()
     if isinstance(value, str):
-        return "bytes", [value.encode()], ()
+        return "bytes", [_utf8(name, value)], ()
     if isinstance(value, (bool, int, np.integer, np.bool_)):
-        return "int64", [int(value)], ()
+        return "int64", [_int64(name, int(value))], ()
     if isinstance(value, (float, np.floating)):
         return "float", [float(value)], ()
     if isinstance(value, np.ndarray):
-        kind = value.dtype.kind
-        if kind in "iub":
-            return "int64", value.astype(np.int64).ravel(), value.shape
-        if kind == "f":
-            return "float", value.astype("<f4").ravel(), value.shape
-        if kind in "SO" and all(isinstance(v, bytes) for v in value.ravel()):
-            return "bytes", list(value.ravel()), value.shape
-        raise TransformError(
-            f"feature {name!r}: unsupported numpy dtype {value.dtype} "
-            "(expected an integer, float or bytes array)",
-            feature=name,
-        )
+        return _array(name, value)
     if isinstance(value, (list, tuple)):
-        if not value:
-            raise TransformError(
-                f"feature {name!r}: empty list has no dtype (use a numpy array with a dtype)",
-                feature=name,
-            )
-        kinds = {normalize(name, v)[0] for v in value}
-        if len(kinds) != 1:
-            raise TransformError(
-                f"feature {name!r}: list mixes types {sorted(kinds)}", feature=name
-            )
-        (dtype,) = kinds
-        flat = [normalize(name, v)[1][0] for v in value]
-        return dtype, flat, (len(value),)  # type: ignore[return-value]
+        return _sequence(name, value)
     raise TransformError(
         f"feature {name!r}: unsupported type {type(value).__name__} "
         "(expected bytes, str, int, float, a list of those, or a numpy array)",
         feature=name,
     )
+
+
+def _utf8(name: str, value: str) -> bytes:
+    try:
+        return value.encode()
+    except UnicodeEncodeError as exc:
+        raise TransformError(
+            f"feature {name!r}: expected text that encodes as UTF-8, found "
+            f"{value[exc.start : exc.end]!r} at character {exc.start} ({exc.reason})",
+            feature=name,
+        ) from None
+
+
+def _int64(name: str, value: int) -> int:
+    if not INT64_MIN <= value <= INT64_MAX:
+        raise TransformError(
+            f"feature {name!r}: expected an int64 ({INT64_MIN}..{INT64_MAX}), found {value}",
+            feature=name,
+        )
+    return value
+
+
+def _array(name: str, value: np.ndarray) -> tuple[Dtype, Values, tuple[int, ...]]:
+    kind = value.dtype.kind
+    if kind in "iub":
+        if kind == "u" and value.size and value.max() > INT64_MAX:
+            _int64(name, int(value.max()))  # raises: uint64 values above int64 would wrap
+        return "int64", value.astype(np.int64).ravel(), value.shape
+    if kind == "f":
+        return "float", value.astype("<f4").ravel(), value.shape
+    if kind in "SO" and all(isinstance(v, bytes) for v in value.ravel()):
+        return "bytes", list(value.ravel()), value.shape
+    raise TransformError(
+        f"feature {name!r}: unsupported numpy dtype {value.dtype} "
+        "(expected an integer, float or bytes array)",
+        feature=name,
+    )
+
+
+def _sequence(
+    name: str, value: list[Any] | tuple[Any, ...]
+) -> tuple[Dtype, Values, tuple[int, ...]]:
+    if not value:
+        raise TransformError(
+            f"feature {name!r}: empty list has no dtype (use a numpy array with a dtype)",
+            feature=name,
+        )
+    parts = [normalize(name, v) for v in value]
+    kinds = {p[0] for p in parts}
+    if len(kinds) != 1:
+        raise TransformError(f"feature {name!r}: list mixes types {sorted(kinds)}", feature=name)
+    dtype, _, inner = parts[0]
+    for i, (_, _, shape) in enumerate(parts):
+        if shape != inner:
+            raise TransformError(
+                f"feature {name!r}: nested lists must be rectangular: expected item {i} "
+                f"of shape {list(inner)} like item 0, found shape {list(shape)}",
+                feature=name,
+            )
+    if not inner:  # a flat list of scalars: the common case
+        return dtype, [p[1][0] for p in parts], (len(value),)  # type: ignore[return-value]
+    flat = [v for p in parts for v in p[1]]
+    return dtype, flat, (len(value), *inner)  # type: ignore[return-value]

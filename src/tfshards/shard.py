@@ -7,16 +7,18 @@ runs it unchanged. A worker imports neither TensorFlow nor the listing code.
 
 from __future__ import annotations
 
+import errno
 import hashlib
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from tfshards import layout, storage
 from tfshards import transform as transforms
 from tfshards.contenthash import expected_md5, expected_sha256
-from tfshards.errors import InputError, TransformError
+from tfshards.errors import InputError, ShardError, TransformError
 from tfshards.example import encode
+from tfshards.imageformat import HEAD_BYTES, NotAnImage, claims_image, image_format, not_an_image
 from tfshards.manifest import Reject, ShardInfo, sidecar_from_json, sidecar_json
 from tfshards.recordbuffer import (
     ContentChanged,
@@ -27,6 +29,11 @@ from tfshards.recordbuffer import (
 )
 from tfshards.schema import Dtype, FeatureSpec, Values, merge_specs, normalize
 from tfshards.tfrecord import Compressor, frame
+
+# A file larger than this is refused before it is read: a worker holds one
+# whole file while framing it, and TensorFlow cannot parse an Example of 2 GiB
+# or more (protobuf's message limit), so such a record could never be read.
+MAX_FILE_BYTES = 1 << 30
 
 
 @dataclass(frozen=True)
@@ -69,17 +76,20 @@ def write_shard(task: ShardTask) -> ShardResult:
         "path": FeatureSpec("path", "bytes", ()),
         "sha256": FeatureSpec("sha256", "bytes", ()),
     }
+    keys = _Keys()
     rejected: list[Reject] = []
     hasher = hashlib.sha256()
     compressor = Compressor(task.compression)
-    sink = storage.AtomicSink(fs_out, shard_path, temp_dir=layout.work_dir(out_dir))
-    tokens = task.tokens or ("",) * len(task.entries)
+    entries, tokens = task.entries, task.tokens or ("",) * len(task.entries)
 
     def flush(view: memoryview) -> None:
         chunks = compressor.feed([view])  # the view itself when not compressing
         for chunk in chunks:
             hasher.update(chunk)
-        sink.write(chunks)
+        try:
+            sink.write(chunks)
+        except OSError as exc:  # not a reject of the file being read: the shard itself fails
+            raise write_error(fs_out, shard_path, exc) from None
 
     buffer = RecordBuffer(flush, task.image_feature)
     prefix = storage.join(root, "")  # + a listed (relative) path: no join per record
@@ -91,18 +101,28 @@ def write_shard(task: ShardTask) -> ShardResult:
             raise _as_input_error(exc, task.source, rel) from exc
         rejected.append(Reject(rel, _reason(exc)))
 
+    if any(size > MAX_FILE_BYTES for _, _, size in entries):
+        for rel, _, size in entries:
+            if size > MAX_FILE_BYTES:
+                reject(_too_large(rel, size), rel)
+        small = [k for k, (_, _, size) in enumerate(entries) if size <= MAX_FILE_BYTES]
+        entries, tokens = tuple(entries[k] for k in small), tuple(tokens[k] for k in small)
+    try:
+        sink = storage.AtomicSink(fs_out, shard_path, temp_dir=layout.work_dir(out_dir))
+    except OSError as exc:
+        raise write_error(fs_out, shard_path, exc) from None
     try:
         if fn is None and local:  # the hot path: whole buffers of files at a time
             expected = b"".join(expected_sha256(t) or bytes(32) for t in tokens)
-            for i, problem in buffer.add_local_files(prefix, task.entries, expected):
-                rel, _, listed_size = task.entries[i]
+            for i, problem in buffer.add_local_files(prefix, entries, expected):
+                rel, _, listed_size = entries[i]
                 reject(_file_problem(problem, rel, listed_size), rel)
         else:
-            for (rel, label, listed_size), token in zip(task.entries, tokens, strict=True):
+            for (rel, label, listed_size), token in zip(entries, tokens, strict=True):
                 try:
                     if fn is not None:
                         features = _features(
-                            fs_in, root, rel, label, listed_size, token, task, fn, specs
+                            fs_in, root, rel, label, listed_size, token, task, fn, specs, keys
                         )
                         buffer.append(frame(encode(features)[0]))
                     else:
@@ -120,15 +140,37 @@ def write_shard(task: ShardTask) -> ShardResult:
             hasher.update(chunk)
         sink.write(finished)
         sink.commit()
+    except OSError as exc:  # reading a file became a reject above: this is the sink's last write
+        sink.abort()
+        raise write_error(fs_out, shard_path, exc) from None
     except BaseException:
         sink.abort()
         raise
+    if len(entries) < len(task.entries):  # rejects in listing order, whatever found them first
+        order = {rel: i for i, (rel, _, _) in enumerate(task.entries)}
+        rejected.sort(key=lambda r: order[r.path])
     info = ShardInfo(task.name, records, sink.size, hasher.hexdigest())
     schema = tuple(specs[k] for k in sorted(specs))
-    storage.write_atomic(
-        fs_out, layout.sidecar_path(out_dir, task.name), [sidecar_json(info, rejected, schema)]
-    )
+    sidecar = layout.sidecar_path(out_dir, task.name)
+    try:
+        storage.write_atomic(fs_out, sidecar, [sidecar_json(info, rejected, schema)])
+    except OSError as exc:
+        raise write_error(fs_out, sidecar, exc) from None
     return ShardResult(info, tuple(rejected), schema, reused=False)
+
+
+def write_error(fs: Any, path: str, exc: OSError) -> ShardError:
+    """A failed write of the shard set (disk full, file too large, read-only), located."""
+    where = storage.unstrip(fs, path)
+    code = errno.errorcode.get(exc.errno or 0)
+    why = f"{exc.strerror or type(exc).__name__}" + (f" ({code})" if code else "")
+    return ShardError(f"{where}: cannot write: {why}", path=where, errno=exc.errno)
+
+
+def _too_large(rel: str, size: int) -> InputError:
+    return InputError(
+        f"file too large: expected at most {MAX_FILE_BYTES} bytes, found {size}", path=rel
+    )
 
 
 def _add(
@@ -142,19 +184,23 @@ def _add(
 ) -> None:
     """One file, no transform: straight into the buffer (the hot path)."""
     try:
-        buffer.add_file(listed_size, label, rel.encode(), read_into, source, expected)
-    except (FileChanged, ContentChanged) as exc:
+        buffer.add_file(
+            listed_size, label, rel.encode(), read_into, source, expected, claims_image(rel)
+        )
+    except (FileChanged, ContentChanged, NotAnImage) as exc:
         raise _file_problem(exc, rel, listed_size) from None
 
 
 def _file_problem(
-    problem: OSError | FileChanged | ContentChanged, rel: str, listed_size: int
+    problem: OSError | FileChanged | ContentChanged | NotAnImage, rel: str, listed_size: int
 ) -> OSError | InputError:
     """What the framing reported about one file, as the error its reject or failure names."""
     if isinstance(problem, FileChanged):
         return _size_error(rel, listed_size, problem.found)
     if isinstance(problem, ContentChanged):
         return _content_error(rel, "sha256", problem.expected.hex(), problem.found.hex())
+    if isinstance(problem, NotAnImage):
+        return InputError(not_an_image(problem.head), path=rel)
     return problem
 
 
@@ -180,6 +226,7 @@ def _features(
     task: ShardTask,
     fn: transforms.Transform | None,
     specs: dict[str, FeatureSpec],
+    keys: _Keys,
 ) -> dict[str, tuple[Dtype, Values]]:
     data = storage.read_bytes(fs, storage.join(root, rel), size_hint=listed_size)
     if len(data) != listed_size or not data:
@@ -189,6 +236,8 @@ def _features(
     want = expected_sha256(token)
     if want is not None and sha.digest() != want:
         raise _content_error(rel, "sha256", want.hex(), sha.hexdigest())
+    if claims_image(rel) and image_format(data[:HEAD_BYTES]) is None:
+        raise _file_problem(NotAnImage(data[:HEAD_BYTES]), rel, listed_size)
     features: dict[str, tuple[Dtype, Values]] = {
         task.image_feature: ("bytes", [data]),
         "label": ("int64", [label]),
@@ -196,8 +245,10 @@ def _features(
         "sha256": ("bytes", [sha.hexdigest().encode()]),
     }
     if fn is not None and task.transform is not None:
-        for key, value in transforms.apply(fn, task.transform, rel, data, label).items():
-            dtype, values, shape = normalize(key, value)
+        out = transforms.apply(fn, task.transform, rel, data, label)
+        added = {key: normalize(key, value) for key, value in out.items()}
+        keys.check(rel, task.transform, added.keys())
+        for key, (dtype, values, shape) in added.items():
             seen = FeatureSpec(key, dtype, shape)
             try:
                 specs[key] = merge_specs(specs[key], seen) if key in specs else seen
@@ -205,6 +256,39 @@ def _features(
                 raise TransformError(f"{rel}: {exc}", path=rel, fatal=True) from exc
             features[key] = (dtype, values)
     return features
+
+
+@dataclass
+class _Keys:
+    """The features a shard's first good file got from the transform, and that file."""
+
+    first: str = ""
+    keys: frozenset[str] | None = None
+
+    def check(self, rel: str, spec: str, keys: Collection[str]) -> None:
+        """Every file must get the features the first one got.
+
+        A feature some records lack would make the schema a union that the
+        records do not follow; the writer refuses it here, naming the file.
+        """
+        if self.keys is None:
+            self.first, self.keys = rel, frozenset(keys)
+        elif set(keys) != self.keys:
+            raise TransformError(
+                f"{rel}: transform {spec}: " + keys_differ(sorted(self.keys), self.first, keys),
+                path=rel,
+                fatal=True,
+            )
+
+
+def keys_differ(expected: Sequence[str], first: str, found: Collection[str]) -> str:
+    """``expected the features [...] that FIRST returned, found 'x' missing, 'y' extra``."""
+    missing = [f"{k!r} missing" for k in sorted(set(expected) - set(found))]
+    extra = [f"{k!r} extra" for k in sorted(set(found) - set(expected))]
+    return (
+        f"expected the features {list(expected)} that {first} returned, "
+        f"found {', '.join(missing + extra)}"
+    )
 
 
 def _size_error(rel: str, listed: int, found: int) -> InputError:

@@ -24,7 +24,7 @@ from typing import Any
 import fsspec
 from fsspec.implementations.local import LocalFileSystem
 
-from tfshards.errors import ConfigError
+from tfshards.errors import ConfigError, StorageError
 
 Chunk = bytes | bytearray | memoryview
 
@@ -37,11 +37,49 @@ def open_url(url: str, **storage_options: Any) -> tuple[Any, str]:
     """
     if not url:
         raise ConfigError("storage URL is empty")
+    reject_credentials(url)
     try:
         fs, path = fsspec.core.url_to_fs(url, **storage_options)
     except (ImportError, ValueError) as exc:
         raise ConfigError(f"{url}: cannot open storage: {exc}") from exc
     return fs, path
+
+
+def reject_credentials(url: str, option: str = "") -> None:
+    """Refuse ``scheme://user:password@...`` (of ``option``, if named), never repeating it.
+
+    A password inside a URL would end up in shell history, logs, meta.json,
+    the manifest and DVC's params; every URL a command takes passes here.
+    """
+    scheme, sep, rest = url.partition("://")
+    if sep and ":" in rest.split("/", 1)[0].rpartition("@")[0]:
+        where = f"{option}: " if option else ""
+        raise ConfigError(
+            f"{where}{scheme}://...: URL contains a password; expected credentials from "
+            "the environment or fsspec config, found them in the URL"
+        )
+
+
+# Where the exceptions of remote storage clients come from: they are the
+# user's environment (endpoint down, no credentials), not bugs in tfshards.
+_BACKEND_MODULES = ("botocore", "aiobotocore", "aiohttp", "s3fs", "gcsfs", "adlfs", "google.auth")
+
+
+def backend_error(exc: BaseException) -> StorageError | None:
+    """The storage client's exception inside ``exc`` (or its causes) as one line, or None."""
+    seen: BaseException | None = exc
+    for _ in range(8):  # a chain of causes, not a cycle
+        if seen is None:
+            return None
+        if type(seen).__module__.startswith(_BACKEND_MODULES):
+            what = f"{type(seen).__name__}: {seen}".replace("\n", " ")
+            hint = ""
+            if "credential" in what.lower():
+                hint = "; expected credentials from the environment (AWS_* variables, a profile) "
+                hint += "or fsspec config"
+            return StorageError(f"cannot use remote storage ({what}){hint}")
+        seen = seen.__cause__ or seen.__context__
+    return None
 
 
 def is_local(fs: Any) -> bool:

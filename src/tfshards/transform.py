@@ -50,6 +50,12 @@ def load(spec: str) -> Transform:
         raise TransformError(
             f"transform {spec!r}: cannot import module {module_name!r} ({exc})", transform=spec
         ) from exc
+    except Exception as exc:  # a module's own code can raise anything (SyntaxError included)
+        raise TransformError(
+            f"transform {spec!r}: cannot import module {module_name!r} "
+            f"({type(exc).__name__}: {exc})",
+            transform=spec,
+        ) from None
     fn = getattr(module, func_name, None)
     if fn is None:
         raise TransformError(

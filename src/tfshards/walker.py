@@ -10,6 +10,7 @@ directory listing at a time, their content tokens taken from the listing.
 
 from __future__ import annotations
 
+import errno
 import fnmatch
 import functools
 import os
@@ -195,8 +196,11 @@ def _walk_local(
                 rel = rel_dir + name
                 if not name.isascii():
                     _checked_name(rel, base)
-                if entry.is_dir():  # follows symlinks: datasets are often assembled from links
-                    st = entry.stat()
+                try:  # is_dir follows symlinks: datasets are often assembled from links
+                    st = entry.stat() if entry.is_dir() else None
+                except OSError as exc:  # a symlink loop, a path longer than PATH_MAX
+                    raise _unreadable(entry.path, exc) from None
+                if st is not None:
                     key = (st.st_dev, st.st_ino)
                     if key in ancestors:
                         raise InputError(
@@ -233,6 +237,16 @@ def _checked_name(rel: str, base: str) -> str:
             path=base,
         ) from None
     return rel
+
+
+def _unreadable(path: str, exc: OSError) -> InputError:
+    """A file or folder under the root that cannot be looked at, named with its errno."""
+    code = errno.errorcode.get(exc.errno or 0, "")
+    reason = f"{why(exc)}{', ' + code if code else ''}"
+    if exc.errno == errno.ENAMETOOLONG:
+        limit, found = os.pathconf("/", "PC_PATH_MAX"), len(os.fsencode(path))
+        reason = f"expected a path of at most {limit} bytes, found {found}: {reason}"
+    return InputError(f"{path}: cannot read ({reason})", path=path)
 
 
 def why(exc: OSError) -> str:

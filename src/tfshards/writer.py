@@ -28,7 +28,7 @@ from tfshards import executor as executors
 from tfshards import layout, native, sharding, storage
 from tfshards import transform as transforms
 from tfshards.cluster import Needs
-from tfshards.errors import ConfigError, InputError
+from tfshards.errors import ConfigError, InputError, TransformError
 from tfshards.listing import Listing, listing_counts, listing_digest, listing_root, read_listing
 from tfshards.manifest import (
     FORMAT_VERSION,
@@ -37,7 +37,7 @@ from tfshards.manifest import (
 )
 from tfshards.progress import Progress
 from tfshards.schema import FeatureSpec, merge_specs
-from tfshards.shard import ShardResult, ShardTask, write_shard
+from tfshards.shard import ShardResult, ShardTask, keys_differ, write_error, write_shard
 from tfshards.tfrecord import COMPRESSIONS
 
 BASE_FEATURES = ("label", "path", "sha256")
@@ -246,27 +246,47 @@ def write(config: WriteConfig, listing: Listing | str, *, progress: bool = True)
         root=version,
         fingerprint=version.rstrip("/").rsplit("/", 1)[-1],
         params=params,
-        schema=_merge_schema(done),
+        schema=_merge_schema(done, tasks),
         labels=listing.labels,
         compression=config.compression,
         shards=tuple(r.info for r in done),
         rejected=tuple(rej for r in done for rej in r.rejected),
         listed=len(listing.entries),
     )
-    storage.write_atomic(fs_out, storage.join(version_path, MANIFEST_NAME), [manifest.to_json()])
+    _publish(fs_out, storage.join(version_path, MANIFEST_NAME), manifest)
     if config.manifest_copy:
-        fs_copy, copy_path = storage.open_url(config.manifest_copy)
-        storage.write_atomic(fs_copy, copy_path, [manifest.to_json()])
+        _publish(*storage.open_url(config.manifest_copy), manifest)
     storage.remove_stale_temps(fs_out, version_path)
     storage.remove_stale_temps(fs_out, layout.work_dir(version_path))
     return WriteResult(manifest, sum(r.reused for r in done), time.monotonic() - start)
 
 
-def _merge_schema(results: Sequence[ShardResult]) -> tuple[FeatureSpec, ...]:
+def _publish(fs: Any, path: str, manifest: Manifest) -> None:
+    try:
+        storage.write_atomic(fs, path, [manifest.to_json()])
+    except OSError as exc:  # disk full, read-only: one line naming the file
+        raise write_error(fs, path, exc) from None
+
+
+def _merge_schema(
+    results: Sequence[ShardResult], tasks: Sequence[ShardTask]
+) -> tuple[FeatureSpec, ...]:
     merged: dict[str, FeatureSpec] = {}
-    for result in results:
+    first = ""  # the first good file of the first shard with records: its features are the rule
+    for result, task in zip(results, tasks, strict=True):
         if result.info.records == 0:
             continue
+        rejected = {r.path for r in result.rejected}
+        here = next(rel for rel, _, _ in task.entries if rel not in rejected)
+        base = (task.image_feature, *BASE_FEATURES)
+        names = [spec.name for spec in result.schema if spec.name not in base]
+        if merged and set(names) != set(merged) - set(base):
+            expected = sorted(set(merged) - set(base))
+            raise TransformError(
+                f"{here}: transform {task.transform}: " + keys_differ(expected, first, names),
+                path=here,
+            )
+        first = first or here
         for spec in result.schema:
             merged[spec.name] = (
                 merge_specs(merged[spec.name], spec) if spec.name in merged else spec

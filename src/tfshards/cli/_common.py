@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import errno
 import functools
+import inspect
 import os
 from collections.abc import Callable
 from typing import Annotated, ParamSpec, TypeVar
@@ -10,6 +12,7 @@ from typing import Annotated, ParamSpec, TypeVar
 import typer
 
 from tfshards.errors import TfshardsError
+from tfshards.storage import backend_error, reject_credentials
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -18,15 +21,43 @@ R = TypeVar("R")
 def one_line_errors(fn: Callable[P, R]) -> Callable[P, R]:
     """Turn a :class:`TfshardsError` into one line on stderr and exit code 1.
 
-    Anything else is a bug and keeps its traceback.
+    Before the command runs, every text argument that is a URL with a
+    password (``s3://KEY:SECRET@bucket``) is refused without being repeated.
+    So are an ``OSError`` that names its file (a full or read-only disk under
+    an output the library does not wrap) and the exceptions of remote storage
+    clients (endpoint down, no credentials). Anything else is a bug and keeps
+    its traceback.
     """
+
+    params = inspect.signature(fn).parameters  # no default: an ARGUMENT, else an --option
+    spelled = {
+        name: name.upper() if p.default is p.empty else "--" + name.replace("_", "-")
+        for name, p in params.items()
+    }
 
     @functools.wraps(fn)
     def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
         try:
+            for name, value in kwargs.items():
+                if isinstance(value, str):
+                    reject_credentials(value, spelled.get(name, name))
             return fn(*args, **kwargs)
         except TfshardsError as exc:
             typer.echo(f"error: {exc}", err=True)
+            raise typer.Exit(1) from None
+        except OSError as exc:  # an output the library does not wrap: disk full, read-only
+            if exc.filename is None:
+                raise
+            code = errno.errorcode.get(exc.errno or 0)
+            why = f"{exc.strerror} ({code})" if code else exc.strerror
+            typer.echo(f"error: {exc.filename}: {why}", err=True)
+            raise typer.Exit(1) from None
+        except Exception as exc:  # a storage client's own errors; anything else is a bug
+            error = backend_error(exc)
+            if error is None:
+                raise
+            urls = [v for v in kwargs.values() if isinstance(v, str) and "://" in v]
+            typer.echo(f"error: {''.join(u + ': ' for u in urls[:1])}{error}", err=True)
             raise typer.Exit(1) from None
 
     return wrapper

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from typing import Annotated
 
 import typer
@@ -16,6 +17,7 @@ from tfshards.cli._common import (
     default_workers,
     one_line_errors,
 )
+from tfshards.errors import ConfigError
 from tfshards.writer import WriteConfig, write
 
 
@@ -70,6 +72,10 @@ def write_command(
     shards. Storage credentials come from the environment (e.g. AWS_ACCESS_KEY_ID,
     AWS_ENDPOINT_URL), never from options.
     """
+    if not math.isfinite(target_shard_mb) or target_shard_mb <= 0:
+        raise ConfigError(
+            f"--target-shard-mb: expected a number of MiB above 0, got {target_shard_mb}"
+        )
     config = WriteConfig(
         out=out,
         name=name,

@@ -1,0 +1,121 @@
+"""Writing one shard when the disk or the input is hostile: full, read-only, capped, huge files."""
+
+from __future__ import annotations
+
+import os
+import resource
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from tfshards.cli import app
+from tfshards.listing import list_files, write_listing
+from tfshards.manifest import Manifest
+from tfshards.sample import write_synthetic
+from tfshards.shard import MAX_FILE_BYTES
+
+
+@pytest.fixture
+def listing_dir(tmp_path: Path) -> Path:
+    raw = tmp_path / "raw"
+    write_synthetic(str(raw), 20, 64, classes=2, workers=1)  # ~6 KB each, 124 KB in all
+    write_listing(list_files(str(raw)), str(tmp_path / "listing"))
+    return tmp_path / "listing"
+
+
+def _write(listing_dir: Path, out: Path, manifest: Path, *more: str) -> tuple[int, str]:
+    result = CliRunner().invoke(
+        app,
+        [
+            *("write", str(listing_dir), "--out", str(out), "--manifest", str(manifest)),
+            *("--no-progress", "--workers", "1", *more),
+        ],
+    )
+    return result.exit_code, result.stderr
+
+
+def _one_line(code: int, stderr: str) -> str:
+    assert code == 1, stderr
+    assert "Traceback" not in stderr
+    lines = stderr.splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: "), stderr
+    return lines[0]
+
+
+def test_a_full_disk_fails_on_one_line_naming_the_shard(listing_dir, tiny_disk, tmp_path, loop):
+    code, stderr = _write(listing_dir, tiny_disk / "shards", tmp_path / "m.json")
+    line = _one_line(code, stderr)
+    assert line.startswith(f"error: {tiny_disk}/shards/")
+    assert ".tfrecord" in line and line.endswith(": cannot write: No space left on device (ENOSPC)")
+    assert not (tmp_path / "m.json").exists()
+    assert not [p for p in tiny_disk.rglob(".*.tmp-*")]  # no temp file left behind
+
+
+def test_a_read_only_output_fails_on_one_line_naming_the_shard(listing_dir, read_only, tmp_path):
+    code, stderr = _write(listing_dir, read_only / "shards", tmp_path / "m.json")
+    line = _one_line(code, stderr)
+    assert line.startswith(f"error: {read_only}/shards")
+    assert line.endswith(": cannot write: Read-only file system (EROFS)")
+
+
+def test_a_read_only_manifest_copy_fails_on_one_line_naming_it(listing_dir, read_only, tmp_path):
+    code, stderr = _write(listing_dir, tmp_path / "shards", read_only / "m.json")
+    line = _one_line(code, stderr)
+    assert line == f"error: {read_only}/m.json: cannot write: Read-only file system (EROFS)"
+
+
+def _capped(limit: int) -> None:  # runs in the child before exec
+    signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # write() then fails with EFBIG
+    resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
+
+
+@pytest.mark.parametrize("pure", ["0", "1"])
+def test_a_file_size_limit_fails_on_one_line_naming_the_shard(listing_dir, tmp_path, pure):
+    proc = subprocess.run(
+        [
+            *(sys.executable, "-m", "tfshards", "write", str(listing_dir)),
+            *("--out", str(tmp_path / "shards"), "--manifest", str(tmp_path / "m.json")),
+            *("--num-shards", "1", "--no-progress", "--workers", "1"),
+        ],
+        capture_output=True,
+        text=True,
+        preexec_fn=lambda: _capped(32 << 10),  # the one shard is ~124 KB
+        env={**os.environ, "TFSHARDS_PURE_PYTHON": pure},
+        timeout=120,
+    )
+    line = _one_line(proc.returncode, proc.stderr)
+    assert line.startswith(f"error: {tmp_path}/shards/")
+    assert line.endswith("data-00000-of-00001.tfrecord: cannot write: File too large (EFBIG)")
+
+
+def test_a_5_gb_file_is_refused_before_it_is_read(listing_dir, tmp_path, loop):
+    raw = tmp_path / "raw"
+    with open(raw / "00" / "huge.jpg", "wb") as f:  # sparse: costs no disk
+        f.truncate(5 << 30)
+    write_listing(list_files(str(raw)), str(listing_dir))
+    code, stderr = _write(listing_dir, tmp_path / "shards", tmp_path / "m.json")
+    line = _one_line(code, stderr)
+    assert line == (
+        f"error: {raw}/00/huge.jpg: file too large: expected at most {MAX_FILE_BYTES} bytes, "
+        f"found {5 << 30}"
+    )
+
+
+def test_a_5_gb_file_is_a_reject_with_skip_and_the_rest_is_written(listing_dir, tmp_path, loop):
+    raw = tmp_path / "raw"
+    with open(raw / "00" / "huge.jpg", "wb") as f:
+        f.truncate(5 << 30)
+    write_listing(list_files(str(raw)), str(listing_dir))
+    code, stderr = _write(
+        listing_dir, tmp_path / "shards", tmp_path / "m.json", "--on-error", "skip"
+    )
+    assert code == 0, stderr
+    manifest = Manifest.from_json((tmp_path / "m.json").read_bytes())
+    assert [(r.path, r.reason) for r in manifest.rejected] == [
+        ("00/huge.jpg", f"file too large: expected at most {MAX_FILE_BYTES} bytes, found {5 << 30}")
+    ]
+    assert manifest.records == 20

@@ -1,0 +1,185 @@
+"""User transforms through `tfshards write`: values are stored exactly or refused, never bent."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+from typer.testing import CliRunner
+
+from tfshards.cli import app
+from tfshards.errors import TransformError
+from tfshards.example import decode
+from tfshards.listing import list_files, write_listing
+from tfshards.manifest import Manifest
+from tfshards.sample import write_synthetic
+from tfshards.schema import normalize
+from tfshards.tfrecord import scan
+
+TRANSFORMS = """
+import numpy as np
+
+def huge_int(path, data, label):
+    return {"id": 2**64 + 5}
+
+def huge_uint64(path, data, label):
+    return {"id": np.uint64(2**64 - 1)}
+
+def huge_uint64_array(path, data, label):
+    return {"ids": np.array([1, 2**64 - 1], dtype=np.uint64)}
+
+def nested(path, data, label):
+    return {"grid": [[1, 2], [3, 4], [5, 6]]}
+
+def ragged(path, data, label):
+    return {"grid": [[1, 2], [3]]}
+
+def surrogate(path, data, label):
+    return {"caption": "caf\\udce9"}
+
+def some_files_extra(path, data, label):  # every third file gets one more feature
+    return {"a": 1, "b": 2} if path.endswith(("3.jpg", "6.jpg", "9.jpg")) else {"a": 1}
+
+def some_files_missing(path, data, label):
+    return {} if path.endswith("4.jpg") else {"a": 1}
+"""
+
+
+@pytest.fixture
+def listing_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    raw = tmp_path / "raw"
+    write_synthetic(str(raw), 12, 16, classes=2, workers=1)
+    write_listing(list_files(str(raw)), str(tmp_path / "listing"))
+    (tmp_path / "tx_hostile.py").write_text(TRANSFORMS)
+    monkeypatch.chdir(tmp_path)
+    sys.modules.pop("tx_hostile", None)
+    return tmp_path / "listing"
+
+
+def _write(listing_dir: Path, transform: str, *more: str) -> tuple[int, str, str]:
+    out = listing_dir.parent
+    result = CliRunner().invoke(
+        app,
+        [
+            *("write", str(listing_dir), "--out", str(out / "shards")),
+            *("--manifest", str(out / "m.json"), "--no-progress", "--workers", "1"),
+            *("--transform", transform, *more),
+        ],
+    )
+    return result.exit_code, result.stdout, result.stderr
+
+
+def _one_line_error(code: int, stderr: str) -> str:
+    assert code == 1, stderr
+    lines = stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: "), stderr
+    assert "Traceback" not in stderr
+    return lines[0]
+
+
+INT64 = "expected an int64 (-9223372036854775808..9223372036854775807)"
+
+
+@pytest.mark.parametrize(
+    ("transform", "found"),
+    [
+        ("huge_int", f"feature 'id': {INT64}, found 18446744073709551621"),
+        ("huge_uint64", f"feature 'id': {INT64}, found 18446744073709551615"),
+        ("huge_uint64_array", f"feature 'ids': {INT64}, found 18446744073709551615"),
+    ],
+)
+def test_an_int_outside_int64_is_refused_naming_file_and_feature(listing_dir, transform, found):
+    code, _, stderr = _write(listing_dir, f"tx_hostile:{transform}")
+    line = _one_line_error(code, stderr)
+    assert line.startswith(f"error: {listing_dir.parent / 'raw'}/0") and ".jpg: " in line
+    assert line.endswith(found)
+    assert not (listing_dir.parent / "m.json").exists()
+
+
+def test_nested_rectangular_lists_are_flattened_with_their_shape(listing_dir):
+    code, _, stderr = _write(listing_dir, "tx_hostile:nested")
+    assert code == 0, stderr
+    manifest = Manifest.from_json((listing_dir.parent / "m.json").read_bytes())
+    assert {s.name: s.shape for s in manifest.schema}["grid"] == (3, 2)
+    shard = Path(manifest.shard_url(manifest.shards[0])).read_bytes()
+    _, _, data, _ = next(iter(scan(shard)))
+    assert decode(bytes(data))["grid"] == ("int64", [1, 2, 3, 4, 5, 6])
+
+
+def test_ragged_nested_lists_are_refused_naming_file_and_feature(listing_dir):
+    code, _, stderr = _write(listing_dir, "tx_hostile:ragged")
+    line = _one_line_error(code, stderr)
+    assert ".jpg: feature 'grid': nested lists must be rectangular: " in line
+    assert line.endswith("expected item 1 of shape [2] like item 0, found shape [1]")
+
+
+def test_a_lone_surrogate_in_a_string_is_refused_naming_file_and_feature(listing_dir):
+    code, _, stderr = _write(listing_dir, "tx_hostile:surrogate")
+    line = _one_line_error(code, stderr)
+    assert ".jpg: feature 'caption': expected text that encodes as UTF-8, found '\\udce9'" in line
+
+
+def test_a_feature_some_files_lack_is_refused_naming_file_and_key(listing_dir):
+    # One shard: the first file of the shuffled order sets the features.
+    code, _, stderr = _write(listing_dir, "tx_hostile:some_files_missing", "--num-shards", "1")
+    line = _one_line_error(code, stderr)
+    assert "4.jpg: transform tx_hostile:some_files_missing: expected the features ['a'] " in line
+    assert line.endswith("returned, found 'a' missing")
+
+
+def test_a_feature_only_some_files_get_is_refused_even_with_skip(listing_dir):
+    code, _, stderr = _write(
+        listing_dir, "tx_hostile:some_files_extra", "--num-shards", "1", "--on-error", "skip"
+    )
+    line = _one_line_error(code, stderr)
+    assert "'b' extra" in line or "'b' missing" in line
+    assert not (listing_dir.parent / "m.json").exists()
+
+
+def test_features_that_differ_between_shards_are_refused_naming_a_file(listing_dir):
+    # Twelve shards of one file each: no shard sees both kinds, only the writer does.
+    code, _, stderr = _write(listing_dir, "tx_hostile:some_files_extra", "--num-shards", "12")
+    line = _one_line_error(code, stderr)
+    assert ".jpg: transform tx_hostile:some_files_extra: expected the features " in line
+    assert "'b' extra" in line or "'b' missing" in line
+    assert not (listing_dir.parent / "m.json").exists()
+
+
+def test_a_transform_module_with_a_syntax_error_is_one_line(listing_dir):
+    (listing_dir.parent / "tx_broken.py").write_text("def f(path, data, label):\n    return {\n")
+    sys.modules.pop("tx_broken", None)
+    code, _, stderr = _write(listing_dir, "tx_broken:f")
+    line = _one_line_error(code, stderr)
+    assert line.startswith("error: transform 'tx_broken:f': cannot import module 'tx_broken' ")
+    assert "SyntaxError" in line and "tx_broken.py, line 2" in line
+
+
+def test_a_transform_module_that_raises_on_import_is_one_line(listing_dir):
+    (listing_dir.parent / "tx_raises.py").write_text("import json\nraise RuntimeError('no GPU')\n")
+    sys.modules.pop("tx_raises", None)
+    code, _, stderr = _write(listing_dir, "tx_raises:f")
+    line = _one_line_error(code, stderr)
+    assert line.endswith("cannot import module 'tx_raises' (RuntimeError: no GPU)")
+
+
+@pytest.mark.parametrize(
+    ("value", "shape", "flat"),
+    [
+        ([1, 2, 3], (3,), [1, 2, 3]),
+        ([[1.5], [2.5]], (2, 1), [1.5, 2.5]),
+        ([np.arange(2), np.arange(2)], (2, 2), [0, 1, 0, 1]),
+        (np.array([[1, 2], [3, 4]], dtype=np.uint64), (2, 2), [1, 2, 3, 4]),
+        (-(2**63), (), [-(2**63)]),
+    ],
+)
+def test_normalize_keeps_every_value_and_the_shape(value, shape, flat):
+    _, values, got = normalize("f", value)
+    assert got == shape and [v.item() if hasattr(v, "item") else v for v in values] == flat
+
+
+@pytest.mark.parametrize("value", [2**63, -(2**63) - 1, [[1], [[2]]], [[1, 2], 3]])
+def test_normalize_refuses_what_it_cannot_store_exactly(value):
+    with pytest.raises(TransformError, match="feature 'f': "):
+        normalize("f", value)
