@@ -62,3 +62,26 @@ def read_only(tmp_path: Path) -> Iterator[Path]:
     _mount(folder, "--bind", "-o", "ro", str(tmp_path / "ro"))
     yield folder
     subprocess.run(["umount", str(folder)], check=True)
+
+
+@pytest.fixture(scope="session")
+def _moto_server() -> Iterator[str]:
+    """One moto S3 server on 127.0.0.1 per test process (its state is process-wide anyway)."""
+    from moto.server import ThreadedMotoServer
+
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+    server.start()
+    host, port = server.get_host_and_port()
+    yield f"http://{host}:{port}"
+    server.stop()
+
+
+@pytest.fixture
+def endpoint(_moto_server: str) -> str:
+    """The URL of a real S3 endpoint (moto's server) with no bucket: every test starts empty."""
+    import urllib.request
+
+    request = urllib.request.Request(f"{_moto_server}/moto-api/reset", method="POST")
+    with urllib.request.urlopen(request, timeout=30) as response:
+        response.read()
+    return _moto_server

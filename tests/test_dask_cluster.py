@@ -32,20 +32,14 @@ CLI = (sys.executable, "-m", "tfshards")
 
 
 @pytest.fixture(scope="module")
-def s3_env() -> Iterator[dict[str, str]]:
-    """Environment that points fsspec's S3 at a moto server on 127.0.0.1."""
-    from moto.server import ThreadedMotoServer
-
-    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
-    server.start()
-    host, port = server.get_host_and_port()
-    yield {
+def s3_env(_moto_server: str) -> dict[str, str]:
+    """Environment that points fsspec's S3 at a moto server on 127.0.0.1 (the workers' too)."""
+    return {
         **os.environ,
-        "FSSPEC_S3_ENDPOINT_URL": f"http://{host}:{port}",
+        "FSSPEC_S3_ENDPOINT_URL": _moto_server,
         "AWS_ACCESS_KEY_ID": "testing",
         "AWS_SECRET_ACCESS_KEY": "testing",
     }
-    server.stop()
 
 
 def _stop(procs: list[subprocess.Popen[bytes]]) -> None:
@@ -191,13 +185,11 @@ def test_a_transform_module_the_workers_cannot_import_is_refused_by_name(project
 
 
 def test_raw_files_and_shards_on_s3_through_a_scheduler_match_a_local_run(
-    project, scheduler, s3_env
+    project, scheduler, s3_env, endpoint
 ):
     import s3fs
 
-    fs = s3fs.S3FileSystem(
-        endpoint_url=s3_env["FSSPEC_S3_ENDPOINT_URL"], key="testing", secret="testing"
-    )
+    fs = s3fs.S3FileSystem(endpoint_url=endpoint, key="testing", secret="testing")
     fs.mkdir("bucket")
     try:
         fs.put(str(project / "raw") + "/", "bucket/raw/", recursive=True)

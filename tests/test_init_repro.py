@@ -7,7 +7,6 @@ import json
 import os
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -79,18 +78,13 @@ def test_repro_before_the_first_commit_runs_every_stage_then_none(tmp_path):
 
 
 @pytest.fixture
-def s3_env(tmp_path: Path) -> Iterator[dict[str, str]]:
+def s3_env(tmp_path: Path, endpoint: str) -> dict[str, str]:
     """One endpoint variable for DVC and tfshards alike, AWS_ENDPOINT_URL, and a fresh bucket.
 
     ``_run`` drops fsspec's own FSSPEC_S3_ENDPOINT_URL, so tfshards must do without it.
     """
-    from moto.server import ThreadedMotoServer
-
-    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
-    server.start()
-    host, port = server.get_host_and_port()
     env = {
-        "AWS_ENDPOINT_URL": f"http://{host}:{port}",
+        "AWS_ENDPOINT_URL": endpoint,
         "AWS_ACCESS_KEY_ID": "testing",
         "AWS_SECRET_ACCESS_KEY": "testing",
         "AWS_DEFAULT_REGION": "us-east-1",
@@ -100,15 +94,12 @@ def s3_env(tmp_path: Path) -> Iterator[dict[str, str]]:
 
     boto3.client(
         "s3",
-        endpoint_url=env["AWS_ENDPOINT_URL"],
+        endpoint_url=endpoint,
         aws_access_key_id="testing",
         aws_secret_access_key="testing",
         region_name="us-east-1",
     ).create_bucket(Bucket="bucket")
-    try:
-        yield env
-    finally:
-        server.stop()
+    return env
 
 
 def test_remote_shards_reproduce_up_to_date_from_a_fresh_clone(tmp_path, s3_env):

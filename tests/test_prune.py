@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 import subprocess
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -159,17 +158,6 @@ def test_cli_prints_one_line_per_version_and_a_summary(versions, tmp_path):
     missing = CliRunner().invoke(app, ["prune", "--manifest", str(tmp_path / "nope.json")])
     assert missing.exit_code == 1 and missing.output.count("\n") == 1
     assert "nope.json: manifest not found" in missing.output
-
-
-@pytest.fixture(scope="module")
-def endpoint() -> Iterator[str]:
-    from moto.server import ThreadedMotoServer
-
-    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
-    server.start()
-    host, port = server.get_host_and_port()
-    yield f"http://{host}:{port}"
-    server.stop()
 
 
 @pytest.mark.slow

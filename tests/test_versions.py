@@ -6,7 +6,6 @@ import glob
 import hashlib
 import os
 import shutil
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -146,17 +145,6 @@ def test_remote_md5_tokens_are_checked_and_multipart_etags_are_not() -> None:
     assert contenthash.expected_md5(f"etag:{md5}") == md5
     assert contenthash.expected_md5(f"etag:{md5}-3") is None  # multipart: part-size dependent
     assert contenthash.storage_token({"created": 12.5, "size": 3}) == ""  # a time is no content
-
-
-@pytest.fixture(scope="module")
-def endpoint() -> Iterator[str]:
-    from moto.server import ThreadedMotoServer
-
-    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
-    server.start()
-    host, port = server.get_host_and_port()
-    yield f"http://{host}:{port}"
-    server.stop()
 
 
 @pytest.mark.slow
