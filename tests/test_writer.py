@@ -16,11 +16,12 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from tfshards import executor as executors
 from tfshards import storage, tfrecord, writer
 from tfshards.cli import app
 from tfshards.errors import ConfigError, InputError, TransformError
+from tfshards.executor import RunOptions
 from tfshards.listing import Listing, list_files, write_listing
+from tfshards.localexec import ProcessExecutor
 from tfshards.manifest import MANIFEST_NAME, Manifest
 from tfshards.sample import write_synthetic
 from tfshards.writer import WriteConfig, write
@@ -592,14 +593,14 @@ def test_never_more_worker_processes_than_shards(tmp_path, monkeypatch):
         return real(path)
 
     pools = []
-    real_pool = executors.LocalPool.__init__
+    real_pool = ProcessExecutor.__init__
 
-    def pool_spy(self: executors.LocalPool, kind: str, workers: int) -> None:
-        pools.append(workers)
-        real_pool(self, kind, workers)
+    def pool_spy(self: ProcessExecutor, options: RunOptions) -> None:
+        pools.append(options.workers)
+        real_pool(self, options)
 
     monkeypatch.setattr(writer, "read_listing", spy)
-    monkeypatch.setattr(executors.LocalPool, "__init__", pool_spy)
+    monkeypatch.setattr(ProcessExecutor, "__init__", pool_spy)
     config = WriteConfig(out=str(tmp_path / "out"), workers=8, executor="process")
     manifest = write(config, str(tmp_path / "listing"), progress=False).manifest
     assert len(manifest.shards) == 5

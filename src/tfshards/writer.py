@@ -114,6 +114,11 @@ class WriteConfig:
             raise ConfigError(f"name must be a non-empty file prefix, got {self.name!r}")
         executors.check_options(self.executor, self.workers)
 
+    @property
+    def run_options(self) -> executors.RunOptions:
+        """Where and how wide the shards are written."""
+        return executors.RunOptions(self.workers, self.executor, self.dask_address, self.shared_fs)
+
 
 @dataclass(frozen=True)
 class WriteResult:
@@ -199,13 +204,6 @@ def write(config: WriteConfig, listing: Listing | str, *, progress: bool = True)
     root = listing.root if isinstance(listing, Listing) else listing_root(listing)
     fs_in, _ = storage.open_url(root, **config.source_options)
     fs_out, _ = storage.open_url(config.out, **config.out_options)
-    kind = executors.resolve(
-        config.executor,
-        config.workers,
-        [storage.protocol(fs_in), storage.protocol(fs_out)],
-        gil_free=native.NATIVE is not None and config.transform is None and storage.is_local(fs_in),
-        dask_address=config.dask_address,
-    )
     # Never more workers than shards; meta.json alone gives the count before the listing loads.
     files, nbytes = (
         (len(listing.entries), listing.total_bytes)
@@ -213,28 +211,28 @@ def write(config: WriteConfig, listing: Listing | str, *, progress: bool = True)
         else listing_counts(listing)
     )
     shards = config.num_shards or sharding.auto_num_shards(files, nbytes, config.target_shard_bytes)
-    pool_size = min(config.workers, shards)
+    pool = executors.start(
+        config.run_options,
+        [storage.protocol(fs_in), storage.protocol(fs_out)],
+        gil_free=native.NATIVE is not None and config.transform is None and storage.is_local(fs_in),
+        tasks=shards,
+    )
     # Workers start before the listing is loaded: forked later, each would count it in its RSS.
-    with executors.started(kind, pool_size) as pool:
+    with pool:
         if isinstance(listing, str):
             listing = read_listing(listing)
         version, params, tasks = plan(listing, config)
         with Progress("write", total=len(listing.entries), enabled=progress) as bar:
             done = executors.in_order(
-                executors.run(
+                pool.map(
                     write_shard,
                     tasks,
-                    executor=kind,
-                    workers=pool_size,
-                    dask_address=config.dask_address,
                     describe=lambda t: t.name,
-                    pool=pool,
                     needs=Needs(
                         locations=(tasks[0].source, tasks[0].out),
                         inputs=(tasks[0].source,),
                         transform=config.transform,
                         transform_identity=params["transform"],
-                        shared_fs=config.shared_fs,
                     ),
                     note=bar.note,
                 ),
