@@ -114,6 +114,15 @@ def test_python_modes_give_the_serial_loops_elements_in_order(listing, mode, bat
     assert _same(_unbatched(ds), _serial_loop(listing, load_image))
 
 
+@pytest.mark.parametrize(("old", "new"), [("threads", "thread"), ("processes", "process")])
+def test_old_mode_names_still_work_with_a_deprecation_warning(listing, old, new):
+    with pytest.warns(DeprecationWarning, match=f"mode '{old}' is deprecated; use '{new}'"):
+        ds = generator.from_files(
+            listing, load_image, output_signature=_image_signature(), mode=old
+        )
+    assert _same(_unbatched(ds), _serial_loop(listing, load_image))
+
+
 def test_graph_mode_maps_tensorflow_ops(listing):
     import tensorflow as tf
 

@@ -50,9 +50,9 @@ def canonical(name: str, option: str = "executor") -> str:
 
 
 def names() -> tuple[str, ...]:
-    """``auto`` and every registered executor name, built-in ones first."""
+    """``auto`` and every registered executor name, sorted."""
     _load_builtins()
-    return (AUTO, *_REGISTRY)
+    return (AUTO, *sorted(_REGISTRY))
 
 
 @dataclass(frozen=True)
@@ -193,14 +193,10 @@ def start(
 
     Enter it (``with``) to start its workers.
     """
-    name = resolve(
-        options.executor,
-        options.workers,
-        protocols,
-        gil_free=gil_free,
-        dask_address=options.address,
-    )
     workers = options.workers if tasks is None else max(1, min(options.workers, tasks))
+    name = resolve(
+        options.executor, workers, protocols, gil_free=gil_free, dask_address=options.address
+    )
     return _REGISTRY[name](dataclasses.replace(options, executor=name, workers=workers))
 
 
