@@ -607,3 +607,21 @@ def test_never_more_worker_processes_than_shards(tmp_path, monkeypatch):
     assert pools == [5]  # this process and 4 others
     # fork starts all 4 at once; forkserver (a parent with threads) only as tasks need them
     assert 1 <= started[0] <= 4
+
+
+def test_plan_does_not_import_the_transform(listing, tmp_path):
+    """The caller resolves the transform's identity; plan only uses it (a pure function)."""
+    config = WriteConfig(out=str(tmp_path / "out"), num_shards=2, transform="no_such_mod:fn")
+    version, params, tasks = writer.plan(listing, config, "no_such_mod:fn@0123456789abcdef")
+    assert params["transform"] == "no_such_mod:fn@0123456789abcdef"
+    assert "no_such_mod" not in sys.modules and len(tasks) == 2
+    other = writer.plan(listing, config, "no_such_mod:fn@fedcba9876543210")[0]
+    assert other != version  # another module source, another version directory
+
+
+def test_plan_refuses_an_identity_of_another_transform(listing, tmp_path):
+    config = WriteConfig(out=str(tmp_path / "out"), num_shards=2, transform="tx_mod:fn")
+    with pytest.raises(
+        ConfigError, match=r"expected the identity of transform 'tx_mod:fn', got 'none'"
+    ):
+        writer.plan(listing, config)

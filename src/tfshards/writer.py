@@ -147,8 +147,19 @@ def fingerprint(listing: Listing, params: Mapping[str, Any]) -> str:
     return hashlib.sha256(json.dumps(doc, sort_keys=True).encode()).hexdigest()[:16]
 
 
-def plan(listing: Listing, config: WriteConfig) -> tuple[str, dict[str, Any], list[ShardTask]]:
-    """The version directory URL, manifest params and shard tasks (pure, no I/O)."""
+def plan(
+    listing: Listing, config: WriteConfig, transform_identity: str = "none"
+) -> tuple[str, dict[str, Any], list[ShardTask]]:
+    """The version directory URL, manifest params and shard tasks (pure: no I/O, no imports).
+
+    ``transform_identity`` is :func:`tfshards.transform.identity` of
+    ``config.transform``, resolved by the caller (it imports the user's module).
+    """
+    if transform_identity.split("@", 1)[0] != (config.transform or "none"):
+        raise ConfigError(
+            f"transform_identity: expected the identity of transform {config.transform!r}, "
+            f"got {transform_identity!r}"
+        )
     entries = listing.entries
     if not entries:
         raise InputError(f"{listing.root}: the listing has no files", path=listing.root)
@@ -166,7 +177,7 @@ def plan(listing: Listing, config: WriteConfig) -> tuple[str, dict[str, Any], li
         "name": config.name,
         "num_shards": num_shards,
         "seed": config.seed,
-        "transform": transforms.identity(config.transform),
+        "transform": transform_identity,
     }
     version = storage.join(config.out, fingerprint(listing, params))
     order = sharding.shuffled_order(len(entries), config.seed)
@@ -221,7 +232,7 @@ def write(config: WriteConfig, listing: Listing | str, *, progress: bool = True)
     with pool:
         if isinstance(listing, str):
             listing = read_listing(listing)
-        version, params, tasks = plan(listing, config)
+        version, params, tasks = plan(listing, config, transforms.identity(config.transform))
         with Progress("write", total=len(listing.entries), enabled=progress) as bar:
             done = executors.in_order(
                 pool.map(
