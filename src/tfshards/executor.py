@@ -13,8 +13,6 @@ from __future__ import annotations
 
 import abc
 import dataclasses
-import importlib
-import os
 import warnings
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
@@ -31,13 +29,7 @@ R = TypeVar("R")
 AUTO = "auto"
 # Spellings of earlier releases (from_files said "threads"/"processes"): still accepted.
 OLD_NAMES = {"threads": "thread", "processes": "process"}
-_BUILTIN_MODULES = ("tfshards.localexec", "tfshards.cluster")  # each registers its classes
 _REGISTRY: dict[str, type[Executor]] = {}
-
-
-def cpu_count() -> int:
-    """Cores this process may use (its affinity mask where the OS has one)."""
-    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
 
 
 def canonical(name: str, option: str = "executor") -> str:
@@ -131,8 +123,8 @@ def register(cls: type[Executor]) -> type[Executor]:
 
 
 def _load_builtins() -> None:
-    for module in _BUILTIN_MODULES:
-        importlib.import_module(module)  # a no-op after the first call
+    """Import the modules of the built-in executors: each registers its classes."""
+    from tfshards import cluster, localexec  # noqa: F401 - imported only once, then a lookup
 
 
 def check_options(executor: str, workers: int) -> None:

@@ -21,6 +21,7 @@ from tfshards import executor as executors
 from tfshards import storage
 from tfshards.errors import ConfigError
 from tfshards.executor import RunOptions
+from tfshards.mpcontext import cpu_count
 from tfshards.progress import Progress
 
 FORMATS = {"jpeg": ".jpg", "png": ".png"}
@@ -175,9 +176,7 @@ def write_synthetic(
     if workers is not None and workers < 1:
         raise ConfigError(f"workers must be >= 1, got {workers}")
     fs, _ = storage.open_url(out_dir)
-    n_workers = (
-        (workers if workers is not None else executors.cpu_count()) if storage.is_local(fs) else 1
-    )
+    n_workers = (workers if workers is not None else cpu_count()) if storage.is_local(fs) else 1
     step = max(1, min(BATCH, -(-count // (4 * n_workers))))  # >= 4 batches per worker
     batches = [
         SyntheticBatch(spec, out_dir, start, min(start + step, count))
