@@ -20,7 +20,6 @@ from PIL import Image
 from tfshards import executor as executors
 from tfshards import storage
 from tfshards.errors import ConfigError
-from tfshards.executor import RunOptions
 from tfshards.mpcontext import cpu_count
 from tfshards.progress import Progress
 
@@ -189,7 +188,7 @@ def write_synthetic(
 
 
 def _run(batches: list[SyntheticBatch], workers: int) -> Iterator[tuple[int, int]]:
-    options = RunOptions(workers, "process" if workers > 1 else "serial")
+    options = executors.RunOptions(workers, "process" if workers > 1 else "serial")
     with executors.start(options, tasks=len(batches)) as pool:
         for _, done in pool.map(write_synthetic_batch, batches):
             yield done
