@@ -209,8 +209,7 @@ def run(
     options = RunOptions(workers, executor, dask_address)
     if options.executor == AUTO:
         raise ConfigError(f"run needs a concrete executor, got {executor!r}; see resolve()")
-    width = 1 if options.executor == "serial" else len(tasks)
-    with start(options, tasks=width) as pool:
+    with start(options, tasks=len(tasks)) as pool:
         yield from pool.map(fn, tasks, describe=describe, needs=needs, note=note)
 
 
