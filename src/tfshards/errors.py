@@ -47,6 +47,11 @@ class ConfigError(TfshardsError, ValueError):
     """An option, parameter or spec is invalid; ``option`` names it where one is at fault."""
 
     option: str | None = None
+    path: str | None = None  # the file that holds it (a params or dvc.yaml file)
+    url: str | None = None  # a location no installed filesystem can reach
+    step: str | None = None  # the set-up command that was skipped (``git init``)
+    stage: str | None = None  # the DVC stage at fault
+    param: str | None = None  # the ``section.key`` at fault
     model: str | None = None  # a model name that is unknown or cannot take the input
     valid: Sequence[str] | None = None  # the values that would have been accepted
     image_size: int | None = None
@@ -84,6 +89,7 @@ class ShardError(TfshardsError):
     path: str | None = None  # where it was read or written
     url: str | None = None  # where it was downloaded from
     found_sha256: str | None = None  # its content hash, when that is what is wrong
+    errno: int | None = None  # the OS error of a failed write (ENOSPC, EFBIG, EROFS)
 
 
 class RecordError(ShardError):
