@@ -109,8 +109,8 @@ def contenders(kind: str, part: Listing) -> list[Contender]:
         ),
     ]
     modes = {
-        "processes": "tfshards from_files, processes",
-        "threads": "tfshards from_files, threads",
+        "process": "tfshards from_files, processes",
+        "thread": "tfshards from_files, threads",
     }
     if kind == "pil":  # graph mode needs the work written as TensorFlow ops
         modes["graph"] = GRAPH

@@ -1,4 +1,4 @@
-"""The executor: results by task index, the caller as a worker, dead workers, memory://."""
+"""Executors: results by task index, the caller as a worker, dead workers, memory://, names."""
 
 from __future__ import annotations
 
@@ -8,7 +8,9 @@ import time
 import pytest
 
 from tfshards import executor
+from tfshards.cluster import Needs
 from tfshards.errors import ConfigError, ShardError
+from tfshards.executor import RunOptions
 
 
 def _die_in_a_worker(parent: int) -> int:
@@ -57,3 +59,34 @@ def test_memory_storage_refuses_processes():
     with pytest.raises(ConfigError, match="memory:// lives in one process"):
         executor.resolve("process", 2, ["file", "memory"])
     assert executor.resolve("auto", 2, ["memory"]) == "thread"
+
+
+@pytest.mark.parametrize(("old", "new"), [("processes", "process"), ("threads", "thread")])
+def test_old_spellings_still_work_with_a_deprecation_warning(old, new):
+    with pytest.warns(DeprecationWarning, match=f"executor '{old}' is deprecated; use '{new}'"):
+        assert RunOptions(2, old).executor == new
+    with pytest.warns(DeprecationWarning):
+        assert executor.resolve(old, 2, ["file"]) == new
+
+
+def test_run_options_refuse_an_unknown_executor_and_zero_workers():
+    with pytest.raises(
+        ConfigError,
+        match=r"executor must be one of \('auto', 'dask', 'process', 'serial', 'thread'\)",
+    ):
+        RunOptions(2, "ray")
+    with pytest.raises(ConfigError, match="workers must be >= 1, got 0"):
+        RunOptions(0, "thread")
+
+
+def test_an_executor_is_never_wider_than_its_tasks():
+    started = executor.start(RunOptions(8, "process"), ["file"], tasks=3)
+    assert (started.name, started.options.workers) == ("process", 3)
+    assert executor.start(RunOptions(8), ["file"], tasks=1).name == "serial"
+
+
+def test_shared_fs_of_the_run_options_reaches_the_dask_checks():
+    needs = Needs(locations=("/data/raw",))
+    refused = executor.start(RunOptions(2, "dask", "tcp://10.0.0.5:8786"), ["file"])
+    with pytest.raises(ConfigError, match="/data/raw: a local path with the Dask scheduler"):
+        list(refused.map(str, ["task"], needs=needs))

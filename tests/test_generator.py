@@ -105,12 +105,21 @@ def test_split_files_is_deterministic_disjoint_and_never_empty(listing):
 # ----------------------------------------------------------------------------- modes
 
 
-@pytest.mark.parametrize("mode", ["serial", "threads", "processes"])
+@pytest.mark.parametrize("mode", ["serial", "thread", "process"])
 @pytest.mark.parametrize("batch_size", [None, 16])
 def test_python_modes_give_the_serial_loops_elements_in_order(listing, mode, batch_size):
     ds = generator.from_files(
         listing, load_image, output_signature=_image_signature(), mode=mode, batch_size=batch_size
     )
+    assert _same(_unbatched(ds), _serial_loop(listing, load_image))
+
+
+@pytest.mark.parametrize(("old", "new"), [("threads", "thread"), ("processes", "process")])
+def test_old_mode_names_still_work_with_a_deprecation_warning(listing, old, new):
+    with pytest.warns(DeprecationWarning, match=f"mode '{old}' is deprecated; use '{new}'"):
+        ds = generator.from_files(
+            listing, load_image, output_signature=_image_signature(), mode=old
+        )
     assert _same(_unbatched(ds), _serial_loop(listing, load_image))
 
 
@@ -150,7 +159,7 @@ def test_dict_outputs_and_strings_keep_their_structure(listing):
 
     signature = {"n": tf.TensorSpec((1,), tf.int64), "name": tf.TensorSpec((), tf.string)}
     ds = generator.from_files(
-        listing, path_digits, output_signature=signature, mode="processes", batch_size=10
+        listing, path_digits, output_signature=signature, mode="process", batch_size=10
     )
     batches = list(ds)
     assert len(batches) == 4 and set(batches[0]) == {"n", "name"}
@@ -162,7 +171,7 @@ def test_variable_shapes_are_yielded_one_by_one(listing):
     import tensorflow as tf
 
     signature = (tf.TensorSpec((None,), tf.int64), tf.TensorSpec((), tf.int64))
-    ds = generator.from_files(listing, variable_length, output_signature=signature, mode="threads")
+    ds = generator.from_files(listing, variable_length, output_signature=signature, mode="thread")
     got = [(x.numpy(), int(y)) for x, y in ds]
     assert _same(got, _serial_loop(listing, variable_length))
 
@@ -176,7 +185,7 @@ def test_shuffle_is_seeded_new_each_epoch_and_complete(listing):
             listing,
             path_digits,
             output_signature=signature,
-            mode="threads",
+            mode="thread",
             shuffle=True,
             seed=seed,
         ).repeat(2)
@@ -195,7 +204,7 @@ def test_drop_remainder_gives_a_static_batch_dimension(listing):
         listing,
         load_image,
         output_signature=_image_signature(),
-        mode="processes",
+        mode="process",
         batch_size=16,
         drop_remainder=True,
     )
@@ -206,7 +215,7 @@ def test_drop_remainder_gives_a_static_batch_dimension(listing):
 # ----------------------------------------------------------------------------- errors
 
 
-@pytest.mark.parametrize("mode", ["serial", "threads", "processes"])
+@pytest.mark.parametrize("mode", ["serial", "thread", "process"])
 def test_output_that_breaks_the_signature_names_the_file(listing, mode):
     import tensorflow as tf
 
@@ -222,7 +231,7 @@ def test_function_failure_names_the_file(listing):
     import tensorflow as tf
 
     ds = generator.from_files(
-        listing, fails_on_third, output_signature=_image_signature(), mode="threads"
+        listing, fails_on_third, output_signature=_image_signature(), mode="thread"
     )
     with pytest.raises(tf.errors.OpError, match=r"000002\.jpg: fails_on_third failed: ValueError"):
         list(ds)
@@ -238,20 +247,20 @@ def test_processes_cannot_read_memory_files():
             _fake_listing("memory://x", 3),
             load_image,
             output_signature=_image_signature(),
-            mode="processes",
+            mode="process",
         )
 
 
 def test_auto_mode_picks_by_what_the_function_is():
-    assert generator._resolve_mode("auto", load_image, in_memory=False) == "processes"
-    assert generator._resolve_mode("auto", load_image, in_memory=True) == "threads"
-    assert generator._resolve_mode("auto", lambda p, label: p, in_memory=False) == "threads"
+    assert generator._resolve_mode("auto", load_image, in_memory=False) == "process"
+    assert generator._resolve_mode("auto", load_image, in_memory=True) == "thread"
+    assert generator._resolve_mode("auto", lambda p, label: p, in_memory=False) == "thread"
 
 
 def test_unpicklable_function_cannot_use_processes(listing):
     with pytest.raises(ConfigError, match="pickles"):
         generator.from_files(
-            listing, lambda p, label: p, output_signature=_image_signature(), mode="processes"
+            listing, lambda p, label: p, output_signature=_image_signature(), mode="process"
         )
 
 
@@ -272,7 +281,7 @@ def test_threads_beat_a_serial_loop_on_a_waiting_function():
     start = time.perf_counter()
     _serial_loop(many, sleep_2ms)
     serial = time.perf_counter() - start
-    ds = generator.from_files(many, sleep_2ms, output_signature=signature, mode="threads")
+    ds = generator.from_files(many, sleep_2ms, output_signature=signature, mode="thread")
     start = time.perf_counter()
     assert len(list(ds)) == 500
     assert serial / (time.perf_counter() - start) > 3
@@ -288,12 +297,12 @@ def test_killed_worker_is_an_error_not_a_hang(listing):
     import tensorflow as tf
 
     ds = generator.from_files(
-        listing, dies_on_fifth, output_signature=_image_signature(), mode="processes"
+        listing, dies_on_fifth, output_signature=_image_signature(), mode="process"
     )
     with pytest.raises(tf.errors.OpError, match="worker process died"):
         list(ds)
     again = generator.from_files(
-        listing, load_image, output_signature=_image_signature(), mode="processes"
+        listing, load_image, output_signature=_image_signature(), mode="process"
     )
     assert len(list(again)) == 40  # a fresh pool replaces the broken one
 
@@ -314,7 +323,7 @@ def test_never_more_worker_processes_than_tasks(listing):
             listing,
             load_image,
             output_signature=_image_signature(),
-            mode="processes",
+            mode="process",
             batch_size=20,
             num_parallel_calls=8,
         )

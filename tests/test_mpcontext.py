@@ -106,7 +106,7 @@ ORPHAN_SCRIPTS = {
     """,
     "from_files processes (idle workers)": """
         from tfshards.pools import Leaf, Runner
-        runner = Runner("processes", abs, [Leaf("int64", (), "")], 2)
+        runner = Runner("process", abs, [Leaf("int64", (), "")], 2)
         threading.Event().wait()
     """,
     "sample": """

@@ -10,10 +10,14 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
+from typing import Any
 
 import pytest
 
+from tfshards import executor
+from tfshards.executor import Executor
 from tfshards.listing import list_files
 from tfshards.sample import write_digits, write_synthetic
 from tfshards.writer import WriteConfig, write
@@ -60,21 +64,28 @@ def _digests(out: Path, manifest_root: str) -> tuple[str, str]:
     return hashlib.sha256(lines.encode()).hexdigest(), hashlib.sha256(manifest_bytes).hexdigest()
 
 
-def _write_case(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, case: str) -> tuple[str, str]:
+def _write_case(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, case: str, executor: str = "auto"
+) -> tuple[str, str]:
     monkeypatch.chdir(tmp_path)
     raw = Path("raw")
     if case == "digits":
         write_digits(str(raw))
         _fix_mtimes(raw)
         listing = list_files("raw", extensions=[".png"])
-        config = WriteConfig(out="shards", name="digits", num_shards=16, seed=42)
+        config = WriteConfig(out="shards", name="digits", num_shards=16, seed=42, executor=executor)
     else:
         fmt, compression = case.split("-")[1:]
         write_synthetic(str(raw), 103, 24, fmt=fmt, classes=5, seed=3, workers=1)
         _fix_mtimes(raw)
         listing = list_files("raw")
         config = WriteConfig(
-            out="shards", name="synth", num_shards=5, seed=7, compression=compression
+            out="shards",
+            name="synth",
+            num_shards=5,
+            seed=7,
+            compression=compression,
+            executor=executor,
         )
     result = write(config, listing, progress=False)
     return _digests(Path("shards"), result.manifest.root)
@@ -84,3 +95,32 @@ def _write_case(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, case: str) -> t
 def test_written_bytes_match_the_pins(case, loop, tmp_path, monkeypatch):
     """Both the compiled and the pure-Python loops write the pinned bytes."""
     assert _write_case(tmp_path, monkeypatch, case) == PINNED[case]
+
+
+class _LastFirst(Executor):
+    """A test-only executor: every task in this process, the last one first."""
+
+    name = "last-first"
+    in_process = True
+
+    def map(
+        self,
+        fn: Callable[[Any], Any],
+        tasks: Sequence[Any],
+        *,
+        describe: Callable[[Any], str] = str,
+        needs: Any = None,
+        note: Callable[[str], object] | None = None,
+    ) -> Iterator[tuple[int, Any]]:
+        for i in reversed(range(len(tasks))):
+            yield i, fn(tasks[i])
+
+
+def test_a_new_executor_is_one_class_and_writes_the_pinned_bytes(tmp_path, monkeypatch):
+    monkeypatch.setattr(executor, "_REGISTRY", {**executor._REGISTRY})  # this test's only
+    executor.register(_LastFirst)
+    assert "last-first" in executor.names()
+    assert (
+        _write_case(tmp_path, monkeypatch, "synth-png-gzip", "last-first")
+        == PINNED["synth-png-gzip"]
+    )

@@ -16,11 +16,12 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from tfshards import executor as executors
 from tfshards import storage, tfrecord, writer
 from tfshards.cli import app
 from tfshards.errors import ConfigError, InputError, TransformError
+from tfshards.executor import RunOptions
 from tfshards.listing import Listing, list_files, write_listing
+from tfshards.localexec import ProcessExecutor
 from tfshards.manifest import MANIFEST_NAME, Manifest
 from tfshards.sample import write_synthetic
 from tfshards.writer import WriteConfig, write
@@ -592,17 +593,35 @@ def test_never_more_worker_processes_than_shards(tmp_path, monkeypatch):
         return real(path)
 
     pools = []
-    real_pool = executors.LocalPool.__init__
+    real_pool = ProcessExecutor.__init__
 
-    def pool_spy(self: executors.LocalPool, kind: str, workers: int) -> None:
-        pools.append(workers)
-        real_pool(self, kind, workers)
+    def pool_spy(self: ProcessExecutor, options: RunOptions) -> None:
+        pools.append(options.workers)
+        real_pool(self, options)
 
     monkeypatch.setattr(writer, "read_listing", spy)
-    monkeypatch.setattr(executors.LocalPool, "__init__", pool_spy)
+    monkeypatch.setattr(ProcessExecutor, "__init__", pool_spy)
     config = WriteConfig(out=str(tmp_path / "out"), workers=8, executor="process")
     manifest = write(config, str(tmp_path / "listing"), progress=False).manifest
     assert len(manifest.shards) == 5
     assert pools == [5]  # this process and 4 others
     # fork starts all 4 at once; forkserver (a parent with threads) only as tasks need them
     assert 1 <= started[0] <= 4
+
+
+def test_plan_does_not_import_the_transform(listing, tmp_path):
+    """The caller resolves the transform's identity; plan only uses it (a pure function)."""
+    config = WriteConfig(out=str(tmp_path / "out"), num_shards=2, transform="no_such_mod:fn")
+    version, params, tasks = writer.plan(listing, config, "no_such_mod:fn@0123456789abcdef")
+    assert params["transform"] == "no_such_mod:fn@0123456789abcdef"
+    assert "no_such_mod" not in sys.modules and len(tasks) == 2
+    other = writer.plan(listing, config, "no_such_mod:fn@fedcba9876543210")[0]
+    assert other != version  # another module source, another version directory
+
+
+def test_plan_refuses_an_identity_of_another_transform(listing, tmp_path):
+    config = WriteConfig(out=str(tmp_path / "out"), num_shards=2, transform="tx_mod:fn")
+    with pytest.raises(
+        ConfigError, match=r"expected the identity of transform 'tx_mod:fn', got 'none'"
+    ):
+        writer.plan(listing, config)

@@ -1,4 +1,4 @@
-"""Run tasks on a Dask cluster, once its workers are shown able to run them.
+"""The Dask executor: run tasks on a cluster, once its workers are shown able to run them.
 
 Before a task is shipped: the data locations are checked (a local path means
 each worker's own disk unless the user says it is shared), then one
@@ -10,6 +10,7 @@ one line naming the worker.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import socket
 from collections.abc import Callable, Iterator, Sequence
@@ -19,6 +20,7 @@ from typing import Any, TypeVar
 import fsspec
 
 from tfshards.errors import ConfigError, TransformError
+from tfshards.executor import Executor, register
 
 T = TypeVar("T")
 R = TypeVar("R")
@@ -245,3 +247,28 @@ def run(
         client.close()
         if cluster is not None:
             cluster.close()
+
+
+@register
+class DaskExecutor(Executor):
+    """Tasks on the Dask scheduler at ``options.address``, or on a local cluster of
+    ``options.workers`` processes started for each :meth:`map` when there is none."""
+
+    name = "dask"
+    remote = True
+
+    def map(
+        self,
+        fn: Callable[[T], R],
+        tasks: Sequence[T],
+        *,
+        describe: Callable[[T], str] = str,
+        needs: Needs | None = None,
+        note: Callable[[str], object] | None = None,
+    ) -> Iterator[tuple[int, R]]:
+        if not tasks:
+            return
+        needs = needs or Needs()
+        if self.options.shared_fs:  # the user's word for this run, whatever the caller's needs
+            needs = dataclasses.replace(needs, shared_fs=True)
+        yield from run(fn, tasks, self.options.workers, self.options.address, needs, note)

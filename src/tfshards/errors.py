@@ -3,7 +3,8 @@
     TfshardsError                  base; the CLI prints the message on one line and exits 1
     ├── ConfigError                an option, parameter or spec is invalid
     ├── InputError                 a raw input is bad: root, index file, a listed file
-    │   └── TransformError         a user transform failed or returned an unsupported value
+    │   └── TransformError         a user transform failed on one file
+    │       └── TransformOutputError  what it returns can never be written: never skipped
     ├── ShardError                 a shard cannot be written, read or trusted (names the shard)
     │   └── RecordError            one record inside a shard is corrupt (shard, index, offset)
     ├── StorageError               remote storage cannot be reached or refuses access
@@ -11,10 +12,13 @@
 
 Every error keeps its data as attributes as well as in the message, and pickles
 with them, so an error raised inside a worker process reaches the parent whole.
+Each class declares its attributes (typed, None when not given); the class,
+never an attribute, says how a caller should react.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 
@@ -40,23 +44,59 @@ def _rebuild(cls: type[TfshardsError], message: str, attrs: dict[str, Any]) -> T
 
 
 class ConfigError(TfshardsError, ValueError):
-    """An option, parameter or spec is invalid."""
+    """An option, parameter or spec is invalid; ``option`` names it where one is at fault."""
+
+    option: str | None = None
+    path: str | None = None  # the file that holds it (a params or dvc.yaml file)
+    url: str | None = None  # a location no installed filesystem can reach
+    step: str | None = None  # the set-up command that was skipped (``git init``)
+    stage: str | None = None  # the DVC stage at fault
+    param: str | None = None  # the ``section.key`` at fault
+    model: str | None = None  # a model name that is unknown or cannot take the input
+    valid: Sequence[str] | None = None  # the values that would have been accepted
+    image_size: int | None = None
+    min_image_size: int | None = None
+    classes: int | None = None
 
 
 class InputError(TfshardsError):
     """A raw input (root, index file, listed file) is missing, unreadable or malformed."""
 
+    path: str | None = None  # the input at fault: a root, an index file, a listed file
+    line: int | None = None  # 1-based line of ``path`` (index files, listings)
+    file: str | None = None  # a listed file named on that line
+    output: int | None = None  # which of a per-file function's outputs is wrong
+    skipped: Mapping[str, int] | None = None  # entries skipped per reason, when none were left
+
 
 class TransformError(InputError):
-    """A user transform could not be loaded, raised, or returned an unsupported value."""
+    """A user transform could not be loaded, or failed on one file (``on_error=skip`` skips it)."""
+
+    transform: str | None = None  # its ``package.module:function``
+    feature: str | None = None  # the feature at fault
+
+
+class TransformOutputError(TransformError):
+    """The transform returns what no file can make right (not a dict, a reserved name,
+    a feature whose type changes): every file would fail, so it is never skipped."""
 
 
 class ShardError(TfshardsError):
     """A shard cannot be written, read or trusted."""
 
+    shard: str | None = None  # its file name
+    shards: Sequence[str] | None = None  # several at once (those in flight when a worker died)
+    path: str | None = None  # where it was read or written
+    url: str | None = None  # where it was downloaded from
+    found_sha256: str | None = None  # its content hash, when that is what is wrong
+    errno: int | None = None  # the OS error of a failed write (ENOSPC, EFBIG, EROFS)
+
 
 class RecordError(ShardError):
     """A record inside a shard is corrupt; ``shard``, ``index`` and ``offset`` say where."""
+
+    index: int | None = None  # 0-based record number in the shard
+    offset: int | None = None  # byte offset of the record
 
 
 class StorageError(TfshardsError):
@@ -65,3 +105,11 @@ class StorageError(TfshardsError):
 
 class ValidationError(TfshardsError):
     """Validation found problems; ``problems`` is the list of one-line descriptions."""
+
+    problems: Sequence[str] | None = None
+    problem_count: int | None = None  # all problems found (``problems`` keeps some)
+
+
+def declared(cls: type[TfshardsError]) -> set[str]:
+    """The attribute names ``cls`` and its bases declare (what its constructor may be given)."""
+    return {name for klass in cls.__mro__ for name in getattr(klass, "__annotations__", {})}

@@ -9,29 +9,31 @@ runs the function where it can run in parallel, chosen by ``mode``:
 ========== ================================================ =========================
 mode       how                                              for
 ========== ================================================ =========================
-processes  a process pool (forkserver: a parent that has    Python/numpy/PIL work
+process    a process pool (forkserver: a parent that has    Python/numpy/PIL work
            loaded TensorFlow is never forked) maps ``fn``   that holds the GIL
            over chunks of files; results in order feed
            ``from_generator``
-threads    a private thread pool maps ``fn`` over files;    ``fn`` that waits: network,
+thread     a private thread pool maps ``fn`` over files;    ``fn`` that waits: network,
            results in order feed ``from_generator``         slow disks, sleeps
 graph      ``fn`` is TensorFlow ops on ``(path, label)``    ``tf.io.read_file`` + ``tf.image``
            tensors: a plain ``tf.data`` map, AUTOTUNE       (no Python at all; fastest)
 serial     ``fn`` inside the generator, one file at a time  a baseline, debugging
 ========== ================================================ =========================
 
-``auto`` picks ``graph`` for a ``tf.function``, else ``processes`` when ``fn``
+``auto`` picks ``graph`` for a ``tf.function``, else ``process`` when ``fn``
 can be pickled (a module-level function) and the files are not in the
-per-process ``memory://`` store, else ``threads``. Decoding and augmenting
+per-process ``memory://`` store, else ``thread``. Decoding and augmenting
 images in Python is the common case and is CPU-bound, and a process pool is
 the only one of these that uses more than one core for it; a waiting function
-should ask for ``threads``.
+should ask for ``thread``. The names are the executor names of
+:mod:`tfshards.executor`; ``threads`` and ``processes`` still work, with a
+``DeprecationWarning``.
 
 ``from_generator`` itself costs 0.1-0.5 ms per element it yields here, more
 than many functions: when every output has a fixed shape the Python modes
 stack elements (a batch, or ``CHUNK_ITEMS`` then ``unbatch`` in TensorFlow) and
-yield one array per output per stack. On a 2 ms wait, ``threads`` ran 13-16x a
-serial ``from_generator``; on ~0.5 ms of pure Python, ``processes`` spent
+yield one array per output per stack. On a 2 ms wait, ``thread`` ran 13-16x a
+serial ``from_generator``; on ~0.5 ms of pure Python, ``process`` spent
 0.8-1.0 s of CPU (parent and workers) where the serial generator spent 1.0-1.3
 s, i.e. ~2x on an idle 2-core machine.
 
@@ -59,6 +61,7 @@ import numpy as np
 
 from tfshards import storage
 from tfshards.errors import ConfigError
+from tfshards.executor import canonical
 from tfshards.listing import Listing
 from tfshards.pools import (
     AHEAD,
@@ -89,7 +92,7 @@ __all__ = [
     "split_files",
 ]
 
-MODES = ("auto", "serial", "threads", "processes", "graph")
+MODES = ("auto", "serial", "thread", "process", "graph")  # the executor names, and graph
 
 
 # ----------------------------------------------------------------------------- dataset
@@ -118,12 +121,12 @@ def from_files(
             of ``(path, label)`` tensors built from TensorFlow ops.
         output_signature: ``tf.TensorSpec`` (or a tuple/dict of them) of one
             element; ``None`` dimensions accept any size.
-        mode: ``auto``, ``processes``, ``threads``, ``graph`` or ``serial``
+        mode: ``auto``, ``process``, ``thread``, ``graph`` or ``serial``
             (see the module notes).
         num_parallel_calls: processes (default: usable cores), threads
             (default ``DEFAULT_THREADS``) or map calls (default AUTOTUNE).
         batch_size: batch this many elements (stacked in the workers in
-            ``processes`` mode, so one array per batch crosses the process boundary).
+            ``process`` mode, so one array per batch crosses the process boundary).
         drop_remainder: drop a last partial batch (static batch dimension).
         shuffle: a new seeded file order each epoch.
         seed: seed of that order.
@@ -135,6 +138,7 @@ def from_files(
     """
     import tensorflow as tf
 
+    mode = canonical(mode, "mode")  # "threads"/"processes" still work, with a warning
     if mode not in MODES:
         raise ConfigError(f"mode must be one of {MODES}, got {mode!r}")
     if batch_size is not None and batch_size < 1:
@@ -161,7 +165,7 @@ def from_files(
     fixed = all(leaf.shape is not None and None not in leaf.shape for leaf in leaves)
     chunk = (batch_size or CHUNK_ITEMS) if fixed else None
     # Threads take one file per task, processes a chunk: no more workers than that.
-    tasks = len(items) if mode == "threads" else -(-len(items) // (chunk or CHUNK_ITEMS))
+    tasks = len(items) if mode == "thread" else -(-len(items) // (chunk or CHUNK_ITEMS))
     runner = Runner(mode, fn, leaves, num_parallel_calls, tasks)
     epochs = iter(range(1 << 62))
 
@@ -192,16 +196,16 @@ def _resolve_mode(mode: str, fn: Callable[..., Any], in_memory: bool) -> str:
     if mode == "auto":
         if hasattr(fn, "get_concrete_function"):
             return "graph"
-        return "processes" if _picklable(fn) and not in_memory else "threads"
-    if mode == "processes":
+        return "process" if _picklable(fn) and not in_memory else "thread"
+    if mode == "process":
         if in_memory:
             raise ConfigError(
                 "memory:// lives in one process, so worker processes cannot read its files; "
-                "use mode 'threads'"
+                "use mode 'thread'"
             )
         if not _picklable(fn):
             raise ConfigError(
-                f"mode 'processes' needs a function that pickles (defined at module level, "
+                f"mode 'process' needs a function that pickles (defined at module level, "
                 f"not a lambda or closure); {fn!r} does not"
             )
     return mode

@@ -12,7 +12,6 @@ from __future__ import annotations
 import collections
 import concurrent.futures as cf
 import multiprocessing
-import os
 import threading
 import weakref
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -22,7 +21,9 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from tfshards.errors import InputError
-from tfshards.mpcontext import die_with_parent
+from tfshards.executor import canonical
+from tfshards.localexec import process_pool
+from tfshards.mpcontext import cpu_count
 
 DEFAULT_THREADS = 32  # 16 calls + 16 threads gave 5.8x on a 2 ms wait (2 cores); more waits more
 CHUNK_ITEMS = 64  # elements per task / per yield when not batching: amortizes IPC and tf.data
@@ -128,15 +129,16 @@ class Runner:
         tasks: int | None = None,
     ) -> None:
         """``tasks``: most tasks an epoch has; never more workers than that."""
+        mode = canonical(mode, "mode")
         self.mode, self.fn, self.leaves = mode, fn, tuple(leaves)
         self.pool: cf.Executor | None = None
         most = max(1, tasks) if tasks is not None else 1 << 30
-        if mode == "threads":
+        if mode == "thread":
             self.workers = min(workers or DEFAULT_THREADS, most)
             self.pool = cf.ThreadPoolExecutor(self.workers, thread_name_prefix="tfshards-files")
             weakref.finalize(self, self.pool.shutdown, wait=False, cancel_futures=True)
-        elif mode == "processes":
-            self.workers = min(workers or _cpu_count(), most)
+        elif mode == "process":
+            self.workers = min(workers or cpu_count(), most)
             self.pool = _process_pool(self.workers)
             for _ in range(self.workers):  # start the workers and import fn's module now
                 self.pool.submit(_warm, fn)
@@ -145,7 +147,7 @@ class Runner:
 
     def run(self, items: Sequence[Item], stack: int | None) -> Iterator[list[Any]]:
         """Flat leaves of each element in order, or of each ``stack`` elements stacked."""
-        if self.mode == "threads":
+        if self.mode == "thread":
             # One file per task keeps every thread busy; stacking happens here, in order.
             results = self._ordered([items[i : i + 1] for i in range(len(items))], False)
             if stack is None:
@@ -204,13 +206,9 @@ def _process_pool(workers: int) -> cf.ProcessPoolExecutor:
     with _POOLS_LOCK:
         pool = _POOLS.get(workers)
         if pool is None:
+            # The stock forkserver: fn may be pickled by reference from __main__.
             context = multiprocessing.get_context("forkserver")
-            pool = _POOLS[workers] = cf.ProcessPoolExecutor(
-                workers,
-                mp_context=context,
-                initializer=die_with_parent,  # a killed trainer leaves no workers behind
-                initargs=(os.getpid(),),
-            )
+            pool = _POOLS[workers] = process_pool(workers, context)
         return pool
 
 
@@ -227,7 +225,3 @@ def _stacked(elements: Iterator[list[Any]], size: int) -> Iterator[list[Any]]:
 
 def _warm(fn: Callable[..., Any]) -> None:
     """Nothing: receiving ``fn`` imports its module in the worker, before the first epoch."""
-
-
-def _cpu_count() -> int:
-    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1

@@ -10,18 +10,17 @@ from __future__ import annotations
 
 import colorsys
 import io
-import os
 from collections.abc import Iterator
-from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 from PIL import Image
 
+from tfshards import executor as executors
 from tfshards import storage
 from tfshards.errors import ConfigError
-from tfshards.mpcontext import die_with_parent, mp_context
+from tfshards.mpcontext import cpu_count
 from tfshards.progress import Progress
 
 FORMATS = {"jpeg": ".jpg", "png": ".png"}
@@ -176,7 +175,7 @@ def write_synthetic(
     if workers is not None and workers < 1:
         raise ConfigError(f"workers must be >= 1, got {workers}")
     fs, _ = storage.open_url(out_dir)
-    n_workers = (workers if workers is not None else _cpu_count()) if storage.is_local(fs) else 1
+    n_workers = (workers if workers is not None else cpu_count()) if storage.is_local(fs) else 1
     step = max(1, min(BATCH, -(-count // (4 * n_workers))))  # >= 4 batches per worker
     batches = [
         SyntheticBatch(spec, out_dir, start, min(start + step, count))
@@ -189,21 +188,10 @@ def write_synthetic(
 
 
 def _run(batches: list[SyntheticBatch], workers: int) -> Iterator[tuple[int, int]]:
-    if workers == 1 or len(batches) == 1:
-        yield from map(write_synthetic_batch, batches)
-        return
-    # fork only a parent without threads (TF, moto hold some); else a lean forkserver
-    with ProcessPoolExecutor(
-        min(workers, len(batches)),
-        mp_context=mp_context(),
-        initializer=die_with_parent,
-        initargs=(os.getpid(),),
-    ) as pool:
-        yield from pool.map(write_synthetic_batch, batches)
-
-
-def _cpu_count() -> int:
-    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    options = executors.RunOptions(workers, "process" if workers > 1 else "serial")
+    with executors.start(options, tasks=len(batches)) as pool:
+        for _, done in pool.map(write_synthetic_batch, batches):
+            yield done
 
 
 def write_digits(out_dir: str) -> int:

@@ -16,7 +16,7 @@ from typing import Any
 from tfshards import layout, storage
 from tfshards import transform as transforms
 from tfshards.contenthash import expected_md5, expected_sha256
-from tfshards.errors import InputError, ShardError, TransformError
+from tfshards.errors import InputError, ShardError, TransformError, TransformOutputError
 from tfshards.example import encode
 from tfshards.imageformat import HEAD_BYTES, NotAnImage, claims_image, image_format, not_an_image
 from tfshards.manifest import Reject, ShardInfo, sidecar_from_json, sidecar_json
@@ -97,7 +97,7 @@ def write_shard(task: ShardTask) -> ShardResult:
     records = len(task.entries)
 
     def reject(exc: OSError | InputError, rel: str) -> None:
-        if task.on_error == "fail" or getattr(exc, "fatal", False):
+        if task.on_error == "fail" or isinstance(exc, TransformOutputError):
             raise _as_input_error(exc, task.source, rel) from exc
         rejected.append(Reject(rel, _reason(exc)))
 
@@ -253,7 +253,7 @@ def _features(
             try:
                 specs[key] = merge_specs(specs[key], seen) if key in specs else seen
             except TransformError as exc:
-                raise TransformError(f"{rel}: {exc}", path=rel, fatal=True) from exc
+                raise TransformOutputError(f"{rel}: {exc}", path=rel) from exc
             features[key] = (dtype, values)
     return features
 
@@ -274,10 +274,9 @@ class _Keys:
         if self.keys is None:
             self.first, self.keys = rel, frozenset(keys)
         elif set(keys) != self.keys:
-            raise TransformError(
+            raise TransformOutputError(
                 f"{rel}: transform {spec}: " + keys_differ(sorted(self.keys), self.first, keys),
                 path=rel,
-                fatal=True,
             )
 
 

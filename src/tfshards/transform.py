@@ -19,7 +19,7 @@ import sys
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from tfshards.errors import TransformError
+from tfshards.errors import TransformError, TransformOutputError
 
 Transform = Callable[[str, bytes, int], Mapping[str, Any]]
 RESERVED = ("label", "path", "sha256")  # written by tfshards itself for lineage
@@ -99,17 +99,15 @@ def apply(fn: Transform, spec: str, path: str, data: bytes, label: int) -> Mappi
             transform=spec,
         ) from exc
     if not isinstance(out, Mapping):
-        raise TransformError(
+        raise TransformOutputError(
             f"transform {spec}: returned {type(out).__name__}, expected a dict of features",
             transform=spec,
-            fatal=True,
         )
     for key in out:
         if key in RESERVED:
-            raise TransformError(
+            raise TransformOutputError(
                 f"transform {spec}: feature {key!r} is reserved (tfshards writes {RESERVED})",
                 transform=spec,
                 feature=key,
-                fatal=True,
             )
     return out

@@ -80,6 +80,11 @@ class ValidateConfig:
             raise ConfigError(f"max_problems must be >= 1, got {self.max_problems}")
         executors.check_options(self.executor, self.workers)
 
+    @property
+    def run_options(self) -> executors.RunOptions:
+        """Where and how wide the shards are checked."""
+        return executors.RunOptions(self.workers, self.executor, self.dask_address, self.shared_fs)
+
 
 @dataclass(frozen=True)
 class ValidationReport:
@@ -144,13 +149,6 @@ def validate(config: ValidateConfig, *, progress: bool = False) -> ValidationRep
     gil_free = native.NATIVE is not None and bulkcheck.supports(
         manifest.schema, config.decode_images
     )
-    kind = executors.resolve(
-        config.executor,
-        config.workers,
-        [storage.protocol(fs)],
-        gil_free=gil_free,
-        dask_address=config.dask_address,
-    )
     tasks = [
         ShardCheck.of(
             manifest,
@@ -162,24 +160,24 @@ def validate(config: ValidateConfig, *, progress: bool = False) -> ValidationRep
         for shard in manifest.shards
     ]
     with Progress("validate", total=manifest.records, enabled=progress) as bar:
-        done = executors.in_order(
-            executors.run(
-                validate_shard,
-                tasks,
-                executor=kind,
-                workers=config.workers,
-                dask_address=config.dask_address,
-                describe=lambda t: t.name,
-                needs=Needs(
-                    locations=(storage.absolute(manifest.root),),
-                    inputs=(storage.absolute(manifest.root),),
-                    shared_fs=config.shared_fs,
-                ),
-                note=bar.note,
-            ),
-            len(tasks),
-            on_result=lambda r: bar.update(r.records, r.bytes),
+        pool = executors.start(
+            config.run_options, [storage.protocol(fs)], gil_free=gil_free, tasks=len(tasks)
         )
+        with pool:
+            done = executors.in_order(
+                pool.map(
+                    validate_shard,
+                    tasks,
+                    describe=lambda t: t.name,
+                    needs=Needs(
+                        locations=(storage.absolute(manifest.root),),
+                        inputs=(storage.absolute(manifest.root),),
+                    ),
+                    note=bar.note,
+                ),
+                len(tasks),
+                on_result=lambda r: bar.update(r.records, r.bytes),
+            )
     problems = [p for r in done for p in r.problems]
     count = sum(r.problem_count for r in done)
     extra = _manifest_problems(manifest, config.manifest, done)

@@ -114,6 +114,11 @@ class WriteConfig:
             raise ConfigError(f"name must be a non-empty file prefix, got {self.name!r}")
         executors.check_options(self.executor, self.workers)
 
+    @property
+    def run_options(self) -> executors.RunOptions:
+        """Where and how wide the shards are written."""
+        return executors.RunOptions(self.workers, self.executor, self.dask_address, self.shared_fs)
+
 
 @dataclass(frozen=True)
 class WriteResult:
@@ -142,8 +147,19 @@ def fingerprint(listing: Listing, params: Mapping[str, Any]) -> str:
     return hashlib.sha256(json.dumps(doc, sort_keys=True).encode()).hexdigest()[:16]
 
 
-def plan(listing: Listing, config: WriteConfig) -> tuple[str, dict[str, Any], list[ShardTask]]:
-    """The version directory URL, manifest params and shard tasks (pure, no I/O)."""
+def plan(
+    listing: Listing, config: WriteConfig, transform_identity: str = "none"
+) -> tuple[str, dict[str, Any], list[ShardTask]]:
+    """The version directory URL, manifest params and shard tasks (pure: no I/O, no imports).
+
+    ``transform_identity`` is :func:`tfshards.transform.identity` of
+    ``config.transform``, resolved by the caller (it imports the user's module).
+    """
+    if transform_identity.split("@", 1)[0] != (config.transform or "none"):
+        raise ConfigError(
+            f"transform_identity: expected the identity of transform {config.transform!r}, "
+            f"got {transform_identity!r}"
+        )
     entries = listing.entries
     if not entries:
         raise InputError(f"{listing.root}: the listing has no files", path=listing.root)
@@ -161,7 +177,7 @@ def plan(listing: Listing, config: WriteConfig) -> tuple[str, dict[str, Any], li
         "name": config.name,
         "num_shards": num_shards,
         "seed": config.seed,
-        "transform": transforms.identity(config.transform),
+        "transform": transform_identity,
     }
     version = storage.join(config.out, fingerprint(listing, params))
     order = sharding.shuffled_order(len(entries), config.seed)
@@ -199,13 +215,6 @@ def write(config: WriteConfig, listing: Listing | str, *, progress: bool = True)
     root = listing.root if isinstance(listing, Listing) else listing_root(listing)
     fs_in, _ = storage.open_url(root, **config.source_options)
     fs_out, _ = storage.open_url(config.out, **config.out_options)
-    kind = executors.resolve(
-        config.executor,
-        config.workers,
-        [storage.protocol(fs_in), storage.protocol(fs_out)],
-        gil_free=native.NATIVE is not None and config.transform is None and storage.is_local(fs_in),
-        dask_address=config.dask_address,
-    )
     # Never more workers than shards; meta.json alone gives the count before the listing loads.
     files, nbytes = (
         (len(listing.entries), listing.total_bytes)
@@ -213,28 +222,28 @@ def write(config: WriteConfig, listing: Listing | str, *, progress: bool = True)
         else listing_counts(listing)
     )
     shards = config.num_shards or sharding.auto_num_shards(files, nbytes, config.target_shard_bytes)
-    pool_size = min(config.workers, shards)
+    pool = executors.start(
+        config.run_options,
+        [storage.protocol(fs_in), storage.protocol(fs_out)],
+        gil_free=native.NATIVE is not None and config.transform is None and storage.is_local(fs_in),
+        tasks=shards,
+    )
     # Workers start before the listing is loaded: forked later, each would count it in its RSS.
-    with executors.started(kind, pool_size) as pool:
+    with pool:
         if isinstance(listing, str):
             listing = read_listing(listing)
-        version, params, tasks = plan(listing, config)
+        version, params, tasks = plan(listing, config, transforms.identity(config.transform))
         with Progress("write", total=len(listing.entries), enabled=progress) as bar:
             done = executors.in_order(
-                executors.run(
+                pool.map(
                     write_shard,
                     tasks,
-                    executor=kind,
-                    workers=pool_size,
-                    dask_address=config.dask_address,
                     describe=lambda t: t.name,
-                    pool=pool,
                     needs=Needs(
                         locations=(tasks[0].source, tasks[0].out),
                         inputs=(tasks[0].source,),
                         transform=config.transform,
                         transform_identity=params["transform"],
-                        shared_fs=config.shared_fs,
                     ),
                     note=bar.note,
                 ),

@@ -5,13 +5,13 @@ from __future__ import annotations
 import errno
 import functools
 import inspect
-import os
 from collections.abc import Callable
 from typing import Annotated, ParamSpec, TypeVar
 
 import typer
 
 from tfshards.errors import TfshardsError
+from tfshards.mpcontext import cpu_count
 from tfshards.storage import backend_error, reject_credentials
 
 P = ParamSpec("P")
@@ -65,7 +65,7 @@ def one_line_errors(fn: Callable[P, R]) -> Callable[P, R]:
 
 def default_workers() -> int:
     """All cores this process may use."""
-    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    return cpu_count()
 
 
 # Options shared by the commands that fan out over shards (write, validate).
