@@ -46,6 +46,16 @@ def test_unread_digests_match_nothing_and_distinct_payloads_find_nothing():
     assert found.examples == ()
 
 
+def test_digests_sharing_their_first_8_bytes_are_told_apart():
+    a, b = bytes(8) + b"\x01" * 24, bytes(8) + b"\x02" * 24
+    found = find_duplicates(["s0", "s1"], [a + b + a, b + a], val={"s1"})
+    assert found.metrics() == {"across_splits": 2, "groups": 2, "records": 3}
+    assert {(d.first, d.second) for d in found.examples} == {
+        (("s0", 0), ("s1", 1)),
+        (("s0", 1), ("s1", 0)),
+    }
+
+
 def test_examples_are_bounded_and_cross_split_pairs_come_first():
     train = b"".join(_digest(f"t{i}") * 2 for i in range(30))
     val = _digest("t29")
