@@ -92,7 +92,7 @@ def test_dvc_metrics_and_plots_show(project):
         assert sum(counts["records_per_label"].values()) == counts["records"]
     plots = _run(["dvc", "plots", "show", "--json"], project)
     assert "val_accuracy" in plots
-    drawn = json.loads(plots)
+    drawn = json.loads(plots)["data"]
     for side in ("train", "val"):
         (plot,) = drawn[f"results/validate/balance/{side}.json"]
         spec = plot["content"]

@@ -1,4 +1,4 @@
-"""Check a shard set against its manifest: file bytes, framing, records, labels, leftovers.
+"""Check a shard set against its manifest: file bytes, framing, records, labels, leftovers, copies.
 
 Each shard is one task (:func:`tfshards.shardcheck.validate_shard`) on plain
 values, run on any executor. Nothing stops at the first problem: every
