@@ -78,8 +78,30 @@ def test_training_on_the_digits_reaches_90_percent(project):
 def test_dvc_metrics_and_plots_show(project):
     shown = _run(["dvc", "metrics", "show", "--json"], project)
     assert "val_accuracy" in shown and "records_per_label" in shown
+    metrics = json.loads(shown)[""]["data"]
+    listing = metrics["results/list/metrics.json"]["data"]
+    assert listing["files"] == 1797 and sum(listing["files_per_label"].values()) == 1797
+    assert set(listing["skipped"]) >= {"hidden", "extension"}
+    validated = metrics["results/validate/metrics.json"]["data"]
+    assert validated["duplicates"]["across_splits"] == validated["duplicates"]["groups"] == 0
+    # validate holds out the same shards as train, from the same params.
+    split = json.loads((project / "results/train/split.json").read_text())
+    for side in ("train", "val"):
+        counts = validated["split"][side]
+        assert counts["records"] == split[side]["records"] > 0
+        assert sum(counts["records_per_label"].values()) == counts["records"]
     plots = _run(["dvc", "plots", "show", "--json"], project)
     assert "val_accuracy" in plots
+    drawn = json.loads(plots)["data"]
+    for side in ("train", "val"):
+        (plot,) = drawn[f"results/validate/balance/{side}.json"]
+        spec = plot["content"]
+        assert spec["mark"]["type"] == "bar"
+        assert spec["encoding"]["x"]["field"] == "count"
+        assert spec["encoding"]["y"]["field"] == "label"
+        rows = spec["data"]["values"]
+        assert {r["label"] for r in rows} == {str(i) for i in range(10)}
+        assert sum(int(r["count"]) for r in rows) == split[side]["records"]
 
 
 def test_second_repro_changes_nothing(project):

@@ -121,14 +121,21 @@ def test_clean_set_passes_with_exact_metrics(shard_set):
     manifest_path, manifest = shard_set
     report = _check(manifest_path)
     assert report.ok, _lines(report)
+    per_label = {"00": 10, "01": 10, "02": 10, "03": 10}
     assert report.metrics() == {
         "bytes": manifest.bytes,
+        "duplicates": {"across_splits": 0, "groups": 0, "records": 0},
         "ok": True,
         "problems": 0,
         "records": COUNT,
-        "records_per_label": {"00": 10, "01": 10, "02": 10, "03": 10},
+        "records_per_label": per_label,
         "rejected_inputs": 0,
         "shards": SHARDS,
+        "split": {  # no val_fraction: every record on the training side
+            "balance_warnings": 0,
+            "train": {"records": COUNT, "records_per_label": per_label},
+            "val": {"records": 0, "records_per_label": dict.fromkeys(per_label, 0)},
+        },
     }
 
 

@@ -192,6 +192,31 @@ def _compare_sha(
             checker.compare_sha(digest, buf[a:b], i, int(at[k]))
 
 
+def _keep_digests(
+    checker: recordcheck.RecordChecker,
+    buf: bytes,
+    index: np.ndarray,
+    span: tuple[np.ndarray, np.ndarray],
+    ok: np.ndarray,
+) -> None:
+    """Each parsed record's stored sha256, as 32 bytes at its index in ``checker.digests``."""
+    digests = checker.digests
+    if digests is None:
+        return
+    ss, se = (a[ok] for a in span)
+    keep = (se - ss == 64) & (32 * index + 32 <= len(digests))
+    ss, index = ss[keep], index[keep]
+    hexes = np.frombuffer(buf, dtype=np.uint8)[ss[:, None] + np.arange(64)].tobytes()
+    try:
+        raw = np.frombuffer(bytes.fromhex(hexes.decode("ascii")), dtype=np.uint8)
+    except ValueError:  # some stored value is not hex: record by record
+        for i, a in zip(index.tolist(), ss.tolist(), strict=True):
+            checker.keep_digest(i, buf[a : a + 64])
+        return
+    out = np.frombuffer(digests, dtype=np.uint8).reshape(-1, 32)
+    out[index] = raw.reshape(-1, 32)
+
+
 def _framed(buf: bytes, u8: np.ndarray) -> tuple[np.ndarray, int]:
     """Offsets of the records whose length CRC holds, and where the trusted framing ends.
 
@@ -344,6 +369,8 @@ def _check_batch(
             labels[k] += n
         for i, value in zip(parsed[~in_range].tolist(), label[~in_range].tolist(), strict=True):
             checker.count_label(value, lo + i, int(at[i]))
+    if checker.digests is not None:
+        _keep_digests(checker, buf, parsed + lo, spans["sha256"], ok)
     if checker.check_sha:
         _compare_sha(checker, buf, view, parsed + lo, at[parsed], spans, checker.image_feature, ok)
     if checker.check_images:

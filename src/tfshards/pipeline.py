@@ -32,8 +32,12 @@ from tfshards.train import TrainConfig
 
 STAGES = ("list", "write", "validate", "train")
 LISTING = "data/listing"
+LIST_METRICS = "results/list/metrics.json"
 MANIFEST = "data/manifest.json"
 VALIDATE_METRICS = "results/validate/metrics.json"
+BALANCE = "results/validate/balance"  # train.json, val.json: records per label of each side
+# A bar per label, one plot per side of the split (`dvc plots show`).
+BALANCE_PLOT = {"cache": False, "template": "bar_horizontal", "x": "count", "y": "label"}
 TRAIN_METRICS = "results/train/metrics.json"
 LIVE_DIR = "results/train/live"
 MODEL = "models/model.keras"
@@ -63,6 +67,9 @@ PARAM_COMMENTS = {
     "list": {
         "root": "local path or any fsspec URL (s3://bucket/prefix, gs://...)",
         "extensions": "comma-separated; files with other extensions are counted and skipped",
+    },
+    "validate": {
+        "fail_on_leakage": "true: a payload in both training and validation records fails",
     },
     "write": {
         "out": "version directories go here (local path or fsspec URL)",
@@ -136,6 +143,7 @@ def params(spec: PipelineSpec) -> dict[str, dict[str, Any]]:
             "compression": "none",
             "on_error": "fail",
         },
+        "validate": {"fail_on_leakage": False},
         "train": {
             f.name: getattr(train, f.name)
             for f in dataclasses.fields(TrainConfig)
@@ -157,10 +165,11 @@ def stages(*, remote: bool, program: Callable[[str], str]) -> dict[str, dict[str
     return {
         "list": {
             "cmd": f"{program('list')} ${{list.root}} --out {LISTING} "
-            "--extensions ${list.extensions}",
+            f"--extensions ${{list.extensions}} --metrics {LIST_METRICS}",
             "deps": ["${list.root}"],
             "params": ["list"],
             "outs": [LISTING],
+            "metrics": [{LIST_METRICS: {"cache": False}}],
         },
         "write": {
             "cmd": f"{program('write')} {LISTING} --out ${{write.out}} --manifest {MANIFEST} "
@@ -172,9 +181,17 @@ def stages(*, remote: bool, program: Callable[[str], str]) -> dict[str, dict[str
             "outs": [MANIFEST, *shard_outs],
         },
         "validate": {
-            "cmd": f"{program('validate')} {MANIFEST} --metrics {VALIDATE_METRICS}",
+            # The split params are train's: the same shards are held out here and there.
+            "cmd": f"{program('validate')} {MANIFEST} --metrics {VALIDATE_METRICS} "
+            f"--balance {BALANCE} --val-fraction ${{train.val_fraction}} "
+            "--split-seed ${train.seed} --fail-on-leakage ${validate.fail_on_leakage}",
             "deps": [MANIFEST, *shard_deps],
+            "params": ["validate", "train.val_fraction", "train.seed"],
             "metrics": [{VALIDATE_METRICS: {"cache": False}}],
+            "plots": [
+                {f"{BALANCE}/train.json": dict(BALANCE_PLOT)},
+                {f"{BALANCE}/val.json": dict(BALANCE_PLOT)},
+            ],
         },
         "train": {
             "cmd": " ".join([program("train"), *_train_options()]),

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import hashlib
 import io
@@ -58,6 +59,9 @@ class RecordChecker:
             that finds them out of order holds no more than this many, and
             reports how many more it found to ``skip``. None: no limit.
         skip: called as ``skip(n)`` with the number of problems found past ``limit``.
+        digests: when given, record ``i``'s stored ``sha256`` (64 hex digits) is
+            kept as 32 bytes at ``digests[32 * i : 32 * i + 32]`` (zeros where a
+            record has none, or lies past the buffer's end).
     """
 
     def __init__(
@@ -72,6 +76,7 @@ class RecordChecker:
         add: Callable[[str, int, int], None],
         limit: int | None = None,
         skip: Callable[[int], None] | None = None,
+        digests: bytearray | None = None,
     ) -> None:
         if limit is not None and (limit < 1 or skip is None):
             raise ValueError(f"limit must be >= 1 and come with skip, got {limit}")
@@ -84,6 +89,7 @@ class RecordChecker:
         self.check_images = has_image and _scalar(schema, "path", "bytes")
         self.num_labels, self.labels, self.add = num_labels, labels, add
         self.limit, self.skip = limit, skip
+        self.digests = digests if _scalar(schema, "sha256", "bytes") else None
 
     def reporting_to(self, add: Callable[[str, int, int], None]) -> RecordChecker:
         """The same checks, counting into the same ``labels``, with problems going to ``add``."""
@@ -107,6 +113,8 @@ class RecordChecker:
             payload, stored, path = view[ps:pe], buf[ss:se], buf[ns:ne]
         if self.count_labels:
             self.count_label(label, index, offset)
+        if self.digests is not None:
+            self.keep_digest(index, stored)
         if self.check_sha:
             self.compare_sha(hashlib.sha256(payload).hexdigest().encode(), stored, index, offset)
         if self.check_images:
@@ -119,6 +127,14 @@ class RecordChecker:
                     index,
                     offset,
                 )
+
+    def keep_digest(self, index: int, stored: Any) -> None:
+        """Keep record ``index``'s stored sha256 (hex) as 32 bytes, if it is one."""
+        end = 32 * index + 32
+        if self.digests is None or end > len(self.digests) or len(stored) != 64:
+            return
+        with contextlib.suppress(ValueError):  # not hex: compare_sha reports it
+            self.digests[end - 32 : end] = bytes.fromhex(bytes(stored).decode("ascii"))
 
     def count_label(self, label: int, index: int, offset: int) -> None:
         if 0 <= label < self.num_labels:

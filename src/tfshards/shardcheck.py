@@ -10,6 +10,7 @@ and problems past ``max_problems`` are counted, not kept.
 
 from __future__ import annotations
 
+import builtins
 import hashlib
 import posixpath
 import zlib
@@ -101,6 +102,8 @@ class ShardReport:
     label_counts: tuple[int, ...]  # records per label index, in range only
     problems: tuple[Problem, ...]  # the first ``max_problems``
     problem_count: int
+    # Record i's stored sha256 at [32 * i : 32 * i + 32] (zeros: none read), for duplicates.
+    digests: builtins.bytes = b""
 
 
 class _Found:
@@ -131,11 +134,12 @@ def validate_shard(task: ShardCheck) -> ShardReport:
     """
     found = _Found(task.name, task.max_problems)
     labels = [0] * task.num_labels
+    digests = bytearray()  # sized once the records are in memory
     fs, root = storage.open_url(task.root, **task.storage_options)
     try:
         with fs.open(storage.join(root, task.name), "rb") as f:
             read = _Read(f, task.bytes + HOLD_SLACK)
-            records = _check_read(read, task, found, labels)
+            records = _check_read(read, task, found, labels, digests)
     except FileNotFoundError:
         found.add(f"missing: expected {task.bytes} bytes holding {task.records} records")
         return ShardReport(task.name, 0, 0, tuple(labels), tuple(found.kept), found.count)
@@ -145,7 +149,13 @@ def validate_shard(task: ShardCheck) -> ShardReport:
     if records is not None and records != task.records:
         found.add(f"record count mismatch: expected {task.records}, found {records}")
     return ShardReport(
-        task.name, records or 0, read.size, tuple(labels), tuple(found.kept), found.count
+        task.name,
+        records or 0,
+        read.size,
+        tuple(labels),
+        tuple(found.kept),
+        found.count,
+        bytes(digests),
     )
 
 
@@ -180,7 +190,9 @@ class _Read:
             yield chunk
 
 
-def _check_read(read: _Read, task: ShardCheck, found: _Found, labels: list[int]) -> int | None:
+def _check_read(
+    read: _Read, task: ShardCheck, found: _Found, labels: list[int], digests: bytearray
+) -> int | None:
     """Report the file's size and hash, then its records; how many records (None: unknown)."""
     if read.fits:
         _compare_file(read, task, found)
@@ -192,7 +204,7 @@ def _check_read(read: _Read, task: ShardCheck, found: _Found, labels: list[int])
                 found.add(f"cannot decompress ({task.compression}): {exc}")
                 return None
             del held  # a compressed shard: only its decompressed stream stays
-            return _check_records(buf, task, found, labels)
+            return _check_records(buf, task, found, labels, digests)
         pieces: Iterator[bytes] = iter([read.held])
     else:
         pieces = read.rest()
@@ -222,8 +234,12 @@ def _compare_file(read: _Read, task: ShardCheck, found: _Found) -> None:
         found.add(f"sha256 mismatch: expected {task.sha256}, found {read.sha256}")
 
 
-def _check_records(buf: bytes, task: ShardCheck, found: _Found, labels: list[int]) -> int:
+def _check_records(
+    buf: bytes, task: ShardCheck, found: _Found, labels: list[int], digests: bytearray
+) -> int:
     """Every record of a shard held in memory (a compressed one only when it matched)."""
+    # A record takes at least 16 bytes, so a manifest claiming more records cannot inflate this.
+    digests.extend(bytes(32 * min(task.records, len(buf) // 16)))
     checker = RecordChecker(
         task.schema,
         task.image_feature,
@@ -234,6 +250,7 @@ def _check_records(buf: bytes, task: ShardCheck, found: _Found, labels: list[int
         add=found.add,
         limit=task.max_problems,
         skip=found.skip,
+        digests=digests,
     )
     return check_records(buf, checker)
 

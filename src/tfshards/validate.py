@@ -1,4 +1,4 @@
-"""Check a shard set against its manifest: file bytes, framing, records, labels, leftovers.
+"""Check a shard set against its manifest: file bytes, framing, records, labels, leftovers, copies.
 
 Each shard is one task (:func:`tfshards.shardcheck.validate_shard`) on plain
 values, run on any executor. Nothing stops at the first problem: every
@@ -15,13 +15,15 @@ from __future__ import annotations
 import json
 import posixpath
 import time
+import warnings
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from tfshards import bulkcheck, layout, native, storage
+from tfshards import bulkcheck, layout, native, splits, storage
 from tfshards import executor as executors
 from tfshards.cluster import Needs
+from tfshards.duplicates import Duplicates, find_duplicates, with_paths
 from tfshards.errors import ConfigError, ValidationError
 from tfshards.manifest import Manifest, load
 from tfshards.progress import Progress
@@ -43,6 +45,7 @@ __all__ = [
     "unlisted_files",
     "validate",
     "validate_shard",
+    "write_balance",
     "write_metrics",
 ]
 
@@ -64,6 +67,12 @@ class ValidateConfig:
             mounts at the same path (without it, a scheduler address refuses it).
         max_problems: problems kept per shard (all are counted).
         storage_options: fsspec options for the manifest and the shards.
+        val_fraction: the training split's ``val_fraction`` (0: no split); with
+            ``split_seed`` it picks the validation shards as
+            :func:`tfshards.splits.split` does, for the per-split counts and
+            duplicates across the split.
+        split_seed: the training split's seed.
+        fail_on_leakage: a payload in both training and validation records is a problem.
     """
 
     manifest: str
@@ -74,8 +83,13 @@ class ValidateConfig:
     shared_fs: bool = False
     max_problems: int = MAX_PROBLEMS
     storage_options: Mapping[str, Any] = field(default_factory=dict)
+    val_fraction: float = 0.0
+    split_seed: int = 0
+    fail_on_leakage: bool = False
 
     def __post_init__(self) -> None:
+        if not 0.0 <= self.val_fraction < 1.0:
+            raise ConfigError(f"val_fraction must be in [0, 1), got {self.val_fraction}")
         if self.max_problems < 1:
             raise ConfigError(f"max_problems must be >= 1, got {self.max_problems}")
         executors.check_options(self.executor, self.workers)
@@ -97,6 +111,10 @@ class ValidationReport:
     problems: tuple[Problem, ...]  # in manifest order; at most ``max_problems`` per file
     problem_count: int
     seconds: float
+    duplicates: Duplicates = field(default_factory=Duplicates)
+    # Records per label on each side of the split: {"train": {label: n}, "val": {...}}.
+    split_counts: Mapping[str, Mapping[str, int]] = field(default_factory=dict)
+    warnings: tuple[str, ...] = ()  # class balance across the split; not problems
 
     @property
     def ok(self) -> bool:
@@ -106,12 +124,20 @@ class ValidationReport:
         """Byte-stable metrics for DVC (no timings)."""
         return {
             "bytes": self.bytes,
+            "duplicates": self.duplicates.metrics(),
             "ok": self.ok,
             "problems": self.problem_count,
             "records": self.records,
             "records_per_label": dict(self.records_per_label),
             "rejected_inputs": len(self.manifest.rejected),
             "shards": len(self.manifest.shards),
+            "split": {
+                **{
+                    side: {"records": sum(counts.values()), "records_per_label": dict(counts)}
+                    for side, counts in self.split_counts.items()
+                },
+                "balance_warnings": len(self.warnings),
+            },
         }
 
     def summary(self) -> str:
@@ -183,15 +209,42 @@ def validate(config: ValidateConfig, *, progress: bool = False) -> ValidationRep
     extra = _manifest_problems(manifest, config.manifest, done)
     extra += unlisted_files(fs, root, manifest)
     per_label = [sum(r.label_counts[i] for r in done) for i in range(len(manifest.labels))]
+    part = _split(manifest, config)
+    dups = find_duplicates(
+        [r.name for r in done], [r.digests for r in done], {s.name for s in part.val}
+    )
+    if dups.examples:
+        sound = [r.name for r in done if not r.problem_count]
+        dups = with_paths(dups, manifest.root, manifest.compression, sound, config.storage_options)
+    leaks = []
+    if config.fail_on_leakage and dups.across_splits:
+        leaks = [
+            Problem(d.first[0], f"{d.what} (fail_on_leakage is true)")
+            for d in dups.examples
+            if d.across_splits
+        ]
+    counts = splits.label_counts(part, {r.name: r.label_counts for r in done}, manifest.labels)
     return ValidationReport(
         manifest=manifest,
         records=sum(r.records for r in done),
         bytes=sum(r.bytes for r in done),
         records_per_label=dict(zip(manifest.labels, per_label, strict=True)),
-        problems=tuple(problems + extra[: config.max_problems]),
-        problem_count=count + len(extra),
+        problems=tuple(problems + (extra + leaks)[: config.max_problems]),
+        problem_count=count + len(extra) + (dups.across_splits if leaks else 0),
         seconds=time.monotonic() - start,
+        duplicates=dups,
+        split_counts=counts,
+        warnings=tuple(splits.balance_warnings(counts)),
     )
+
+
+def _split(manifest: Manifest, config: ValidateConfig) -> splits.Split:
+    """The training stage's split of these shards (all training when ``val_fraction`` is 0)."""
+    if config.val_fraction == 0 or len(manifest.shards) < 2:
+        return splits.Split(tuple(manifest.shards), (), config.split_seed, 0.0, 0.0)
+    with warnings.catch_warnings():  # an inexact fraction is the training stage's to report
+        warnings.simplefilter("ignore", splits.SplitWarning)
+        return splits.split(manifest, config.val_fraction, config.split_seed)
 
 
 def _manifest_problems(
@@ -254,6 +307,23 @@ def unlisted_files(fs: Any, root: str, manifest: Manifest) -> list[Problem]:
 
 def write_metrics(report: ValidationReport, url: str) -> None:
     """Save :meth:`ValidationReport.metrics` as sorted, indented JSON (byte-stable)."""
+    _write_json(report.metrics(), url)
+
+
+def write_balance(report: ValidationReport, folder: str) -> None:
+    """Save each side's records per label as ``folder/train.json`` and ``folder/val.json``.
+
+    Rows ``{"label": ..., "count": ...}`` in label order: the data of a DVC bar
+    plot (``template: bar_horizontal``, ``x: count``, ``y: label``). A side
+    with no shards (``val_fraction`` 0) gets an empty list.
+    """
+    for side in ("train", "val"):
+        counts = report.split_counts.get(side, {})
+        rows = [{"count": n, "label": label} for label, n in counts.items()]
+        _write_json(rows, storage.join(folder, f"{side}.json"))
+
+
+def _write_json(doc: Any, url: str) -> None:
     fs, path = storage.open_url(url)
-    text = json.dumps(report.metrics(), sort_keys=True, indent=2, ensure_ascii=False) + "\n"
+    text = json.dumps(doc, sort_keys=True, indent=2, ensure_ascii=False) + "\n"
     storage.write_atomic(fs, path, [text.encode()])

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import json
 from typing import Annotated
 
 import typer
 
+from tfshards import storage
 from tfshards.cli._common import one_line_errors
 from tfshards.listing import DEFAULT_EXTENSIONS, format_skipped, list_files, write_listing
 
@@ -50,6 +52,14 @@ def list_files_command(
             "e.g. 'train/*'.",
         ),
     ] = None,
+    metrics: Annotated[
+        str | None,
+        typer.Option(
+            "--metrics",
+            help="Also write the counts (files per label, skipped files per reason) "
+            "as JSON here: a DVC metric.",
+        ),
+    ] = None,
 ) -> None:
     """List ROOT's files and labels into OUT/files.jsonl and OUT/meta.json.
 
@@ -70,6 +80,16 @@ def list_files_command(
     """
     listing = list_files(root, index=index, extensions=extensions.split(","), glob=glob)
     write_listing(listing, out)
+    if metrics is not None:
+        doc = {
+            "files": len(listing.entries),
+            "files_per_label": listing.files_per_label(),
+            "labels": len(listing.labels),
+            "skipped": dict(listing.skipped),
+        }
+        fs, path = storage.open_url(metrics)
+        text = json.dumps(doc, sort_keys=True, indent=2, ensure_ascii=False) + "\n"
+        storage.write_atomic(fs, path, [text.encode()])
     total = sum(listing.skipped.values())
     detail = f" = {format_skipped(listing.skipped)}" if total else ""
     typer.echo(

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Annotated
 
+import click
 import typer
 
 from tfshards.cli._common import (
@@ -15,7 +16,13 @@ from tfshards.cli._common import (
     default_workers,
     one_line_errors,
 )
-from tfshards.validate import MAX_PROBLEMS, ValidateConfig, validate, write_metrics
+from tfshards.validate import (
+    MAX_PROBLEMS,
+    ValidateConfig,
+    validate,
+    write_balance,
+    write_metrics,
+)
 
 
 @one_line_errors
@@ -32,6 +39,27 @@ def validate_command(
     max_problems: Annotated[
         int, typer.Option(help="Problems printed (all are counted, in the metrics too).")
     ] = MAX_PROBLEMS,
+    val_fraction: Annotated[
+        float,
+        typer.Option(
+            help="The training split's val_fraction (0: no split): records per label on each "
+            "side, and duplicates across it, are reported."
+        ),
+    ] = 0.0,
+    split_seed: Annotated[int, typer.Option(help="The training split's seed.")] = 0,
+    fail_on_leakage: Annotated[
+        str,
+        typer.Option(
+            help="true: a payload held by both a training and a validation record is a problem."
+        ),
+    ] = "false",
+    balance: Annotated[
+        str | None,
+        typer.Option(
+            help="Folder for train.json and val.json, records per label of each side "
+            "(a DVC bar plot)."
+        ),
+    ] = None,
     workers: Workers = default_workers(),
     executor: Executor = "auto",
     dask_address: DaskAddress = None,
@@ -47,7 +75,20 @@ def validate_command(
     record counts match. Files in the version directory that the manifest
     does not list are problems too. Each problem is one stderr line; the
     metrics are written either way.
+
+    Records with byte-identical payloads (the same stored sha256) are counted
+    in the metrics, within the set and across the training split that
+    --val-fraction and --split-seed give, and the first pairs printed; with
+    --fail-on-leakage true, those across the split are problems. A label
+    missing from validation, or whose share there is more than 5 percentage
+    points off its share of training, gets a warning line.
     """
+    try:
+        leakage_fails = click.BOOL.convert(fail_on_leakage, None, None)
+    except click.BadParameter:
+        raise typer.BadParameter(
+            f"expected true or false, got {fail_on_leakage!r}", param_hint="--fail-on-leakage"
+        ) from None
     config = ValidateConfig(
         manifest=manifest,
         decode_images=decode,
@@ -56,9 +97,26 @@ def validate_command(
         dask_address=dask_address,
         shared_fs=shared_fs,
         max_problems=max_problems,
+        val_fraction=val_fraction,
+        split_seed=split_seed,
+        fail_on_leakage=leakage_fails,
     )
     report = validate(config, progress=progress)
     write_metrics(report, metrics)
+    if balance is not None:
+        write_balance(report, balance)
+    dups = report.duplicates
+    if dups.records:
+        typer.echo(
+            f"warning: {dups.records} records repeat another's payload ({dups.groups} payloads, "
+            f"{dups.across_splits} across the split)",
+            err=True,
+        )
+        if not (config.fail_on_leakage and dups.across_splits):
+            for dup in dups.examples:
+                typer.echo(f"warning: {dup}", err=True)
+    for line in report.warnings:
+        typer.echo(f"warning: {line}", err=True)
     if not report.ok:
         shown = report.problems[:max_problems]
         for problem in shown:

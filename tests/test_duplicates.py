@@ -1,0 +1,173 @@
+"""Duplicate payloads: found by stored sha256 within a set and across the training split."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from tfshards import splits, tfrecord
+from tfshards.cli import app
+from tfshards.duplicates import find_duplicates
+from tfshards.exampleparser import decode
+from tfshards.manifest import load
+from tfshards.sample import write_synthetic
+from tfshards.validate import ValidateConfig, validate
+
+
+def _digest(text: str) -> bytes:
+    return hashlib.sha256(text.encode()).digest()
+
+
+def test_repeats_are_counted_within_and_across_the_split():
+    first = _digest("a") + _digest("b") + _digest("c")
+    second = _digest("x") + _digest("a")
+    third = _digest("b") + _digest("y") + _digest("b")
+    found = find_duplicates(["s0", "s1", "s2"], [first, second, third], val={"s1"})
+    # "a" twice (s0 train, s1 val): across; "b" three times, all in training.
+    assert found.metrics() == {"across_splits": 1, "groups": 2, "records": 3}
+    assert [(d.first, d.second, d.across_splits) for d in found.examples] == [
+        (("s0", 0), ("s1", 1), True),
+        (("s0", 1), ("s2", 0), False),
+    ]
+    assert str(found.examples[0]).startswith(
+        f"s0: record 0: same payload (sha256 {_digest('a').hex()[:16]}"
+    )
+
+
+def test_unread_digests_match_nothing_and_distinct_payloads_find_nothing():
+    zeros = bytes(32 * 3)
+    found = find_duplicates(["s0", "s1"], [zeros, _digest("a") + _digest("b")], val={"s1"})
+    assert found.metrics() == {"across_splits": 0, "groups": 0, "records": 0}
+    assert found.examples == ()
+
+
+def test_digests_sharing_their_first_8_bytes_are_told_apart():
+    a, b = bytes(8) + b"\x01" * 24, bytes(8) + b"\x02" * 24
+    found = find_duplicates(["s0", "s1"], [a + b + a, b + a], val={"s1"})
+    assert found.metrics() == {"across_splits": 2, "groups": 2, "records": 3}
+    assert {(d.first, d.second) for d in found.examples} == {
+        (("s0", 0), ("s1", 1)),
+        (("s0", 1), ("s1", 0)),
+    }
+
+
+def test_examples_are_bounded_and_cross_split_pairs_come_first():
+    train = b"".join(_digest(f"t{i}") * 2 for i in range(30))
+    val = _digest("t29")
+    found = find_duplicates(["a", "b"], [train, val], val={"b"}, limit=5)
+    assert found.metrics() == {"across_splits": 1, "groups": 30, "records": 31}
+    assert len(found.examples) == 5 and found.examples[0].across_splits
+    assert found.examples[0].second == ("b", 0)
+
+
+def _paths_by_shard(manifest_path: str) -> dict[str, list[str]]:
+    """Each shard's records' ``path`` feature, read back from the shard bytes."""
+    manifest = load(manifest_path)
+    out = {}
+    for shard in manifest.shards:
+        data = Path(manifest.shard_url(shard)).read_bytes()
+        out[shard.name] = [
+            bytes(decode(r.data)["path"][1][0]).decode() for r in tfrecord.scan(data) if r.data
+        ]
+    return out
+
+
+@pytest.fixture
+def copied_image(tmp_path: Path) -> tuple[Path, list[str]]:
+    """40 JPEGs in 4 classes, one of them copied under 8 more names; the set written as 4 shards."""
+    raw = tmp_path / "raw"
+    write_synthetic(str(raw), 40, 16, classes=4, workers=1)
+    original = sorted((raw / "00").iterdir())[0]
+    copies = [f"00/copy-{i}.jpg" for i in range(8)]
+    for name in copies:
+        shutil.copyfile(original, raw / name)
+    runner = CliRunner()
+    listed = runner.invoke(app, ["list", str(raw), "--out", str(tmp_path / "listing")])
+    assert listed.exit_code == 0, listed.output
+    wrote = runner.invoke(
+        app,
+        [
+            "write",
+            str(tmp_path / "listing"),
+            "--out",
+            str(tmp_path / "shards"),
+            "--manifest",
+            str(tmp_path / "manifest.json"),
+            "--num-shards",
+            "4",
+            "--workers",
+            "1",
+            "--no-progress",
+        ],
+    )
+    assert wrote.exit_code == 0, wrote.output
+    return tmp_path, [original.relative_to(raw).as_posix(), *copies]
+
+
+def _validate(tmp_path: Path, *extra: str) -> tuple[int, str, dict]:  # type: ignore[type-arg]
+    metrics = tmp_path / "metrics.json"
+    args = [str(tmp_path / "manifest.json"), "--metrics", str(metrics), "--workers", "1"]
+    args += ["--val-fraction", "0.5", "--split-seed", "0", "--no-progress", *extra]
+    result = CliRunner().invoke(app, ["validate", *args])
+    return result.exit_code, result.stderr, json.loads(metrics.read_text())
+
+
+def test_image_copied_under_other_names_is_reported_across_the_split(copied_image):
+    tmp_path, names = copied_image
+    manifest_path = str(tmp_path / "manifest.json")
+    # Where the nine records landed, from the shards themselves and the training split.
+    val = {s.name for s in splits.split(load(manifest_path), 0.5, 0).val}
+    sides = {
+        shard in val
+        for shard, paths in _paths_by_shard(manifest_path).items()
+        for path in paths
+        if path in names
+    }
+    assert sides == {True, False}, "the copies should land on both sides for this seed"
+
+    code, stderr, metrics = _validate(tmp_path)
+    assert code == 0, stderr
+    assert metrics["duplicates"] == {"across_splits": 1, "groups": 1, "records": 8}
+    assert metrics["ok"] is True
+    assert "warning: 8 records repeat another's payload (1 payloads, 1 across the split)" in stderr
+    assert "in training and validation" in stderr
+
+
+def test_fail_on_leakage_makes_the_cross_split_copy_a_problem_naming_both(copied_image):
+    tmp_path, names = copied_image
+    code, stderr, metrics = _validate(tmp_path, "--fail-on-leakage", "true")
+    assert code == 1
+    assert metrics["ok"] is False and metrics["problems"] == 1
+    lines = [line for line in stderr.splitlines() if "(fail_on_leakage is true)" in line]
+    assert len(lines) == 1, stderr
+    assert lines[0].count(".tfrecord") == 2 and "in training and validation" in lines[0]
+    assert sum(name in lines[0] for name in names) == 2
+
+
+def test_fail_on_leakage_accepts_only_true_or_false(copied_image):
+    tmp_path, _ = copied_image
+    result = CliRunner().invoke(
+        app, ["validate", str(tmp_path / "manifest.json"), "--fail-on-leakage", "maybe"]
+    )
+    assert result.exit_code == 2
+    assert "expected true or false, got 'maybe'" in result.output
+
+
+@pytest.mark.parametrize("decode_images", [False, True], ids=["bulk", "per-record"])
+def test_every_record_path_reads_the_same_digests(copied_image, loop, decode_images):
+    tmp_path, _ = copied_image
+    config = ValidateConfig(
+        str(tmp_path / "manifest.json"),
+        executor="serial",
+        val_fraction=0.5,
+        decode_images=decode_images,
+    )
+    report = validate(config)
+    assert report.ok
+    assert report.duplicates.metrics() == {"across_splits": 1, "groups": 1, "records": 8}
+    assert all(all(p) for p in (d.paths for d in report.duplicates.examples))

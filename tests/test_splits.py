@@ -1,0 +1,48 @@
+"""Per-split records per label, and the class-balance warnings across a split."""
+
+from __future__ import annotations
+
+from tfshards.manifest import ShardInfo
+from tfshards.splits import BALANCE_TOLERANCE, Split, balance_warnings, label_counts
+
+
+def _shard(name: str, records: int) -> ShardInfo:
+    return ShardInfo(name, records, 0, "")
+
+
+def test_label_counts_add_each_sides_shards():
+    a, b, c = _shard("a", 5), _shard("b", 4), _shard("c", 3)
+    split = Split(train=(a, b), val=(c,), seed=0, val_fraction=0.25, effective_val_fraction=0.25)
+    per_shard = {"a": (3, 2), "b": (1, 3), "c": (2, 1)}
+    assert label_counts(split, per_shard, ("cat", "dog")) == {
+        "train": {"cat": 4, "dog": 5},
+        "val": {"cat": 2, "dog": 1},
+    }
+
+
+def test_a_label_missing_from_validation_is_named():
+    counts = {"train": {"cat": 50, "dog": 50}, "val": {"cat": 10, "dog": 0}}
+    assert balance_warnings(counts) == [
+        "label 'cat': 100.0% of validation records but 50.0% of training records "
+        "(more than 5% apart)",
+        "label 'dog': missing from validation (50 training records)",
+    ]
+
+
+def test_shares_further_apart_than_the_tolerance_warn_and_closer_ones_do_not():
+    train = {"cat": 500, "dog": 500}
+    off = 0.5 + BALANCE_TOLERANCE + 0.01  # cat's share of validation
+    near = 0.5 + BALANCE_TOLERANCE - 0.01
+    far = {"cat": round(off * 1000), "dog": 1000 - round(off * 1000)}
+    close = {"cat": round(near * 1000), "dog": 1000 - round(near * 1000)}
+    assert balance_warnings({"train": train, "val": close}) == []
+    assert balance_warnings({"train": train, "val": far}) == [
+        "label 'cat': 56.0% of validation records but 50.0% of training records "
+        "(more than 5% apart)",
+        "label 'dog': 44.0% of validation records but 50.0% of training records "
+        "(more than 5% apart)",
+    ]
+
+
+def test_no_validation_side_gives_no_warning():
+    assert balance_warnings({"train": {"cat": 3}, "val": {"cat": 0}}) == []
