@@ -5,7 +5,9 @@ Same options as ``tfshards train``; run ``python stages/train.py --help``.
 
 import typer
 
-from tfshards.cli.train import train_command
+from tfshards.cli.train import CONTEXT, train_command
 
 if __name__ == "__main__":
-    typer.run(train_command)
+    app = typer.Typer(add_completion=False)
+    app.command(context_settings=CONTEXT)(train_command)
+    app()
