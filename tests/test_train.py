@@ -536,7 +536,7 @@ def test_user_model_from_a_module_trains_through_the_stage(digits: str, tmp_path
             "--image-size",
             "8",
             "--epochs",
-            "2",
+            "1",
             "--metrics",
             "metrics.json",
             "--live-dir",
@@ -557,9 +557,44 @@ def test_user_model_from_a_module_trains_through_the_stage(digits: str, tmp_path
     assert done.returncode == 0, done.stderr[-3000:]
     metrics = json.loads((tmp_path / "metrics.json").read_text())
     assert metrics["model"] == "mymodels:build"
-    assert metrics["epochs"] == 2
+    assert metrics["epochs"] == 1
     model = keras.models.load_model(tmp_path / "model.keras")
     assert model.get_layer("hidden").units == 24
+
+
+@pytest.mark.slow
+def test_every_training_option_at_once_trains_and_uint8_is_scaled_in_the_model(
+    digits: str, tmp_path: Path
+) -> None:
+    import keras
+    import numpy as np
+
+    config = TrainConfig(
+        manifest=digits,
+        image_size=8,
+        epochs=3,
+        optimizer="sgd",
+        learning_rate=0.05,
+        lr_schedule="cosine",
+        warmup_epochs=1,
+        early_stopping=1,
+        label_smoothing=0.1,
+        class_weight="balanced",
+        augment=("flip", "crop"),
+        image_dtype="uint8",
+        seed=1,
+        split_seed=0,
+        **_outputs(tmp_path),  # type: ignore[arg-type]
+    )
+    result = train(config)
+    assert 1 <= result.metrics["epochs"] <= 3
+    assert result.metrics["loss"] == result.metrics["loss"]  # not NaN
+    assert json.loads((tmp_path / "results/train/split.json").read_text())["seed"] == 0
+    model = keras.models.load_model(tmp_path / "models/model.keras")
+    assert model.input.dtype == "uint8"
+    image = np.full((1, 8, 8, 1), 255, np.uint8)
+    # Augmentation is for training only: inference is the same every call.
+    np.testing.assert_array_equal(model.predict(image, verbose=0), model.predict(image, verbose=0))
 
 
 # ----------------------------------------------------------------------------- what it learned
@@ -723,9 +758,9 @@ def test_mirrored_over_two_cpu_devices_learns_like_one_device(digits: str, tmp_p
     assert done.returncode == 0, done.stderr[-3000:]
     runs = json.loads(done.stdout.strip().splitlines()[-1])
     assert (runs["mirrored"]["replicas"], runs["one"]["replicas"]) == (2, 1)
-    assert runs["one"]["val_accuracy"] > 0.8
+    assert runs["one"]["val_accuracy"] > 0.8, runs
     # Same steps up to float summation order and per-replica dropout masks.
-    assert abs(runs["mirrored"]["val_accuracy"] - runs["one"]["val_accuracy"]) < 0.05
+    assert abs(runs["mirrored"]["val_accuracy"] - runs["one"]["val_accuracy"]) < 0.05, runs
 
 
 def test_batch_that_does_not_split_evenly_over_replicas_is_a_config_error() -> None:
