@@ -157,6 +157,8 @@ def train(config: TrainConfig, *, log: Callable[[str], None] | None = None) -> T
             if done and log is not None:
                 log(f"resuming after epoch {done}/{config.epochs} from {config.checkpoint_dir}")
         live = _open_live(config.live_dir, resume=bool(results))
+        if live is not None and results:
+            live.step = len(results)  # epochs logged after the checkpoint are logged again
         predictions: tuple[list[int], list[int]] | None = None
         matrix: list[list[int]] = []
         try:
