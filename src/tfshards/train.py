@@ -159,6 +159,10 @@ def train(config: TrainConfig, *, log: Callable[[str], None] | None = None) -> T
         live = _open_live(config.live_dir, resume=bool(results))
         if live is not None and results:
             live.step = len(results)  # epochs logged after the checkpoint are logged again
+        elif config.live_dir is not None:  # the folder persists (for resuming): no stale matrix
+            fs, path = storage.open_url(_confusion_url(config.live_dir))
+            if fs.exists(path):
+                fs.rm(path)
         predictions: tuple[list[int], list[int]] | None = None
         matrix: list[list[int]] = []
         try:
@@ -312,7 +316,7 @@ def _log_confusion(
     """The validation confusion matrix: ``confusion.csv`` and dvclive's plot of it."""
     if directory is None or live is None:
         return
-    fs, path = storage.open_url(f"{directory.rstrip('/')}/confusion.csv")
+    fs, path = storage.open_url(_confusion_url(directory))
     storage.write_atomic(fs, path, [confusion.to_csv(matrix, labels)])
     actual, predicted = predictions
     live.log_sklearn_plot(
@@ -329,6 +333,10 @@ def _log_confusion(
         y="label",
         template="bar_horizontal",
     )
+
+
+def _confusion_url(live_dir: str) -> str:
+    return f"{live_dir.rstrip('/')}/confusion.csv"
 
 
 def _log_epoch(
