@@ -5,9 +5,10 @@ Same options as ``tfshards train``; run ``python stages/train.py --help``.
 
 import typer
 
-from tfshards.cli.train import CONTEXT, train_command
+from tfshards.cli.train import train_command
 
 if __name__ == "__main__":
     app = typer.Typer(add_completion=False)
-    app.command(context_settings=CONTEXT)(train_command)
+    # Extra arguments (after `--`) go to a package.module:function model.
+    app.command(context_settings={"allow_extra_args": True})(train_command)
     app()
