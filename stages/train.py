@@ -8,4 +8,7 @@ import typer
 from tfshards.cli.train import train_command
 
 if __name__ == "__main__":
-    typer.run(train_command)
+    app = typer.Typer(add_completion=False)
+    # Extra arguments (after `--`) go to a package.module:function model.
+    app.command(context_settings={"allow_extra_args": True})(train_command)
+    app()

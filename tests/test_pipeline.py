@@ -137,3 +137,8 @@ def test_dvc_exp_run_with_a_changed_param_is_listed(project):
     _run(["dvc", "exp", "run", "-S", "train.epochs=1", "-n", "one-epoch"], project)
     shown = _run(["dvc", "exp", "show", "--json"], project)
     assert "one-epoch" in shown
+    # The validation confusion matrices of the two runs, side by side.
+    diff = json.loads(_run(["dvc", "plots", "diff", "HEAD", "one-epoch", "--json"], project))
+    (plot,) = diff["data"]["results/train/live/plots/sklearn/confusion_matrix.json"]
+    values = plot["content"]["data"]["values"]
+    assert {v["rev"] for v in values} == {"HEAD", "one-epoch"}

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import signal
 import subprocess
 import sys
 import time
@@ -14,11 +15,15 @@ from typing import Any
 import pytest
 from typer.testing import CliRunner
 
+from tfshards.checkpoint import Checkpoint
 from tfshards.cli import app
-from tfshards.cli.train import parse_bool
+from tfshards.cli.train import parse_bool, parse_model_args
+from tfshards.confusion import class_accuracy, confusion_matrix, to_csv
 from tfshards.errors import ConfigError
+from tfshards.history import MODEL_METRICS, stop_early
 from tfshards.listing import list_files
 from tfshards.models import MODELS, model_spec
+from tfshards.optim import balanced_class_weights, learning_rate
 from tfshards.sample import write_digits
 from tfshards.train import (
     EpochResult,
@@ -43,9 +48,11 @@ METRIC_KEYS = {
     "loss",
     "mixed_precision",
     "model",
+    "replicas",
     "seconds",
     "train_records",
     "val_accuracy",
+    "val_class_accuracy",
     "val_loss",
     "val_records",
 }
@@ -188,7 +195,8 @@ def test_unknown_model_on_the_command_line_is_one_line_and_exit_1() -> None:
     result = CliRunner().invoke(app, ["train", "--model", "vgg"])
     assert result.exit_code == 1
     assert result.output.strip().splitlines() == [
-        "error: unknown model 'vgg'; valid names: mobilenet_v3_small, small_cnn"
+        "error: unknown model 'vgg'; valid names: mobilenet_v3_small, small_cnn, "
+        "or package.module:function"
     ]
 
 
@@ -242,6 +250,7 @@ def _outputs(out: Path) -> dict[str, str]:
         "live_dir": str(out / "results/train/live"),
         "model_out": str(out / "models/model.keras"),
         "split_out": str(out / "results/train/split.json"),
+        "checkpoint_dir": str(out / "checkpoints/train"),
     }
 
 
@@ -254,7 +263,8 @@ def tiny_run(digits: str, tmp_path_factory: pytest.TempPathFactory) -> tuple[Pat
     out = tmp_path_factory.mktemp("tiny")
     (out / "dvc.yaml").write_text("stages: {}\n")
     args = ["train", "--manifest", digits]
-    for key, value in {**_outputs(out), **TINY}.items():
+    outputs = {**_outputs(out), "export_out": str(out / "models/export")}
+    for key, value in {**outputs, **TINY}.items():
         args += [f"--{key.replace('_', '-')}", str(value)]
     with pytest.MonkeyPatch.context() as mp:
         mp.chdir(out)
@@ -406,3 +416,358 @@ def test_op_without_deterministic_xla_kernel_is_a_config_error(
     )  # type: ignore[arg-type]
     with pytest.raises(ConfigError, match="no deterministic implementation on CPU under XLA"):
         train(config)
+
+
+# ----------------------------------------------------------------------------- training options
+
+
+def test_balanced_class_weights_make_every_class_weigh_the_same() -> None:
+    counts = [10, 30, 60]
+    weights = balanced_class_weights(counts)
+    assert [w * c for w, c in zip(weights, counts, strict=True)] == pytest.approx([100 / 3] * 3)
+    assert balanced_class_weights([5, 0]) == [1.0, 0.0]
+
+
+def test_cosine_schedule_warms_up_from_0_then_decays_to_0() -> None:
+    schedule = learning_rate(0.1, "cosine", total_steps=100, warmup_steps=10)
+    rates = [float(schedule(step)) for step in (0, 5, 10, 55, 100)]
+    assert rates == pytest.approx([0.0, 0.05, 0.1, 0.05, 0.0], abs=1e-6)
+    assert learning_rate(0.1, "constant", total_steps=100) == 0.1
+
+
+@pytest.mark.parametrize(
+    ("changes", "message"),
+    [
+        ({"optimizer": "rmsprop"}, "optimizer must be one of"),
+        ({"lr_schedule": "step"}, "lr_schedule must be one of"),
+        ({"warmup_epochs": 2}, "warmup_epochs needs lr_schedule cosine"),
+        ({"lr_schedule": "cosine", "warmup_epochs": 10}, "warmup_epochs must be < epochs"),
+        ({"class_weight": "inverse"}, "class_weight must be one of"),
+        ({"augment": ("rotate",)}, "augment must be one of"),
+        ({"image_dtype": "float16"}, "image_dtype must be one of"),
+        ({"strategy": "tpu"}, "strategy must be one of"),
+        ({"label_smoothing": 1.0}, r"label_smoothing must be in \[0, 1\)"),
+        ({"early_stopping_metric": "loss"}, "early_stopping_metric must be one of"),
+        ({"model": "my-pkg.models:build"}, "not package.module:function"),
+        ({"model_args": {"units": 3}}, "built in and takes no model_args"),
+    ],
+)
+def test_bad_training_option_is_a_config_error(changes: dict[str, Any], message: str) -> None:
+    with pytest.raises(ConfigError, match=message):
+        TrainConfig(**changes)
+
+
+def _epoch(n: int, val_loss: float) -> EpochResult:
+    return EpochResult(n, 1.0, 0.5, val_loss, 0.5, LoopTiming(1, 1, 0.0, 1.0))
+
+
+def test_early_stopping_waits_patience_epochs_for_a_better_val_loss() -> None:
+    losses = [1.0, 0.5, 0.6, 0.7]
+    history = [_epoch(i + 1, v) for i, v in enumerate(losses)]
+    assert not stop_early(history[:3], 2, "val_loss")  # 1 epoch since the best
+    assert stop_early(history, 2, "val_loss")  # 2 epochs, none better than 0.5
+    assert not stop_early(history, 0, "val_loss")  # off
+    assert not stop_early([*history, _epoch(5, 0.4)], 2, "val_loss")
+
+
+def test_confusion_matrix_rows_are_actual_labels_and_accuracy_is_per_class() -> None:
+    matrix = confusion_matrix([0, 0, 1, 1, 2], [0, 1, 1, 1, 0], 3)
+    assert matrix == [[1, 1, 0], [0, 2, 0], [1, 0, 0]]
+    assert class_accuracy(matrix, ["a", "b", "c"]) == {"a": 0.5, "b": 1.0, "c": 0.0}
+    assert to_csv(matrix, ["a", "b", "c"]).decode().splitlines() == [
+        "actual,a,b,c",
+        "a,1,1,0",
+        "b,0,2,0",
+        "c,1,0,0",
+    ]
+
+
+def test_model_args_take_what_dvc_writes_for_a_mapping() -> None:
+    # DVC renders {units: 8, rate: 0.5, name: wide, bn: true, sizes: [1, 2]} like this.
+    args = ["--units", "8", "--rate", "0.5", "--name", "wide", "--bn", "--sizes", "1", "2"]
+    assert parse_model_args(args) == {
+        "units": 8,
+        "rate": 0.5,
+        "name": "wide",
+        "bn": True,
+        "sizes": [1, 2],
+    }
+    assert parse_model_args([]) == {}
+
+
+def test_missing_model_module_is_one_line_and_exit_1(tmp_path: Path) -> None:
+    (tmp_path / "manifest.json").write_text("{}")
+    result = CliRunner().invoke(
+        app,
+        ["train", "--manifest", str(tmp_path / "manifest.json"), "--model", "nopkg.nomod:build"],
+    )
+    assert result.exit_code == 1
+    assert result.output.startswith("error: model 'nopkg.nomod:build': cannot import 'nopkg.nomod'")
+    assert len(result.output.strip().splitlines()) == 1
+
+
+USER_MODEL = """
+import keras
+
+
+def build(input_shape, classes, units=16, dropout=0.0):
+    inputs = keras.Input(input_shape)
+    x = keras.layers.Flatten()(inputs)
+    x = keras.layers.Dense(units, activation="relu", name="hidden")(x)
+    x = keras.layers.Dropout(dropout)(x)
+    outputs = keras.layers.Dense(classes, activation="softmax", dtype="float32")(x)
+    return keras.Model(inputs, outputs, name="user_mlp")
+"""
+
+
+@pytest.mark.slow
+def test_user_model_from_a_module_trains_through_the_stage(digits: str, tmp_path: Path) -> None:
+    import keras
+
+    (tmp_path / "mymodels.py").write_text(USER_MODEL)
+    done = subprocess.run(
+        [
+            sys.executable,
+            str(REPO / "stages/train.py"),
+            "--manifest",
+            digits,
+            "--model",
+            "mymodels:build",
+            "--image-size",
+            "8",
+            "--epochs",
+            "1",
+            "--metrics",
+            "metrics.json",
+            "--live-dir",
+            "live",
+            "--model-out",
+            "model.keras",
+            "--",
+            "--units",
+            "24",
+            "--dropout",
+            "0.1",
+        ],
+        cwd=tmp_path,  # DVC runs stages in the repository root: the module is found there
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    metrics = json.loads((tmp_path / "metrics.json").read_text())
+    assert metrics["model"] == "mymodels:build"
+    assert metrics["epochs"] == 1
+    model = keras.models.load_model(tmp_path / "model.keras")
+    assert model.get_layer("hidden").units == 24
+
+
+@pytest.mark.slow
+def test_every_training_option_at_once_trains_and_uint8_is_scaled_in_the_model(
+    digits: str, tmp_path: Path
+) -> None:
+    import keras
+    import numpy as np
+
+    config = TrainConfig(
+        manifest=digits,
+        image_size=8,
+        epochs=3,
+        optimizer="sgd",
+        learning_rate=0.05,
+        lr_schedule="cosine",
+        warmup_epochs=1,
+        early_stopping=1,
+        label_smoothing=0.1,
+        class_weight="balanced",
+        augment=("flip", "crop"),
+        image_dtype="uint8",
+        seed=1,
+        split_seed=0,
+        **_outputs(tmp_path),  # type: ignore[arg-type]
+    )
+    result = train(config)
+    assert 1 <= result.metrics["epochs"] <= 3
+    assert result.metrics["loss"] == result.metrics["loss"]  # not NaN
+    assert json.loads((tmp_path / "results/train/split.json").read_text())["seed"] == 0
+    model = keras.models.load_model(tmp_path / "models/model.keras")
+    assert model.input.dtype == "uint8"
+    image = np.full((1, 8, 8, 1), 255, np.uint8)
+    # Augmentation is for training only: inference is the same every call.
+    np.testing.assert_array_equal(model.predict(image, verbose=0), model.predict(image, verbose=0))
+
+
+# ----------------------------------------------------------------------------- what it learned
+
+
+def test_confusion_csv_has_a_row_per_label_summing_to_the_val_records(
+    tiny_run: tuple[Path, str], digits: str
+) -> None:
+    out, _ = tiny_run
+    labels = json.loads(Path(digits).read_text())["labels"]
+    metrics = json.loads((out / "results/train/metrics.json").read_text())
+    rows = (out / "results/train/live/confusion.csv").read_text().splitlines()
+    assert rows[0].split(",") == ["actual", *labels]
+    assert [r.split(",")[0] for r in rows[1:]] == labels
+    assert sum(int(c) for r in rows[1:] for c in r.split(",")[1:]) == metrics["val_records"]
+    assert set(metrics["val_class_accuracy"]) == set(labels)
+    plot = json.loads((out / "results/train/live/plots/sklearn/confusion_matrix.json").read_text())
+    assert len(plot) == metrics["val_records"]  # one {actual, predicted} per record
+    assert {p["actual"] for p in plot} <= set(labels)
+
+
+def test_finished_run_removes_its_checkpoint(tiny_run: tuple[Path, str]) -> None:
+    out, _ = tiny_run
+    assert not (out / "checkpoints/train").exists()
+
+
+SERVE = """
+import json, sys
+import tensorflow as tf
+served = tf.saved_model.load(sys.argv[1]).signatures["serving_default"]
+images = [open(path, "rb").read() for path in sys.argv[2:]]
+png = tf.io.decode_png(images[0])
+images.append(tf.io.encode_jpeg(png, quality=100).numpy())  # the same image as a JPEG
+out = served(images=tf.constant(images))
+print(json.dumps({
+    "labels": [v.decode() for v in out["label"].numpy()],
+    "probabilities": out["probabilities"].numpy().tolist(),
+    "tfshards": "tfshards" in sys.modules,
+}))
+"""
+
+
+def test_export_predicts_from_raw_png_and_jpeg_bytes_with_plain_tensorflow(
+    tiny_run: tuple[Path, str], digits: str
+) -> None:
+    import keras
+    import numpy as np
+    import tensorflow as tf
+
+    out, _ = tiny_run
+    pngs = sorted((Path(digits).parent / "raw").rglob("*.png"))[:3]
+    done = subprocess.run(
+        [sys.executable, "-c", SERVE, str(out / "models/export"), *map(str, pngs)],
+        cwd="/",  # not the repository: nothing of tfshards on the path
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    served = json.loads(done.stdout.strip().splitlines()[-1])
+    assert served["tfshards"] is False
+    labels = json.loads(Path(digits).read_text())["labels"]
+    assert len(served["labels"]) == 4 and set(served["labels"]) <= set(labels)
+    model = keras.models.load_model(out / "models/model.keras")
+    images = [tf.image.resize(tf.io.decode_png(p.read_bytes(), 1), (8, 8)) / 255 for p in pngs]
+    expected = model.predict(np.stack(images), verbose=0)
+    np.testing.assert_allclose(served["probabilities"][:3], expected, atol=1e-5)
+    np.testing.assert_allclose(served["probabilities"][3], expected[0], atol=0.05)  # JPEG loss
+
+
+# ----------------------------------------------------------------------------- resume
+
+
+KILLED_AT_EPOCH_2 = """
+import os, signal, sys
+from tfshards.train import TrainConfig, train
+
+def log(line):
+    print(line, flush=True)
+    if line.startswith("epoch 2/4"):  # epoch 2 is checkpointed and logged: die hard
+        os.kill(os.getpid(), signal.SIGKILL)
+
+train(TrainConfig(**eval(sys.argv[1])), log=log)
+"""
+
+
+@pytest.mark.slow
+def test_run_killed_after_epoch_2_resumes_at_3_and_ends_like_an_uninterrupted_run(
+    digits: str, tmp_path: Path
+) -> None:
+    settings: dict[str, Any] = {"manifest": digits, "image_size": 8, "epochs": 4}
+    whole = train(TrainConfig(**settings, **_outputs(tmp_path / "whole")))  # type: ignore[arg-type]
+
+    config = {**settings, **_outputs(tmp_path / "killed")}
+    killed = subprocess.run(
+        [sys.executable, "-c", KILLED_AT_EPOCH_2, repr(config)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert killed.returncode == -signal.SIGKILL, killed.stderr[-3000:]
+    assert killed.stdout.splitlines()[-1].startswith("epoch 2/4")
+    assert (tmp_path / "killed/checkpoints/train/state.json").exists()
+
+    lines: list[str] = []
+    resumed = train(TrainConfig(**config), log=lines.append)  # type: ignore[arg-type]
+    assert lines[0] == f"resuming after epoch 2/4 from {config['checkpoint_dir']}"
+    assert [line.split(":")[0] for line in lines[1:]] == ["epoch 3/4", "epoch 4/4"]
+    for name in MODEL_METRICS:
+        assert resumed.metrics[name] == pytest.approx(whole.metrics[name], abs=1e-6), name
+    assert resumed.metrics["epochs"] == 4
+    # dvclive went on counting: steps 0..3, each once.
+    rows = (tmp_path / "killed/results/train/live/plots/metrics/val_loss.tsv").read_text()
+    assert [r.split("\t")[0] for r in rows.splitlines()[1:]] == ["0", "1", "2", "3"]
+    assert not (tmp_path / "killed/checkpoints/train").exists()
+
+
+def test_checkpoint_made_with_other_settings_is_removed_not_resumed(tmp_path: Path) -> None:
+    Checkpoint(str(tmp_path / "ck"), "key-a").save(1, [])
+    said: list[str] = []
+    assert Checkpoint(str(tmp_path / "ck"), "key-b").restore(said.append) == (0, [])
+    assert "made with other settings" in said[0]
+    assert not (tmp_path / "ck").exists()
+
+
+# ----------------------------------------------------------------------------- several devices
+
+
+MIRRORED = """
+import json, sys
+import tensorflow as tf
+
+# Two logical CPU devices: must happen before anything initializes TensorFlow's devices.
+cpu = tf.config.list_physical_devices("CPU")[0]
+tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * 2)
+from tfshards.train import TrainConfig, train
+
+settings = eval(sys.argv[1])
+print(json.dumps({s: train(TrainConfig(strategy=s, **settings)).metrics for s in sys.argv[2:]}))
+"""
+
+
+@pytest.mark.slow
+def test_mirrored_over_two_cpu_devices_learns_like_one_device(digits: str, tmp_path: Path) -> None:
+    settings = {
+        "manifest": digits,
+        "image_size": 8,
+        "epochs": 4,
+        "learning_rate": 0.003,
+        "metrics": str(tmp_path / "metrics.json"),
+        "live_dir": None,
+        "model_out": None,
+        "split_out": None,
+    }
+    done = subprocess.run(
+        [sys.executable, "-c", MIRRORED, repr(settings), "mirrored", "one"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    runs = json.loads(done.stdout.strip().splitlines()[-1])
+    assert (runs["mirrored"]["replicas"], runs["one"]["replicas"]) == (2, 1)
+    assert runs["one"]["val_accuracy"] > 0.8, runs
+    # Same steps up to float summation order and per-replica dropout masks.
+    assert abs(runs["mirrored"]["val_accuracy"] - runs["one"]["val_accuracy"]) < 0.05, runs
+
+
+def test_batch_that_does_not_split_evenly_over_replicas_is_a_config_error() -> None:
+    from tfshards.steps import TrainSteps
+
+    class TwoReplicas:
+        num_replicas_in_sync = 2
+
+    with pytest.raises(ConfigError, match="batch_size 63 must be a multiple of the 2 replicas"):
+        TrainSteps(None, None, strategy=TwoReplicas(), classes=2, global_batch=63)

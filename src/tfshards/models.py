@@ -1,4 +1,4 @@
-"""The image classifiers ``tfshards train`` builds, chosen by name, and their compiled steps.
+"""The image classifiers ``tfshards train`` builds: built-in names or ``package.module:function``.
 
 Names and size limits are checked without TensorFlow (a bad option fails in
 milliseconds); Keras is imported only when a model is built. Every model takes
@@ -10,7 +10,11 @@ keeps the last activation in float32).
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import importlib
+import os
+import re
+import sys
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -45,17 +49,37 @@ MODELS: dict[str, ModelSpec] = {
 }
 
 
+AUGMENTATIONS = ("flip", "crop")
+_USER_MODEL = re.compile(r"^[A-Za-z_]\w*(\.[A-Za-z_]\w*)*:[A-Za-z_]\w*$")
+
+
+def is_user_model(name: str) -> bool:
+    """True for ``package.module:function`` (a user's model), False for a built-in name."""
+    return ":" in name
+
+
 def model_spec(name: str, image_size: int) -> ModelSpec:
     """The spec of model ``name``, checked against ``image_size``.
+
+    A ``package.module:function`` name is checked for its form only here (its
+    module is imported by :func:`load_builder`, when training starts).
 
     Raises:
         ConfigError: unknown name (the message lists the valid ones) or an
             image size below the model's minimum.
     """
+    if is_user_model(name):
+        if not _USER_MODEL.match(name):
+            raise ConfigError(
+                f"model {name!r} is not package.module:function (e.g. mypkg.models:build)",
+                model=name,
+            )
+        return ModelSpec(name, 1, "user model")
     spec = MODELS.get(name)
     if spec is None:
         raise ConfigError(
-            f"unknown model {name!r}; valid names: {', '.join(sorted(MODELS))}",
+            f"unknown model {name!r}; valid names: {', '.join(sorted(MODELS))}, "
+            "or package.module:function",
             model=name,
             valid=sorted(MODELS),
         )
@@ -70,21 +94,112 @@ def model_spec(name: str, image_size: int) -> ModelSpec:
     return spec
 
 
-def build_model(name: str, *, image_size: int, channels: int, classes: int) -> Any:
+def load_builder(name: str) -> Callable[..., Any]:
+    """The function a ``package.module:function`` name stands for, imported now.
+
+    The working directory is searched first (as ``python -m`` does), so a
+    module in the repository root is found when DVC runs the stage there.
+
+    Raises:
+        ConfigError: the module cannot be imported, or has no such callable.
+    """
+    model_spec(name, 1)
+    module_name, _, attr = name.partition(":")
+    if os.getcwd() not in sys.path:
+        sys.path.insert(0, os.getcwd())
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise ConfigError(
+            f"model {name!r}: cannot import {module_name!r}: {exc}", model=name
+        ) from exc
+    builder = getattr(module, attr, None)
+    if not callable(builder):
+        raise ConfigError(
+            f"model {name!r}: module {module_name!r} has no function {attr!r}", model=name
+        )
+    return builder  # type: ignore[no-any-return]
+
+
+def build_model(
+    name: str,
+    *,
+    image_size: int,
+    channels: int,
+    classes: int,
+    model_args: Mapping[str, Any] | None = None,
+) -> Any:
     """Build model ``name`` (a ``keras.Model``) under the current dtype policy.
 
+    A user's ``package.module:function`` is called as
+    ``function((image_size, image_size, channels), classes, **model_args)`` and
+    must return an uncompiled ``keras.Model`` with float32 images in [0, 1] in
+    and ``classes`` probabilities out (end it with a softmax).
+
     Args:
-        name: a key of :data:`MODELS`.
+        name: a key of :data:`MODELS`, or ``package.module:function``.
         image_size: input height and width in pixels.
         channels: input channels (1 for grayscale, 3 for RGB).
         classes: number of output classes, >= 2.
+        model_args: keyword arguments for a user's function (built-ins take none).
     """
     model_spec(name, image_size)
     if channels < 1:
         raise ConfigError(f"channels must be >= 1, got {channels}")
     if classes < 2:
         raise ConfigError(f"a classifier needs at least 2 classes, got {classes}", classes=classes)
-    return _BUILDERS[name](image_size, channels, classes)
+    args = dict(model_args or {})
+    if not is_user_model(name):
+        if args:
+            raise ConfigError(
+                f"model {name!r} is built in and takes no model_args, got {sorted(args)}"
+            )
+        return _BUILDERS[name](image_size, channels, classes)
+    import keras
+
+    shape = (image_size, image_size, channels)
+    try:
+        model = load_builder(name)(shape, classes, **args)
+    except TypeError as exc:  # a missing or unexpected model_args key
+        raise ConfigError(f"model {name!r}: model_args {args}: {exc}", model=name) from exc
+    if not isinstance(model, keras.Model):
+        raise ConfigError(
+            f"model {name!r} must return a keras.Model, got {type(model).__name__}", model=name
+        )
+    found = tuple(model.output.shape) if hasattr(model, "output") else None
+    if found != (None, classes):
+        raise ConfigError(
+            f"model {name!r} must output (batch, {classes}) probabilities, got {found}",
+            model=name,
+        )
+    return model
+
+
+def with_input(model: Any, *, image_dtype: str, augment: tuple[str, ...], seed: int) -> Any:
+    """``model`` behind what the input needs: uint8 scaling and training-time augmentation.
+
+    ``uint8`` images (a quarter of the bytes float32 sends to a device) are
+    scaled to [0, 1] by a ``Rescaling`` layer inside the model. ``flip`` adds a
+    random horizontal flip and ``crop`` a random crop of up to 20% of each side
+    resized back (``RandomZoom``); both run on the device, in training only, and
+    pass images through unchanged at inference. With neither the model is
+    returned as it is.
+    """
+    unknown = sorted(set(augment) - set(AUGMENTATIONS))
+    if unknown:
+        raise ConfigError(f"augment must be among {AUGMENTATIONS}, got {unknown}")
+    if image_dtype == "float32" and not augment:
+        return model
+    import keras
+    from keras import layers
+
+    inputs = keras.Input(model.input.shape[1:], dtype=image_dtype, name="image")
+    x = layers.Rescaling(1 / 255, name="scale")(inputs) if image_dtype == "uint8" else inputs
+    if "flip" in augment:
+        x = layers.RandomFlip("horizontal", seed=seed, name="random_flip")(x)
+    if "crop" in augment:
+        x = layers.RandomZoom((-0.2, 0.0), seed=seed, fill_mode="reflect", name="random_crop")(x)
+    return keras.Model(inputs, model(x), name=model.name)
 
 
 def _small_cnn(size: int, channels: int, classes: int) -> Any:
@@ -125,71 +240,6 @@ def _mobilenet_v3_small(size: int, channels: int, classes: int) -> Any:
     x = backbone(x)
     outputs = layers.Activation("softmax", dtype="float32", name="probabilities")(x)
     return keras.Model(inputs, outputs, name="mobilenet_v3_small")
-
-
-class TrainSteps:
-    """Adam on cross-entropy for ``model``: compiled train and eval steps and their metrics.
-
-    Args:
-        model: a model from :func:`build_model` (probabilities out).
-        learning_rate: Adam's step size.
-        mixed: the model was built under ``mixed_float16``: scale the loss so
-            small float16 gradients do not flush to zero.
-        jit_compile: compile both steps with XLA.
-    """
-
-    def __init__(self, model: Any, learning_rate: float, *, mixed: bool, jit_compile: bool) -> None:
-        import keras
-        import tensorflow as tf
-
-        optimizer: Any = keras.optimizers.Adam(learning_rate)
-        if mixed:
-            optimizer = keras.optimizers.LossScaleOptimizer(optimizer)
-        # Compiled too, so the saved .keras file evaluates and resumes as it is.
-        model.compile(
-            optimizer=optimizer, loss="sparse_categorical_crossentropy", metrics=["accuracy"]
-        )
-        optimizer.build(model.trainable_variables)  # its variables made outside tf.function
-        loss_fn = keras.losses.SparseCategoricalCrossentropy()
-        self.model = model
-        self.loss, self.val_loss = keras.metrics.Mean(), keras.metrics.Mean()
-        self.accuracy = keras.metrics.SparseCategoricalAccuracy()
-        self.val_accuracy = keras.metrics.SparseCategoricalAccuracy()
-
-        def train_step(x: Any, y: Any) -> Any:
-            with tf.GradientTape() as tape:
-                probs = model(x, training=True)
-                loss = loss_fn(y, probs)
-                scaled = optimizer.scale_loss(loss) if mixed else loss
-            grads = tape.gradient(scaled, model.trainable_variables)
-            optimizer.apply_gradients(zip(grads, model.trainable_variables, strict=True))
-            self.loss.update_state(loss)
-            self.accuracy.update_state(y, probs)
-            return loss
-
-        def eval_step(x: Any, y: Any) -> Any:
-            probs = model(x, training=False)
-            self.val_loss.update_state(loss_fn(y, probs), sample_weight=tf.shape(y)[0])
-            self.val_accuracy.update_state(y, probs)
-
-        # reduce_retracing: a last, smaller eval batch costs one relaxed retrace at most.
-        self.train = tf.function(train_step, jit_compile=jit_compile, reduce_retracing=True)
-        self._eval = tf.function(eval_step, jit_compile=jit_compile, reduce_retracing=True)
-
-    def train_metrics(self) -> tuple[float, float]:
-        """Mean loss and accuracy since the last call (one epoch); then resets them."""
-        values = float(self.loss.result()), float(self.accuracy.result())
-        self.loss.reset_state()
-        self.accuracy.reset_state()
-        return values
-
-    def evaluate(self, dataset: Any) -> tuple[float, float]:
-        """Loss and accuracy over every record of ``dataset`` (a finite one)."""
-        self.val_loss.reset_state()
-        self.val_accuracy.reset_state()
-        for x, y in dataset:
-            self._eval(x, y)
-        return float(self.val_loss.result()), float(self.val_accuracy.result())
 
 
 _BUILDERS: dict[str, Callable[[int, int, int], Any]] = {

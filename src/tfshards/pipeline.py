@@ -42,7 +42,21 @@ TRAIN_METRICS = "results/train/metrics.json"
 LIVE_DIR = "results/train/live"
 MODEL = "models/model.keras"
 SPLIT = "results/train/split.json"
-PLOTS = {f"{LIVE_DIR}/plots/metrics": {"x": "step"}}
+EXPORT = "models/export"
+CHECKPOINTS = "checkpoints/train"  # not an out: DVC deletes outs before a stage runs
+PLOTS = {
+    f"{LIVE_DIR}/plots/metrics": {"x": "step"},
+    f"{LIVE_DIR}/plots/sklearn/confusion_matrix.json": {
+        "template": "confusion",
+        "x": "actual",
+        "y": "predicted",
+    },
+    f"{LIVE_DIR}/plots/custom/val_class_accuracy.json": {
+        "template": "bar_horizontal",
+        "x": "accuracy",
+        "y": "label",
+    },
+}
 
 # TrainConfig fields that are output paths fixed by the pipeline, not params.
 TRAIN_PATHS = {
@@ -51,6 +65,8 @@ TRAIN_PATHS = {
     "live_dir": LIVE_DIR,
     "model_out": MODEL,
     "split_out": SPLIT,
+    "export_out": EXPORT,
+    "checkpoint_dir": CHECKPOINTS,
 }
 
 # PipelineSpec field -> the param that holds it (init reads them back on a re-run).
@@ -83,10 +99,26 @@ PARAM_COMMENTS = {
         "model": "small_cnn | mobilenet_v3_small (needs image_size >= 32)",
         "image_size": "images are resized to this square size, in pixels",
         "val_fraction": "held out as whole shards (the effective fraction is logged)",
-        "seed": "seeds training and picks the split",
+        "model_args": "keyword arguments for a package.module:function model",
+        "batch_size": "global: split evenly over the replicas under strategy mirrored",
+        "learning_rate": "the peak rate under a schedule",
+        "optimizer": "adam | sgd | adamw",
+        "momentum": "sgd only",
+        "weight_decay": "adamw only (decoupled weight decay)",
+        "lr_schedule": "constant | cosine (half cosine to 0 at the last step)",
+        "warmup_epochs": "linear warm-up from 0 over this many epochs (cosine only)",
+        "early_stopping": "stop after this many epochs without a better metric; 0 = off",
+        "early_stopping_metric": "val_loss | val_accuracy",
+        "label_smoothing": "share of each target spread over all classes, in [0, 1)",
+        "class_weight": "none | balanced (from the training shards' label counts)",
+        "augment": "none | flip | crop | flip,crop (on the device, training only)",
+        "image_dtype": "float32 | uint8 (a quarter of the bytes; scaled in the model)",
+        "seed": "seeds training: weights, dropout, input order",
+        "split_seed": "picks the validation shards; null = the same as seed",
         "deterministic": "op determinism: the same seed gives the same run",
         "mixed_precision": "auto (on when a GPU is present) | on | off",
         "jit_compile": "XLA",
+        "strategy": "one | mirrored (a replica per local GPU) | auto (mirrored with 2+ GPUs)",
     },
 }
 
@@ -145,7 +177,7 @@ def params(spec: PipelineSpec) -> dict[str, dict[str, Any]]:
         },
         "validate": {"fail_on_leakage": False},
         "train": {
-            f.name: getattr(train, f.name)
+            f.name: _param(getattr(train, f.name))
             for f in dataclasses.fields(TrainConfig)
             if f.name not in TRAIN_PATHS
         },
@@ -199,10 +231,12 @@ def stages(*, remote: bool, program: Callable[[str], str]) -> dict[str, dict[str
             "params": ["train"],
             "outs": [
                 MODEL,
+                EXPORT,
                 {SPLIT: {"cache": False}},
                 # dvclive's folder as a whole: under `dvc exp run` dvclive would
-                # git-add any file in it that is not a DVC out.
-                {LIVE_DIR: {"cache": False}},
+                # git-add any file in it that is not a DVC out. Persisted so a
+                # resumed run continues its step count.
+                {LIVE_DIR: {"cache": False, "persist": True}},
             ],
             "metrics": [{TRAIN_METRICS: {"cache": False}}],
         },
@@ -213,6 +247,15 @@ def _train_options() -> list[str]:
     """``--field value`` for every TrainConfig field: fixed paths, else the param."""
     options = []
     for f in dataclasses.fields(TrainConfig):
+        if f.name == "model_args":
+            continue  # a mapping: DVC unpacks it into `--key value` words, after `--`
         value = TRAIN_PATHS.get(f.name, f"${{train.{f.name}}}")
         options.append(f"--{f.name.replace('_', '-')} {value}")
-    return options
+    return [*options, "-- ${train.model_args}"]
+
+
+def _param(value: Any) -> Any:
+    """A TrainConfig default as params.yaml holds it (augment: ``none`` or ``flip,crop``)."""
+    if isinstance(value, tuple):
+        return ",".join(value) or "none"
+    return dict(value) if isinstance(value, dict) else value

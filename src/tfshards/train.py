@@ -10,22 +10,22 @@ first use, so :class:`TrainConfig` loads in milliseconds.
 
 from __future__ import annotations
 
-import contextlib
 import json
-import os
-import tempfile
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from tfshards import confusion, models, optim, storage
 from tfshards import manifest as manifests
-from tfshards import models, storage
+from tfshards.checkpoint import Checkpoint, settings_key
+from tfshards.devices import device_name, make_strategy, tf_state
 from tfshards.errors import ConfigError
+from tfshards.export import export_serving, save_model
+from tfshards.history import MODEL_METRICS, EpochResult, stop_early, summarize
 from tfshards.stall import LoopTiming, timed_loop  # re-exported: train's API before the split
-
-MIXED_PRECISION = ("auto", "on", "off")
-MODEL_METRICS = ("loss", "accuracy", "val_loss", "val_accuracy")  # val_* need a val set
+from tfshards.steps import TrainSteps
+from tfshards.trainconfig import MIXED_PRECISION, TrainConfig
 
 __all__ = [
     "MIXED_PRECISION",
@@ -41,85 +41,6 @@ __all__ = [
     "train",
     "write_json",
 ]
-
-
-@dataclass(frozen=True)
-class TrainConfig:
-    """What to train and where its outputs go; validated on construction.
-
-    Attributes:
-        manifest: manifest.json of the shard set (path or fsspec URL).
-        model: a name in :data:`tfshards.models.MODELS`.
-        epochs: passes over the training shards, >= 1.
-        batch_size: records per step, >= 1.
-        learning_rate: Adam's step size, > 0.
-        image_size: height = width the images are resized to, in pixels.
-        val_fraction: share of records (whole shards) held out, in [0, 1).
-        seed: seeds Python, NumPy, TensorFlow, the split and the input order.
-        deterministic: same seed, same result: op determinism and a fixed input order.
-        mixed_precision: ``"auto"`` (on when a GPU is present), ``"on"`` or ``"off"``.
-        jit_compile: compile the train and eval steps with XLA.
-        metrics: summary JSON (the DVC metrics file).
-        live_dir: dvclive directory for per-epoch metrics, or None.
-        model_out: where the trained model goes (``.keras``), or None.
-        split_out: where the split (shards and records per side) goes, or None.
-    """
-
-    manifest: str = "data/manifest.json"
-    model: str = "small_cnn"
-    epochs: int = 10
-    batch_size: int = 64
-    learning_rate: float = 1e-3
-    image_size: int = 16
-    val_fraction: float = 0.2
-    seed: int = 0
-    deterministic: bool = True
-    mixed_precision: str = "auto"
-    jit_compile: bool = False
-    metrics: str = "results/train/metrics.json"
-    live_dir: str | None = "results/train/live"
-    model_out: str | None = "models/model.keras"
-    split_out: str | None = "results/train/split.json"
-
-    def __post_init__(self) -> None:
-        for name in ("epochs", "batch_size", "image_size"):
-            value = getattr(self, name)
-            if value < 1:
-                raise ConfigError(f"{name} must be >= 1, got {value}", option=name)
-        if not self.learning_rate > 0:
-            raise ConfigError(f"learning_rate must be > 0, got {self.learning_rate}")
-        if not 0.0 <= self.val_fraction < 1.0:
-            raise ConfigError(f"val_fraction must be in [0, 1), got {self.val_fraction}")
-        if self.mixed_precision not in MIXED_PRECISION:
-            raise ConfigError(
-                f"mixed_precision must be one of {MIXED_PRECISION}, got {self.mixed_precision!r}"
-            )
-        if self.model_out is not None and not self.model_out.endswith(".keras"):
-            raise ConfigError(f"model_out must end with .keras, got {self.model_out!r}")
-        models.model_spec(self.model, self.image_size)
-
-
-@dataclass(frozen=True)
-class EpochResult:
-    """One epoch's metrics (val ones are None without a validation set) and its timing."""
-
-    epoch: int
-    loss: float
-    accuracy: float
-    val_loss: float | None
-    val_accuracy: float | None
-    timing: LoopTiming
-
-    def metrics(self) -> dict[str, float]:
-        values = {
-            "loss": self.loss,
-            "accuracy": self.accuracy,
-            "val_loss": self.val_loss,
-            "val_accuracy": self.val_accuracy,
-            "examples_per_s": self.timing.examples_per_s,
-            "input_bound_fraction": self.timing.input_bound_fraction,
-        }
-        return {k: v for k, v in values.items() if v is not None}
 
 
 @dataclass(frozen=True)
@@ -140,95 +61,115 @@ class TrainResult:
         )
 
 
-def summarize(
-    epochs: Sequence[EpochResult], *, device: str, train_records: int, val_records: int
-) -> dict[str, Any]:
-    """The summary metrics: the last epoch's model metrics, steady-state timings.
-
-    Timings leave out the first epoch when there are more (it traces and
-    compiles the steps and fills the input pipeline), so ``examples_per_s``
-    and ``input_bound_fraction`` describe the run's steady state.
-    """
-    if not epochs:
-        raise ConfigError("no epochs to summarize")
-    last = epochs[-1]
-    steady = epochs[1:] or epochs
-    timing = steady[0].timing
-    for epoch in steady[1:]:
-        timing = timing + epoch.timing
-    out: dict[str, Any] = {k: round(v, 6) for k, v in last.metrics().items() if k in MODEL_METRICS}
-    out.update(
-        epochs=len(epochs),
-        examples_per_s=round(timing.examples_per_s, 1),
-        input_bound_fraction=round(timing.input_bound_fraction, 4),
-        device=device,
-        train_records=train_records,
-        val_records=val_records,
-    )
-    return out
-
-
-def device_name() -> str:
-    """``"GPU:0 (<name>)"`` when TensorFlow sees a GPU (steps run there), else ``"CPU"``."""
-    import tensorflow as tf
-
-    gpus = tf.config.list_physical_devices("GPU")
-    if not gpus:
-        return "CPU"
-    details = tf.config.experimental.get_device_details(gpus[0])
-    return f"GPU:0 ({details.get('device_name', 'unknown')})"
-
-
 def train(config: TrainConfig, *, log: Callable[[str], None] | None = None) -> TrainResult:
     """Train ``config.model`` on the manifest's shards and write every output.
 
-    Splits the shards (whole files) into train and validation, trains with
-    Adam on sparse categorical cross-entropy, evaluates after every epoch,
-    logs per-epoch metrics to dvclive, then writes the summary metrics, the
-    split and the model. Global TensorFlow state it changes (dtype policy, op
-    determinism) is restored on return.
+    Splits the shards (whole files) into train and validation, trains on
+    (weighted, smoothed) cross-entropy, evaluates after every epoch, logs
+    per-epoch metrics to dvclive and checkpoints, resuming after the last
+    finished epoch of a killed run with the same settings. Then writes the
+    validation confusion matrix, the summary metrics, the split, the model and
+    its serving export, and removes the checkpoint. Global TensorFlow state it
+    changes (dtype policy, op determinism) is restored on return.
 
     Args:
         config: what to train.
         log: called with one line per epoch (None: silent).
     """
-    import keras
     import tensorflow as tf
 
     from tfshards import loader
 
     started = time.perf_counter()
+    if models.is_user_model(config.model):
+        models.load_builder(config.model)  # a bad module fails before any data is read
     manifest = manifests.load(config.manifest)
-    if len(manifest.labels) < 2:
+    labels = manifest.labels
+    if len(labels) < 2:
         raise ConfigError(
-            f"{config.manifest}: a classifier needs at least 2 labels, found {len(manifest.labels)}"
+            f"{config.manifest}: a classifier needs at least 2 labels, found {len(labels)}"
         )
-    parts = loader.split(manifest, config.val_fraction, config.seed)
+    split_seed = config.seed if config.split_seed is None else config.split_seed
+    parts = loader.split(manifest, config.val_fraction, split_seed)
     device = device_name()
     mixed = config.mixed_precision == "on" or (config.mixed_precision == "auto" and device != "CPU")
+    strategy = make_strategy(config.strategy)
     # Seeds first: tf.data ops take the global seed into theirs when they are made.
-    with _tf_state(tf, keras, seed=config.seed, deterministic=config.deterministic, mixed=mixed):
-        # Training: endless, one iterator for all epochs (the pipeline never restarts).
+    with tf_state(config.seed, deterministic=config.deterministic, mixed=mixed):
         train_ds = _dataset(loader, parts.train, manifest, config, training=True)
         val_ds = (
             _dataset(loader, parts.val, manifest, config, training=False) if parts.val else None
         )
-        model = models.build_model(
-            config.model,
-            image_size=config.image_size,
-            channels=int(train_ds.element_spec[0].shape[-1]),
-            classes=len(manifest.labels),
-        )
-        steps = models.TrainSteps(
-            model, config.learning_rate, mixed=mixed, jit_compile=config.jit_compile
-        )
+        channels = int(train_ds.element_spec[0].shape[-1])
         batches = max(1, parts.train_records // config.batch_size)
-        live = _open_live(config.live_dir)
+        weights = None
+        if config.class_weight == "balanced":
+            weights = optim.balanced_class_weights(_label_counts(loader, parts, manifest))
+        with strategy.scope():
+            model = models.with_input(
+                models.build_model(
+                    config.model,
+                    image_size=config.image_size,
+                    channels=channels,
+                    classes=len(labels),
+                    model_args=config.model_args,
+                ),
+                image_dtype=config.image_dtype,
+                augment=config.augment,
+                seed=config.seed,
+            )
+            rate = optim.learning_rate(
+                config.learning_rate,
+                config.lr_schedule,
+                total_steps=batches * config.epochs,
+                warmup_steps=batches * config.warmup_epochs,
+            )
+            optimizer = optim.make_optimizer(
+                config.optimizer, rate, momentum=config.momentum, weight_decay=config.weight_decay
+            )
+        steps = TrainSteps(
+            model,
+            optimizer,
+            strategy=strategy,
+            classes=len(labels),
+            global_batch=config.batch_size,
+            label_smoothing=config.label_smoothing,
+            class_weights=weights,
+            mixed=mixed,
+            jit_compile=config.jit_compile,
+        )
+        # Training: endless, one iterator for all epochs (the pipeline never restarts).
+        iterator = iter(train_ds)
+        checkpoint = None
         results: list[EpochResult] = []
+        if config.checkpoint_dir:
+            checkpoint = Checkpoint(
+                config.checkpoint_dir,
+                settings_key({**config.settings(), "fingerprint": manifest.fingerprint}),
+                {
+                    "model": [v.value for v in model.variables],
+                    "optimizer": [v.value for v in steps.optimizer.variables],
+                    "iterator": iterator,
+                },
+            )
+            done, history = checkpoint.restore(log)
+            results = [EpochResult.from_json(doc) for doc in history]
+            if done and log is not None:
+                log(f"resuming after epoch {done}/{config.epochs} from {config.checkpoint_dir}")
+        live = _open_live(config.live_dir, resume=bool(results))
+        if live is not None and results:
+            live.step = len(results)  # epochs logged after the checkpoint are logged again
+        elif config.live_dir is not None:  # the folder persists (for resuming): no stale matrix
+            fs, path = storage.open_url(_confusion_url(config.live_dir))
+            if fs.exists(path):
+                fs.rm(path)
+        predictions: tuple[list[int], list[int]] | None = None
+        matrix: list[list[int]] = []
         try:
             with loader.shard_errors(manifest, parts.train + parts.val):
-                iterator = iter(train_ds)
-                for epoch in range(1, config.epochs + 1):
+                for epoch in range(len(results) + 1, config.epochs + 1):
+                    if stop_early(results, config.early_stopping, config.early_stopping_metric):
+                        break
                     timing = timed_loop(
                         iterator,
                         batches,
@@ -237,10 +178,21 @@ def train(config: TrainConfig, *, log: Callable[[str], None] | None = None) -> T
                         sync=lambda loss: loss.numpy(),
                     )
                     loss, accuracy = steps.train_metrics()
-                    val_loss, val_accuracy = steps.evaluate(val_ds) if val_ds else (None, None)
+                    val_loss = val_accuracy = None
+                    if val_ds is not None:
+                        val_loss, val_accuracy, *evaluated = steps.evaluate(val_ds)
+                        predictions = (evaluated[0], evaluated[1])
                     result = EpochResult(epoch, loss, accuracy, val_loss, val_accuracy, timing)
                     results.append(result)
-                    _log_epoch(live, log, result, config.epochs)
+                    _log_epoch(live, None, result, config.epochs)
+                    if checkpoint is not None:
+                        checkpoint.save(epoch, [r.to_json() for r in results])
+                    _log_epoch(None, log, result, config.epochs)
+                if val_ds is not None and predictions is None:  # all epochs were done before
+                    predictions = tuple(steps.evaluate(val_ds)[2:])  # type: ignore[assignment]
+            if predictions is not None:
+                matrix = confusion.confusion_matrix(*predictions, len(labels))
+                _log_confusion(config.live_dir, live, matrix, labels, predictions)
         except tf.errors.UnimplementedError as exc:
             if not config.deterministic:
                 raise
@@ -264,14 +216,28 @@ def train(config: TrainConfig, *, log: Callable[[str], None] | None = None) -> T
             model=config.model,
             mixed_precision=mixed,
             jit_compile=config.jit_compile,
+            replicas=strategy.num_replicas_in_sync,
             seconds=round(time.perf_counter() - started, 2),
         )
+        if predictions is not None:
+            metrics["val_class_accuracy"] = confusion.class_accuracy(matrix, labels)
         if config.model_out:
             save_model(model, config.model_out)
+        if config.export_out:
+            export_serving(
+                model,
+                config.export_out,
+                image_size=config.image_size,
+                channels=channels,
+                image_dtype=config.image_dtype,
+                labels=labels,
+            )
     write_json(metrics, config.metrics)
     if config.split_out:
         fs, path = storage.open_url(config.split_out)
         storage.write_atomic(fs, path, [parts.to_json()])
+    if checkpoint is not None:
+        checkpoint.remove()
     return TrainResult(metrics, tuple(results), parts)
 
 
@@ -282,53 +248,42 @@ def write_json(doc: dict[str, Any], url: str) -> None:
     storage.write_atomic(fs, path, [text.encode()])
 
 
-def save_model(model: Any, url: str) -> None:
-    """Save a Keras model as ``.keras`` at ``url`` (local or fsspec), atomically."""
-    with tempfile.TemporaryDirectory(prefix="tfshards-model-") as tmp:
-        local = os.path.join(tmp, "model.keras")  # Keras writes only to local files
-        model.save(local)
-        with open(local, "rb") as f:
-            data = f.read()
-    fs, path = storage.open_url(url)
-    storage.write_atomic(fs, path, [data])
+def _label_counts(loader: Any, parts: Any, manifest: Any) -> list[int]:
+    """Records per class in the training shards (one pass reading only the labels)."""
+    import numpy as np
+
+    counts = np.zeros(len(manifest.labels), np.int64)
+    labels_only = loader.make_dataset(
+        parts.train, manifest, batch_size=4096, training=False, decode=False, features=[]
+    )
+    for _, y in labels_only:
+        counts += np.bincount(y.numpy(), minlength=len(counts))[: len(counts)]
+    return [int(c) for c in counts]
 
 
 def _dataset(
     loader: Any, shards: Sequence[Any], manifest: Any, config: TrainConfig, *, training: bool
 ) -> Any:
-    return loader.make_dataset(
+    import tensorflow as tf
+
+    dataset = loader.make_dataset(
         shards,
         manifest,
         batch_size=config.batch_size,
         training=training,
         seed=config.seed,
         image_size=(config.image_size, config.image_size),
+        image_dtype=config.image_dtype,
         deterministic=config.deterministic,
     )
+    # The checkpointed iterator may hold a remote-cache gate (a py_function): its
+    # state is the files already fetched, which a resumed run fetches again.
+    options = tf.data.Options()
+    options.experimental_external_state_policy = tf.data.experimental.ExternalStatePolicy.IGNORE
+    return dataset.with_options(options)
 
 
-@contextlib.contextmanager
-def _tf_state(
-    tf: Any, keras: Any, *, seed: int, deterministic: bool, mixed: bool
-) -> Iterator[None]:
-    """Seeds, op determinism and the dtype policy for one run; process-wide, so restored after."""
-    from tensorflow.python.framework import config as tf_config
-
-    policy = keras.mixed_precision.global_policy()
-    was_deterministic = tf_config.is_op_determinism_enabled()
-    keras.utils.set_random_seed(seed)  # Python, NumPy and TensorFlow
-    if deterministic:
-        tf.config.experimental.enable_op_determinism()
-    keras.mixed_precision.set_global_policy("mixed_float16" if mixed else "float32")
-    try:
-        yield
-    finally:
-        keras.mixed_precision.set_global_policy(policy)
-        if deterministic and not was_deterministic:
-            tf_config.disable_op_determinism()
-
-
-def _open_live(directory: str | None) -> Any:
+def _open_live(directory: str | None, *, resume: bool = False) -> Any:
     if directory is None:
         return None
     from dvclive.live import Live
@@ -347,7 +302,41 @@ def _open_live(directory: str | None) -> Any:
                 self._dvc_repo = None
 
     # DVC runs this as a stage: dvclive must not edit dvc.yaml, make experiments or reports.
-    return _Live(dir=directory, save_dvc_exp=False, dvcyaml=False, report=None)
+    # resume: the step count goes on from the last logged epoch instead of starting over.
+    return _Live(dir=directory, save_dvc_exp=False, dvcyaml=False, report=None, resume=resume)
+
+
+def _log_confusion(
+    directory: str | None,
+    live: Any,
+    matrix: list[list[int]],
+    labels: Sequence[str],
+    predictions: tuple[list[int], list[int]],
+) -> None:
+    """The validation confusion matrix: ``confusion.csv`` and dvclive's plot of it."""
+    if directory is None or live is None:
+        return
+    fs, path = storage.open_url(_confusion_url(directory))
+    storage.write_atomic(fs, path, [confusion.to_csv(matrix, labels)])
+    actual, predicted = predictions
+    live.log_sklearn_plot(
+        "confusion_matrix",
+        [labels[i] for i in actual],
+        [labels[i] for i in predicted],
+        name="confusion_matrix.json",
+    )
+    accuracy = confusion.class_accuracy(matrix, labels)
+    live.log_plot(
+        "val_class_accuracy",
+        [{"label": k, "accuracy": v} for k, v in accuracy.items()],
+        x="accuracy",
+        y="label",
+        template="bar_horizontal",
+    )
+
+
+def _confusion_url(live_dir: str) -> str:
+    return f"{live_dir.rstrip('/')}/confusion.csv"
 
 
 def _log_epoch(

@@ -16,7 +16,7 @@ from tfshards.cli.init import init_command
 from tfshards.cli.list import list_files_command
 from tfshards.cli.prune import prune_command
 from tfshards.cli.sample import sample_app
-from tfshards.cli.train import train_command
+from tfshards.cli.train import CONTEXT, train_command
 from tfshards.cli.validate import validate_command
 from tfshards.cli.write import write_command
 
@@ -56,7 +56,7 @@ app.add_typer(sample_app, name="sample")
 app.command("list")(list_files_command)
 app.command("write")(write_command)
 app.command("validate")(validate_command)
-app.command("train")(train_command)
+app.command("train", context_settings=CONTEXT)(train_command)
 app.command("prune")(prune_command)
 
 

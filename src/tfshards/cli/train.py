@@ -6,15 +6,20 @@ TensorFlow is imported when training starts, not with this module, so
 
 from __future__ import annotations
 
-from typing import Annotated
+import json
+from typing import Annotated, Any
 
 import typer
 
 from tfshards.cli._common import one_line_errors
-from tfshards.models import MODELS
-from tfshards.train import MIXED_PRECISION, TrainConfig
+from tfshards.devices import STRATEGIES
+from tfshards.models import AUGMENTATIONS, MODELS
+from tfshards.optim import CLASS_WEIGHTS, OPTIMIZERS, SCHEDULES
+from tfshards.trainconfig import MIXED_PRECISION, TrainConfig
 
 DEFAULTS = TrainConfig()
+# Arguments after `--` go to a user's model function: what DVC writes for ${train.model_args}.
+CONTEXT = {"allow_extra_args": True}
 _TRUE = ("true", "yes", "on", "1")
 _FALSE = ("false", "no", "off", "0")
 
@@ -26,17 +31,55 @@ def parse_bool(value: str, option: str) -> bool:
         return True
     if lowered in _FALSE:
         return False
-    raise typer.BadParameter(f"expected true or false, got {value!r}", param_hint=option)
+    raise typer.BadParameter(f"expected true or false, got {value!r}", param_hint=option) from None
+
+
+def parse_model_args(args: list[str]) -> dict[str, Any]:
+    """``--name value`` pairs (DVC's rendering of a params mapping) as keyword arguments.
+
+    A value is read as JSON when it is JSON (``3``, ``0.5``, ``true``), else
+    kept as text; ``--name`` alone is ``True``; several values make a list.
+    """
+    out: dict[str, Any] = {}
+    name = None
+    for arg in args:
+        if arg.startswith("--") and len(arg) > 2:
+            name = arg[2:].replace("-", "_")
+            out[name] = True
+        elif name is None:
+            raise typer.BadParameter(
+                f"expected --name value pairs for the model, got {arg!r}", param_hint="model args"
+            )
+        else:
+            value = _scalar(arg)
+            current = out[name]
+            out[name] = value if current is True else [*_listed(current), value]
+    return out
+
+
+def _scalar(text: str) -> Any:
+    try:
+        return json.loads(text)
+    except ValueError:
+        return text
+
+
+def _listed(value: Any) -> list[Any]:
+    return value if isinstance(value, list) else [value]
 
 
 @one_line_errors
 def train_command(
+    ctx: typer.Context,
     manifest: Annotated[
         str, typer.Option(help="manifest.json of the validated shards (path or fsspec URL).")
     ] = DEFAULTS.manifest,
     model: Annotated[
         str,
-        typer.Option(help=f"Model to train: {' | '.join(MODELS)}."),
+        typer.Option(
+            help=f"Model to train: {' | '.join(MODELS)}, or package.module:function "
+            "(called with the input shape, the class count and the arguments after --)."
+        ),
     ] = DEFAULTS.model,
     epochs: Annotated[int, typer.Option(help="Passes over the training shards.")] = (
         DEFAULTS.epochs
@@ -44,9 +87,52 @@ def train_command(
     batch_size: Annotated[int, typer.Option(help="Records per training step.")] = (
         DEFAULTS.batch_size
     ),
-    learning_rate: Annotated[float, typer.Option(help="Adam learning rate.")] = (
-        DEFAULTS.learning_rate
+    learning_rate: Annotated[
+        float, typer.Option(help="Learning rate (the peak one under a schedule).")
+    ] = DEFAULTS.learning_rate,
+    optimizer: Annotated[str, typer.Option(help=f"{' | '.join(OPTIMIZERS)}.")] = (
+        DEFAULTS.optimizer
     ),
+    momentum: Annotated[float, typer.Option(help="sgd's momentum.")] = DEFAULTS.momentum,
+    weight_decay: Annotated[float, typer.Option(help="adamw's decoupled weight decay.")] = (
+        DEFAULTS.weight_decay
+    ),
+    lr_schedule: Annotated[
+        str, typer.Option(help=f"{' | '.join(SCHEDULES)}: cosine decays to 0 at the last step.")
+    ] = DEFAULTS.lr_schedule,
+    warmup_epochs: Annotated[
+        int, typer.Option(help="Epochs of linear warm-up from 0 (cosine only).")
+    ] = DEFAULTS.warmup_epochs,
+    early_stopping: Annotated[
+        int,
+        typer.Option(help="Stop after N epochs without a better --early-stopping-metric; 0: off."),
+    ] = DEFAULTS.early_stopping,
+    early_stopping_metric: Annotated[
+        str, typer.Option(help="val_loss | val_accuracy.")
+    ] = DEFAULTS.early_stopping_metric,
+    label_smoothing: Annotated[
+        float, typer.Option(help="Share of the target spread over all classes, in [0, 1).")
+    ] = DEFAULTS.label_smoothing,
+    class_weight: Annotated[
+        str,
+        typer.Option(
+            help=f"{' | '.join(CLASS_WEIGHTS)}: balanced weighs classes by the inverse of "
+            "their training record counts."
+        ),
+    ] = DEFAULTS.class_weight,
+    augment: Annotated[
+        str,
+        typer.Option(
+            help=f"none, or comma-separated among {', '.join(AUGMENTATIONS)}: random "
+            "horizontal flip, random crop resized back; on the device, training only."
+        ),
+    ] = "none",
+    image_dtype: Annotated[
+        str,
+        typer.Option(
+            help="float32 | uint8: uint8 sends a quarter of the bytes, scaled in the model."
+        ),
+    ] = DEFAULTS.image_dtype,
     image_size: Annotated[
         int,
         typer.Option(
@@ -57,8 +143,14 @@ def train_command(
         float, typer.Option(help="Share of records held out for validation, as whole shards.")
     ] = DEFAULTS.val_fraction,
     seed: Annotated[
-        int, typer.Option(help="Seeds Python, NumPy, TensorFlow, the split and the input order.")
+        int, typer.Option(help="Seeds Python, NumPy, TensorFlow and the input order.")
     ] = DEFAULTS.seed,
+    split_seed: Annotated[
+        str,
+        typer.Option(
+            metavar="INT|none", help="Picks the validation shards; none: the same as --seed."
+        ),
+    ] = "none",
     deterministic: Annotated[
         str,
         typer.Option(
@@ -74,6 +166,13 @@ def train_command(
     jit_compile: Annotated[
         str, typer.Option(metavar="BOOL", help="true: compile the steps with XLA.")
     ] = "false",
+    strategy: Annotated[
+        str,
+        typer.Option(
+            help=f"{' | '.join(STRATEGIES)}: mirrored copies the model to every local GPU and "
+            "splits each batch (global) between them; auto: mirrored with 2+ GPUs."
+        ),
+    ] = DEFAULTS.strategy,
     metrics: Annotated[
         str, typer.Option(help="Summary metrics JSON (the DVC metrics file).")
     ] = DEFAULTS.metrics,
@@ -86,6 +185,19 @@ def train_command(
     split_out: Annotated[
         str, typer.Option(help="Where to save the train/val split (shards and records per side).")
     ] = str(DEFAULTS.split_out),
+    export_out: Annotated[
+        str,
+        typer.Option(
+            help="Local folder for a SavedModel serving encoded image bytes; '' for none."
+        ),
+    ] = "",
+    checkpoint_dir: Annotated[
+        str,
+        typer.Option(
+            help="Local folder for per-epoch checkpoints: a killed run resumes from it; "
+            "removed when the run finishes. '' for none."
+        ),
+    ] = "",
 ) -> None:
     """Train a classifier on the validated shards of --manifest and log its metrics.
 
@@ -95,25 +207,54 @@ def train_command(
     1, the input pipeline is the bottleneck; near 0, the model is) to dvclive.
     On a GPU, mixed precision is on by default and XLA is optional; the same
     code runs on CPU.
+
+    Arguments after -- (``--units 64``) are passed to a package.module:function model.
     """
     config = TrainConfig(
         manifest=manifest,
         model=model,
+        model_args=parse_model_args(ctx.args),
         epochs=epochs,
         batch_size=batch_size,
         learning_rate=learning_rate,
+        optimizer=optimizer,
+        momentum=momentum,
+        weight_decay=weight_decay,
+        lr_schedule=lr_schedule,
+        warmup_epochs=warmup_epochs,
+        early_stopping=early_stopping,
+        early_stopping_metric=early_stopping_metric,
+        label_smoothing=label_smoothing,
+        class_weight=class_weight,
+        augment=tuple(a.strip() for a in augment.split(",") if a.strip() not in ("", "none")),
+        image_dtype=image_dtype,
         image_size=image_size,
         val_fraction=val_fraction,
         seed=seed,
+        split_seed=_optional_int(split_seed, "--split-seed"),
         deterministic=parse_bool(deterministic, "--deterministic"),
         mixed_precision=mixed_precision,
         jit_compile=parse_bool(jit_compile, "--jit-compile"),
+        strategy=strategy,
         metrics=metrics,
         live_dir=live_dir,
         model_out=model_out,
         split_out=split_out,
+        export_out=export_out or None,
+        checkpoint_dir=checkpoint_dir or None,
     )
     from tfshards.train import train
 
     result = train(config, log=lambda line: typer.echo(line, err=True))
     typer.echo(result.summary())
+
+
+def _optional_int(value: str, option: str) -> int | None:
+    if value.strip().lower() in ("", "none", "null"):
+        return None
+    try:
+        return int(value)
+    except ValueError:
+        raise typer.BadParameter(
+            f"expected an integer or none, got {value!r}", param_hint=option
+        ) from None

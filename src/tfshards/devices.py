@@ -1,0 +1,63 @@
+"""Where training runs: the distribution strategy, its devices, and per-run TensorFlow state."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+from typing import Any
+
+STRATEGIES = ("auto", "one", "mirrored")
+
+
+def device_name() -> str:
+    """``"GPU:0 (<name>)"`` when TensorFlow sees a GPU (steps run there), else ``"CPU"``."""
+    import tensorflow as tf
+
+    gpus = tf.config.list_physical_devices("GPU")
+    if not gpus:
+        return "CPU"
+    details = tf.config.experimental.get_device_details(gpus[0])
+    return f"GPU:0 ({details.get('device_name', 'unknown')})"
+
+
+def make_strategy(name: str) -> Any:
+    """The ``tf.distribute`` strategy ``name`` stands for.
+
+    ``one``: the default strategy (one device, no copies). ``mirrored``: a
+    replica on every local GPU, or, with none, on every logical CPU device
+    (one unless ``tf.config.set_logical_device_configuration`` made more, as
+    the tests do). ``auto``: mirrored when there are two GPUs or more, else one.
+    """
+    import tensorflow as tf
+
+    gpus = tf.config.list_logical_devices("GPU")
+    if name == "one" or (name == "auto" and len(gpus) < 2):
+        return tf.distribute.get_strategy()
+    if gpus:
+        return tf.distribute.MirroredStrategy([d.name for d in gpus])
+    cpus = [d.name for d in tf.config.list_logical_devices("CPU")]
+    # NCCL, the default all-reduce, is for GPUs only.
+    return tf.distribute.MirroredStrategy(
+        cpus, cross_device_ops=tf.distribute.ReductionToOneDevice()
+    )
+
+
+@contextlib.contextmanager
+def tf_state(seed: int, *, deterministic: bool, mixed: bool) -> Iterator[None]:
+    """Seeds, op determinism and the dtype policy for one run; process-wide, so restored after."""
+    import keras
+    import tensorflow as tf
+    from tensorflow.python.framework import config as tf_config
+
+    policy = keras.mixed_precision.global_policy()
+    was_deterministic = tf_config.is_op_determinism_enabled()
+    keras.utils.set_random_seed(seed)  # Python, NumPy and TensorFlow
+    if deterministic:
+        tf.config.experimental.enable_op_determinism()
+    keras.mixed_precision.set_global_policy("mixed_float16" if mixed else "float32")
+    try:
+        yield
+    finally:
+        keras.mixed_precision.set_global_policy(policy)
+        if deterministic and not was_deterministic:
+            tf_config.disable_op_determinism()
