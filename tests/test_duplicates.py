@@ -171,3 +171,21 @@ def test_every_record_path_reads_the_same_digests(copied_image, loop, decode_ima
     assert report.ok
     assert report.duplicates.metrics() == {"across_splits": 1, "groups": 1, "records": 8}
     assert all(all(p) for p in (d.paths for d in report.duplicates.examples))
+
+
+def test_split_seed_none_splits_with_the_training_seed_as_the_train_stage_does(copied_image):
+    tmp_path, _ = copied_image
+    manifest = load(str(tmp_path / "manifest.json"))
+    seeds = [
+        s for s in range(20) if splits.split(manifest, 0.5, s) != splits.split(manifest, 0.5, 0)
+    ]
+    other = seeds[0]  # a seed whose split differs from seed 0's
+
+    def sides(*args: str) -> dict:  # type: ignore[type-arg]
+        code, stderr, metrics = _validate(tmp_path, *args)
+        assert code == 0, stderr
+        return metrics["split"]
+
+    assert sides("--split-seed", "none", "--seed", str(other)) == sides("--split-seed", str(other))
+    assert sides("--split-seed", "none", "--seed", "0") != sides("--split-seed", str(other))
+    assert sides("--split-seed", "0", "--seed", str(other)) == sides("--split-seed", "0")

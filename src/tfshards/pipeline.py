@@ -216,9 +216,10 @@ def stages(*, remote: bool, program: Callable[[str], str]) -> dict[str, dict[str
             # The split params are train's: the same shards are held out here and there.
             "cmd": f"{program('validate')} {MANIFEST} --metrics {VALIDATE_METRICS} "
             f"--balance {BALANCE} --val-fraction ${{train.val_fraction}} "
-            "--split-seed ${train.seed} --fail-on-leakage ${validate.fail_on_leakage}",
+            "--seed ${train.seed} --split-seed ${train.split_seed} "
+            "--fail-on-leakage ${validate.fail_on_leakage}",
             "deps": [MANIFEST, *shard_deps],
-            "params": ["validate", "train.val_fraction", "train.seed"],
+            "params": ["validate", "train.val_fraction", "train.seed", "train.split_seed"],
             "metrics": [{VALIDATE_METRICS: {"cache": False}}],
             "plots": [
                 {f"{BALANCE}/train.json": dict(BALANCE_PLOT)},

@@ -95,3 +95,15 @@ SharedFs = Annotated[
     ),
 ]
 ShowProgress = Annotated[bool, typer.Option(help="Show progress.")]
+
+
+def optional_int(value: str, option: str) -> int | None:
+    """An ``INT|none`` option's value: None for ``none``/``null``/empty."""
+    if value.strip().lower() in ("", "none", "null"):
+        return None
+    try:
+        return int(value)
+    except ValueError:
+        raise typer.BadParameter(
+            f"expected an integer or none, got {value!r}", param_hint=option
+        ) from None

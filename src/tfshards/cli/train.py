@@ -11,7 +11,7 @@ from typing import Annotated, Any
 
 import typer
 
-from tfshards.cli._common import one_line_errors
+from tfshards.cli._common import one_line_errors, optional_int
 from tfshards.devices import STRATEGIES
 from tfshards.models import AUGMENTATIONS, MODELS
 from tfshards.optim import CLASS_WEIGHTS, OPTIMIZERS, SCHEDULES
@@ -231,7 +231,7 @@ def train_command(
         image_size=image_size,
         val_fraction=val_fraction,
         seed=seed,
-        split_seed=_optional_int(split_seed, "--split-seed"),
+        split_seed=optional_int(split_seed, "--split-seed"),
         deterministic=parse_bool(deterministic, "--deterministic"),
         mixed_precision=mixed_precision,
         jit_compile=parse_bool(jit_compile, "--jit-compile"),
@@ -247,14 +247,3 @@ def train_command(
 
     result = train(config, log=lambda line: typer.echo(line, err=True))
     typer.echo(result.summary())
-
-
-def _optional_int(value: str, option: str) -> int | None:
-    if value.strip().lower() in ("", "none", "null"):
-        return None
-    try:
-        return int(value)
-    except ValueError:
-        raise typer.BadParameter(
-            f"expected an integer or none, got {value!r}", param_hint=option
-        ) from None

@@ -15,6 +15,7 @@ from tfshards.cli._common import (
     Workers,
     default_workers,
     one_line_errors,
+    optional_int,
 )
 from tfshards.validate import (
     MAX_PROBLEMS,
@@ -46,7 +47,13 @@ def validate_command(
             "side, and duplicates across it, are reported."
         ),
     ] = 0.0,
-    split_seed: Annotated[int, typer.Option(help="The training split's seed.")] = 0,
+    split_seed: Annotated[
+        str,
+        typer.Option(metavar="INT|none", help="The training split's seed; none: --seed."),
+    ] = "none",
+    seed: Annotated[
+        int, typer.Option(help="The training seed, the split's when --split-seed is none.")
+    ] = 0,
     fail_on_leakage: Annotated[
         str,
         typer.Option(
@@ -98,7 +105,7 @@ def validate_command(
         shared_fs=shared_fs,
         max_problems=max_problems,
         val_fraction=val_fraction,
-        split_seed=split_seed,
+        split_seed=seed if (picked := optional_int(split_seed, "--split-seed")) is None else picked,
         fail_on_leakage=leakage_fails,
     )
     report = validate(config, progress=progress)
