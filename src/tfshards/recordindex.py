@@ -58,6 +58,8 @@ class RecordIndex:
 
     def to_bytes(self) -> bytes:
         """The index file's bytes (ASCII; empty for a shard of no records)."""
+        if not self._starts:
+            return b""
         ends = [*self._starts[1:], self._at]
         return "".join(f"{a} {b - a}\n" for a, b in zip(self._starts, ends, strict=True)).encode()
 
