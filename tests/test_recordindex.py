@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import hashlib
+import json
+import subprocess
+import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
-from tfrecord.reader import multi_tfrecord_loader, tfrecord_iterator
-from tfrecord.tools.tfrecord2idx import create_index
 
 from tfshards import layout
 from tfshards.listing import list_files
@@ -17,6 +19,42 @@ from tfshards.sample import write_synthetic
 from tfshards.tfrecord import frame
 from tfshards.validate import ValidateConfig, validate
 from tfshards.writer import WriteConfig, write
+
+# The tfrecord package and TensorFlow register the same protos (tensorflow.Example):
+# with protobuf's upb backend the second import fails ("duplicate symbol
+# 'tensorflow.BytesList'"), whichever comes first. So it runs in a process of its own.
+_READ = """
+import hashlib, json, sys
+from tfrecord.reader import multi_tfrecord_loader, tfrecord_iterator
+from tfrecord.tools.tfrecord2idx import create_index
+
+args = json.load(sys.stdin)
+root, names, out = args["root"], args["names"], {"sequential": {}, "parts": {}}
+sha = lambda b: hashlib.sha256(bytes(b)).hexdigest()
+for name in names:
+    data, index = f"{root}/{name}.tfrecord", f"{root}/index/{name}.tfrecord.idx"
+    create_index(data, f"{args['tmp']}/{name}.idx")
+    out["sequential"][name] = [sha(r) for r in tfrecord_iterator(data)]
+    # What a DataLoader worker k of 3 reads of the shard: the index cuts the file at records.
+    out["parts"][name] = [[sha(r) for r in tfrecord_iterator(data, index, (k, 3))] for k in range(3)]
+# MultiTFRecordDataset's loader: each shard from a random record on (an offset of its index),
+# round once, shards interleaved at random.
+loaded = multi_tfrecord_loader(
+    f"{root}/{{}}.tfrecord", f"{root}/index/{{}}.tfrecord.idx", dict.fromkeys(names, 1.0),
+    description={"image": "byte", "label": "int", "path": "byte"}, infinite=False,
+)
+out["multi"] = sorted([r["path"].decode(), int(r["label"][0]), sha(r["image"])] for r in loaded)
+json.dump(out, sys.stdout)
+"""
+
+
+def _read_with_tfrecord(root: str, names: list[str], tmp: Path) -> dict[str, Any]:
+    args = json.dumps({"root": root, "names": names, "tmp": str(tmp)})
+    done = subprocess.run(
+        [sys.executable, "-c", _READ], input=args, capture_output=True, text=True, check=True
+    )
+    result: dict[str, Any] = json.loads(done.stdout)
+    return result
 
 
 @pytest.fixture(scope="module")
@@ -29,11 +67,6 @@ def raw(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def _write(raw: Path, out: Path, **kw: object) -> Manifest:
     config = WriteConfig(out=str(out), name="synth", num_shards=4, seed=1, **kw)  # type: ignore[arg-type]
     return write(config, list_files(str(raw)), progress=False).manifest
-
-
-def _records(path: str) -> list[bytes]:
-    """Every record's data, read sequentially without an index."""
-    return [bytes(r) for r in tfrecord_iterator(path)]
 
 
 def test_pieces_of_whole_records_give_one_line_of_offset_and_framed_size_each() -> None:
@@ -54,49 +87,27 @@ def test_a_piece_that_cuts_a_record_is_refused_with_its_offset() -> None:
         RecordIndex().feed(data[:-1])
 
 
-def test_index_files_equal_what_tfrecord2idx_writes_for_each_shard(
+def test_index_files_equal_tfrecord2idx_and_the_tfrecord_package_reads_through_them(
     raw: Path, tmp_path: Path, loop: str
 ) -> None:
     manifest = _write(raw, tmp_path / "out")
-    for shard in manifest.shards:
-        path = Path(manifest.root) / shard.name
-        ours = (Path(manifest.root) / layout.INDEX.path(shard.name)).read_bytes()
-        create_index(str(path), str(tmp_path / "ref.idx"))
-        assert ours == (tmp_path / "ref.idx").read_bytes()
-        assert ours.count(b"\n") == shard.records
-        assert shard.index_sha256 == hashlib.sha256(ours).hexdigest()
-
-
-def test_the_tfrecord_package_reads_every_record_through_the_index_files(
-    raw: Path, tmp_path: Path
-) -> None:
-    manifest = _write(raw, tmp_path / "out")
-    root = manifest.root
+    root = Path(manifest.root)
     names = [s.name.removesuffix(".tfrecord") for s in manifest.shards]
-    # What a DataLoader worker k of 3 reads of each shard: the index cuts the file at records.
-    for name in names:
-        data, index = f"{root}/{name}.tfrecord", f"{root}/index/{name}.tfrecord.idx"
-        parts = [[bytes(r) for r in tfrecord_iterator(data, index, (k, 3))] for k in range(3)]
-        assert [r for part in parts for r in part] == _records(data)
-        assert all(parts)
-    # MultiTFRecordDataset's loader: each shard from a random record on (the index's offsets),
-    # once round, shards interleaved at random.
-    loaded = multi_tfrecord_loader(
-        f"{root}/{{}}.tfrecord",
-        f"{root}/index/{{}}.tfrecord.idx",
-        dict.fromkeys(names, 1.0),
-        description={"image": "byte", "label": "int", "path": "byte"},
-        infinite=False,
-    )
-    got = sorted((r["path"], int(r["label"][0]), r["image"]) for r in loaded)
-    assert len(got) == manifest.records == 40
-    expected = []
-    for name in names:
-        for r in multi_tfrecord_loader(f"{root}/{{}}.tfrecord", None, {name: 1.0}, infinite=False):
-            expected.append((r["path"], int(r["label"][0]), r["image"]))
-    assert got == sorted(expected)
-    files = {p: (raw / p.decode()).read_bytes() for p, _, _ in got}
-    assert all(image == files[path] for path, _, image in got)
+    got = _read_with_tfrecord(manifest.root, names, tmp_path)
+    records: dict[str, list[str]] = got["sequential"]
+    for shard, name in zip(manifest.shards, names, strict=True):
+        ours = (root / layout.INDEX.path(shard.name)).read_bytes()
+        assert ours == (tmp_path / f"{name}.idx").read_bytes()  # what tfrecord2idx wrote
+        assert ours.count(b"\n") == shard.records == len(records[name])
+        assert shard.index_sha256 == hashlib.sha256(ours).hexdigest()
+        parts = got["parts"][name]
+        assert [r for part in parts for r in part] == records[name] and all(parts)
+    # Every record once through the index files, each the bytes of its file.
+    assert len(got["multi"]) == manifest.records == 40
+    for path, label, image_sha in got["multi"]:
+        assert image_sha == hashlib.sha256((raw / path).read_bytes()).hexdigest()
+        assert manifest.labels[label] == path.split("/")[0]
+    assert len({path for path, _, _ in got["multi"]}) == 40
 
 
 @pytest.mark.parametrize("compression", ["gzip", "zlib"])
