@@ -36,7 +36,9 @@ for name in names:
     create_index(data, f"{args['tmp']}/{name}.idx")
     out["sequential"][name] = [sha(r) for r in tfrecord_iterator(data)]
     # What a DataLoader worker k of 3 reads of the shard: the index cuts the file at records.
-    out["parts"][name] = [[sha(r) for r in tfrecord_iterator(data, index, (k, 3))] for k in range(3)]
+    out["parts"][name] = [
+        [sha(r) for r in tfrecord_iterator(data, index, (k, 3))] for k in range(3)
+    ]
 # MultiTFRecordDataset's loader: each shard from a random record on (an offset of its index),
 # round once, shards interleaved at random.
 loaded = multi_tfrecord_loader(

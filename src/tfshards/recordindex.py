@@ -5,10 +5,12 @@ and NVIDIA DALI's ``fn.readers.tfrecord(index_path=...)`` take one text line
 per record, ``"<offset> <size>\\n"`` in decimal, where ``size`` is the whole
 frame: 8 length bytes, 4 length-CRC bytes, the data and 4 data-CRC bytes. The
 writer builds it from the framed bytes it already holds, walking only the
-8-byte length of each record (no re-read, no CRC). Offsets count in the file's
-bytes, so only uncompressed shards get one: ``tfrecord2idx`` reads a gzip
-file's compressed bytes as if they were frames, and DALI reads no compressed
-TFRecords.
+8-byte length of each record (no re-read, no CRC): 0.6 us a record (20,000
+records of 100 bytes fed in 1 MB pieces, text included, took 12.5 ms on a
+loaded 2-core machine), next to tens of us to read and hash each file.
+Offsets count in the file's bytes, so only uncompressed shards get one:
+``tfrecord2idx`` reads a gzip file's compressed bytes as if they were frames,
+and DALI reads no compressed TFRecords.
 """
 
 from __future__ import annotations

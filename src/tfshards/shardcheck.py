@@ -72,7 +72,7 @@ class ShardCheck:
         max_problems: int = MAX_PROBLEMS,
         storage_options: Mapping[str, Any] | None = None,
     ) -> ShardCheck:
-        """The check of ``shard`` as the manifest describes it (at ``path``, if given)."""
+        """The check of ``shard`` as the manifest describes it (at ``path``, if given: no index)."""
         where = path or storage.join(manifest.root, shard.name)
         return cls(
             root=storage.absolute(posixpath.dirname(where)),
@@ -89,7 +89,8 @@ class ShardCheck:
             decode_images=decode_images,
             max_problems=max_problems,
             storage_options=dict(storage_options or {}),
-            index_sha256=shard.index_sha256,
+            # A copy elsewhere (the loader's cache) has no index beside it.
+            index_sha256=shard.index_sha256 if path is None else None,
         )
 
 
