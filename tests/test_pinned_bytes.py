@@ -27,15 +27,17 @@ from tfshards.writer import WriteConfig, write
 _MTIME = 1_700_000_000
 
 # name -> (shards digest, manifest sha256). The shards digest is the sha256 of
-# "<shard name> <shard sha256>\n" lines in manifest order.
+# "<shard name> <shard sha256>\n" lines in manifest order. The manifest holds the
+# sha256 of each record index file and of the tfds metadata (uncompressed sets
+# only), so its pin covers their bytes too.
 PINNED = {
     "digits": (
         "c54282dcc8e8b707245e09dd0b88ab4bcb21b43d82c07307601436c6ad06b272",
-        "1441c0db45cff01cb597406181fe18ac93bbbf282e3a98657593fa707c6141c0",
+        "13a814882817fb08f9b643fbaefaee922a680c212217c8992ac4ece82fadf0af",
     ),
     "synth-jpeg-none": (
         "557aba005f80ad6080a0606144dd4aa3fd80358c3100b90c3ae5d46332382708",
-        "f67e1b5674087d961f156a76957d4267fcc176b8447e743532b1b73d5537b819",
+        "2b654aa429d2d91dae416e92c8432e9a63d8eb14621abc1937e4fc86f9e7a2cc",
     ),
     "synth-png-gzip": (
         "0973701c65dc333d75133542e85389f595f4c08d2dcf750b793cde94d75126f8",

@@ -203,7 +203,8 @@ def test_shard_globs_match_shards_only_and_read_every_record_after_a_resume(
         assert sorted(glob.glob(str(version / pattern))) == shards, pattern
         assert _tf_count(str(version / pattern)) == first.records == 60, pattern
     leftover = sorted(p.name for p in version.iterdir())
-    assert leftover == sorted([MANIFEST_NAME, layout.WORK_DIR, *(s.name for s in first.shards)])
+    top = [MANIFEST_NAME, layout.WORK_DIR, layout.INDEX.folder, *layout.TFDS_FILES]
+    assert leftover == sorted([*top, *(s.name for s in first.shards)])
 
 
 def test_validate_uses_the_layout_declaration(raw: Path, tmp_path: Path) -> None:

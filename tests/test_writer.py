@@ -94,6 +94,8 @@ def test_shard_names_and_counts_are_exact(listing, tmp_path):
         [MANIFEST_NAME]
         + [s.name for s in manifest.shards]
         + [f"_work/{s.name}.done" for s in manifest.shards]
+        + [f"index/{s.name}.idx" for s in manifest.shards]
+        + ["dataset_info.json", "features.json", "label.labels.txt"]
     )
     for shard in manifest.shards:
         data = Path(manifest.shard_url(shard)).read_bytes()

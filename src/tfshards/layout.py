@@ -1,10 +1,11 @@
 """What a version directory holds: shards and the manifest on top, bookkeeping in subfolders.
 
-The top level holds only ``<name>-NNNNN-of-NNNNN.tfrecord`` shards and
-``manifest.json``, so the globs readers use (``name-*``, ``name-*-of-*``,
-``*.tfrecord*``; TensorFlow's glob also matches hidden files) find shards and
-nothing else. Everything else a writer keeps per shard (resume records, temp
-files while a shard is written) lives in a subfolder those globs do not reach.
+The top level holds only ``<name>-NNNNN-of-NNNNN.tfrecord`` shards,
+``manifest.json`` and the TensorFlow Datasets metadata (:data:`TFDS_FILES`),
+so the globs readers use (``name-*``, ``name-*-of-*``, ``*.tfrecord*``;
+TensorFlow's glob also matches hidden files) find shards and nothing else.
+Everything else kept per shard (record index files, resume records, temp files
+while a shard is written) lives in a subfolder those globs do not reach.
 The writer, the validator and ``prune`` all read this one declaration: to keep
 another per-shard file, add a :class:`Companion` to :data:`COMPANIONS`.
 """
@@ -40,14 +41,18 @@ class Companion:
 
 
 SIDECAR = Companion(WORK_DIR, ".done")  # the JSON record of a finished, hashed shard
-COMPANIONS: tuple[Companion, ...] = (SIDECAR,)
+INDEX = Companion("index", ".idx")  # "offset size" per record, as tfrecord2idx writes it
+COMPANIONS: tuple[Companion, ...] = (SIDECAR, INDEX)
+# What tfds.builder_from_directory reads (tfshards.datasetinfo writes them).
+TFDS_FILES = ("dataset_info.json", "features.json", "label.labels.txt")
 FOLDERS = frozenset(c.folder for c in COMPANIONS) | {WORK_DIR}
 
 
 def expected_paths(shards: Iterable[str]) -> set[str]:
     """Every file a finished version directory may hold, relative to it."""
     names = list(shards)
-    return {MANIFEST_NAME, *names, *(c.path(s) for s in names for c in COMPANIONS)}
+    companions = (c.path(s) for s in names for c in COMPANIONS)
+    return {MANIFEST_NAME, *TFDS_FILES, *names, *companions}
 
 
 def work_dir(version: str) -> str:
@@ -58,3 +63,8 @@ def work_dir(version: str) -> str:
 def sidecar_path(version: str, shard: str) -> str:
     """Where the resume record of ``shard`` lives."""
     return posixpath.join(version.rstrip("/"), SIDECAR.path(shard))
+
+
+def index_path(version: str, shard: str) -> str:
+    """Where the record index of ``shard`` lives."""
+    return posixpath.join(version.rstrip("/"), INDEX.path(shard))

@@ -34,24 +34,39 @@ class Reject:
 
 @dataclass(frozen=True)
 class ShardInfo:
-    """One complete shard: its name, record count, size and sha256 (of the file bytes)."""
+    """One complete shard: its name, record count, size and sha256 (of the file bytes).
+
+    ``index_sha256`` is the sha256 of its record index file
+    (:data:`tfshards.layout.INDEX`), or None when it has none (compressed).
+    """
 
     name: str
     records: int
     bytes: int
     sha256: str
+    index_sha256: str | None = None
 
     def to_json(self) -> dict[str, Any]:
-        return {
+        doc: dict[str, Any] = {
             "bytes": self.bytes,
             "name": self.name,
             "records": self.records,
             "sha256": self.sha256,
         }
+        if self.index_sha256 is not None:
+            doc["index_sha256"] = self.index_sha256
+        return doc
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> ShardInfo:
-        return cls(str(data["name"]), int(data["records"]), int(data["bytes"]), str(data["sha256"]))
+        index = data.get("index_sha256")
+        return cls(
+            str(data["name"]),
+            int(data["records"]),
+            int(data["bytes"]),
+            str(data["sha256"]),
+            None if index is None else str(index),
+        )
 
 
 @dataclass(frozen=True)
@@ -69,6 +84,8 @@ class Manifest:
         shards: the shards, in order.
         rejected: inputs left out (``on_error=skip``), with reasons.
         listed: number of inputs in the listing (``listed == records + len(rejected)``).
+        metadata_files: other files of the version directory (paths relative
+            to it, e.g. the TensorFlow Datasets metadata) and their sha256.
     """
 
     root: str
@@ -81,6 +98,7 @@ class Manifest:
     rejected: tuple[Reject, ...] = ()
     listed: int = 0
     version: int = field(default=FORMAT_VERSION)
+    metadata_files: Mapping[str, str] = field(default_factory=dict)
 
     @property
     def records(self) -> int:
@@ -113,6 +131,8 @@ class Manifest:
             },
             "version": self.version,
         }
+        if self.metadata_files:  # absent, not empty: manifests without any keep their bytes
+            doc["metadata_files"] = dict(sorted(self.metadata_files.items()))
         return (json.dumps(doc, sort_keys=True, indent=2, ensure_ascii=False) + "\n").encode()
 
     @classmethod
@@ -140,8 +160,9 @@ class Manifest:
                 rejected=tuple(Reject(str(r["path"]), str(r["reason"])) for r in doc["rejected"]),
                 listed=int(doc["totals"]["listed"]),
                 version=int(version),
+                metadata_files={str(k): str(v) for k, v in doc.get("metadata_files", {}).items()},
             )
-        except (KeyError, TypeError, ValueError, ConfigError) as exc:
+        except (AttributeError, KeyError, TypeError, ValueError, ConfigError) as exc:
             raise InputError(f"{source}: malformed manifest ({exc!r})", path=source) from exc
 
 

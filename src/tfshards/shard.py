@@ -1,4 +1,4 @@
-"""Write one shard: read its files, encode Examples, frame, hash, publish atomically.
+"""Write one shard: read its files, encode Examples, frame, hash, index, publish atomically.
 
 The unit of parallel work of :mod:`tfshards.writer`: :func:`write_shard` takes
 and returns plain picklable values, so a local process pool or a Dask cluster
@@ -7,6 +7,7 @@ runs it unchanged. A worker imports neither TensorFlow nor the listing code.
 
 from __future__ import annotations
 
+import dataclasses
 import errno
 import hashlib
 from collections.abc import Collection, Mapping, Sequence
@@ -27,6 +28,7 @@ from tfshards.recordbuffer import (
     RecordBuffer,
     copy_into,
 )
+from tfshards.recordindex import RecordIndex, index_bytes
 from tfshards.schema import Dtype, FeatureSpec, Values, merge_specs, normalize
 from tfshards.tfrecord import Compressor, frame
 
@@ -65,7 +67,7 @@ def write_shard(task: ShardTask) -> ShardResult:
     """Write one shard (or keep it, if a finished and verified copy exists)."""
     fs_out, out_dir = storage.open_url(task.out, **task.out_options)
     shard_path = storage.join(out_dir, task.name)
-    kept = _reuse(fs_out, shard_path, layout.sidecar_path(out_dir, task.name))
+    kept = _reuse(fs_out, out_dir, task)
     if kept is not None:
         return kept
     fs_in, root = storage.open_url(task.source, **task.source_options)
@@ -81,8 +83,11 @@ def write_shard(task: ShardTask) -> ShardResult:
     hasher = hashlib.sha256()
     compressor = Compressor(task.compression)
     entries, tokens = task.entries, task.tokens or ("",) * len(task.entries)
+    index = RecordIndex() if task.compression == "none" else None
 
     def flush(view: memoryview) -> None:
+        if index is not None:  # whole records: the buffer flushes at record boundaries
+            index.feed(view)
         chunks = compressor.feed([view])  # the view itself when not compressing
         for chunk in chunks:
             hasher.update(chunk)
@@ -149,7 +154,10 @@ def write_shard(task: ShardTask) -> ShardResult:
     if len(entries) < len(task.entries):  # rejects in listing order, whatever found them first
         order = {rel: i for i, (rel, _, _) in enumerate(task.entries)}
         rejected.sort(key=lambda r: order[r.path])
-    info = ShardInfo(task.name, records, sink.size, hasher.hexdigest())
+    index_sha = None
+    if index is not None:
+        index_sha = _write_index(fs_out, out_dir, task.name, index.to_bytes())
+    info = ShardInfo(task.name, records, sink.size, hasher.hexdigest(), index_sha)
     schema = tuple(specs[k] for k in sorted(specs))
     sidecar = layout.sidecar_path(out_dir, task.name)
     try:
@@ -325,13 +333,43 @@ def _reason(exc: Exception) -> str:
     return text[len(prefix) :] if path and text.startswith(prefix) else text
 
 
-def _reuse(fs: Any, shard_path: str, sidecar: str) -> ShardResult | None:
-    """A finished shard whose bytes still match its sidecar, or None."""
+def _write_index(fs: Any, out_dir: str, name: str, data: bytes) -> str:
+    """Publish a shard's record index file; its sha256."""
+    path = layout.index_path(out_dir, name)
     try:
-        info, rejected, schema = sidecar_from_json(storage.read_bytes(fs, sidecar))
-        data = storage.read_bytes(fs, shard_path)
+        storage.write_atomic(fs, path, [data])
+    except OSError as exc:
+        raise write_error(fs, path, exc) from None
+    return hashlib.sha256(data).hexdigest()
+
+
+def _reuse(fs: Any, out_dir: str, task: ShardTask) -> ShardResult | None:
+    """A finished shard whose bytes still match its sidecar, or None.
+
+    Its index file is derived again from the bytes just hashed, and written
+    again when missing or not those bytes (a sidecar from before index files
+    records none).
+    """
+    try:
+        sidecar = storage.read_bytes(fs, layout.sidecar_path(out_dir, task.name))
+        info, rejected, schema = sidecar_from_json(sidecar)
+        data = storage.read_bytes(fs, storage.join(out_dir, task.name))
     except (OSError, ValueError, KeyError, TypeError):
         return None
     if len(data) != info.bytes or hashlib.sha256(data).hexdigest() != info.sha256:
         return None
+    index_sha = None
+    if task.compression == "none":
+        try:
+            index = index_bytes(data)
+        except ValueError:  # framing cut short: the bytes hashed are not a shard this writes
+            return None
+        index_sha = hashlib.sha256(index).hexdigest()
+        try:
+            current = storage.read_bytes(fs, layout.index_path(out_dir, task.name))
+        except OSError:
+            current = None
+        if current != index:
+            _write_index(fs, out_dir, task.name, index)
+    info = dataclasses.replace(info, index_sha256=index_sha)
     return ShardResult(info, rejected, schema, reused=True)

@@ -1,4 +1,4 @@
-"""Check one shard against its manifest entry: file bytes, framing, records, in bounded memory.
+"""Check one shard against its manifest entry: bytes, framing, records, index, in bounded memory.
 
 :func:`validate_shard` is the unit of work of :func:`tfshards.validate.validate`
 (and of the scan :func:`tfshards.corruption.find_corrupt_record` runs), on
@@ -18,7 +18,7 @@ from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from tfshards import storage
+from tfshards import layout, storage
 from tfshards.bulkcheck import check_records
 from tfshards.example import FeatureSpec
 from tfshards.manifest import Manifest, ShardInfo
@@ -60,6 +60,7 @@ class ShardCheck:
     decode_images: bool
     max_problems: int
     storage_options: Mapping[str, Any]
+    index_sha256: str | None = None  # of its record index file; None: it has none
 
     @classmethod
     def of(
@@ -72,7 +73,7 @@ class ShardCheck:
         max_problems: int = MAX_PROBLEMS,
         storage_options: Mapping[str, Any] | None = None,
     ) -> ShardCheck:
-        """The check of ``shard`` as the manifest describes it (at ``path``, if given)."""
+        """The check of ``shard`` as the manifest describes it (at ``path``, if given: no index)."""
         where = path or storage.join(manifest.root, shard.name)
         return cls(
             root=storage.absolute(posixpath.dirname(where)),
@@ -89,6 +90,8 @@ class ShardCheck:
             decode_images=decode_images,
             max_problems=max_problems,
             storage_options=dict(storage_options or {}),
+            # A copy elsewhere (the loader's cache) has no index beside it.
+            index_sha256=shard.index_sha256 if path is None else None,
         )
 
 
@@ -118,6 +121,12 @@ class _Found:
         if len(self.kept) < self.limit:
             self.kept.append(Problem(self.where, what, index, offset))
 
+    def add_at(self, where: str, what: str) -> None:
+        """A problem of another file that belongs with this one (its record index)."""
+        self.count += 1
+        if len(self.kept) < self.limit:
+            self.kept.append(Problem(where, what))
+
     def skip(self, n: int) -> None:
         """``n`` more problems, found past the limit and not kept."""
         self.count += n
@@ -136,27 +145,47 @@ def validate_shard(task: ShardCheck) -> ShardReport:
     labels = [0] * task.num_labels
     digests = bytearray()  # sized once the records are in memory
     fs, root = storage.open_url(task.root, **task.storage_options)
+    records, size = _check_shard(fs, root, task, found, labels, digests)
+    if task.index_sha256 is not None:
+        _check_index(fs, root, task, found)
+    return ShardReport(
+        task.name, records, size, tuple(labels), tuple(found.kept), found.count, bytes(digests)
+    )
+
+
+def _check_shard(
+    fs: Any, root: str, task: ShardCheck, found: _Found, labels: list[int], digests: bytearray
+) -> tuple[int, int]:
+    """The shard file's checks; its records and bytes as found."""
     try:
         with fs.open(storage.join(root, task.name), "rb") as f:
             read = _Read(f, task.bytes + HOLD_SLACK)
             records = _check_read(read, task, found, labels, digests)
     except FileNotFoundError:
         found.add(f"missing: expected {task.bytes} bytes holding {task.records} records")
-        return ShardReport(task.name, 0, 0, tuple(labels), tuple(found.kept), found.count)
+        return 0, 0
     except OSError as exc:
         found.add(f"cannot read: {exc.strerror or exc}")
-        return ShardReport(task.name, 0, 0, tuple(labels), tuple(found.kept), found.count)
+        return 0, 0
     if records is not None and records != task.records:
         found.add(f"record count mismatch: expected {task.records}, found {records}")
-    return ShardReport(
-        task.name,
-        records or 0,
-        read.size,
-        tuple(labels),
-        tuple(found.kept),
-        found.count,
-        bytes(digests),
-    )
+    return records or 0, read.size
+
+
+def _check_index(fs: Any, root: str, task: ShardCheck, found: _Found) -> None:
+    """The record index file against the sha256 the manifest holds for it."""
+    rel = layout.INDEX.path(task.name)
+    try:
+        data = storage.read_bytes(fs, storage.join(root, rel))
+    except FileNotFoundError:
+        found.add_at(rel, f"missing: expected the record index of {task.name}")
+        return
+    except OSError as exc:
+        found.add_at(rel, f"cannot read: {exc.strerror or exc}")
+        return
+    digest = hashlib.sha256(data).hexdigest()
+    if digest != task.index_sha256:
+        found.add_at(rel, f"sha256 mismatch: expected {task.index_sha256}, found {digest}")
 
 
 READ_CHUNK = 4 << 20  # hashed and walked at a time past what is held

@@ -1,4 +1,4 @@
-"""Check a shard set against its manifest: file bytes, framing, records, labels, leftovers, copies.
+"""Check a shard set against its manifest: file bytes, framing, records, labels, files, copies.
 
 Each shard is one task (:func:`tfshards.shardcheck.validate_shard`) on plain
 values, run on any executor. Nothing stops at the first problem: every
@@ -12,6 +12,7 @@ The records themselves are checked by :func:`tfshards.bulkcheck.check_records`
 
 from __future__ import annotations
 
+import hashlib
 import json
 import posixpath
 import time
@@ -42,6 +43,7 @@ __all__ = [
     "ShardReport",
     "ValidateConfig",
     "ValidationReport",
+    "metadata_problems",
     "unlisted_files",
     "validate",
     "validate_shard",
@@ -208,6 +210,7 @@ def validate(config: ValidateConfig, *, progress: bool = False) -> ValidationRep
     count = sum(r.problem_count for r in done)
     extra = _manifest_problems(manifest, config.manifest, done)
     extra += unlisted_files(fs, root, manifest)
+    extra += metadata_problems(fs, root, manifest)
     per_label = [sum(r.label_counts[i] for r in done) for i in range(len(manifest.labels))]
     part = _split(manifest, config)
     dups = find_duplicates(
@@ -302,6 +305,24 @@ def unlisted_files(fs: Any, root: str, manifest: Manifest) -> list[Problem]:
         else:
             what = "file not listed in the manifest"
         out.append(Problem(rel, what))
+    return out
+
+
+def metadata_problems(fs: Any, root: str, manifest: Manifest) -> list[Problem]:
+    """The version directory's other files (tfds metadata) against their sha256 in the manifest."""
+    out = []
+    for rel, want in sorted(manifest.metadata_files.items()):
+        try:
+            data = storage.read_bytes(fs, storage.join(root, rel))
+        except FileNotFoundError:
+            out.append(Problem(rel, "missing: expected a file the manifest lists"))
+            continue
+        except OSError as exc:
+            out.append(Problem(rel, f"cannot read: {exc.strerror or exc}"))
+            continue
+        found = hashlib.sha256(data).hexdigest()
+        if found != want:
+            out.append(Problem(rel, f"sha256 mismatch: expected {want}, found {found}"))
     return out
 
 

@@ -3,10 +3,12 @@
 The plan (record order, shard contents, names) is a pure function of the
 listing and the parameters, so any number of workers on any executor writes
 the same bytes. Each shard is one task (:func:`write_shard`) on plain values.
-A shard is published atomically, then recorded in a sidecar under
+A shard (and, uncompressed, its record index file: :mod:`tfshards.recordindex`)
+is published atomically, then recorded in a sidecar under
 ``_work/`` (:mod:`tfshards.layout`); a re-run after a crash re-hashes finished
 shards against their sidecars, keeps the good ones and writes the rest.
-``manifest.json``, written last, commits the set.
+The TensorFlow Datasets metadata (:mod:`tfshards.datasetinfo`) comes next, and
+``manifest.json``, written last with their sha256, commits the set.
 
 The version directory is named after the content (:func:`fingerprint`): the
 files' paths relative to the root, labels and content tokens, the parameters
@@ -16,6 +18,7 @@ how the root was spelled: the same files give the same name on every clone.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import operator
@@ -24,8 +27,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from tfshards import datasetinfo, layout, native, sharding, storage
 from tfshards import executor as executors
-from tfshards import layout, native, sharding, storage
 from tfshards import transform as transforms
 from tfshards.cluster import Needs
 from tfshards.errors import ConfigError, InputError, TransformError
@@ -262,6 +265,7 @@ def write(config: WriteConfig, listing: Listing | str, *, progress: bool = True)
         rejected=tuple(rej for r in done for rej in r.rejected),
         listed=len(listing.entries),
     )
+    manifest = _write_metadata(fs_out, version_path, manifest)
     _publish(fs_out, storage.join(version_path, MANIFEST_NAME), manifest)
     if config.manifest_copy:
         _publish(*storage.open_url(config.manifest_copy), manifest)
@@ -275,6 +279,19 @@ def _publish(fs: Any, path: str, manifest: Manifest) -> None:
         storage.write_atomic(fs, path, [manifest.to_json()])
     except OSError as exc:  # disk full, read-only: one line naming the file
         raise write_error(fs, path, exc) from None
+
+
+def _write_metadata(fs: Any, version_path: str, manifest: Manifest) -> Manifest:
+    """Write the TensorFlow Datasets metadata; the manifest to commit, with their sha256."""
+    files = datasetinfo.tfds_files(manifest)
+    for name, data in files.items():
+        path = storage.join(version_path, name)
+        try:
+            storage.write_atomic(fs, path, [data])
+        except OSError as exc:  # disk full, read-only: one line naming the file
+            raise write_error(fs, path, exc) from None
+    digests = {name: hashlib.sha256(data).hexdigest() for name, data in files.items()}
+    return dataclasses.replace(manifest, metadata_files=digests)
 
 
 def _merge_schema(
