@@ -4,35 +4,16 @@ shards on S3 (moto's server on 127.0.0.1) reproduced up to date from a fresh clo
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
+from dvcrepo import run as _run
 from tfshards.manifest import Manifest
 from tfshards.sample import write_synthetic
 
 pytestmark = pytest.mark.slow
-BIN = Path(sys.executable).parent  # where `tfshards` and `dvc` are installed
 UP_TO_DATE = "Data and pipelines are up to date."
-
-
-def _run(cmd: list[str], cwd: Path, env: dict[str, str] | None = None) -> str:
-    full_env = {
-        **{k: v for k, v in os.environ.items() if k != "FSSPEC_S3_ENDPOINT_URL"},
-        **(env or {}),
-        "PATH": f"{BIN}{os.pathsep}{os.environ['PATH']}",
-        "DVC_NO_ANALYTICS": "true",
-        "GIT_AUTHOR_NAME": "t",
-        "GIT_AUTHOR_EMAIL": "t@example.com",
-        "GIT_COMMITTER_NAME": "t",
-        "GIT_COMMITTER_EMAIL": "t@example.com",
-    }
-    result = subprocess.run(cmd, cwd=cwd, env=full_env, capture_output=True, text=True, timeout=300)
-    assert result.returncode == 0, f"{cmd}: {result.stdout}\n{result.stderr}"
-    return result.stdout + result.stderr
 
 
 def _new_repo(root: Path, env: dict[str, str], *init_args: str, track_raw: bool = False) -> None:

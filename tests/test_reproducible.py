@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import subprocess
 import sys
 from pathlib import Path
 from typing import Any
@@ -12,24 +11,11 @@ from typing import Any
 import pytest
 import yaml
 
+from dvcrepo import run as _run
+
 pytestmark = pytest.mark.slow
 REPO = Path(__file__).resolve().parents[1]
 STAGES = ("list", "write", "validate")
-
-
-def _run(cmd: list[str], cwd: Path) -> str:
-    env = {
-        **os.environ,
-        "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}",
-        "DVC_NO_ANALYTICS": "true",
-        "GIT_AUTHOR_NAME": "t",
-        "GIT_AUTHOR_EMAIL": "t@example.com",
-        "GIT_COMMITTER_NAME": "t",
-        "GIT_COMMITTER_EMAIL": "t@example.com",
-    }
-    result = subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True, timeout=600)
-    assert result.returncode == 0, f"{cmd}: {result.stdout}\n{result.stderr}"
-    return result.stdout + result.stderr
 
 
 def _project(root: Path, raw: Path) -> Path:
