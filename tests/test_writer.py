@@ -24,6 +24,7 @@ from tfshards.listing import Listing, list_files, write_listing
 from tfshards.localexec import ProcessExecutor
 from tfshards.manifest import MANIFEST_NAME, Manifest
 from tfshards.sample import write_synthetic
+from tfshards.storedlisting import StoredListing
 from tfshards.writer import WriteConfig, write
 
 REPO = Path(__file__).resolve().parents[1]
@@ -568,14 +569,14 @@ def test_workers_start_before_the_listing_is_loaded(listing, tmp_path, monkeypat
     """Forked after it, each worker's RSS would count the whole listing: memory grows with data."""
     write_listing(listing, str(tmp_path / "listing"))
     workers_alive = []
-    real = writer.read_listing
+    real = writer.open_stored
     before = {p.pid for p in multiprocessing.active_children()}  # other tests' pools
 
-    def spy(path: str) -> Listing:
+    def spy(path: str) -> StoredListing | None:
         workers_alive.append(len({p.pid for p in multiprocessing.active_children()} - before))
         return real(path)
 
-    monkeypatch.setattr(writer, "read_listing", spy)
+    monkeypatch.setattr(writer, "open_stored", spy)
     config = WriteConfig(out=str(tmp_path / "out"), workers=2, executor="process")
     manifest = write(config, str(tmp_path / "listing"), progress=False).manifest
     assert workers_alive == [1]  # 2 workers: this process and one started before the listing
@@ -587,10 +588,10 @@ def test_never_more_worker_processes_than_shards(tmp_path, monkeypatch):
     write_synthetic(str(tmp_path / "raw"), 5, 16, workers=1)
     write_listing(list_files(str(tmp_path / "raw")), str(tmp_path / "listing"))
     started = []
-    real = writer.read_listing
+    real = writer.open_stored
     before = {p.pid for p in multiprocessing.active_children()}  # other tests' pools
 
-    def spy(path: str) -> Listing:
+    def spy(path: str) -> StoredListing | None:
         started.append(len({p.pid for p in multiprocessing.active_children()} - before))
         return real(path)
 
@@ -601,7 +602,7 @@ def test_never_more_worker_processes_than_shards(tmp_path, monkeypatch):
         pools.append(options.workers)
         real_pool(self, options)
 
-    monkeypatch.setattr(writer, "read_listing", spy)
+    monkeypatch.setattr(writer, "open_stored", spy)
     monkeypatch.setattr(ProcessExecutor, "__init__", pool_spy)
     config = WriteConfig(out=str(tmp_path / "out"), workers=8, executor="process")
     manifest = write(config, str(tmp_path / "listing"), progress=False).manifest

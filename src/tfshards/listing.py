@@ -14,6 +14,7 @@ import itertools
 import json
 import operator
 import os
+from array import array
 from collections import Counter
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -24,6 +25,13 @@ from fsspec.utils import get_protocol
 from tfshards import contenthash, storage
 from tfshards.errors import ConfigError, InputError
 from tfshards.indexfile import read_index, scan_index
+from tfshards.storedlisting import (
+    OFFSETS_NAME,
+    StoredListing,
+    offsets_bytes,
+    open_listing,
+    parse_line,
+)
 from tfshards.walker import Entry, TreeFilter, check_root, scan_tree
 
 DEFAULT_EXTENSIONS = (".png", ".jpg", ".jpeg", ".gif", ".bmp", ".webp")
@@ -31,7 +39,6 @@ SKIP_REASONS = ("hidden", "extension", "glob", "no-label", "not-a-file")
 VERSION = 2  # 2: tokens name the content (sha256 or the storage's hash), never an mtime
 FILES_NAME = "files.jsonl"
 META_NAME = "meta.json"
-_ENTRY_KEYS = frozenset({"label", "label_index", "path", "size", "token"})
 _SIZE = operator.attrgetter("size")
 _LINES_PER_CHUNK = 64  # ~6 KB chunks: storage.write_atomic batches 1024 per writev (~6 MB)
 
@@ -184,10 +191,12 @@ def _normalize_root(root: str) -> str:
 # --- files.jsonl and meta.json ---------------------------------------------------------
 
 
-def _file_chunks(listing: Listing) -> Iterator[bytes]:
+def _file_chunks(listing: Listing, offsets: array[int] | None = None) -> Iterator[bytes]:
+    """``files.jsonl`` in chunks; appends each line's end offset to ``offsets`` if given."""
     encode = json.JSONEncoder(sort_keys=True, ensure_ascii=False, separators=(",", ":")).encode
     labels = listing.labels
     lines: list[str] = []
+    end = 0
     for path, size, label, token in listing.entries:
         record = {
             "label": labels[label],
@@ -196,7 +205,11 @@ def _file_chunks(listing: Listing) -> Iterator[bytes]:
             "size": size,
             "token": token,
         }
-        lines.append(encode(record))
+        line = encode(record)
+        lines.append(line)
+        if offsets is not None:
+            end += (len(line) if line.isascii() else len(line.encode())) + 1
+            offsets.append(end)
         if len(lines) == _LINES_PER_CHUNK:
             yield ("\n".join(lines) + "\n").encode()
             lines = []
@@ -237,20 +250,24 @@ def _meta(listing: Listing, digest: str) -> dict[str, Any]:
 
 
 def write_listing(listing: Listing, out_dir: str) -> None:
-    """Write ``OUT/files.jsonl`` then ``OUT/meta.json``, each atomically.
+    """Write ``OUT/files.jsonl``, ``OUT/files.idx`` then ``OUT/meta.json``, each atomically.
 
-    ``meta.json`` is written last and carries the SHA-256 of ``files.jsonl``, so
-    a reader that finds both consistent knows neither is stale or truncated.
+    ``files.idx`` holds where each line starts (:mod:`tfshards.storedlisting`),
+    so a writer reads any line without loading the rest. ``meta.json`` is
+    written last and carries the SHA-256 of ``files.jsonl``, so a reader that
+    finds both consistent knows neither is stale or truncated.
     """
     fs, base = storage.open_url(out_dir)
     digest = hashlib.sha256()
+    offsets = array("Q", [0])
 
     def hashed() -> Iterator[bytes]:
-        for chunk in _file_chunks(listing):
+        for chunk in _file_chunks(listing, offsets):
             digest.update(chunk)
             yield chunk
 
     storage.write_atomic(fs, storage.join(base, FILES_NAME), hashed())
+    storage.write_atomic(fs, storage.join(base, OFFSETS_NAME), [offsets_bytes(offsets)])
     meta = (
         json.dumps(_meta(listing, digest.hexdigest()), indent=2, sort_keys=True, ensure_ascii=False)
         + "\n"
@@ -270,6 +287,16 @@ def listing_counts(out_dir: str) -> tuple[int, int]:
     fs, base = storage.open_url(out_dir)
     meta = _read_meta(fs, base)[0]
     return int(meta["files"]), int(meta["bytes"])
+
+
+def open_stored(out_dir: str) -> StoredListing | None:
+    """The counts, labels and verified digest of a listing directory, without its entries.
+
+    None when the directory has no ``files.idx`` (an older ``tfshards list``
+    wrote it): :func:`read_listing` then reads it whole.
+    """
+    fs, base = storage.open_url(out_dir)
+    return open_listing(out_dir, _read_meta(fs, base)[0])
 
 
 def read_listing(out_dir: str) -> Listing:
@@ -292,7 +319,9 @@ def read_listing(out_dir: str) -> Listing:
         raise InputError(
             f"{files_path}: expected a newline at the end, found none (truncated?)", path=files_path
         )
-    entries = [_parse_line(files_path, n, line, labels) for n, line in enumerate(lines[:-1], 1)]
+    entries = [
+        Entry(*parse_line(files_path, n, line, labels)) for n, line in enumerate(lines[:-1], 1)
+    ]
     for n, (before, after) in enumerate(itertools.pairwise(entries), start=2):
         if after.path <= before.path:
             raise InputError(
@@ -360,38 +389,6 @@ def _read_meta(fs: Any, base: str) -> tuple[dict[str, Any], str]:
     if not all(isinstance(label, str) for label in meta["labels"]):
         raise InputError(f"{path}: labels must all be strings", path=path)
     return meta, path
-
-
-def _parse_line(path: str, n: int, line: bytes, labels: Sequence[str]) -> Entry:
-    def bad(what: str) -> InputError:
-        return InputError(f"{path}:{n}: {what}", path=path, line=n)
-
-    try:
-        record = json.loads(line)
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise bad(f"expected a JSON object, found invalid JSON ({exc})") from None
-    if not isinstance(record, dict) or record.keys() != _ENTRY_KEYS:
-        found = sorted(record) if isinstance(record, dict) else type(record).__name__
-        raise bad(f"expected keys {sorted(_ENTRY_KEYS)}, found {found}")
-    rel, size, label, label_index, token = (
-        record[k] for k in ("path", "size", "label", "label_index", "token")
-    )
-    if not (isinstance(rel, str) and rel and isinstance(token, str)):
-        raise bad("expected a non-empty string 'path' and a string 'token'")
-    if rel.startswith("/") or {"", ".", ".."} & set(rel.split("/")):  # as index files
-        raise bad(
-            f"expected a path relative to the root without '.', '..' or empty parts, found {rel!r}"
-        )
-    if type(size) is not int or size < 0:
-        raise bad(f"expected 'size' an integer >= 0, found {size!r}")
-    if type(label_index) is not int or not 0 <= label_index < len(labels):
-        raise bad(f"expected 'label_index' in 0..{len(labels) - 1}, found {label_index!r}")
-    if label != labels[label_index]:
-        raise bad(
-            f"label {label!r} does not match label_index {label_index} "
-            f"({labels[label_index]!r} in {META_NAME})"
-        )
-    return Entry(rel, size, label_index, token)
 
 
 __all__ = [

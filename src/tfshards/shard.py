@@ -10,7 +10,7 @@ from __future__ import annotations
 import dataclasses
 import errno
 import hashlib
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Collection, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -30,6 +30,7 @@ from tfshards.recordbuffer import (
 )
 from tfshards.recordindex import RecordIndex, index_bytes
 from tfshards.schema import Dtype, FeatureSpec, Values, merge_specs, normalize
+from tfshards.storedlisting import ListedRows
 from tfshards.tfrecord import Compressor, frame
 
 # A file larger than this is refused before it is read: a worker holds one
@@ -53,6 +54,7 @@ class ShardTask:
     source_options: Mapping[str, Any]
     out_options: Mapping[str, Any]
     tokens: tuple[str, ...] = ()  # each entry's listed content token (tfshards.contenthash)
+    listed: ListedRows | None = None  # instead of entries/tokens: lines read here, in batches
 
 
 @dataclass(frozen=True)
@@ -82,7 +84,6 @@ def write_shard(task: ShardTask) -> ShardResult:
     rejected: list[Reject] = []
     hasher = hashlib.sha256()
     compressor = Compressor(task.compression)
-    entries, tokens = task.entries, task.tokens or ("",) * len(task.entries)
     index = RecordIndex() if task.compression == "none" else None
 
     def flush(view: memoryview) -> None:
@@ -99,45 +100,53 @@ def write_shard(task: ShardTask) -> ShardResult:
     buffer = RecordBuffer(flush, task.image_feature)
     prefix = storage.join(root, "")  # + a listed (relative) path: no join per record
     local = storage.is_local(fs_in)
-    records = len(task.entries)
+    records = len(task.listed) if task.listed is not None else len(task.entries)
 
     def reject(exc: OSError | InputError, rel: str) -> None:
         if task.on_error == "fail" or isinstance(exc, TransformOutputError):
             raise _as_input_error(exc, task.source, rel) from exc
         rejected.append(Reject(rel, _reason(exc)))
 
-    if any(size > MAX_FILE_BYTES for _, _, size in entries):
-        for rel, _, size in entries:
-            if size > MAX_FILE_BYTES:
-                reject(_too_large(rel, size), rel)
-        small = [k for k, (_, _, size) in enumerate(entries) if size <= MAX_FILE_BYTES]
-        entries, tokens = tuple(entries[k] for k in small), tuple(tokens[k] for k in small)
     try:
         sink = storage.AtomicSink(fs_out, shard_path, temp_dir=layout.work_dir(out_dir))
     except OSError as exc:
         raise write_error(fs_out, shard_path, exc) from None
     try:
-        if fn is None and local:  # the hot path: whole buffers of files at a time
-            expected = b"".join(expected_sha256(t) or bytes(32) for t in tokens)
-            for i, problem in buffer.add_local_files(prefix, entries, expected):
-                rel, _, listed_size = entries[i]
-                reject(_file_problem(problem, rel, listed_size), rel)
-        else:
-            for (rel, label, listed_size), token in zip(entries, tokens, strict=True):
-                try:
-                    if fn is not None:
-                        features = _features(
-                            fs_in, root, rel, label, listed_size, token, task, fn, specs, keys
-                        )
-                        buffer.append(frame(encode(features)[0]))
-                    else:
-                        data = storage.read_bytes(fs_in, prefix + rel, size_hint=listed_size)
-                        if len(data) == listed_size:  # else the size error says more
-                            _check_md5(data, token, rel)
-                        want = expected_sha256(token)
-                        _add(buffer, rel, label, listed_size, copy_into, data, want)
-                except (OSError, InputError) as exc:
-                    reject(exc, rel)
+        for batch, batch_tokens in _batches(task):
+            first_reject = len(rejected)
+            entries, tokens = batch, batch_tokens
+            if any(size > MAX_FILE_BYTES for _, _, size in entries):
+                for rel, _, size in entries:
+                    if size > MAX_FILE_BYTES:
+                        reject(_too_large(rel, size), rel)
+                small = [k for k, (_, _, size) in enumerate(entries) if size <= MAX_FILE_BYTES]
+                entries, tokens = tuple(entries[k] for k in small), tuple(tokens[k] for k in small)
+            if fn is None and local:  # the hot path: whole buffers of files at a time
+                expected = b"".join(expected_sha256(t) or bytes(32) for t in tokens)
+                for i, problem in buffer.add_local_files(prefix, entries, expected):
+                    rel, _, listed_size = entries[i]
+                    reject(_file_problem(problem, rel, listed_size), rel)
+            else:
+                for (rel, label, listed_size), token in zip(entries, tokens, strict=True):
+                    try:
+                        if fn is not None:
+                            features = _features(
+                                fs_in, root, rel, label, listed_size, token, task, fn, specs, keys
+                            )
+                            buffer.append(frame(encode(features)[0]))
+                        else:
+                            data = storage.read_bytes(fs_in, prefix + rel, size_hint=listed_size)
+                            if len(data) == listed_size:  # else the size error says more
+                                _check_md5(data, token, rel)
+                            want = expected_sha256(token)
+                            _add(buffer, rel, label, listed_size, copy_into, data, want)
+                    except (OSError, InputError) as exc:
+                        reject(exc, rel)
+            if len(entries) < len(batch):  # rejects in listing order, whatever found them first
+                order = {rel: i for i, (rel, _, _) in enumerate(batch)}
+                rejected[first_reject:] = sorted(
+                    rejected[first_reject:], key=lambda r: order[r.path]
+                )
         records -= len(rejected)
         buffer.flush()
         finished = compressor.finish()
@@ -151,9 +160,6 @@ def write_shard(task: ShardTask) -> ShardResult:
     except BaseException:
         sink.abort()
         raise
-    if len(entries) < len(task.entries):  # rejects in listing order, whatever found them first
-        order = {rel: i for i, (rel, _, _) in enumerate(task.entries)}
-        rejected.sort(key=lambda r: order[r.path])
     index_sha = None
     if index is not None:
         index_sha = _write_index(fs_out, out_dir, task.name, index.to_bytes())
@@ -179,6 +185,18 @@ def _too_large(rel: str, size: int) -> InputError:
     return InputError(
         f"file too large: expected at most {MAX_FILE_BYTES} bytes, found {size}", path=rel
     )
+
+
+Entries = tuple[tuple[str, int, int], ...]
+
+
+def _batches(task: ShardTask) -> Iterator[tuple[Entries, tuple[str, ...]]]:
+    """``(entries, tokens)`` of the task, a bounded batch at a time when read from a listing."""
+    if task.listed is None:
+        yield task.entries, task.tokens or ("",) * len(task.entries)
+        return
+    for rows in task.listed.batches():
+        yield tuple((r[0], r[2], r[1]) for r in rows), tuple(r[3] for r in rows)
 
 
 def _add(

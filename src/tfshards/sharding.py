@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import random
+from array import array
 
 from tfshards.errors import ConfigError
 
@@ -19,6 +20,19 @@ def shuffled_order(num_records: int, seed: int) -> list[int]:
     does not depend on how many workers later write the shards.
     """
     order = list(range(num_records))
+    random.Random(seed).shuffle(order)
+    return order
+
+
+def shuffled_indices(num_records: int, seed: int) -> array[int]:
+    """:func:`shuffled_order` as 4-byte unsigned ints: 4 MB for a million records.
+
+    ``Random.shuffle`` swaps items of any mutable sequence in the same order,
+    so the permutation is the same as the list's.
+    """
+    if num_records >= 1 << 32:
+        raise ConfigError(f"expected fewer than 2**32 records, got {num_records}")
+    order = array("I", range(num_records))
     random.Random(seed).shuffle(order)
     return order
 

@@ -20,10 +20,11 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import itertools
 import json
 import operator
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -32,7 +33,15 @@ from tfshards import executor as executors
 from tfshards import transform as transforms
 from tfshards.cluster import Needs
 from tfshards.errors import ConfigError, InputError, TransformError
-from tfshards.listing import Listing, listing_counts, listing_digest, listing_root, read_listing
+from tfshards.listing import (
+    Entry,
+    Listing,
+    listing_counts,
+    listing_digest,
+    listing_root,
+    open_stored,
+    read_listing,
+)
 from tfshards.manifest import (
     FORMAT_VERSION,
     MANIFEST_NAME,
@@ -41,6 +50,7 @@ from tfshards.manifest import (
 from tfshards.progress import Progress
 from tfshards.schema import FeatureSpec, merge_specs
 from tfshards.shard import ShardResult, ShardTask, keys_differ, write_error, write_shard
+from tfshards.storedlisting import ListedRows, StoredListing
 from tfshards.tfrecord import COMPRESSIONS
 
 BASE_FEATURES = ("label", "path", "sha256")
@@ -140,39 +150,44 @@ def fingerprint(listing: Listing, params: Mapping[str, Any]) -> str:
     token), the byte-shaping ``params`` and the format versions. Not the root:
     the same files read from another folder or clone give the same shards.
     """
+    return _fingerprint(listing_digest(listing), listing.labels, params)
+
+
+def _fingerprint(files_sha256: str, labels: Sequence[str], params: Mapping[str, Any]) -> str:
     doc = {
         "bytes": BYTES_VERSION,
-        "files_sha256": listing_digest(listing),
+        "files_sha256": files_sha256,
         "format": FORMAT_VERSION,
-        "labels": list(listing.labels),
+        "labels": list(labels),
         "params": dict(params),
     }
     return hashlib.sha256(json.dumps(doc, sort_keys=True).encode()).hexdigest()[:16]
 
 
 def plan(
-    listing: Listing, config: WriteConfig, transform_identity: str = "none"
+    listing: Listing | StoredListing, config: WriteConfig, transform_identity: str = "none"
 ) -> tuple[str, dict[str, Any], list[ShardTask]]:
     """The version directory URL, manifest params and shard tasks (pure: no I/O, no imports).
 
     ``transform_identity`` is :func:`tfshards.transform.identity` of
     ``config.transform``, resolved by the caller (it imports the user's module).
+    From a :class:`StoredListing` the tasks carry line numbers of its
+    ``files.jsonl`` (4 bytes per file) and read their entries themselves.
     """
     if transform_identity.split("@", 1)[0] != (config.transform or "none"):
         raise ConfigError(
             f"transform_identity: expected the identity of transform {config.transform!r}, "
             f"got {transform_identity!r}"
         )
-    entries = listing.entries
-    if not entries:
+    files = listing.files if isinstance(listing, StoredListing) else len(listing.entries)
+    if not files:
         raise InputError(f"{listing.root}: the listing has no files", path=listing.root)
-    total_bytes = listing.total_bytes
     num_shards = config.num_shards or sharding.auto_num_shards(
-        len(entries), total_bytes, config.target_shard_bytes
+        files, listing.total_bytes, config.target_shard_bytes
     )
-    if num_shards > len(entries):
+    if num_shards > files:
         raise ConfigError(
-            f"num_shards: expected at most one shard per record ({len(entries)}), got {num_shards}"
+            f"num_shards: expected at most one shard per record ({files}), got {num_shards}"
         )
     params: dict[str, Any] = {
         "compression": config.compression,
@@ -182,13 +197,11 @@ def plan(
         "seed": config.seed,
         "transform": transform_identity,
     }
-    version = storage.join(config.out, fingerprint(listing, params))
-    order = sharding.shuffled_order(len(entries), config.seed)
-    bounds = sharding.shard_boundaries(len(entries), num_shards)
+    digest = listing.digest if isinstance(listing, StoredListing) else listing_digest(listing)
+    version = storage.join(config.out, _fingerprint(digest, listing.labels, params))
     source, out = storage.absolute(listing.root), storage.absolute(version)
     tasks = []
-    for i in range(num_shards):
-        picked = [entries[j] for j in order[bounds[i] : bounds[i + 1]]]
+    for i, (rows, picked) in enumerate(_contents(listing, files, num_shards, config.seed)):
         tasks.append(
             ShardTask(
                 name=sharding.shard_name(config.name, i, num_shards),
@@ -202,10 +215,26 @@ def plan(
                 source_options=dict(config.source_options),
                 out_options=dict(config.out_options),
                 tokens=tuple(entry.token for entry in picked),
+                listed=rows,
             )
         )
     params["on_error"] = config.on_error
     return version, params, tasks
+
+
+def _contents(
+    listing: Listing | StoredListing, files: int, num_shards: int, seed: int
+) -> Iterator[tuple[ListedRows | None, list[Entry]]]:
+    """Each shard's lines of a stored listing, or its entries of one in memory."""
+    bounds = itertools.pairwise(sharding.shard_boundaries(files, num_shards))
+    if isinstance(listing, StoredListing):
+        indices = sharding.shuffled_indices(files, seed)  # 4 bytes per file
+        for start, stop in bounds:
+            yield listing.rows(indices[start:stop]), []
+    else:
+        order = sharding.shuffled_order(files, seed)
+        for start, stop in bounds:
+            yield None, [listing.entries[j] for j in order[start:stop]]
 
 
 def write(config: WriteConfig, listing: Listing | str, *, progress: bool = True) -> WriteResult:
@@ -233,10 +262,17 @@ def write(config: WriteConfig, listing: Listing | str, *, progress: bool = True)
     )
     # Workers start before the listing is loaded: forked later, each would count it in its RSS.
     with pool:
+        loaded: Listing | StoredListing
         if isinstance(listing, str):
-            listing = read_listing(listing)
-        version, params, tasks = plan(listing, config, transforms.identity(config.transform))
-        with Progress("write", total=len(listing.entries), enabled=progress) as bar:
+            # Tasks read their own lines of a stored listing; Dask workers may not
+            # see the listing directory, so they get the entries themselves.
+            stored = open_stored(listing) if pool.options.executor != "dask" else None
+            loaded = stored or read_listing(listing)
+        else:
+            loaded = listing
+        version, params, tasks = plan(loaded, config, transforms.identity(config.transform))
+        listed = loaded.files if isinstance(loaded, StoredListing) else len(loaded.entries)
+        with Progress("write", total=listed, enabled=progress) as bar:
             done = executors.in_order(
                 pool.map(
                     write_shard,
@@ -259,11 +295,11 @@ def write(config: WriteConfig, listing: Listing | str, *, progress: bool = True)
         fingerprint=version.rstrip("/").rsplit("/", 1)[-1],
         params=params,
         schema=_merge_schema(done, tasks),
-        labels=listing.labels,
+        labels=loaded.labels,
         compression=config.compression,
         shards=tuple(r.info for r in done),
         rejected=tuple(rej for r in done for rej in r.rejected),
-        listed=len(listing.entries),
+        listed=listed,
     )
     manifest = _write_metadata(fs_out, version_path, manifest)
     _publish(fs_out, storage.join(version_path, MANIFEST_NAME), manifest)
@@ -302,19 +338,25 @@ def _merge_schema(
     for result, task in zip(results, tasks, strict=True):
         if result.info.records == 0:
             continue
-        rejected = {r.path for r in result.rejected}
-        here = next(rel for rel, _, _ in task.entries if rel not in rejected)
         base = (task.image_feature, *BASE_FEATURES)
         names = [spec.name for spec in result.schema if spec.name not in base]
         if merged and set(names) != set(merged) - set(base):
+            here = _first_kept(task, result)
             expected = sorted(set(merged) - set(base))
             raise TransformError(
                 f"{here}: transform {task.transform}: " + keys_differ(expected, first, names),
                 path=here,
             )
-        first = first or here
+        first = first or _first_kept(task, result)
         for spec in result.schema:
             merged[spec.name] = (
                 merge_specs(merged[spec.name], spec) if spec.name in merged else spec
             )
     return tuple(merged[k] for k in sorted(merged))
+
+
+def _first_kept(task: ShardTask, result: ShardResult) -> str:
+    """The path of the task's first file that became a record (read from the listing if need be)."""
+    rejected = {r.path for r in result.rejected}
+    batches = task.listed.batches() if task.listed is not None else [task.entries]
+    return next(row[0] for rows in batches for row in rows if row[0] not in rejected)

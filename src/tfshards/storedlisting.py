@@ -1,0 +1,257 @@
+"""Read a stored listing in bounded memory: check it in one streamed pass, read lines by position.
+
+``tfshards list`` writes ``files.idx`` beside ``files.jsonl``: the byte offset
+where each line starts, plus the file's size, as little-endian unsigned 64-bit
+integers (8 bytes per file). The writer's parent then holds only counts, labels
+and a 4-byte-per-file permutation; each shard task carries the line numbers of
+its records and reads those lines itself, a batch at a time (:class:`ListedRows`),
+so no process ever holds the whole listing.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import struct
+import sys
+from array import array
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from tfshards import storage
+from tfshards.errors import InputError
+
+OFFSETS_NAME = "files.idx"
+ENTRY_KEYS = frozenset({"label", "label_index", "path", "size", "token"})
+BATCH = 4096  # lines read and parsed at once: ~1.5 MB of entries, one json.loads call
+_CHUNK = 1 << 20  # streamed read size when checking files.jsonl
+_SPAN = struct.Struct("<QQ")  # a line's start and the next line's start
+Reader = Callable[[int, int], bytes]  # (offset, length) -> bytes
+Row = tuple[str, int, int, str]  # (relative path, size, label index, token): a listing Entry
+
+
+def offsets_bytes(offsets: array[int]) -> bytes:
+    """``files.idx`` bytes for line-start offsets (the last one is the file size)."""
+    if sys.byteorder == "big":  # pragma: no cover - the format is little-endian everywhere
+        offsets = array("Q", offsets)
+        offsets.byteswap()
+    return offsets.tobytes()
+
+
+@dataclass(frozen=True)
+class StoredListing:
+    """What a writer needs of a stored listing, checked against ``meta.json``; no entries.
+
+    Attributes:
+        directory: the listing directory as given.
+        root: the root the files were listed under.
+        labels: sorted label names.
+        files: number of lines (files).
+        total_bytes: sum of the listed sizes.
+        digest: SHA-256 (hex) of ``files.jsonl``, computed here and equal to ``meta.json``'s.
+    """
+
+    directory: str
+    root: str
+    labels: tuple[str, ...]
+    files: int
+    total_bytes: int
+    digest: str
+
+    def rows(self, indices: array[int]) -> ListedRows:
+        """The lines at ``indices`` (0-based line numbers, record order), for a shard task."""
+        fs, base = storage.open_url(self.directory)
+        return ListedRows(
+            storage.unstrip(fs, storage.join(base, "files.jsonl")),
+            storage.unstrip(fs, storage.join(base, OFFSETS_NAME)),
+            self.labels,
+            indices.tobytes(),
+        )
+
+
+def open_listing(directory: str, meta: dict[str, Any]) -> StoredListing | None:
+    """Check ``files.jsonl`` and ``files.idx`` against ``meta`` in one streamed pass.
+
+    Returns None when the listing has no ``files.idx`` (written by an older
+    ``tfshards list``): the caller then reads it whole.
+
+    Raises:
+        InputError: ``files.jsonl`` is missing, truncated, or its line count or
+            SHA-256 differ from ``meta.json``; ``files.idx`` does not match it.
+    """
+    fs, base = storage.open_url(directory)
+    files_path = storage.join(base, "files.jsonl")
+    idx_path = storage.join(base, OFFSETS_NAME)
+    where = storage.unstrip(fs, files_path)
+    if not fs.exists(idx_path):
+        return None
+    digest, lines, size, last = hashlib.sha256(), 0, 0, b"\n"
+    try:
+        with fs.open(files_path, "rb") as f:
+            while chunk := f.read(_CHUNK):
+                digest.update(chunk)
+                lines += chunk.count(b"\n")
+                size += len(chunk)
+                last = chunk[-1:]
+    except FileNotFoundError:
+        raise InputError(f"{where}: listing file not found", path=where) from None
+    if last != b"\n":
+        raise InputError(
+            f"{where}: expected a newline at the end, found none (truncated?)", path=where
+        )
+    if lines != meta["files"]:
+        raise InputError(
+            f"{where}: expected {meta['files']} lines (meta.json), found {lines}", path=where
+        )
+    found = digest.hexdigest()
+    if found != meta["files_sha256"]:
+        raise InputError(
+            f"{where}: expected sha256 {meta['files_sha256']} (meta.json), found "
+            f"{found}: edited or stale",
+            path=where,
+        )
+    idx_where = storage.unstrip(fs, idx_path)
+    idx_size = fs.size(idx_path)
+    with fs.open(idx_path, "rb") as f:
+        f.seek(max(0, idx_size - 8))
+        end = int.from_bytes(f.read(8), "little")
+    if idx_size != 8 * (lines + 1) or end != size:
+        raise InputError(
+            f"{idx_where}: expected {8 * (lines + 1)} bytes ending with {size} (files.jsonl), "
+            f"found {idx_size} bytes ending with {end}: stale",
+            path=idx_where,
+        )
+    return StoredListing(
+        directory, meta["root"], tuple(meta["labels"]), lines, meta["bytes"], found
+    )
+
+
+@dataclass(frozen=True)
+class ListedRows:
+    """Some lines of a stored listing, by line number, read where they are used.
+
+    Plain picklable values (URLs, labels, 4 bytes per line), so a shard task
+    carries them to any worker instead of the entries themselves.
+    """
+
+    files: str  # URL of files.jsonl
+    offsets: str  # URL of files.idx
+    labels: tuple[str, ...]
+    indices: bytes  # array("I") of 0-based line numbers, in record order
+
+    def __len__(self) -> int:
+        return len(self.indices) // 4
+
+    def batches(self, size: int = BATCH) -> Iterator[list[Row]]:
+        """The rows, in order, ``size`` at a time.
+
+        Raises:
+            InputError: a line is malformed (names the file and line) or
+                ``files.idx`` does not point at line starts.
+        """
+        order = array("I")
+        order.frombytes(self.indices)
+        fs_files, files_path = storage.open_url(self.files)
+        fs_idx, idx_path = storage.open_url(self.offsets)
+        with fs_files.open(files_path, "rb") as lines, fs_idx.open(idx_path, "rb") as idx:
+            read_lines = _reader(lines)
+            read_idx = _reader(idx)
+            for at in range(0, len(order), size):
+                chunk = order[at : at + size]
+                texts = [self._line(read_idx, read_lines, j) for j in chunk]
+                yield _parse_lines(self.files, chunk, texts, self.labels)
+
+    def _line(self, read_idx: Reader, read_lines: Reader, j: int) -> bytes:
+        """Line ``j`` with the newline before it (a check that it starts a line) and its own."""
+        start, end = _SPAN.unpack(read_idx(8 * j, 16))
+        text = read_lines(start - 1, end - start + 1) if start else b"\n" + read_lines(0, end)
+        if len(text) != end - start + 1 or text[0] != 10 or text.find(b"\n", 1) != len(text) - 1:
+            raise InputError(
+                f"{self.offsets}: line {j + 1}: expected the offsets of a line of "
+                f"{self.files}, found others: stale",
+                path=self.offsets,
+            )
+        return text
+
+
+def _reader(f: Any) -> Reader:
+    """``read(offset, length)`` on an open file: ``os.pread`` when it has a descriptor."""
+    try:
+        fd = f.fileno()
+    except (AttributeError, OSError, ValueError):
+        fd = -1
+    if fd >= 0:
+        return lambda offset, length: os.pread(fd, length, offset)
+
+    def read(offset: int, length: int) -> bytes:
+        f.seek(offset)
+        data: bytes = f.read(length)
+        return data
+
+    return read
+
+
+def _parse_lines(
+    path: str, numbers: Sequence[int], texts: list[bytes], labels: Sequence[str]
+) -> list[Row]:
+    """Parse lines (each with its leading newline) in one ``json.loads`` call when all are valid."""
+    try:
+        records = json.loads(b"[" + b",".join(t[1:-1] for t in texts) + b"]")
+    except (UnicodeDecodeError, json.JSONDecodeError):
+        records = None
+    if records is None or len(records) != len(texts):  # find the bad line, for its message
+        return [
+            parse_line(path, j + 1, t[1:-1], labels) for j, t in zip(numbers, texts, strict=True)
+        ]
+    return [check_record(path, j + 1, r, labels) for j, r in zip(numbers, records, strict=True)]
+
+
+def parse_line(path: str, n: int, line: bytes, labels: Sequence[str]) -> Row:
+    """One ``files.jsonl`` line (without its newline) as an entry; ``n`` is its 1-based number.
+
+    Raises:
+        InputError: naming ``path:n``, what was expected and what was found.
+    """
+    try:
+        record = json.loads(line)
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise InputError(
+            f"{path}:{n}: expected a JSON object, found invalid JSON ({exc})", path=path, line=n
+        ) from None
+    return check_record(path, n, record, labels)
+
+
+def check_record(path: str, n: int, record: Any, labels: Sequence[str]) -> Row:
+    """A decoded ``files.jsonl`` line as ``(path, size, label index, token)``, checked."""
+
+    def bad(what: str) -> InputError:
+        return InputError(f"{path}:{n}: {what}", path=path, line=n)
+
+    if not isinstance(record, dict) or record.keys() != ENTRY_KEYS:
+        found = sorted(record) if isinstance(record, dict) else type(record).__name__
+        raise bad(f"expected keys {sorted(ENTRY_KEYS)}, found {found}")
+    rel, size, label, label_index, token = (
+        record["path"],
+        record["size"],
+        record["label"],
+        record["label_index"],
+        record["token"],
+    )
+    if not (isinstance(rel, str) and rel and isinstance(token, str)):
+        raise bad("expected a non-empty string 'path' and a string 'token'")
+    if rel.startswith("/") or {"", ".", ".."} & set(rel.split("/")):  # as index files
+        raise bad(
+            f"expected a path relative to the root without '.', '..' or empty parts, found {rel!r}"
+        )
+    if type(size) is not int or size < 0:
+        raise bad(f"expected 'size' an integer >= 0, found {size!r}")
+    if type(label_index) is not int or not 0 <= label_index < len(labels):
+        raise bad(f"expected 'label_index' in 0..{len(labels) - 1}, found {label_index!r}")
+    if label != labels[label_index]:
+        raise bad(
+            f"label {label!r} does not match label_index {label_index} "
+            f"({labels[label_index]!r} in meta.json)"
+        )
+    return rel, size, label_index, token
