@@ -18,7 +18,7 @@ import pytest
 
 from tfshards import executor
 from tfshards.executor import Executor
-from tfshards.listing import list_files
+from tfshards.listing import list_files, write_listing
 from tfshards.sample import write_digits, write_synthetic
 from tfshards.writer import WriteConfig, write
 
@@ -67,15 +67,29 @@ def _digests(out: Path, manifest_root: str) -> tuple[str, str]:
 
 
 def _write_case(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, case: str, executor: str = "auto"
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    case: str,
+    executor: str = "auto",
+    *,
+    stored: bool = False,
+    workers: int = 1,
 ) -> tuple[str, str]:
+    """Write ``case``; ``stored`` goes through a listing directory (read in bounded memory)."""
     monkeypatch.chdir(tmp_path)
     raw = Path("raw")
     if case == "digits":
         write_digits(str(raw))
         _fix_mtimes(raw)
         listing = list_files("raw", extensions=[".png"])
-        config = WriteConfig(out="shards", name="digits", num_shards=16, seed=42, executor=executor)
+        config = WriteConfig(
+            out="shards",
+            name="digits",
+            num_shards=16,
+            seed=42,
+            executor=executor,
+            workers=workers,
+        )
     else:
         fmt, compression = case.split("-")[1:]
         write_synthetic(str(raw), 103, 24, fmt=fmt, classes=5, seed=3, workers=1)
@@ -88,8 +102,11 @@ def _write_case(
             seed=7,
             compression=compression,
             executor=executor,
+            workers=workers,
         )
-    result = write(config, listing, progress=False)
+    if stored:
+        write_listing(listing, "listing")
+    result = write(config, "listing" if stored else listing, progress=False)
     return _digests(Path("shards"), result.manifest.root)
 
 
@@ -127,3 +144,14 @@ def test_a_new_executor_is_one_class_and_writes_the_pinned_bytes(tmp_path, monke
         _write_case(tmp_path, monkeypatch, "synth-png-gzip", "last-first")
         == PINNED["synth-png-gzip"]
     )
+
+
+@pytest.mark.parametrize("workers", [1, 2, 8])
+@pytest.mark.parametrize("case", ["digits", "synth-png-gzip"])
+def test_a_listing_directory_read_line_by_line_writes_the_pinned_bytes(
+    case, workers, loop, tmp_path, monkeypatch
+):
+    """Tasks that read their own listing lines, on 1, 2 or 8 workers, change no byte."""
+    got = _write_case(tmp_path, monkeypatch, case, stored=True, workers=workers)
+    assert (tmp_path / "listing" / "files.idx").exists()
+    assert got == PINNED[case]
