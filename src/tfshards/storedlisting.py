@@ -25,7 +25,7 @@ from tfshards.errors import InputError
 
 OFFSETS_NAME = "files.idx"
 ENTRY_KEYS = frozenset({"label", "label_index", "path", "size", "token"})
-BATCH = 4096  # lines read and parsed at once: ~1.5 MB of entries, one json.loads call
+BATCH = 1024  # lines read and parsed at once: ~0.4 MB of entries, one json.loads call
 _CHUNK = 1 << 20  # streamed read size when checking files.jsonl
 _SPAN = struct.Struct("<QQ")  # a line's start and the next line's start
 Reader = Callable[[int, int], bytes]  # (offset, length) -> bytes
