@@ -241,7 +241,8 @@ def check_record(path: str, n: int, record: Any, labels: Sequence[str]) -> Row:
     )
     if not (isinstance(rel, str) and rel and isinstance(token, str)):
         raise bad("expected a non-empty string 'path' and a string 'token'")
-    if rel.startswith("/") or {"", ".", ".."} & set(rel.split("/")):  # as index files
+    wrapped = f"/{rel}/"  # no empty, "." or ".." part, as index files: 3 substring tests
+    if "//" in wrapped or "/./" in wrapped or "/../" in wrapped:
         raise bad(
             f"expected a path relative to the root without '.', '..' or empty parts, found {rel!r}"
         )
