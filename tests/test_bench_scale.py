@@ -1,0 +1,35 @@
+"""Smoke test of the scale series: tiny trees, every step in a fresh process, one row per size."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+@pytest.mark.slow
+def test_scale_series_prints_a_row_per_size_with_memory_against_the_first(tmp_path: Path) -> None:
+    rows_path = tmp_path / "rows.json"
+    args = ["--files", "300,600", "--file-bytes", "64", "--dir", str(tmp_path / "trees")]
+    result = subprocess.run(
+        [sys.executable, "-m", "bench.scale", *args, "--json", str(rows_path)],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=True,
+    )
+    table = result.stdout.strip().splitlines()
+    assert [line.split(" | ")[0] for line in table[2:]] == ["| 300", "| 600"]
+    assert "(1.00x)" in table[2]
+    rows = json.loads(rows_path.read_text())
+    assert [r["files"] for r in rows] == [300, 600]
+    for row in rows:
+        for step in ("list", "write", "validate"):
+            assert row[step]["wall"] > 0 and row[step]["rss_mb"] > 0
+    assert not (tmp_path / "trees").exists()  # removed without --keep
