@@ -23,7 +23,8 @@ def listed(tmp_path: Path) -> Path:
     for label in ("cat", "dog"):
         (tmp_path / "raw" / label).mkdir(parents=True)
         for i in range(7):
-            (tmp_path / "raw" / label / f"{i:03d}é.jpg").write_bytes(f"{label}{i}".encode())
+            data = b"\xff\xd8\xff" + f"{label}{i}".encode()  # a JPEG's first bytes
+            (tmp_path / "raw" / label / f"{i:03d}é.jpg").write_bytes(data)
     write_listing(list_files(str(tmp_path / "raw")), str(tmp_path / "listing"))
     return tmp_path / "listing"
 
@@ -71,7 +72,7 @@ def test_stale_offsets_are_reported_naming_the_index_file(listed: Path) -> None:
 
 def test_an_edited_files_jsonl_is_refused_before_any_shard(listed: Path, tmp_path: Path) -> None:
     path = listed / "files.jsonl"
-    path.write_bytes(path.read_bytes().replace(b'"size":4', b'"size":5', 1))
+    path.write_bytes(path.read_bytes().replace(b'"size":7', b'"size":8', 1))
     with pytest.raises(InputError, match=r"files\.jsonl: expected sha256 .*: edited or stale"):
         write(WriteConfig(out=str(tmp_path / "out")), str(listed), progress=False)
     assert not (tmp_path / "out").exists()
@@ -97,7 +98,7 @@ def _tree_listing(tmp_path: Path, files: int) -> str:
     for label in range(10):
         folder = root / f"l{label}"
         folder.mkdir(parents=True)
-        data = b"\xff\xd8" + bytes([label]) * 14
+        data = b"\xff\xd8\xff" + bytes([label]) * 13  # a JPEG's first bytes
         (folder / ".stub").write_bytes(data)
         token = "sha256:" + hashlib.sha256(data).hexdigest()
         for i in range(label, files, 10):
