@@ -48,11 +48,6 @@ def variable_length(path: str, label: int) -> tuple[np.ndarray[Any, Any], int]:
     return np.arange(label + 1, dtype=np.int64), label
 
 
-def sleep_2ms(path: str, label: int) -> tuple[np.ndarray[Any, Any], int]:
-    time.sleep(0.002)
-    return np.array([label], np.int64), label
-
-
 @pytest.fixture(scope="module")
 def listing(tmp_path_factory: pytest.TempPathFactory) -> Listing:
     root = tmp_path_factory.mktemp("files") / "img"
