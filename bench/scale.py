@@ -131,11 +131,9 @@ def one_size(
         row["walk_sha256"] = timed(walk, root, True)
         row["list"] = run_step(["list", root, "--out", listing], src)
         w = str(workers)
-        row["write"] = run_step(
-            ["write", listing, "--out", out, "--workers", w, "--no-progress"], src
-        )
-        (version,) = [d for d in os.listdir(out) if not d.startswith(".")]
-        manifest = os.path.join(out, version, "manifest.json")
+        manifest = os.path.join(work, "manifest.json")  # never the caller's data/manifest.json
+        write = ["write", listing, "--out", out, "--manifest", manifest, "--workers", w]
+        row["write"] = run_step([*write, "--no-progress"], src)
         metrics = os.path.join(work, "metrics.json")
         row["validate"] = run_step(
             ["validate", manifest, "--metrics", metrics, "--workers", w, "--no-progress"], src

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -18,7 +19,8 @@ def test_scale_series_prints_a_row_per_size_with_memory_against_the_first(tmp_pa
     args = ["--files", "300,600", "--file-bytes", "64", "--dir", str(tmp_path / "trees")]
     result = subprocess.run(
         [sys.executable, "-m", "bench.scale", *args, "--json", str(rows_path)],
-        cwd=REPO,
+        cwd=tmp_path,  # whatever it writes stays out of the checkout
+        env={**os.environ, "PYTHONPATH": str(REPO)},
         capture_output=True,
         text=True,
         timeout=300,
