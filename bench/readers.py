@@ -24,8 +24,12 @@ def tfshards_read(manifest: Manifest) -> Any:
     return make_dataset(manifest.shards, manifest, batch_size=BATCH, training=False)
 
 
-def seed_read(manifest: Manifest) -> Any:
-    """The seed's reader: interleave -> shuffle -> parse_single_example + decode_jpeg -> batch."""
+def _usual_records(manifest: Manifest, side: int | None) -> tuple[Any, Any]:
+    """The usual reader's parallel interleave over the shards, and its per-record parse.
+
+    The parse is ``parse_single_example`` + ``decode_jpeg`` (+ ``resize`` to
+    ``side``), to float32 in [0, 1].
+    """
     import tensorflow as tf
 
     paths = [os.path.join(manifest.root, s.name) for s in manifest.shards]
@@ -37,14 +41,22 @@ def seed_read(manifest: Manifest) -> Any:
     def parse(record: Any) -> tuple[Any, Any]:
         example = tf.io.parse_single_example(record, spec)
         image = tf.io.decode_jpeg(example["image"], channels=3)
+        if side is not None:
+            return tf.image.resize(image, (side, side)) / 255.0, example["label"]
         return tf.cast(image, tf.float32) / 255.0, example["label"]
 
     files = tf.data.Dataset.from_tensor_slices(paths)
+    records = files.interleave(tf.data.TFRecordDataset, num_parallel_calls=tf.data.AUTOTUNE)
+    return records, parse
+
+
+def seed_read(manifest: Manifest) -> Any:
+    """The seed's reader: interleave -> shuffle -> parse_single_example + decode_jpeg -> batch."""
+    import tensorflow as tf
+
+    records, parse = _usual_records(manifest, None)
     return (
-        files.interleave(tf.data.TFRecordDataset, num_parallel_calls=tf.data.AUTOTUNE)
-        .shuffle(SEED_SHUFFLE)
-        .map(parse, num_parallel_calls=tf.data.AUTOTUNE)
-        .batch(BATCH)
+        records.shuffle(SEED_SHUFFLE).map(parse, num_parallel_calls=tf.data.AUTOTUNE).batch(BATCH)
     )
 
 
@@ -78,21 +90,9 @@ def seed_read_resized(manifest: Manifest, side: int) -> Any:
     """The usual resizing reader: interleave -> parse_single_example + decode_jpeg + resize."""
     import tensorflow as tf
 
-    paths = [os.path.join(manifest.root, s.name) for s in manifest.shards]
-    spec = {
-        "image": tf.io.FixedLenFeature([], tf.string),
-        "label": tf.io.FixedLenFeature([], tf.int64),
-    }
-
-    def parse(record: Any) -> tuple[Any, Any]:
-        example = tf.io.parse_single_example(record, spec)
-        image = tf.io.decode_jpeg(example["image"], channels=3)
-        return tf.image.resize(image, (side, side)) / 255.0, example["label"]
-
-    files = tf.data.Dataset.from_tensor_slices(paths)
+    records, parse = _usual_records(manifest, side)
     return (
-        files.interleave(tf.data.TFRecordDataset, num_parallel_calls=tf.data.AUTOTUNE)
-        .map(parse, num_parallel_calls=tf.data.AUTOTUNE)
+        records.map(parse, num_parallel_calls=tf.data.AUTOTUNE)
         .batch(BATCH)
         .prefetch(tf.data.AUTOTUNE)
     )
