@@ -20,7 +20,7 @@ from typing import Any
 import crc32c
 from PIL import Image
 
-from tfshards.listing import Listing
+from tfshards.listing.listing import Listing
 
 # Which pieces each job cannot avoid (bench/README.md, "How it measures").
 WRITE = ("read_file", "sha256", "crc32c")  # read every input, hash it, frame it

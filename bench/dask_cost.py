@@ -39,8 +39,8 @@ from dataclasses import dataclass
 from importlib.metadata import version
 
 from bench.data import SMALL, ensure, listing_of, subset
-from tfshards.listing import Listing
-from tfshards.writer import WriteConfig, write
+from tfshards.listing.listing import Listing
+from tfshards.writing.writer import WriteConfig, write
 
 SHARDS = (2, 128)
 SHARD_SWEEP_FILES = 256

@@ -8,8 +8,8 @@ import shutil
 import time
 from dataclasses import asdict, dataclass
 
-from tfshards.listing import Listing, list_files
-from tfshards.sample import write_synthetic
+from tfshards.listing.listing import Listing, list_files
+from tfshards.project.sample import write_synthetic
 
 
 @dataclass(frozen=True)

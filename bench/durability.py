@@ -23,7 +23,7 @@ import time
 
 from bench.data import LARGE, SMALL, ensure, listing_of
 from bench.writers import tfshards_write
-from tfshards.listing import Listing
+from tfshards.listing.listing import Listing
 
 
 def _no_fsync(fd: int) -> None:

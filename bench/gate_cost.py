@@ -17,10 +17,10 @@ import tempfile
 import time
 from collections.abc import Callable
 
-from tfshards import gate, loader
-from tfshards.listing import list_files
-from tfshards.sample import write_synthetic
-from tfshards.writer import WriteConfig, write
+from tfshards.listing.listing import list_files
+from tfshards.project.sample import write_synthetic
+from tfshards.reading import gate, loader
+from tfshards.writing.writer import WriteConfig, write
 
 
 def _median_seconds(fn: Callable[[], object], rounds: int = 3) -> float:

@@ -22,7 +22,7 @@ from typing import Any
 
 from bench.items import RESIZE, pil_resize, python_loop, sleep_io, tf_resize
 from bench.timing import Contender, Epochs, compare, cpu_count, row
-from tfshards.listing import Listing
+from tfshards.listing.listing import Listing
 
 BATCH = 64
 ITEMS = {"pil": 4000, "python": 1000, "sleep": 500}  # at scale 1: ~1-2 s serial each
@@ -79,8 +79,8 @@ def seed_recipe(kind: str, paths: Sequence[str]) -> Any:
 
 
 def tfshards_from_files(kind: str, mode: str, listing: Listing) -> Any:
-    """``tfshards.generator.from_files`` in ``mode`` (``graph`` runs the work as TF ops)."""
-    from tfshards.generator import from_files
+    """``tfshards.reading.generator.from_files`` in ``mode`` (``graph`` runs the work as TF ops)."""
+    from tfshards.reading.generator import from_files
 
     fn = tf_resize if mode == "graph" else FUNCTIONS[kind][0]
     return from_files(listing, fn, output_signature=_spec(kind), mode=mode, batch_size=BATCH)

@@ -21,7 +21,7 @@ import sys
 import tempfile
 import time
 
-from tfshards.listing import list_files, listing_digest, write_listing
+from tfshards.listing.listing import list_files, listing_digest, write_listing
 
 
 def make_tree(root: str, files: int, labels: int, per_dir: int, file_bytes: int = 16) -> None:

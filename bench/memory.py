@@ -23,7 +23,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from bench.timing import RssSampler, spread, tree_cpu_seconds
-from tfshards.listing import Listing, read_listing, write_listing
+from tfshards.listing.listing import Listing, read_listing, write_listing
 
 KINDS = {
     "naive": "naive loop (1 process)",
@@ -128,7 +128,7 @@ def compare(
 
 def _child(kind: str, listing_dir: str, out: str) -> None:
     if kind == "tfshards":
-        from tfshards.writer import WriteConfig, write
+        from tfshards.writing.writer import WriteConfig, write
 
         write(WriteConfig(out=out, workers=2), listing_dir, progress=False)
     elif kind == "tfds":

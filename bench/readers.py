@@ -11,16 +11,16 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from tfshards.listing import Listing
-from tfshards.loader import make_dataset
-from tfshards.manifest import Manifest
+from tfshards.listing.listing import Listing
+from tfshards.reading.loader import make_dataset
+from tfshards.writing.manifest import Manifest
 
 BATCH = 128
 SEED_SHUFFLE = 1000  # the seed reader's shuffle buffer (records)
 
 
 def tfshards_read(manifest: Manifest) -> Any:
-    """``tfshards.loader.make_dataset`` with ``training=False`` (no shuffle, no repeat)."""
+    """``tfshards.reading.loader.make_dataset`` with ``training=False`` (no shuffle, no repeat)."""
     return make_dataset(manifest.shards, manifest, batch_size=BATCH, training=False)
 
 

@@ -55,7 +55,7 @@ def render(doc: dict[str, Any]) -> str:
             f"(~{d['mean_bytes'] / 1e3:.0f} KB)"
             for name, d in doc["data"].items()
         )
-        + " (`tfshards.sample.write_synthetic`, 10 classes).",
+        + " (`tfshards.project.sample.write_synthetic`, 10 classes).",
         "",
         "Speed-up = baseline wall / contender wall within each round (median, min-max). "
         "CPU = seconds of the whole process tree. MB/s counts image payload bytes "

@@ -15,9 +15,9 @@ from bench import bound as bounds
 from bench import checkers, memory, readers, report, writers
 from bench.data import LARGE, SMALL, DataSet, ensure, listing_of, subset
 from bench.timing import Contender, Epochs, compare, cpu_count, row
-from tfshards.listing import Listing
-from tfshards.manifest import MANIFEST_NAME, Manifest
-from tfshards.writer import WriteConfig, write
+from tfshards.listing.listing import Listing
+from tfshards.writing.manifest import MANIFEST_NAME, Manifest
+from tfshards.writing.writer import WriteConfig, write
 
 WORKERS = 2  # tfshards' pool size in every job; the machine the README quotes has 2 cores
 

@@ -22,7 +22,7 @@ from absl import logging as absl_logging
 from etils import epath  # type: ignore[import-untyped]
 
 from bench.writers import NUM_SHARDS
-from tfshards.listing import Listing
+from tfshards.listing.listing import Listing
 
 
 class BenchImages(tfds.core.GeneratorBasedBuilder):  # type: ignore[misc]

@@ -13,9 +13,9 @@ import os
 import random
 
 from bench.timing import Work
-from tfshards.listing import Listing
-from tfshards.sharding import shard_boundaries, shard_name
-from tfshards.writer import WriteConfig, write
+from tfshards.listing.listing import Listing
+from tfshards.writing.sharding import shard_boundaries, shard_name
+from tfshards.writing.writer import WriteConfig, write
 
 NUM_SHARDS = 16  # what tfshards picks for both data sets (docs/decisions.md)
 

@@ -8,7 +8,7 @@ import types
 
 
 def test_every_exported_name_resolves_even_after_submodule_imports():
-    import tfshards.loader  # also imports tfshards.validate and friends as modules
+    import tfshards.reading.loader  # also imports the validation modules and friends
 
     for name in tfshards.__all__:
         assert not isinstance(getattr(tfshards, name), types.ModuleType), name
@@ -52,10 +52,10 @@ def test_type_checkers_see_the_public_api_with_real_types(tmp_path):
     )
     revealed = [line for line in out.stdout.splitlines() if "Revealed type" in line]
     assert len(revealed) == 5, out.stdout
-    assert '"tfshards.writer.WriteResult"' in revealed[0]
+    assert '"tfshards.writing.writer.WriteResult"' in revealed[0]
     assert revealed[1].endswith('"int"') and revealed[2].endswith('"int"'), revealed
-    assert '"tfshards.validate.ValidationReport"' in revealed[3]
-    assert "def (shards: typing.Sequence[tfshards.manifest.ShardInfo]" in revealed[4]
+    assert '"tfshards.validation.validate.ValidationReport"' in revealed[3]
+    assert "def (shards: typing.Sequence[tfshards.writing.manifest.ShardInfo]" in revealed[4]
     assert not any("Any" in line for line in revealed[:4]), revealed
     assert 'Incompatible types in assignment (expression has type "int"' in out.stdout
 

@@ -12,13 +12,13 @@ from pathlib import Path
 import pytest
 from fsspec.implementations.memory import MemoryFileSystem
 
-from tfshards import loader
-from tfshards.cache import SIDECAR, ShardCache, default_cache_dir
 from tfshards.errors import ShardError
-from tfshards.listing import list_files
-from tfshards.manifest import Manifest
-from tfshards.sample import write_synthetic
-from tfshards.writer import WriteConfig, write
+from tfshards.listing.listing import list_files
+from tfshards.project.sample import write_synthetic
+from tfshards.reading import loader
+from tfshards.reading.cache import SIDECAR, ShardCache, default_cache_dir
+from tfshards.writing.manifest import Manifest
+from tfshards.writing.writer import WriteConfig, write
 
 
 @pytest.fixture

@@ -11,8 +11,8 @@ import pytest
 from typer.testing import CliRunner
 
 from tfshards.cli import app
-from tfshards.listing import list_files, write_listing
-from tfshards.sample import write_synthetic
+from tfshards.listing.listing import list_files, write_listing
+from tfshards.project.sample import write_synthetic
 
 SECRET = "wJalrXUtnFEMIK7MDENGbPxRfiCYEXAMPLEKEY"
 

@@ -8,12 +8,14 @@ from __future__ import annotations
 
 import pytest
 
-from tfshards import cluster, executor, native, storage, transform
-from tfshards.cluster import Needs, WorkerReport
+from tfshards import native, storage
 from tfshards.errors import ConfigError
-from tfshards.listing import list_files
-from tfshards.sample import write_synthetic
-from tfshards.writer import WriteConfig, plan
+from tfshards.listing.listing import list_files
+from tfshards.project.sample import write_synthetic
+from tfshards.run import cluster, executor
+from tfshards.run.cluster import Needs, WorkerReport
+from tfshards.writing import transform
+from tfshards.writing.writer import WriteConfig, plan
 
 
 def test_relative_local_paths_become_absolute_and_urls_stay(tmp_path, monkeypatch):

@@ -23,8 +23,8 @@ from pathlib import Path
 import pytest
 
 from tfshards import native
-from tfshards.manifest import Manifest
-from tfshards.sample import write_synthetic
+from tfshards.project.sample import write_synthetic
+from tfshards.writing.manifest import Manifest
 
 pytestmark = pytest.mark.slow
 DASK = str(Path(sys.executable).parent / "dask")

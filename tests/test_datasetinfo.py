@@ -12,13 +12,13 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from tfshards import layout
-from tfshards.datasetinfo import tfds_files
-from tfshards.listing import list_files
-from tfshards.manifest import MANIFEST_NAME, Manifest
-from tfshards.sample import write_synthetic
-from tfshards.validate import ValidateConfig, validate
-from tfshards.writer import WriteConfig, write
+from tfshards.listing.listing import list_files
+from tfshards.project.sample import write_synthetic
+from tfshards.validation.validate import ValidateConfig, validate
+from tfshards.writing import layout
+from tfshards.writing.datasetinfo import tfds_files
+from tfshards.writing.manifest import MANIFEST_NAME, Manifest
+from tfshards.writing.writer import WriteConfig, write
 
 tfds = pytest.importorskip("tensorflow_datasets")
 

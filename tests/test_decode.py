@@ -8,11 +8,11 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from tfshards import loader
-from tfshards.decode import decode_image
-from tfshards.listing import list_files
-from tfshards.sample import SyntheticSpec, render_synthetic, write_synthetic
-from tfshards.writer import WriteConfig, write
+from tfshards.listing.listing import list_files
+from tfshards.project.sample import SyntheticSpec, render_synthetic, write_synthetic
+from tfshards.reading import loader
+from tfshards.reading.decode import decode_image
+from tfshards.writing.writer import WriteConfig, write
 
 
 def _jpeg(size: int) -> bytes:
@@ -26,7 +26,7 @@ def _jpeg(size: int) -> bytes:
 def test_scaled_jpeg_decodes_at_the_smallest_scale_that_covers_the_target(target, decoded_side):
     import tensorflow as tf
 
-    from tfshards.decode import _scaled_jpeg
+    from tfshards.reading.decode import _scaled_jpeg
 
     image = _scaled_jpeg(tf.constant(_jpeg(512)), (target, target, 3))
     assert tuple(image.shape) == (decoded_side, decoded_side, 3)

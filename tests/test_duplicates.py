@@ -10,13 +10,14 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from tfshards import splits, tfrecord
+from tfshards import tfrecord
 from tfshards.cli import app
-from tfshards.duplicates import find_duplicates
 from tfshards.exampleparser import decode
-from tfshards.manifest import load
-from tfshards.sample import write_synthetic
-from tfshards.validate import ValidateConfig, validate
+from tfshards.project.sample import write_synthetic
+from tfshards.reading import splits
+from tfshards.validation.duplicates import find_duplicates
+from tfshards.validation.validate import ValidateConfig, validate
+from tfshards.writing.manifest import load
 
 
 def _digest(text: str) -> bytes:

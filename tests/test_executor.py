@@ -7,10 +7,10 @@ import time
 
 import pytest
 
-from tfshards import executor
-from tfshards.cluster import Needs
 from tfshards.errors import ConfigError, ShardError
-from tfshards.executor import RunOptions
+from tfshards.run import executor
+from tfshards.run.cluster import Needs
+from tfshards.run.executor import RunOptions
 
 
 def _die_in_a_worker(parent: int) -> int:

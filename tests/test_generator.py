@@ -15,10 +15,11 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from tfshards import generator, pools
 from tfshards.errors import ConfigError
-from tfshards.listing import Entry, Listing, list_files
-from tfshards.sample import write_synthetic
+from tfshards.listing.listing import Entry, Listing, list_files
+from tfshards.project.sample import write_synthetic
+from tfshards.reading import generator
+from tfshards.run import pools
 
 SIZE = 16
 

@@ -15,8 +15,8 @@ from tfshards import bulkcheck, recordcheck, tfrecord
 from tfshards.cli import app
 from tfshards.example import FeatureSpec, encode_bytes
 from tfshards.imageformat import image_format
-from tfshards.listing import list_files, write_listing
-from tfshards.manifest import Manifest
+from tfshards.listing.listing import list_files, write_listing
+from tfshards.writing.manifest import Manifest
 
 TEXT = b"just some notes, saved under the wrong name\n"
 NOT_AN_IMAGE = (

@@ -12,8 +12,9 @@ import pytest
 import yaml
 from typer.testing import CliRunner
 
-from tfshards import __version__, pipeline, scaffold, yamlfile
+from tfshards import __version__
 from tfshards.cli import app
+from tfshards.project import pipeline, scaffold, yamlfile
 
 REPO = Path(__file__).resolve().parents[1]
 CODE_DEPS = ("stages/", "src/tfshards/")  # deps this repository adds: its own source files

@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from dvcrepo import run as _run
-from tfshards.manifest import Manifest
-from tfshards.sample import write_synthetic
+from tfshards.project.sample import write_synthetic
+from tfshards.writing.manifest import Manifest
 
 pytestmark = pytest.mark.slow
 UP_TO_DATE = "Data and pipelines are up to date."

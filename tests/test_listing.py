@@ -11,7 +11,7 @@ import fsspec
 import pytest
 
 from tfshards.errors import ConfigError, InputError
-from tfshards.listing import (
+from tfshards.listing.listing import (
     Entry,
     Listing,
     list_files,
@@ -458,7 +458,7 @@ def test_listing_paths_that_leave_the_root_are_refused_like_index_paths(
     tmp_path: Path, escape: str
 ) -> None:
     """A hand-edited files.jsonl (hashes updated to match) must not make write read other files."""
-    from tfshards.writer import WriteConfig, write
+    from tfshards.writing.writer import WriteConfig, write
 
     root = tmp_path / "raw"
     (root / "cat").mkdir(parents=True)

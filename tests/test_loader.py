@@ -14,13 +14,14 @@ from pathlib import Path
 
 import pytest
 
-from tfshards import gate, loader, tfrecord
+from tfshards import tfrecord
 from tfshards.errors import ConfigError, RecordError, ShardError
 from tfshards.example import FeatureSpec, encode_bytes
-from tfshards.listing import list_files
-from tfshards.manifest import Manifest, ShardInfo
-from tfshards.sample import write_synthetic
-from tfshards.writer import WriteConfig, write
+from tfshards.listing.listing import list_files
+from tfshards.project.sample import write_synthetic
+from tfshards.reading import gate, loader
+from tfshards.writing.manifest import Manifest, ShardInfo
+from tfshards.writing.writer import WriteConfig, write
 
 IMAGES = 200
 SIZE = 32
@@ -357,9 +358,9 @@ def _forge(manifest: Manifest, index: int, data: bytes, records: int | None = No
 
 _HOSTILE_CHILD = """
 import json, sys
-from tfshards import loader
+from tfshards.reading import loader
 from tfshards.errors import TfshardsError
-from tfshards.manifest import load
+from tfshards.writing.manifest import load
 manifest = load(sys.argv[1])
 out = []
 for forged in (False, True):

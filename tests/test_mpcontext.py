@@ -13,7 +13,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from tfshards import mpcontext
+from tfshards.run import mpcontext
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -26,7 +26,7 @@ REPO = Path(__file__).resolve().parents[1]
     ],
 )
 def test_a_fresh_parent_forks_unless_it_has_threads(setup, method):
-    code = f"import threading\n{setup}\nfrom tfshards import mpcontext\n"
+    code = f"import threading\n{setup}\nfrom tfshards.run import mpcontext\n"
     code += "print(mpcontext.mp_context().get_start_method())"
     env = {**os.environ, "PYTHONPATH": str(REPO / "src")}
     out = subprocess.run(
@@ -58,7 +58,7 @@ def test_forkserver_workers_do_not_rerun_the_script_that_started_them(tmp_path):
             with open({str(log)!r}, "a") as f:  # what `import tensorflow` would cost, made visible
                 f.write(f"{{os.getpid()}}\\n")
 
-            from tfshards import executor, mpcontext
+            from tfshards.run import executor, mpcontext
 
             if __name__ == "__main__":
                 threading.Thread(target=threading.Event().wait, daemon=True).start()
@@ -91,26 +91,26 @@ def block(path, data, label):
 # Each script starts worker processes and then never ends on its own.
 ORPHAN_SCRIPTS = {
     "process pool, fork": """
-        from tfshards import executor
+        from tfshards.run import executor
         list(executor.run(time.sleep, [3600.0] * 4, executor="process", workers=3))
     """,
     "process pool, forkserver (a parent with threads)": """
         threading.Thread(target=threading.Event().wait, daemon=True).start()
-        from tfshards import executor
+        from tfshards.run import executor
         list(executor.run(time.sleep, [3600.0] * 4, executor="process", workers=3))
     """,
     "process pool, fork, polling getppid() (no PR_SET_PDEATHSIG: not Linux)": """
-        from tfshards import executor, mpcontext
+        from tfshards.run import executor, mpcontext
         mpcontext._set_parent_death_signal = lambda: False  # fork: the workers inherit this
         list(executor.run(time.sleep, [3600.0] * 4, executor="process", workers=3))
     """,
     "from_files processes (idle workers)": """
-        from tfshards.pools import Leaf, Runner
+        from tfshards.run.pools import Leaf, Runner
         runner = Runner("process", abs, [Leaf("int64", (), "")], 2)
         threading.Event().wait()
     """,
     "sample": """
-        from tfshards.sample import write_synthetic
+        from tfshards.project.sample import write_synthetic
         write_synthetic(sys.argv[1], 1_000_000, 32, workers=3, progress=False)
     """,
 }
@@ -171,8 +171,8 @@ def test_workers_exit_when_their_parent_is_killed(case, tmp_path):
 
 @pytest.mark.slow
 def test_a_killed_write_command_leaves_no_worker_behind(tmp_path):
-    from tfshards.listing import list_files, write_listing
-    from tfshards.sample import write_synthetic
+    from tfshards.listing.listing import list_files, write_listing
+    from tfshards.project.sample import write_synthetic
 
     write_synthetic(str(tmp_path / "raw"), 24, 16, workers=1)
     write_listing(list_files(str(tmp_path / "raw")), str(tmp_path / "listing"))

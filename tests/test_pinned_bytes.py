@@ -16,11 +16,11 @@ from typing import Any
 
 import pytest
 
-from tfshards import executor
-from tfshards.executor import Executor
-from tfshards.listing import list_files, write_listing
-from tfshards.sample import write_digits, write_synthetic
-from tfshards.writer import WriteConfig, write
+from tfshards.listing.listing import list_files, write_listing
+from tfshards.project.sample import write_digits, write_synthetic
+from tfshards.run import executor
+from tfshards.run.executor import Executor
+from tfshards.writing.writer import WriteConfig, write
 
 # Any fixed mtime: a version name must not depend on it, but pinning it keeps
 # this test about bytes, not about how the name is derived.

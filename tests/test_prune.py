@@ -12,11 +12,11 @@ from typer.testing import CliRunner
 
 from tfshards.cli import app
 from tfshards.errors import ConfigError
-from tfshards.listing import Listing, list_files
-from tfshards.manifest import MANIFEST_NAME, Manifest
-from tfshards.prune import PruneConfig, prune
-from tfshards.sample import write_synthetic
-from tfshards.writer import WriteConfig, write
+from tfshards.listing.listing import Listing, list_files
+from tfshards.project.prune import PruneConfig, prune
+from tfshards.project.sample import write_synthetic
+from tfshards.writing.manifest import MANIFEST_NAME, Manifest
+from tfshards.writing.writer import WriteConfig, write
 
 OLD = 1_000_000_000  # an mtime long past: older than any --min-age
 

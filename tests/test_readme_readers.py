@@ -13,9 +13,9 @@ from typing import Any
 
 import pytest
 
-from tfshards.listing import list_files
-from tfshards.sample import write_synthetic
-from tfshards.writer import WriteConfig, write
+from tfshards.listing.listing import list_files
+from tfshards.project.sample import write_synthetic
+from tfshards.writing.writer import WriteConfig, write
 
 README = Path(__file__).resolve().parents[1] / "README.md"
 SECTION = "## Reading the shards elsewhere\n"

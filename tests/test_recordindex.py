@@ -11,14 +11,14 @@ from typing import Any
 
 import pytest
 
-from tfshards import layout
-from tfshards.listing import list_files
-from tfshards.manifest import MANIFEST_NAME, Manifest
-from tfshards.recordindex import RecordIndex, index_bytes
-from tfshards.sample import write_synthetic
+from tfshards.listing.listing import list_files
+from tfshards.project.sample import write_synthetic
 from tfshards.tfrecord import frame
-from tfshards.validate import ValidateConfig, validate
-from tfshards.writer import WriteConfig, write
+from tfshards.validation.validate import ValidateConfig, validate
+from tfshards.writing import layout
+from tfshards.writing.manifest import MANIFEST_NAME, Manifest
+from tfshards.writing.recordindex import RecordIndex, index_bytes
+from tfshards.writing.writer import WriteConfig, write
 
 # The tfrecord package and TensorFlow register the same protos (tensorflow.Example):
 # with protobuf's upb backend the second import fails ("duplicate symbol

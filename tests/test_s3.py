@@ -12,10 +12,10 @@ from typing import Any
 import pytest
 
 from tfshards import storage
-from tfshards.listing import list_files, write_listing
-from tfshards.manifest import MANIFEST_NAME, Manifest
-from tfshards.sample import write_synthetic
-from tfshards.writer import WriteConfig, write
+from tfshards.listing.listing import list_files, write_listing
+from tfshards.project.sample import write_synthetic
+from tfshards.writing.manifest import MANIFEST_NAME, Manifest
+from tfshards.writing.writer import WriteConfig, write
 
 pytestmark = pytest.mark.slow
 REPO = Path(__file__).resolve().parents[1]

@@ -14,8 +14,8 @@ from typer.testing import CliRunner
 
 from tfshards.cli import app
 from tfshards.errors import ConfigError
-from tfshards.listing import list_files
-from tfshards.sample import SyntheticSpec, render_synthetic, write_digits, write_synthetic
+from tfshards.listing.listing import list_files
+from tfshards.project.sample import SyntheticSpec, render_synthetic, write_digits, write_synthetic
 
 
 def _tree_digest(root: Path) -> dict[str, str]:

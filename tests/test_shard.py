@@ -13,10 +13,10 @@ import pytest
 from typer.testing import CliRunner
 
 from tfshards.cli import app
-from tfshards.listing import list_files, write_listing
-from tfshards.manifest import Manifest
-from tfshards.sample import write_synthetic
-from tfshards.shard import MAX_FILE_BYTES
+from tfshards.listing.listing import list_files, write_listing
+from tfshards.project.sample import write_synthetic
+from tfshards.writing.manifest import Manifest
+from tfshards.writing.shard import MAX_FILE_BYTES
 
 
 @pytest.fixture

@@ -6,8 +6,8 @@ import itertools
 
 import pytest
 
-from tfshards import sharding
 from tfshards.errors import ConfigError
+from tfshards.writing import sharding
 
 
 def test_shuffled_order_is_a_permutation_fixed_by_seed():

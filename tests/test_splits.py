@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from tfshards.manifest import ShardInfo
-from tfshards.splits import BALANCE_TOLERANCE, Split, balance_warnings, label_counts
+from tfshards.reading.splits import BALANCE_TOLERANCE, Split, balance_warnings, label_counts
+from tfshards.writing.manifest import ShardInfo
 
 
 def _shard(name: str, records: int) -> ShardInfo:

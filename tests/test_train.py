@@ -15,17 +15,17 @@ from typing import Any
 import pytest
 from typer.testing import CliRunner
 
-from tfshards.checkpoint import Checkpoint
 from tfshards.cli import app
 from tfshards.cli.train import parse_bool, parse_model_args
-from tfshards.confusion import class_accuracy, confusion_matrix, to_csv
 from tfshards.errors import ConfigError
-from tfshards.history import MODEL_METRICS, stop_early
-from tfshards.listing import list_files
-from tfshards.models import MODELS, model_spec
-from tfshards.optim import balanced_class_weights, learning_rate
-from tfshards.sample import write_digits
-from tfshards.train import (
+from tfshards.listing.listing import list_files
+from tfshards.project.sample import write_digits
+from tfshards.training.checkpoint import Checkpoint
+from tfshards.training.confusion import class_accuracy, confusion_matrix, to_csv
+from tfshards.training.history import MODEL_METRICS, stop_early
+from tfshards.training.models import MODELS, model_spec
+from tfshards.training.optim import balanced_class_weights, learning_rate
+from tfshards.training.train import (
     EpochResult,
     LoopTiming,
     TrainConfig,
@@ -33,7 +33,7 @@ from tfshards.train import (
     timed_loop,
     train,
 )
-from tfshards.writer import WriteConfig, write
+from tfshards.writing.writer import WriteConfig, write
 
 REPO = Path(__file__).resolve().parents[1]
 DIGITS, SHARDS = 1797, 16
@@ -353,7 +353,7 @@ def test_same_seed_trains_the_same_model(
 def test_mixed_precision_keeps_float32_outputs() -> None:
     import keras
 
-    from tfshards.models import build_model
+    from tfshards.training.models import build_model
 
     policy = keras.mixed_precision.global_policy()
     keras.mixed_precision.set_global_policy("mixed_float16")
@@ -399,7 +399,7 @@ def test_op_without_deterministic_xla_kernel_is_a_config_error(
     digits: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """MaxPool's gradient has no deterministic XLA kernel: the error says which option to drop."""
-    from tfshards import models
+    from tfshards.training import models
 
     def max_pool_cnn(size: int, channels: int, classes: int) -> Any:
         import keras
@@ -670,7 +670,7 @@ def test_export_predicts_from_raw_png_and_jpeg_bytes_with_plain_tensorflow(
 
 KILLED_AT_EPOCH_2 = """
 import os, signal, sys
-from tfshards.train import TrainConfig, train
+from tfshards.training.train import TrainConfig, train
 
 def log(line):
     print(line, flush=True)
@@ -730,7 +730,7 @@ import tensorflow as tf
 # Two logical CPU devices: must happen before anything initializes TensorFlow's devices.
 cpu = tf.config.list_physical_devices("CPU")[0]
 tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * 2)
-from tfshards.train import TrainConfig, train
+from tfshards.training.train import TrainConfig, train
 
 settings = eval(sys.argv[1])
 print(json.dumps({s: train(TrainConfig(strategy=s, **settings)).metrics for s in sys.argv[2:]}))
@@ -764,7 +764,7 @@ def test_mirrored_over_two_cpu_devices_learns_like_one_device(digits: str, tmp_p
 
 
 def test_batch_that_does_not_split_evenly_over_replicas_is_a_config_error() -> None:
-    from tfshards.steps import TrainSteps
+    from tfshards.training.steps import TrainSteps
 
     class TwoReplicas:
         num_replicas_in_sync = 2

@@ -12,11 +12,11 @@ from typer.testing import CliRunner
 from tfshards.cli import app
 from tfshards.errors import TransformError
 from tfshards.example import decode
-from tfshards.listing import list_files, write_listing
-from tfshards.manifest import Manifest
-from tfshards.sample import write_synthetic
+from tfshards.listing.listing import list_files, write_listing
+from tfshards.project.sample import write_synthetic
 from tfshards.schema import normalize
 from tfshards.tfrecord import scan
+from tfshards.writing.manifest import Manifest
 
 TRANSFORMS = """
 import numpy as np

@@ -19,12 +19,12 @@ from tfshards import storage, tfrecord
 from tfshards.cli import app
 from tfshards.errors import ConfigError, InputError, ValidationError
 from tfshards.example import FeatureSpec, encode_bytes, varint
-from tfshards.listing import list_files
-from tfshards.manifest import Manifest
+from tfshards.listing.listing import list_files
+from tfshards.project.sample import write_synthetic
 from tfshards.recordcheck import _check_slow, _Plan
-from tfshards.sample import write_synthetic
-from tfshards.validate import ValidateConfig, ValidationReport, validate, write_metrics
-from tfshards.writer import WriteConfig, write
+from tfshards.validation.validate import ValidateConfig, ValidationReport, validate, write_metrics
+from tfshards.writing.manifest import Manifest
+from tfshards.writing.writer import WriteConfig, write
 
 REPO = Path(__file__).resolve().parents[1]
 COUNT, CLASSES, SHARDS = 40, 4, 4
@@ -496,7 +496,7 @@ _ADDRESS_SPACE = 2 << 30  # the child's RLIMIT_AS: a whole-stream inflate or a l
 _MEASURE = """
 import json, re, resource, sys
 resource.setrlimit(resource.RLIMIT_AS, (int(sys.argv[2]), int(sys.argv[2])))
-from tfshards.validate import ValidateConfig, validate
+from tfshards.validation.validate import ValidateConfig, validate
 report = validate(ValidateConfig(sys.argv[1], executor="serial"))
 with open("/proc/self/status") as status:
     peak_kb = int(re.search(r"VmHWM:\\s*(\\d+)", status.read()).group(1))

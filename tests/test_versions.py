@@ -10,12 +10,19 @@ from pathlib import Path
 
 import pytest
 
-from tfshards import contenthash, layout, writer
 from tfshards.errors import InputError
-from tfshards.listing import Listing, list_files, listing_digest, read_listing, write_listing
-from tfshards.manifest import MANIFEST_NAME, Manifest
-from tfshards.sample import write_synthetic
-from tfshards.writer import WriteConfig, write
+from tfshards.listing.listing import (
+    Listing,
+    contenthash,
+    list_files,
+    listing_digest,
+    read_listing,
+    write_listing,
+)
+from tfshards.project.sample import write_synthetic
+from tfshards.writing import layout, writer
+from tfshards.writing.manifest import MANIFEST_NAME, Manifest
+from tfshards.writing.writer import WriteConfig, write
 
 
 @pytest.fixture
@@ -208,7 +215,7 @@ def test_shard_globs_match_shards_only_and_read_every_record_after_a_resume(
 
 
 def test_validate_uses_the_layout_declaration(raw: Path, tmp_path: Path) -> None:
-    from tfshards.validate import ValidateConfig, validate
+    from tfshards.validation.validate import ValidateConfig, validate
 
     config = WriteConfig(out=str(tmp_path / "out"), num_shards=2, executor="serial")
     manifest = write(config, listing := list_files(str(raw)), progress=False).manifest

@@ -16,16 +16,17 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from tfshards import storage, tfrecord, writer
+from tfshards import storage, tfrecord
 from tfshards.cli import app
 from tfshards.errors import ConfigError, InputError, TransformError
-from tfshards.executor import RunOptions
-from tfshards.listing import Listing, list_files, write_listing
-from tfshards.localexec import ProcessExecutor
-from tfshards.manifest import MANIFEST_NAME, Manifest
-from tfshards.sample import write_synthetic
-from tfshards.storedlisting import StoredListing
-from tfshards.writer import WriteConfig, write
+from tfshards.listing.listing import Listing, list_files, write_listing
+from tfshards.listing.storedlisting import StoredListing
+from tfshards.project.sample import write_synthetic
+from tfshards.run.executor import RunOptions
+from tfshards.run.localexec import ProcessExecutor
+from tfshards.writing import writer
+from tfshards.writing.manifest import MANIFEST_NAME, Manifest
+from tfshards.writing.writer import WriteConfig, write
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -509,7 +510,7 @@ print(json.dumps({"temps": zombies, "rc": resumed.returncode, "stderr": resumed.
 def test_resume_after_killed_workers_left_as_zombies_validates(
     listing, tmp_path, transforms_module
 ):
-    from tfshards.validate import ValidateConfig, validate
+    from tfshards.validation.validate import ValidateConfig, validate
 
     write_listing(listing, str(tmp_path / "listing"))
     args = ["write", str(tmp_path / "listing"), "--out", "out", "--manifest", "m.json"]

@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tfshards import pipeline, scaffold, yamlfile
 from tfshards.errors import ConfigError
+from tfshards.project import pipeline, scaffold, yamlfile
 
 
 def test_long_commands_fold_before_options_and_keep_their_words():

@@ -24,58 +24,58 @@ __version__ = "0.1.0"
 
 _LAZY = {
     # list
-    "Listing": "tfshards.listing",
-    "list_files": "tfshards.listing",
-    "read_listing": "tfshards.listing",
-    "write_listing": "tfshards.listing",
+    "Listing": "tfshards.listing.listing",
+    "list_files": "tfshards.listing.listing",
+    "read_listing": "tfshards.listing.listing",
+    "write_listing": "tfshards.listing.listing",
     # write
-    "WriteConfig": "tfshards.writer",
-    "WriteResult": "tfshards.writer",
-    "write": "tfshards.writer",
-    "Manifest": "tfshards.manifest",
-    "ShardInfo": "tfshards.manifest",
-    "load_manifest": "tfshards.manifest",
+    "WriteConfig": "tfshards.writing.writer",
+    "WriteResult": "tfshards.writing.writer",
+    "write": "tfshards.writing.writer",
+    "Manifest": "tfshards.writing.manifest",
+    "ShardInfo": "tfshards.writing.manifest",
+    "load_manifest": "tfshards.writing.manifest",
     # validate
-    "ValidateConfig": "tfshards.validate",
-    "ValidationReport": "tfshards.validate",
-    "validate_shards": "tfshards.validate",
+    "ValidateConfig": "tfshards.validation.validate",
+    "ValidationReport": "tfshards.validation.validate",
+    "validate_shards": "tfshards.validation.validate",
     # prune
-    "PruneConfig": "tfshards.prune",
-    "prune_versions": "tfshards.prune",
+    "PruneConfig": "tfshards.project.prune",
+    "prune_versions": "tfshards.project.prune",
     # read (TensorFlow)
-    "Split": "tfshards.splits",
-    "SplitWarning": "tfshards.splits",
-    "split": "tfshards.splits",
-    "find_corrupt_record": "tfshards.corruption",
-    "shard_errors": "tfshards.corruption",
-    "make_dataset": "tfshards.loader",
-    "ShardCache": "tfshards.cache",
-    "FileSplit": "tfshards.splits",
-    "split_files": "tfshards.splits",
-    "from_files": "tfshards.generator",
+    "Split": "tfshards.reading.splits",
+    "SplitWarning": "tfshards.reading.splits",
+    "split": "tfshards.reading.splits",
+    "find_corrupt_record": "tfshards.reading.corruption",
+    "shard_errors": "tfshards.reading.corruption",
+    "make_dataset": "tfshards.reading.loader",
+    "ShardCache": "tfshards.reading.cache",
+    "FileSplit": "tfshards.reading.splits",
+    "split_files": "tfshards.reading.splits",
+    "from_files": "tfshards.reading.generator",
     # sample data
-    "write_digits": "tfshards.sample",
-    "write_synthetic": "tfshards.sample",
+    "write_digits": "tfshards.project.sample",
+    "write_synthetic": "tfshards.project.sample",
 }
-# Exported under another name where the plain one is a submodule's: after
-# `import tfshards.validate`, `tfshards.validate` is the module, not the function.
+# Exported under a longer name where the module's own name is too plain for the
+# package namespace (``tfshards.validate_shards`` reads better than ``tfshards.validate``).
 _RENAMED = {"load_manifest": "load", "validate_shards": "validate", "prune_versions": "prune"}
 
 if TYPE_CHECKING:  # what type checkers see; at run time __getattr__ imports on first use
-    from tfshards.cache import ShardCache
-    from tfshards.corruption import find_corrupt_record, shard_errors
-    from tfshards.generator import from_files
-    from tfshards.listing import Listing, list_files, read_listing, write_listing
-    from tfshards.loader import make_dataset
-    from tfshards.manifest import Manifest, ShardInfo
-    from tfshards.manifest import load as load_manifest
-    from tfshards.prune import PruneConfig
-    from tfshards.prune import prune as prune_versions
-    from tfshards.sample import write_digits, write_synthetic
-    from tfshards.splits import FileSplit, Split, SplitWarning, split, split_files
-    from tfshards.validate import ValidateConfig, ValidationReport
-    from tfshards.validate import validate as validate_shards
-    from tfshards.writer import WriteConfig, WriteResult, write
+    from tfshards.listing.listing import Listing, list_files, read_listing, write_listing
+    from tfshards.project.prune import PruneConfig
+    from tfshards.project.prune import prune as prune_versions
+    from tfshards.project.sample import write_digits, write_synthetic
+    from tfshards.reading.cache import ShardCache
+    from tfshards.reading.corruption import find_corrupt_record, shard_errors
+    from tfshards.reading.generator import from_files
+    from tfshards.reading.loader import make_dataset
+    from tfshards.reading.splits import FileSplit, Split, SplitWarning, split, split_files
+    from tfshards.validation.validate import ValidateConfig, ValidationReport
+    from tfshards.validation.validate import validate as validate_shards
+    from tfshards.writing.manifest import Manifest, ShardInfo
+    from tfshards.writing.manifest import load as load_manifest
+    from tfshards.writing.writer import WriteConfig, WriteResult, write
 
 
 def __getattr__(name: str) -> Any:

@@ -11,7 +11,7 @@ from typing import Annotated, ParamSpec, TypeVar
 import typer
 
 from tfshards.errors import TfshardsError
-from tfshards.mpcontext import cpu_count
+from tfshards.run.mpcontext import cpu_count
 from tfshards.storage import backend_error, reject_credentials
 
 P = ParamSpec("P")

@@ -7,8 +7,9 @@ from typing import Annotated, Any
 
 import typer
 
-from tfshards import __version__, pipeline, storage
+from tfshards import __version__, storage
 from tfshards.cli._common import one_line_errors
+from tfshards.project import pipeline
 
 DEFAULTS = pipeline.PipelineSpec()
 
@@ -85,7 +86,7 @@ def init_command(
         "extensions": extensions,
     }
     explicit = {k: v for k, v in given.items() if v is not None}
-    from tfshards import scaffold  # the YAML round trip loads only when init runs
+    from tfshards.project import scaffold  # the YAML round trip loads only when init runs
 
     result = scaffold.init(Path.cwd(), explicit, force=force, version=__version__)
     variant = "remote-first: DVC tracks the manifest" if result.spec.remote else "local"

@@ -9,7 +9,7 @@ import typer
 
 from tfshards import storage
 from tfshards.cli._common import one_line_errors
-from tfshards.listing import DEFAULT_EXTENSIONS, format_skipped, list_files, write_listing
+from tfshards.listing.listing import DEFAULT_EXTENSIONS, format_skipped, list_files, write_listing
 
 
 @one_line_errors

@@ -7,7 +7,7 @@ from typing import Annotated
 import typer
 
 from tfshards.cli._common import one_line_errors
-from tfshards.prune import DEFAULT_MIN_AGE_S, PruneConfig, prune
+from tfshards.project.prune import DEFAULT_MIN_AGE_S, PruneConfig, prune
 
 
 @one_line_errors

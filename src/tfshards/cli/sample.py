@@ -26,7 +26,7 @@ def digits_command(out_dir: OutDir) -> None:
     Grayscale 8x8 PNGs (native size, 0..16 scaled to 0..255), ten labels "0".."9",
     no download. The same bytes on every run.
     """
-    from tfshards.sample import write_digits
+    from tfshards.project.sample import write_digits
 
     n = write_digits(out_dir)
     typer.echo(f"wrote {n} digit images in 10 labels -> {out_dir}")
@@ -57,7 +57,7 @@ def synthetic_command(
     realistic: about 4 KB at 96 px and 70 KB at 512 px. The same arguments give
     the same bytes on every run and with any --workers.
     """
-    from tfshards.sample import write_synthetic
+    from tfshards.project.sample import write_synthetic
 
     n_workers = workers or default_workers()
     n = write_synthetic(

@@ -12,10 +12,10 @@ from typing import Annotated, Any
 import typer
 
 from tfshards.cli._common import one_line_errors, optional_int
-from tfshards.devices import STRATEGIES
-from tfshards.models import AUGMENTATIONS, MODELS
-from tfshards.optim import CLASS_WEIGHTS, OPTIMIZERS, SCHEDULES
-from tfshards.trainconfig import MIXED_PRECISION, TrainConfig
+from tfshards.training.devices import STRATEGIES
+from tfshards.training.models import AUGMENTATIONS, MODELS
+from tfshards.training.optim import CLASS_WEIGHTS, OPTIMIZERS, SCHEDULES
+from tfshards.training.trainconfig import MIXED_PRECISION, TrainConfig
 
 DEFAULTS = TrainConfig()
 # Arguments after `--` go to a user's model function: what DVC writes for ${train.model_args}.
@@ -243,7 +243,7 @@ def train_command(
         export_out=export_out or None,
         checkpoint_dir=checkpoint_dir or None,
     )
-    from tfshards.train import train
+    from tfshards.training.train import train
 
     result = train(config, log=lambda line: typer.echo(line, err=True))
     typer.echo(result.summary())

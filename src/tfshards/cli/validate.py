@@ -17,7 +17,7 @@ from tfshards.cli._common import (
     one_line_errors,
     optional_int,
 )
-from tfshards.validate import (
+from tfshards.validation.validate import (
     MAX_PROBLEMS,
     ValidateConfig,
     validate,

@@ -7,7 +7,6 @@ from typing import Annotated
 
 import typer
 
-from tfshards import sharding
 from tfshards.cli._common import (
     DaskAddress,
     Executor,
@@ -18,7 +17,8 @@ from tfshards.cli._common import (
     one_line_errors,
 )
 from tfshards.errors import ConfigError
-from tfshards.writer import WriteConfig, write
+from tfshards.writing import sharding
+from tfshards.writing.writer import WriteConfig, write
 
 
 @one_line_errors

@@ -1,0 +1,407 @@
+"""List a tree of raw files and their labels, and store that listing as JSON lines.
+
+A listing is the first stage's output and every later stage's input, so it is
+canonical: entries sorted by path (codepoint order), labels sorted, one JSON
+object per line with sorted keys. Each file's ``token`` names its content
+(:mod:`tfshards.listing.contenthash`), so the same files give the same ``files.jsonl``
+bytes wherever they are and however they were copied.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import itertools
+import json
+import operator
+import os
+from array import array
+from collections import Counter
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from fsspec.utils import get_protocol
+
+from tfshards import storage
+from tfshards.errors import ConfigError, InputError
+from tfshards.listing import contenthash
+from tfshards.listing.indexfile import read_index, scan_index
+from tfshards.listing.storedlisting import (
+    OFFSETS_NAME,
+    StoredListing,
+    offsets_bytes,
+    open_listing,
+    parse_line,
+)
+from tfshards.listing.walker import Entry, TreeFilter, check_root, scan_tree
+
+DEFAULT_EXTENSIONS = (".png", ".jpg", ".jpeg", ".gif", ".bmp", ".webp")
+SKIP_REASONS = ("hidden", "extension", "glob", "no-label", "not-a-file")
+VERSION = 2  # 2: tokens name the content (sha256 or the storage's hash), never an mtime
+FILES_NAME = "files.jsonl"
+META_NAME = "meta.json"
+_SIZE = operator.attrgetter("size")
+_LINES_PER_CHUNK = 64  # ~6 KB chunks: storage.write_atomic batches 1024 per writev (~6 MB)
+
+
+@dataclass(frozen=True)
+class Listing:
+    """Every file to convert, with its label; validates its own invariants.
+
+    Attributes:
+        root: the root URL or path as given, without a trailing slash.
+        labels: sorted, unique label names; a label id is a position here.
+        entries: files sorted by path (plain ``str`` order), paths unique.
+        skipped: how many files or folders were left out, per reason in ``SKIP_REASONS``.
+    """
+
+    root: str
+    labels: tuple[str, ...]
+    entries: tuple[Entry, ...]
+    skipped: Mapping[str, int] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if list(self.labels) != sorted(set(self.labels)):
+            raise ConfigError(f"labels must be sorted and unique, got {list(self.labels)[:10]}")
+        if any(not label for label in self.labels):
+            raise ConfigError("labels must be non-empty strings")
+        unknown = set(self.skipped) - set(SKIP_REASONS)
+        if unknown or any(n < 0 for n in self.skipped.values()):
+            raise ConfigError(f"skipped must map {SKIP_REASONS} to counts >= 0, got {self.skipped}")
+        n_labels = len(self.labels)
+        previous = None
+        for entry in self.entries:
+            if previous is not None and entry.path <= previous:
+                raise ConfigError(
+                    f"entries must be sorted by unique path: {entry.path!r} follows {previous!r}"
+                )
+            if not 0 <= entry.label < n_labels or entry.size < 0:
+                raise ConfigError(
+                    f"{entry.path}: label id in 0..{n_labels - 1} and size >= 0 "
+                    f"expected, found label {entry.label}, size {entry.size}"
+                )
+            previous = entry.path
+
+    @property
+    def total_bytes(self) -> int:
+        """Sum of the listed files' sizes."""
+        return sum(map(_SIZE, self.entries))
+
+    def files_per_label(self) -> dict[str, int]:
+        """Label name -> number of files, for every label (zeros included)."""
+        counts = Counter(entry.label for entry in self.entries)
+        return {name: counts[i] for i, name in enumerate(self.labels)}
+
+
+def list_files(
+    root: str,
+    *,
+    index: str | None = None,
+    extensions: Sequence[str] | None = DEFAULT_EXTENSIONS,
+    glob: str | None = None,
+    storage_options: Mapping[str, Any] | None = None,
+    threads: int | None = None,
+) -> Listing:
+    """List the files under ``root`` with their labels and content tokens.
+
+    Labels come from the first folder level under ``root`` (ImageFolder layout;
+    files directly under ``root`` are skipped as ``no-label``), or from an
+    ``index`` file: CSV with ``path`` and ``label`` columns, or JSON lines with
+    ``path`` and ``label`` keys, paths relative to ``root``.
+
+    Hidden files and folders (any path component starting with ``.``) are
+    skipped; a hidden folder counts once and is not entered. Then files must
+    match ``extensions`` and ``glob``. The checks run in that order and each
+    skipped file is counted under the first reason that applies.
+
+    Every kept file gets a content token: the hash its storage keeps (S3 ETag,
+    GCS md5Hash), or else the SHA-256 of its bytes, read in ``threads`` threads.
+
+    Args:
+        root: local path or fsspec URL (``s3://``, ``gs://``, ``memory://`` ...).
+            Credentials come from the environment or fsspec config, never the URL.
+        index: CSV (``.csv``) or JSON lines (``.jsonl``/``.json``) file; local or URL.
+        extensions: file suffixes to keep, case-insensitive, with or without the
+            dot; ``None`` or empty keeps every file.
+        glob: ``fnmatch`` pattern the relative path must match (``*`` crosses ``/``).
+        storage_options: passed to fsspec for ``root`` (and ``index`` when on
+            the same kind of storage).
+        threads: files hashed at once (default: all cores).
+
+    Returns:
+        The listing, entries sorted by path.
+
+    Raises:
+        InputError: missing, unreadable or empty root; nothing matched; bad index.
+    """
+    options = dict(storage_options or {})
+    fs, base = storage.open_url(root, **options)
+    check_root(fs, base, root)
+    filt = TreeFilter.build(extensions, glob)
+    counts: Counter[str] = Counter()
+    if threads is None:
+        threads = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else 1
+    if index is None:
+        labels, entries = scan_tree(fs, base, filt, counts, threads)
+    else:
+        same = get_protocol(index) == get_protocol(root)
+        index_fs, index_path = storage.open_url(index, **(options if same else {}))
+        rows = read_index(index_fs, index_path, index)
+        labels, entries = scan_index(fs, base, root, rows, index, filt, counts)
+    skipped = {reason: counts[reason] for reason in SKIP_REASONS}
+    if not entries:
+        seen, source = sum(skipped.values()), index or root
+        if seen == 0:
+            found = "no rows" if index else "no files"
+            expected = "rows of path,label" if index else "label folders with files"
+            raise InputError(f"{source}: expected {expected}, found {found}", path=source)
+        raise InputError(
+            f"{source}: no file to list: all {seen} entries were skipped "
+            f"({format_skipped(skipped)}; {filt.describe()})",
+            path=source,
+            skipped=skipped,
+        )
+    entries.sort()  # paths are unique, so tuples compare by path alone
+    _hash_contents(fs, base, root, entries, threads)
+    return Listing(_normalize_root(root), tuple(labels), tuple(entries), skipped)
+
+
+def _hash_contents(fs: Any, base: str, root: str, entries: list[Entry], threads: int) -> None:
+    """Give the entries without a token yet the SHA-256 of their bytes."""
+    todo = [i for i, entry in enumerate(entries) if not entry.token]
+    if not todo:
+        return
+    rows = [(entries[i].path, entries[i].size) for i in todo]
+    for i, (size, token) in zip(
+        todo, contenthash.hash_files(fs, base, rows, root, threads), strict=True
+    ):
+        entries[i] = entries[i]._replace(size=size, token=token)
+
+
+def format_skipped(skipped: Mapping[str, int]) -> str:
+    """``"3 hidden, 1 extension"``, or ``"none"``: the reasons with non-zero counts."""
+    parts = [f"{n} {reason}" for reason, n in skipped.items() if n]
+    return ", ".join(parts) or "none"
+
+
+def _normalize_root(root: str) -> str:
+    stripped = root.rstrip("/")
+    return root if not stripped or stripped.endswith(":") else stripped
+
+
+# --- files.jsonl and meta.json ---------------------------------------------------------
+
+
+def _file_chunks(listing: Listing, offsets: array[int] | None = None) -> Iterator[bytes]:
+    """``files.jsonl`` in chunks; appends each line's end offset to ``offsets`` if given."""
+    encode = json.JSONEncoder(sort_keys=True, ensure_ascii=False, separators=(",", ":")).encode
+    labels = listing.labels
+    lines: list[str] = []
+    end = 0
+    for path, size, label, token in listing.entries:
+        record = {
+            "label": labels[label],
+            "label_index": label,
+            "path": path,
+            "size": size,
+            "token": token,
+        }
+        line = encode(record)
+        lines.append(line)
+        if offsets is not None:
+            end += (len(line) if line.isascii() else len(line.encode())) + 1
+            offsets.append(end)
+        if len(lines) == _LINES_PER_CHUNK:
+            yield ("\n".join(lines) + "\n").encode()
+            lines = []
+    if lines:
+        yield ("\n".join(lines) + "\n").encode()
+
+
+_DIGEST = "_files_sha256"  # memo in the instance dict: the listing is immutable
+
+
+def listing_digest(listing: Listing) -> str:
+    """SHA-256 (hex) of the canonical ``files.jsonl`` bytes of ``listing``.
+
+    Computed once per listing (re-encoding a million entries takes seconds);
+    a listing read back from disk already carries its verified digest.
+    """
+    memo: str | None = listing.__dict__.get(_DIGEST)
+    if memo is None:
+        digest = hashlib.sha256()
+        for chunk in _file_chunks(listing):
+            digest.update(chunk)
+        memo = digest.hexdigest()
+        object.__setattr__(listing, _DIGEST, memo)
+    return memo
+
+
+def _meta(listing: Listing, digest: str) -> dict[str, Any]:
+    return {
+        "version": VERSION,
+        "root": listing.root,
+        "labels": list(listing.labels),
+        "files": len(listing.entries),
+        "bytes": listing.total_bytes,
+        "files_per_label": listing.files_per_label(),
+        "skipped": dict(listing.skipped),
+        "files_sha256": digest,
+    }
+
+
+def write_listing(listing: Listing, out_dir: str) -> None:
+    """Write ``OUT/files.jsonl``, ``OUT/files.idx`` then ``OUT/meta.json``, each atomically.
+
+    ``files.idx`` holds where each line starts (:mod:`tfshards.listing.storedlisting`),
+    so a writer reads any line without loading the rest. ``meta.json`` is
+    written last and carries the SHA-256 of ``files.jsonl``, so a reader that
+    finds both consistent knows neither is stale or truncated.
+    """
+    fs, base = storage.open_url(out_dir)
+    digest = hashlib.sha256()
+    offsets = array("Q", [0])
+
+    def hashed() -> Iterator[bytes]:
+        for chunk in _file_chunks(listing, offsets):
+            digest.update(chunk)
+            yield chunk
+
+    storage.write_atomic(fs, storage.join(base, FILES_NAME), hashed())
+    storage.write_atomic(fs, storage.join(base, OFFSETS_NAME), [offsets_bytes(offsets)])
+    meta = (
+        json.dumps(_meta(listing, digest.hexdigest()), indent=2, sort_keys=True, ensure_ascii=False)
+        + "\n"
+    )
+    storage.write_atomic(fs, storage.join(base, META_NAME), [meta.encode()])
+
+
+def listing_root(out_dir: str) -> str:
+    """The ``root`` a listing directory names, read from ``meta.json`` alone."""
+    fs, base = storage.open_url(out_dir)
+    root: str = _read_meta(fs, base)[0]["root"]
+    return root
+
+
+def listing_counts(out_dir: str) -> tuple[int, int]:
+    """``(files, bytes)`` of a listing directory, read from ``meta.json`` alone."""
+    fs, base = storage.open_url(out_dir)
+    meta = _read_meta(fs, base)[0]
+    return int(meta["files"]), int(meta["bytes"])
+
+
+def open_stored(out_dir: str) -> StoredListing | None:
+    """The counts, labels and verified digest of a listing directory, without its entries.
+
+    None when the directory has no ``files.idx`` (an older ``tfshards list``
+    wrote it): :func:`read_listing` then reads it whole.
+    """
+    fs, base = storage.open_url(out_dir)
+    return open_listing(out_dir, _read_meta(fs, base)[0])
+
+
+def read_listing(out_dir: str) -> Listing:
+    """Read a listing written by :func:`write_listing`, checking every line.
+
+    Raises:
+        InputError: a file is missing or malformed (names the file and line), or
+            ``files.jsonl`` does not match the count and SHA-256 in ``meta.json``.
+    """
+    fs, base = storage.open_url(out_dir)
+    files_path = storage.unstrip(fs, storage.join(base, FILES_NAME))
+    meta, meta_path = _read_meta(fs, base)
+    try:
+        data = storage.read_bytes(fs, storage.join(base, FILES_NAME))
+    except FileNotFoundError:
+        raise InputError(f"{files_path}: listing file not found", path=files_path) from None
+    labels: list[str] = meta["labels"]
+    lines = data.split(b"\n")  # not splitlines(): U+2028 may appear unescaped inside a path
+    if lines[-1]:
+        raise InputError(
+            f"{files_path}: expected a newline at the end, found none (truncated?)", path=files_path
+        )
+    entries = [
+        Entry(*parse_line(files_path, n, line, labels)) for n, line in enumerate(lines[:-1], 1)
+    ]
+    for n, (before, after) in enumerate(itertools.pairwise(entries), start=2):
+        if after.path <= before.path:
+            raise InputError(
+                f"{files_path}:{n}: expected paths sorted and unique, found "
+                f"{after.path!r} after {before.path!r}",
+                path=files_path,
+                line=n,
+            )
+    if len(entries) != meta["files"]:
+        raise InputError(
+            f"{files_path}: expected {meta['files']} lines ({META_NAME}), found {len(entries)}",
+            path=files_path,
+        )
+    found = hashlib.sha256(data).hexdigest()
+    if found != meta["files_sha256"]:
+        raise InputError(
+            f"{files_path}: expected sha256 {meta['files_sha256']} ({META_NAME}), found "
+            f"{found}: edited or stale",
+            path=files_path,
+        )
+    try:
+        listing = Listing(meta["root"], tuple(labels), tuple(entries), dict(meta["skipped"]))
+    except ConfigError as exc:
+        raise InputError(f"{meta_path}: {exc}", path=meta_path) from None
+    object.__setattr__(listing, _DIGEST, found)  # the bytes just hashed are canonical
+    return listing
+
+
+def _read_meta(fs: Any, base: str) -> tuple[dict[str, Any], str]:
+    """``meta.json`` of the listing directory ``base``, checked, and its URL (for messages)."""
+    fs_path = storage.join(base, META_NAME)
+    path = storage.unstrip(fs, fs_path)
+    try:
+        meta = json.loads(storage.read_bytes(fs, fs_path))
+    except FileNotFoundError:
+        raise InputError(
+            f"{path}: listing metadata not found (run `tfshards list` first)", path=path
+        ) from None
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise InputError(
+            f"{path}: expected a JSON object, found invalid JSON ({exc})", path=path
+        ) from None
+    expected = {
+        "version": int,
+        "root": str,
+        "labels": list,
+        "files": int,
+        "bytes": int,
+        "files_per_label": dict,
+        "skipped": dict,
+        "files_sha256": str,
+    }
+    if not isinstance(meta, dict):
+        raise InputError(f"{path}: expected a JSON object, found {type(meta).__name__}", path=path)
+    for key, kind in expected.items():
+        if not isinstance(meta.get(key), kind):
+            found = type(meta[key]).__name__ if key in meta else "nothing"
+            raise InputError(
+                f"{path}: key {key!r}: expected {kind.__name__}, found {found}", path=path
+            )
+    if meta["version"] != VERSION:
+        raise InputError(
+            f"{path}: listing version {VERSION} expected, found {meta['version']}", path=path
+        )
+    if not all(isinstance(label, str) for label in meta["labels"]):
+        raise InputError(f"{path}: labels must all be strings", path=path)
+    return meta, path
+
+
+__all__ = [
+    "DEFAULT_EXTENSIONS",
+    "FILES_NAME",
+    "META_NAME",
+    "SKIP_REASONS",
+    "Entry",
+    "Listing",
+    "format_skipped",
+    "list_files",
+    "listing_digest",
+    "read_listing",
+    "write_listing",
+]

@@ -1,0 +1,255 @@
+"""Walk a folder tree into listing entries, labelled by their first folder (ImageFolder).
+
+Local disk gets an ``os.scandir`` walk that stats no file (the directory
+entry's type says which are files) and holds no per-file dicts
+(``LocalFileSystem.find(detail=True)`` builds a dict per file); each kept
+file is then opened and hashed (:mod:`tfshards.listing.contenthash`), which also gives
+its size. Other filesystems are walked with ``fs.walk(detail=True)``, one
+directory listing at a time, their content tokens taken from the listing.
+"""
+
+from __future__ import annotations
+
+import errno
+import fnmatch
+import functools
+import os
+import re
+import stat
+from collections import Counter
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any, NamedTuple
+
+from tfshards import storage
+from tfshards.errors import ConfigError, InputError
+from tfshards.listing import contenthash
+from tfshards.listing.contenthash import storage_token
+
+
+class Entry(NamedTuple):
+    """One listed file."""
+
+    path: str  # relative to the root, posix separators
+    size: int  # bytes
+    label: int  # index into Listing.labels
+    token: str  # content token (tfshards.listing.contenthash): "sha256:<hex>", "etag:<etag>", ...
+
+
+@dataclass(frozen=True)
+class TreeFilter:
+    """Which files to keep: by lower-case suffix (``None`` keeps all) and ``fnmatch`` glob."""
+
+    extensions: frozenset[str] | None
+    glob: str | None
+
+    def __post_init__(self) -> None:
+        for ext in self.extensions or ():
+            if not ext.startswith(".") or ext != ext.lower() or "/" in ext:
+                raise ConfigError(f"extension {ext!r}: expected lower case with a leading dot")
+
+    @classmethod
+    def build(cls, extensions: Sequence[str] | None, glob: str | None) -> TreeFilter:
+        """Normalize user input: ``"JPG"`` and ``".jpg"`` both mean ``.jpg``; empty keeps all."""
+        if isinstance(extensions, str):
+            extensions = extensions.split(",")
+        exts = {"." + e.strip().lower().lstrip(".") for e in extensions or () if e.strip()}
+        keep_all = not exts or ".*" in exts  # "*" (or nothing) keeps every file
+        return cls(None if keep_all else frozenset(exts), glob or None)
+
+    @functools.cached_property
+    def _match(self) -> Callable[[str], Any] | None:
+        return re.compile(fnmatch.translate(self.glob)).match if self.glob else None
+
+    def reason(self, rel: str) -> str | None:
+        """Why ``rel`` is skipped (``"extension"`` or ``"glob"``), or None to keep it."""
+        if self.extensions is not None:
+            name = rel[rel.rfind("/") + 1 :]
+            dot = name.rfind(".")
+            if dot <= 0 or name[dot:].lower() not in self.extensions:
+                return "extension"
+        if self._match is not None and not self._match(rel):
+            return "glob"
+        return None
+
+    def describe(self) -> str:
+        """``"extensions .jpg,.png, glob '*/a*'"``, for error messages."""
+        exts = ",".join(sorted(self.extensions)) if self.extensions is not None else "any"
+        return f"extensions {exts}, glob {self.glob!r}"
+
+
+def check_root(fs: Any, base: str, root: str) -> None:
+    """Raise :class:`InputError` unless ``root`` is a readable folder."""
+    try:
+        if storage.is_local(fs):
+            is_dir = stat.S_ISDIR(os.stat(base).st_mode)
+            if is_dir and not os.access(base, os.R_OK | os.X_OK):
+                raise PermissionError(13, "permission denied")
+        else:
+            is_dir = fs.info(base)["type"] == "directory"
+    except FileNotFoundError:
+        raise InputError(f"{root}: root folder not found", path=root) from None
+    except OSError as exc:
+        raise InputError(f"{root}: cannot read root folder ({why(exc)})", path=root) from None
+    if not is_dir:
+        raise InputError(f"{root}: expected a folder of files, found a file", path=root)
+
+
+def scan_tree(
+    fs: Any, base: str, filt: TreeFilter, skipped: Counter[str], threads: int = 1
+) -> tuple[list[str], list[Entry]]:
+    """Every first-level folder with at least one kept file is a label; returns labels, entries.
+
+    Files directly under ``base`` count as ``no-label``; ``skipped`` is updated in place.
+    """
+    labels: list[str] = []
+    entries: list[Entry] = []
+    for name in _label_folders(fs, base, filt, skipped):
+        label_id, before = len(labels), len(entries)
+        rows = _walk(fs, storage.join(base, name), name + "/", filt, skipped, threads)
+        entries.extend(Entry(rel, size, label_id, token) for rel, size, token in rows)
+        if len(entries) > before:  # a folder whose files were all skipped is no label
+            labels.append(name)
+    return labels, entries
+
+
+def _label_folders(fs: Any, base: str, filt: TreeFilter, skipped: Counter[str]) -> list[str]:
+    """Sorted names of the folders under ``base``; counts the files beside them."""
+    labels = []
+    if storage.is_local(fs):
+        with os.scandir(base) as it:
+            items = [(e.name, e.is_dir()) for e in it]
+    else:
+        items = [
+            (info_name(info), info["type"] == "directory")
+            for info in fs.ls(base, detail=True)
+            if info["name"].rstrip("/") != base.rstrip("/")
+        ]
+    for name, is_dir in items:
+        if name.startswith("."):
+            skipped["hidden"] += 1
+        elif is_dir:
+            labels.append(_checked_name(name, base))
+        else:
+            skipped[filt.reason(name) or "no-label"] += 1
+    return sorted(labels)
+
+
+def _walk(
+    fs: Any, base: str, prefix: str, filt: TreeFilter, skipped: Counter[str], threads: int
+) -> Iterator[tuple[str, int, str]]:
+    """Yield ``(prefix + relative path, size, token)`` for every kept file under ``base``.
+
+    Local files are hashed here (``threads`` at once); elsewhere the token is
+    the storage's own content hash, or ``""`` when it keeps none.
+    """
+    if storage.is_local(fs):
+        yield from _walk_local(base, prefix, filt, skipped, threads)
+        return
+    try:
+        for dirpath, dirs, files in fs.walk(base, detail=True, on_error="raise"):
+            sub = dirpath[len(base) :].strip("/")
+            rel_dir = f"{prefix}{sub}/" if sub else prefix
+            for name in [d for d in dirs if d.startswith(".")]:
+                del dirs[name]  # fs.walk honours pruning when walking top-down
+                skipped["hidden"] += 1
+            for name, info in files.items():
+                if name.startswith("."):
+                    skipped["hidden"] += 1
+                    continue
+                rel = rel_dir + name
+                reason = filt.reason(rel) or (None if info.get("type") == "file" else "not-a-file")
+                if reason:
+                    skipped[reason] += 1
+                    continue
+                yield rel, int(info.get("size") or 0), storage_token(info)
+    except OSError as exc:
+        where = storage.unstrip(fs, base)
+        raise InputError(f"{where}: cannot list folder ({why(exc)})", path=where) from None
+
+
+def _walk_local(
+    base: str, prefix: str, filt: TreeFilter, skipped: Counter[str], threads: int
+) -> Iterator[tuple[str, int, str]]:
+    # Depth-first with an explicit stack; `ancestors` (device, inode) pairs stop symlink loops.
+    # No stat per file: the kept files of each folder are hashed afterwards, and the
+    # hash reports the size of the bytes it read.
+    top = os.stat(base)
+    Frame = tuple[str, str, tuple[tuple[int, int], ...]]
+    stack: list[Frame] = [(base, prefix, ((top.st_dev, top.st_ino),))]
+    reason = filt.reason
+    batches: list[contenthash.Batch] = []
+    while stack:
+        directory, rel_dir, ancestors = stack.pop()
+        try:
+            it = os.scandir(directory)
+        except OSError as exc:
+            raise InputError(
+                f"{directory}: cannot list folder ({why(exc)})", path=directory
+            ) from None
+        names: list[str] = []
+        with it:
+            for entry in it:
+                name = entry.name
+                if name[0] == ".":
+                    skipped["hidden"] += 1
+                    continue
+                rel = rel_dir + name
+                if not name.isascii():
+                    _checked_name(rel, base)
+                try:  # is_dir follows symlinks: datasets are often assembled from links
+                    st = entry.stat() if entry.is_dir() else None
+                except OSError as exc:  # a symlink loop, a path longer than PATH_MAX
+                    raise _unreadable(entry.path, exc) from None
+                if st is not None:
+                    key = (st.st_dev, st.st_ino)
+                    if key in ancestors:
+                        raise InputError(
+                            f"{entry.path}: symlink loop: expected a folder below the root, "
+                            "found a link to one of its own parents",
+                            path=entry.path,
+                        )
+                    stack.append((entry.path, rel + "/", (*ancestors, key)))
+                    continue
+                skip = reason(rel)
+                if skip is None:
+                    if entry.is_file():  # the directory entry's type: no stat unless a link
+                        names.append(name)
+                        continue
+                    skip = "not-a-file"  # socket, FIFO, device, dangling symlink
+                skipped[skip] += 1
+        if names:
+            batches.append((directory, rel_dir, names))
+    yield from contenthash.hash_local(batches, threads)
+
+
+def info_name(info: dict[str, Any]) -> str:
+    """Last path component of an fsspec ``info`` dict's name."""
+    return str(info["name"]).rstrip("/").rsplit("/", 1)[-1]
+
+
+def _checked_name(rel: str, base: str) -> str:
+    """File names must survive UTF-8 encoding (files.jsonl, TFRecord features)."""
+    try:
+        rel.encode("utf-8")
+    except UnicodeEncodeError:
+        raise InputError(
+            f"{base}: file name {rel!r}: expected valid UTF-8, found undecodable bytes",
+            path=base,
+        ) from None
+    return rel
+
+
+def _unreadable(path: str, exc: OSError) -> InputError:
+    """A file or folder under the root that cannot be looked at, named with its errno."""
+    code = errno.errorcode.get(exc.errno or 0, "")
+    reason = f"{why(exc)}{', ' + code if code else ''}"
+    if exc.errno == errno.ENAMETOOLONG:
+        limit, found = os.pathconf("/", "PC_PATH_MAX"), len(os.fsencode(path))
+        reason = f"expected a path of at most {limit} bytes, found {found}: {reason}"
+    return InputError(f"{path}: cannot read ({reason})", path=path)
+
+
+def why(exc: OSError) -> str:
+    """The short reason of an ``OSError`` (``"Permission denied"``)."""
+    return exc.strerror or str(exc) or type(exc).__name__

@@ -1,0 +1,1 @@
+"""A DVC project's side: the pipeline definition, scaffolding, sample data, pruning."""

@@ -1,0 +1,245 @@
+"""Find, and on request delete, the version directories no kept manifest references.
+
+A shard location fills up with one version directory per content and params
+(:func:`tfshards.writing.writer.fingerprint`). The versions referenced by the current
+manifest, and optionally by the manifest as it was in the last N git commits
+(read through DVC, so a DVC-tracked manifest is found in its cache), are kept.
+Of the others, only finished ones are candidates: a version without
+``manifest.json``, with a writer's temp file, or with a file modified within
+``min_age`` seconds may be being written, and is never touched. Only folders
+named like a fingerprint (16 hex digits) are considered; anything else under
+the location is left alone.
+"""
+
+from __future__ import annotations
+
+import datetime
+import os
+import posixpath
+import re
+import subprocess
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from tfshards import storage
+from tfshards.errors import ConfigError, InputError
+from tfshards.writing.manifest import MANIFEST_NAME, Manifest, load
+
+DEFAULT_MIN_AGE_S = 3600.0  # a writer rewrites a shard well within an hour of its last one
+_VERSION_NAME = re.compile(r"^[0-9a-f]{16}$")
+Action = Literal["keep", "delete", "deleted"]
+
+
+@dataclass(frozen=True)
+class PruneConfig:
+    """What to prune and what to keep; validated on construction.
+
+    Attributes:
+        manifest: the current ``manifest.json`` (path or URL); its version is kept.
+        out: the shard location holding the version directories; None: the
+            folder of the current manifest's version.
+        keep_commits: also keep the versions the manifest referenced in the
+            last N git commits that changed it (or ``dvc.lock``).
+        min_age_s: a version with a file modified more recently is kept.
+        delete: delete the unreferenced versions (default: only list them).
+        storage_options: fsspec options for ``out``.
+    """
+
+    manifest: str
+    out: str | None = None
+    keep_commits: int = 0
+    min_age_s: float = DEFAULT_MIN_AGE_S
+    delete: bool = False
+    storage_options: Mapping[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if self.keep_commits < 0:
+            raise ConfigError(f"keep_commits must be >= 0, got {self.keep_commits}")
+        if self.min_age_s < 0:
+            raise ConfigError(f"min_age_s must be >= 0, got {self.min_age_s}")
+
+
+@dataclass(frozen=True)
+class VersionState:
+    """One version directory, what prune does with it and why."""
+
+    name: str
+    action: Action
+    reason: str
+    files: int
+    bytes: int
+
+    def __str__(self) -> str:
+        verb = {"keep": "keep", "delete": "would delete", "deleted": "deleted"}[self.action]
+        size = f"{self.files} files, {self.bytes / 1e6:.1f} MB"
+        return f"{verb:<12} {self.name}  ({size}): {self.reason}"
+
+
+@dataclass(frozen=True)
+class PruneReport:
+    """Every version directory found under ``out``, in name order."""
+
+    out: str
+    versions: tuple[VersionState, ...]
+
+    def summary(self) -> str:
+        kept = [v for v in self.versions if v.action == "keep"]
+        gone = [v for v in self.versions if v.action != "keep"]
+        freed = sum(v.bytes for v in gone) / 1e6
+        deleted = any(v.action == "deleted" for v in gone)
+        verb = "deleted" if deleted else "would delete"
+        tail = "" if deleted or not gone else "; run with --delete to delete them"
+        return (
+            f"{self.out}: {len(self.versions)} versions, {len(kept)} kept, "
+            f"{verb} {len(gone)} ({freed:.1f} MB){tail}"
+        )
+
+
+def prune(config: PruneConfig, *, now: float | None = None) -> PruneReport:
+    """List the version directories under the shard location; delete if ``config.delete``.
+
+    Raises:
+        ConfigError: the current manifest's version is not under ``out`` (a
+            wrong location would make every version look unreferenced).
+        InputError: the manifest, or one of the last ``keep_commits`` ones, cannot be read.
+    """
+    current = load(config.manifest)
+    out = config.out or posixpath.dirname(current.root.rstrip("/"))
+    referenced = {current.fingerprint: "current manifest"}
+    for commit, manifest in history(config.manifest, config.keep_commits):
+        referenced.setdefault(manifest.fingerprint, f"manifest at commit {commit[:10]}")
+    fs, base = storage.open_url(out, **config.storage_options)
+    try:
+        listed = fs.ls(base, detail=True)
+    except FileNotFoundError:
+        raise InputError(f"{out}: shard location not found", path=out) from None
+    names = sorted(
+        storage_name
+        for info in listed
+        if info.get("type") == "directory"
+        and _VERSION_NAME.match(storage_name := posixpath.basename(str(info["name"]).rstrip("/")))
+    )
+    if current.fingerprint not in names:
+        raise ConfigError(
+            f"{out}: expected the current version {current.fingerprint} (from "
+            f"{config.manifest}) in this shard location, found {len(names)} other versions"
+        )
+    clock = time.time() if now is None else now
+    states = []
+    for name in names:
+        path = storage.join(base, name)
+        files = fs.find(path, detail=True)
+        state = _decide(name, files, referenced.get(name), clock - config.min_age_s)
+        if state.action == "delete" and config.delete:
+            _delete(fs, path)
+            state = VersionState(name, "deleted", state.reason, state.files, state.bytes)
+        states.append(state)
+    return PruneReport(out, tuple(states))
+
+
+def _decide(
+    name: str, files: Mapping[str, Mapping[str, Any]], reference: str | None, cutoff: float
+) -> VersionState:
+    count = len(files)
+    size = sum(int(info.get("size") or 0) for info in files.values())
+
+    def state(action: Action, reason: str) -> VersionState:
+        return VersionState(name, action, reason, count, size)
+
+    if reference is not None:
+        return state("keep", f"referenced by the {reference}")
+    names = {posixpath.basename(str(p)) for p in files}
+    if MANIFEST_NAME not in names:
+        return state("keep", "no manifest.json: being written, or interrupted (rerun write)")
+    if any(storage.is_temp_name(n) for n in names):
+        return state("keep", "holds a temp file: a writer may be working in it")
+    newest = max((_mtime(info) for info in files.values()), default=0.0)
+    if newest > cutoff:
+        return state("keep", "modified recently: a writer may be working in it")
+    return state("delete", "not referenced")
+
+
+def _delete(fs: Any, path: str) -> None:
+    """The manifest first: a half-deleted version never looks finished."""
+    manifest = storage.join(path, MANIFEST_NAME)
+    fs.rm(manifest)
+    fs.rm(path, recursive=True)
+
+
+def _mtime(info: Mapping[str, Any]) -> float:
+    for key in ("mtime", "LastModified", "last_modified", "updated", "created"):
+        value = info.get(key)
+        if isinstance(value, datetime.datetime):
+            return value.timestamp()
+        if isinstance(value, (int, float)):
+            return float(value)
+        if isinstance(value, str) and value:
+            try:
+                return datetime.datetime.fromisoformat(value.replace("Z", "+00:00")).timestamp()
+            except ValueError:
+                continue
+    return time.time()  # unknown: treat as new, so it is kept
+
+
+def history(manifest: str, commits: int) -> list[tuple[str, Manifest]]:
+    """The manifest as it was in each of the last ``commits`` commits that changed it.
+
+    A commit changed it when it changed the file itself, its ``.dvc`` file or
+    ``dvc.lock``; the content is read with ``dvc.api.read`` (git, or the DVC
+    cache and remote). A commit where the manifest did not exist is skipped.
+
+    Raises:
+        InputError: not in a git repository, or a commit's manifest cannot be read.
+    """
+    if commits == 0:
+        return []
+    folder = os.path.dirname(os.path.abspath(manifest))
+    top = _git(folder, "rev-parse", "--show-toplevel").strip()
+    rel = os.path.relpath(os.path.abspath(manifest), top).replace(os.sep, "/")
+    shas = _git(
+        top, "log", f"-n{commits}", "--format=%H", "--", rel, f"{rel}.dvc", "dvc.lock"
+    ).split()
+    return [(sha, m) for sha in shas if (m := _manifest_at(top, rel, sha)) is not None]
+
+
+def _manifest_at(top: str, rel: str, sha: str) -> Manifest | None:
+    import dvc.api  # heavy: only when history is asked for
+    from dvc.exceptions import DvcException, PathMissingError
+
+    try:
+        data = dvc.api.read(rel, repo=top, rev=sha, mode="rb")
+    except PathMissingError:
+        return None
+    except (DvcException, OSError) as exc:
+        raise InputError(
+            f"{rel} at commit {sha[:10]}: cannot read it to keep its version "
+            f"({type(exc).__name__}: {exc}); run `dvc fetch` for that commit, "
+            "or lower --keep-commits",
+            path=rel,
+        ) from None
+    return Manifest.from_json(data, source=f"{rel}@{sha[:10]}")
+
+
+def _git(cwd: str, *args: str) -> str:
+    try:
+        result = subprocess.run(
+            ["git", *args], cwd=cwd, capture_output=True, text=True, check=False, timeout=60
+        )
+    except OSError as exc:
+        raise InputError(f"{cwd}: cannot run git ({exc.strerror})", path=cwd) from None
+    if result.returncode != 0:
+        why = (result.stderr.strip().splitlines() or ["failed"])[-1]
+        raise InputError(f"{cwd}: git {args[0]}: {why}", path=cwd)
+    return result.stdout
+
+
+__all__ = [
+    "DEFAULT_MIN_AGE_S",
+    "PruneConfig",
+    "PruneReport",
+    "VersionState",
+    "history",
+    "prune",
+]

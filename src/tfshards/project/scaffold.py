@@ -1,0 +1,228 @@
+"""Merge the tfshards pipeline into a repository's dvc.yaml and params.yaml, keeping the rest.
+
+Both files go through a round-trip YAML parser, so the user's stages, params,
+comments and key order survive. What ``tfshards init`` may replace is only what
+it wrote: a stage whose command runs ``tfshards``, and (with ``force``) the
+params the user named on its command line. Everything is checked before
+anything is written, and each file is replaced atomically.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import fsspec
+import fsspec.utils
+from ruamel.yaml.comments import CommentedMap, CommentedSeq
+
+from tfshards.errors import ConfigError
+from tfshards.project import pipeline
+from tfshards.project.yamlfile import dump, load, plain, save, to_yaml
+
+PROGRAM = "tfshards"
+
+
+def program(version: str) -> Callable[[str], str]:
+    """The command prefix of a stage in a user's repository: pinned to ``version``.
+
+    The version is part of each command, so moving the pipeline to another
+    tfshards (``tfshards init --force``) changes every command and DVC re-runs
+    every stage: an upgrade that changes shard bytes can never hide behind an
+    up-to-date ``dvc.lock``.
+    """
+    return lambda stage: f"{PROGRAM} --pipeline-version {version} {stage}"
+
+
+@dataclass
+class Changes:
+    """What a merge did, for the one-line report of each file."""
+
+    added: list[str] = field(default_factory=list)
+    replaced: list[str] = field(default_factory=list)
+    unchanged: list[str] = field(default_factory=list)
+
+    def summary(self, what: str) -> str:
+        """E.g. ``added stages list, write; kept stages train``."""
+        parts = [
+            f"{verb} {what} {', '.join(names)}"
+            for verb, names in (
+                ("added", self.added),
+                ("replaced", self.replaced),
+                ("kept", self.unchanged),
+            )
+            if names
+        ]
+        return "; ".join(parts)
+
+
+def check_repository(directory: Path) -> None:
+    """Fail with the set-up step that is missing: ``git init``, then ``dvc init``."""
+    here = directory.resolve()
+    if not any((p / ".git").exists() for p in (here, *here.parents)):
+        raise ConfigError(f"{here}: not a git repository: run `git init` first", step="git init")
+    if not any((p / ".dvc").is_dir() for p in (here, *here.parents)):
+        raise ConfigError(f"{here}: not a DVC repository: run `dvc init` first", step="dvc init")
+
+
+def check_backend(url: str) -> None:
+    """Fail now, not in the middle of ``dvc repro``, when ``url``'s filesystem is not installed."""
+    protocol = fsspec.utils.get_protocol(url)
+    try:
+        fsspec.get_filesystem_class(protocol)
+    except (ImportError, ValueError) as exc:
+        extra = {"s3": " (pip install 'tfshards[s3]')", "gs": " (pip install 'tfshards[gcs]')"}
+        raise ConfigError(
+            f"{url}: no filesystem for {protocol}://{extra.get(protocol, '')}: {exc}", url=url
+        ) from None
+
+
+def command(stage: Any) -> Any:
+    """A loaded stage's ``cmd`` (None when the stage is not a mapping)."""
+    return stage.get("cmd") if isinstance(stage, Mapping) else None
+
+
+def is_ours(stage: Any) -> bool:
+    """True for a stage ``tfshards init`` wrote (its command runs ``tfshards``)."""
+    cmd = command(stage)
+    return isinstance(cmd, str) and cmd.split()[:1] == [PROGRAM]
+
+
+def merge_stages(
+    document: CommentedMap, wanted: Mapping[str, Any], *, force: bool, path: str
+) -> Changes:
+    """Add ``wanted`` stages and plots to a loaded dvc.yaml; replace ours only with ``force``."""
+    if document.get("stages") is None:  # absent, or `stages:` with nothing under it
+        document["stages"] = CommentedMap()
+    stages = document["stages"]
+    if not isinstance(stages, CommentedMap):
+        raise ConfigError(f"{path}: 'stages' must be a mapping, found {type(stages).__name__}")
+    changes = Changes()
+    for name, stage in wanted.items():
+        if name not in stages:
+            changes.added.append(name)
+        elif plain(stages[name]) == plain(stage):
+            changes.unchanged.append(name)
+        elif not is_ours(stages[name]):
+            raise ConfigError(
+                f"{path}: stage {name!r} exists and does not run tfshards "
+                f"(cmd: {command(stages[name])!r}); rename it, then run tfshards init again",
+                stage=name,
+            )
+        elif not force:
+            raise ConfigError(
+                f"{path}: stage {name!r} differs from what tfshards init writes; "
+                "pass --force to replace it",
+                stage=name,
+            )
+        else:
+            changes.replaced.append(name)
+    for name in changes.added + changes.replaced:
+        stages[name] = to_yaml(wanted[name])
+    if document.get("plots") is None:
+        document["plots"] = CommentedSeq()
+    plots = document["plots"]
+    if not isinstance(plots, CommentedSeq):
+        raise ConfigError(f"{path}: 'plots' must be a list, found {type(plots).__name__}")
+    have = {key for entry in plots for key in (entry if isinstance(entry, Mapping) else [entry])}
+    for key, spec in pipeline.PLOTS.items():
+        if key not in have:
+            plots.append(to_yaml({key: spec}))
+            changes.added.append(f"plots ({key})")
+    return changes
+
+
+def merge_params(
+    document: CommentedMap,
+    wanted: Mapping[str, Mapping[str, Any]],
+    *,
+    explicit: Mapping[str, Mapping[str, Any]],
+    force: bool,
+    path: str,
+) -> Changes:
+    """Add missing sections and keys to a loaded params.yaml; never change another value.
+
+    ``explicit`` holds the values the user asked for on the command line: one
+    that differs from the file's fails without ``force`` and replaces it with.
+    """
+    changes = Changes()
+    for section, values in wanted.items():
+        if document.get(section) is None:
+            document[section] = to_yaml(values, pipeline.PARAM_COMMENTS.get(section, {}))
+            changes.added.append(section)
+            continue
+        existing = document[section]
+        if not isinstance(existing, CommentedMap):
+            raise ConfigError(f"{path}: {section!r} must be a mapping to hold tfshards params")
+        for key, value in values.items():
+            name = f"{section}.{key}"
+            if key not in existing:
+                existing[key] = value
+                changes.added.append(name)
+            elif key in explicit.get(section, {}) and existing[key] != value:
+                if not force:
+                    raise ConfigError(
+                        f"{path}: {name} is {existing[key]!r}, the command line asks {value!r}; "
+                        "pass --force to replace it",
+                        param=name,
+                    )
+                existing[key] = value
+                changes.replaced.append(name)
+    return changes
+
+
+@dataclass(frozen=True)
+class InitResult:
+    """What :func:`init` did to each file, and the pipeline it settled on."""
+
+    spec: pipeline.PipelineSpec
+    stages: Changes
+    params: Changes
+
+
+def init(directory: Path, explicit: Mapping[str, Any], *, force: bool, version: str) -> InitResult:
+    """Write or merge the tfshards pipeline into ``directory``'s dvc.yaml and params.yaml.
+
+    Args:
+        directory: the repository folder (git and DVC initialized).
+        explicit: :class:`~tfshards.project.pipeline.PipelineSpec` fields the user
+            gave; the others come from params.yaml when it has them, else
+            the defaults.
+        force: replace tfshards stages that differ, and params that differ
+            from an explicit value.
+        version: the tfshards version the stage commands are pinned to.
+    """
+    check_repository(directory)
+    dvc_path, params_path = directory / "dvc.yaml", directory / "params.yaml"
+    params_doc = load(params_path)
+    dvc_doc = load(dvc_path)
+    settled = dict(explicit)
+    for name, (section, key) in pipeline.SPEC_PARAMS.items():
+        existing = params_doc.get(section)
+        if name not in settled and isinstance(existing, Mapping) and key in existing:
+            settled[name] = existing[key]
+    try:
+        spec = pipeline.PipelineSpec(**settled)
+    except TypeError as exc:  # a params.yaml value of the wrong type
+        raise ConfigError(f"{params_path}: {exc}") from None
+    for url in (spec.root, spec.shards):
+        check_backend(url)
+    wanted = pipeline.params(spec)
+    asked: dict[str, dict[str, Any]] = {}
+    for name in explicit:
+        section, key = pipeline.SPEC_PARAMS[name]
+        asked.setdefault(section, {})[key] = wanted[section][key]
+    param_changes = merge_params(
+        params_doc, wanted, explicit=asked, force=force, path=str(params_path)
+    )
+    stages = pipeline.stages(remote=spec.remote, program=program(version))
+    stage_changes = merge_stages(dvc_doc, stages, force=force, path=str(dvc_path))
+    for path, document, changes in (
+        (params_path, params_doc, param_changes),
+        (dvc_path, dvc_doc, stage_changes),
+    ):
+        if changes.added or changes.replaced:  # else leave the file's bytes alone
+            save(path, dump(document))
+    return InitResult(spec=spec, stages=stage_changes, params=param_changes)

@@ -1,0 +1,1 @@
+"""Reading shards into tf.data: splits by shard file, verified local copies, decoding."""

@@ -1,0 +1,110 @@
+"""Name the shard, record and byte offset behind TensorFlow's nameless record errors."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+from tfshards import storage
+from tfshards.errors import RecordError, ShardError
+from tfshards.reading.cache import ShardCache
+from tfshards.writing.manifest import Manifest, ShardInfo
+
+# Messages that mean "the bytes of a record are bad" (not a model or user error): TensorFlow's
+# own, and tfshards.reading.gate's when a shard changed under a running loader.
+_RECORD_PROBLEM = re.compile(
+    r"corrupt|truncat|checksum|crc|could not parse|parse example|data loss"
+    r"|is required but could not be found|negative number of bytes|utf-8|codec"
+    r"|image file format|decode|sha256 mismatch|records, found|rewritten since the manifest",
+    re.IGNORECASE,
+)
+_IMAGE_PROBLEM = re.compile(r"image file format|decode", re.IGNORECASE)  # scan with Pillow too
+
+
+@contextlib.contextmanager
+def shard_errors(
+    manifest: Manifest,
+    shards: Sequence[ShardInfo] | None = None,
+    *,
+    cache_dir: str | None = None,
+    **storage_options: Any,
+) -> Iterator[None]:
+    """Re-raise nameless errors about bad records as :class:`RecordError` naming the shard.
+
+    Wrap :func:`tfshards.reading.loader.make_dataset` and ``model.fit(...)`` (or an
+    iteration over the dataset). A ``DataLossError``, or a TensorFlow or
+    Python error about a record's content (a parse error, a required feature
+    missing, an image that does not decode, bytes that are not UTF-8) raised
+    inside starts a scan of the local copies of ``shards`` (default: all),
+    with every image decoded when the error was about one; the first bad
+    record found is raised, chained to the original error, which is re-raised
+    when the scan finds nothing. Costs nothing while all is well.
+    """
+    import tensorflow as tf
+
+    try:
+        yield
+    except (tf.errors.OpError, ValueError) as exc:
+        message = str(exc)
+        if not (
+            isinstance(exc, (tf.errors.DataLossError, UnicodeDecodeError))
+            or _RECORD_PROBLEM.search(message)
+        ):
+            raise
+        found = find_corrupt_record(
+            manifest,
+            shards,
+            cache_dir=cache_dir,
+            decode_images=bool(_IMAGE_PROBLEM.search(message)),
+            **storage_options,
+        )
+        if found is None:
+            raise
+        raise found from exc
+
+
+def find_corrupt_record(
+    manifest: Manifest,
+    shards: Sequence[ShardInfo] | None = None,
+    *,
+    cache_dir: str | None = None,
+    decode_images: bool = False,
+    **storage_options: Any,
+) -> ShardError | None:
+    """Check the local copies of ``shards`` (default: all) and describe the first bad one.
+
+    Runs :func:`tfshards.validation.validate.validate_shard` (size, sha256, framing, both
+    CRCs, each record against the schema) on each shard in turn. Remote
+    shards are checked only where cached. Returns a :class:`RecordError`
+    when a record is at fault (a :class:`ShardError` for the file as a whole),
+    not raised; None when all is well.
+    """
+    from tfshards.validation.validate import ShardCheck, validate_shard
+
+    fs, root = storage.open_url(manifest.root, **storage_options)
+    cache = None if storage.is_local(fs) else ShardCache(cache_dir)
+    for shard in manifest.shards if shards is None else shards:
+        path = storage.join(root, shard.name) if cache is None else cache.path(shard)
+        if cache is not None and not os.path.exists(path):
+            continue
+        check = ShardCheck.of(
+            manifest, shard, path=path, decode_images=decode_images, max_problems=8
+        )
+        report = validate_shard(check)
+        if not report.problems:
+            continue
+        where = manifest.shard_url(shard)
+        for problem in report.problems:
+            if problem.index is not None:
+                return RecordError(
+                    f"{where}: record {problem.index} at byte {problem.offset}: {problem.what}",
+                    shard=shard.name,
+                    index=problem.index,
+                    offset=problem.offset,
+                    path=path,
+                )
+        return ShardError(f"{where}: {report.problems[0].what}", shard=shard.name, path=path)
+    return None

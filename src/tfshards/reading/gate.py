@@ -1,0 +1,184 @@
+"""Let TensorFlow open only local shards verified against the manifest, remembered by stat.
+
+TensorFlow's TFRecord reader trusts a record's length once its CRC holds: a
+shard replaced by a same-size file whose first header declares 2**36 bytes
+(with a valid length CRC) killed the process with SIGSEGV. So before a local
+shard is opened, :func:`verify` reads it once in pieces (bounded memory): its
+size and sha256 must match the manifest, its framing (every length and length
+CRC, every record inside the file; gzip/zlib streams inflated piece by piece)
+must hold and its record count must match, so a shard cut at a record boundary
+cannot read short. A verified file is remembered by path, size, mtime, ctime
+and inode in this process: the check costs once, and each later open (every
+epoch) costs one ``stat``. Copies of remote shards in the cache, whose sha256
+the cache checks, get the same framing walk and count without a second hash.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures as cf
+import hashlib
+import os
+import threading
+import zlib
+from collections.abc import Callable, Iterator, Mapping
+
+from tfshards.errors import RecordError, ShardError
+from tfshards.tfrecord import FrameCounter, inflate
+from tfshards.writing.manifest import ShardInfo
+
+READ_BYTES = 4 << 20  # read, hashed and walked at a time
+
+_lock = threading.Lock()
+_verified: dict[str, tuple[int, ...]] = {}  # path -> what its stat and manifest entry were
+
+
+def _key(st: os.stat_result, shard: ShardInfo) -> tuple[int, ...]:
+    # The sha256 (as an int) and record count too: another manifest's entry is checked anew.
+    return (
+        st.st_size,
+        st.st_mtime_ns,
+        st.st_ctime_ns,
+        st.st_ino,
+        int(shard.sha256, 16),
+        shard.records,
+    )
+
+
+def verify(
+    path: str, shard: ShardInfo, compression: str, where: str, *, check_sha: bool = True
+) -> None:
+    """Raise unless the local file ``path`` is ``shard`` as the manifest describes it.
+
+    Args:
+        path: the local file.
+        shard: its manifest entry.
+        compression: the manifest's compression (``none``, ``gzip`` or ``zlib``).
+        where: how errors name the shard (its URL).
+        check_sha: hash it too; False for a copy whose hash the cache has checked.
+
+    Raises:
+        ShardError: missing, or size, sha256 or record count differ.
+        RecordError: the bytes match the manifest, but a record's framing is broken.
+    """
+    try:
+        st = os.stat(path)
+    except FileNotFoundError:
+        raise ShardError(
+            f"{where}: shard listed in the manifest is missing", shard=shard.name, path=path
+        ) from None
+    if st.st_size != shard.bytes:
+        raise ShardError(
+            f"{where}: expected {shard.bytes} bytes, found {st.st_size} "
+            "(truncated or rewritten since the manifest was written)",
+            shard=shard.name,
+            path=path,
+        )
+    key = _key(st, shard)
+    with _lock:
+        if _verified.get(path) == key:
+            return
+    digest, walk, inflate_error = _read(path, compression, check_sha)
+    if check_sha and digest != shard.sha256:
+        raise ShardError(
+            f"{where}: sha256 mismatch: expected {shard.sha256}, found {digest} "
+            "(rewritten since the manifest was written)",
+            shard=shard.name,
+            path=path,
+            found_sha256=digest,
+        )
+    if inflate_error is not None:
+        raise ShardError(
+            f"{where}: cannot decompress ({compression}): {inflate_error}",
+            shard=shard.name,
+            path=path,
+        )
+    if walk.problem is not None:
+        raise RecordError(
+            f"{where}: record {walk.records} at byte {walk.offset}: {walk.problem}",
+            shard=shard.name,
+            index=walk.records,
+            offset=walk.offset,
+            path=path,
+        )
+    if walk.records != shard.records:
+        raise ShardError(
+            f"{where}: expected {shard.records} records, found {walk.records}",
+            shard=shard.name,
+            path=path,
+        )
+    with _lock:
+        _verified[path] = key
+
+
+def _read(path: str, compression: str, check_sha: bool) -> tuple[str, FrameCounter, str | None]:
+    """The file's sha256 (if asked), its framing walk, and why its stream does not inflate."""
+    digest = hashlib.sha256()
+    walk = FrameCounter()
+
+    def pieces() -> Iterator[bytes]:
+        with open(path, "rb", buffering=0) as f:  # local by construction
+            while chunk := f.read(READ_BYTES):
+                if check_sha:
+                    digest.update(chunk)
+                yield chunk
+
+    raw = pieces()
+    error = None
+    try:
+        for piece in raw if compression == "none" else inflate(raw, compression):
+            walk.feed(piece)
+            if walk.problem is not None:
+                break  # nothing after it can be trusted; a bomb is not inflated further
+        else:
+            walk.finish()
+    except zlib.error as exc:
+        error = str(exc)
+    if check_sha:
+        for _ in raw:
+            pass  # hash the rest
+    return digest.hexdigest(), walk, error
+
+
+def forget(path: str | None = None) -> None:
+    """Drop what was verified (of ``path``, or of every file)."""
+    with _lock:
+        if path is None:
+            _verified.clear()
+        else:
+            _verified.pop(path, None)
+
+
+class Gate:
+    """:func:`verify` each time TensorFlow is about to open a shard (``Fetch.wait``'s role).
+
+    Args:
+        entries: local path -> (its manifest entry, the URL errors name it by).
+        compression: the manifest's compression.
+        before: called with the path first (a cache's ``Fetch.wait``: download and hash).
+        check_sha: hash each file; False when ``before`` has.
+    """
+
+    def __init__(
+        self,
+        entries: Mapping[str, tuple[ShardInfo, str]],
+        compression: str,
+        *,
+        before: Callable[[str], str] | None = None,
+        check_sha: bool = True,
+    ) -> None:
+        self._entries = dict(entries)
+        self.compression, self.before, self.check_sha = compression, before, check_sha
+
+    def wait(self, path: str) -> str:
+        """Verify the shard at ``path`` (a ``stat`` once verified); returns ``path``."""
+        if self.before is not None:
+            self.before(path)
+        shard, where = self._entries[path]
+        verify(path, shard, self.compression, where, check_sha=self.check_sha)
+        return path
+
+    def verify_all(self, workers: int = 4) -> None:
+        """Verify every shard now, a few at a time; raise the first failure in order."""
+        with cf.ThreadPoolExecutor(max(1, min(workers, len(self._entries)))) as pool:
+            for _ in pool.map(self.wait, list(self._entries)):
+                pass

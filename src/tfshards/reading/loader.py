@@ -1,0 +1,376 @@
+"""Feed Keras from shards: a seeded train/val split by shard file, and a fast tf.data reader.
+
+The reader is ``interleave`` over the shard files (seeded file order when
+training) -> record ``shuffle`` -> ``repeat`` -> ``batch`` -> one vectorized
+``parse_example`` per batch -> image decode (one op per image, batches in
+parallel) -> ``prefetch``. Batching before parsing was 1.55x faster than
+parsing record by record, and the final ``prefetch`` 1.4x (20,000 x 96 px
+JPEGs, 2 cores).
+
+Measured on the 2-core machine (20,000 x 96 px JPEGs in the page cache, CPU
+per record): decoding ~93 us; the whole default pipeline ~103 us (uint8
+output ~87 us), against ~152 us for interleave -> shuffle -> per-record
+``parse_single_example`` + decode -> batch. A parallel ``interleave`` cost
+10-17 us per record against 5-7 us on one thread and bought nothing (the
+files are local: remote shards are read from the cache), so reads stay on
+one thread unless ``parallel_reads`` asks otherwise. A per-element ``tf.data``
+map costs ~40 us per call here; decoding a batch with one op per image in the
+batch's graph costs least (see :func:`decode_images`).
+
+TensorFlow is imported on first use, not with this module: :func:`split` is
+pure and runs where TensorFlow is absent or too slow to import (a DVC stage).
+
+Corrupt data is never skipped, and TensorFlow never opens a shard that was not
+verified. A local shard whose size, sha256, framing or record count differs
+from the manifest stops :func:`make_dataset` (:mod:`tfshards.reading.gate`: TensorFlow
+reads a shard cut at a record boundary as a shorter valid file, and a forged
+record length can crash it); remote shards are verified as they reach the
+cache. A bad record inside (a CRC, or content TensorFlow cannot parse or
+decode) stops the run with a TensorFlow error that does not say which file.
+Wrap the loop or ``model.fit`` in :func:`shard_errors` to have it re-raised as
+a :class:`~tfshards.errors.RecordError` naming the shard, record and byte offset.
+
+The split (:mod:`tfshards.reading.splits`), the parse and decode ops
+(:mod:`tfshards.reading.decode`) and the corrupt-record naming
+(:mod:`tfshards.reading.corruption`) live in their own modules and are re-exported here.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any
+
+from tfshards import storage
+from tfshards.errors import ConfigError, RecordError, ShardError
+from tfshards.reading.cache import Fetch, ShardCache
+from tfshards.reading.corruption import find_corrupt_record, shard_errors
+from tfshards.reading.decode import (
+    MAX_UNROLL,
+    PER_RECORD_BYTES,
+    decode_image,
+    decode_images,
+    parse_fn,
+)
+from tfshards.reading.gate import Gate
+from tfshards.reading.splits import SPLIT_TOLERANCE, Split, SplitWarning, choose_val, split
+from tfshards.writing.manifest import Manifest, ShardInfo
+
+if TYPE_CHECKING:
+    import tensorflow as tf
+
+__all__ = [
+    "AUTOTUNE",
+    "DEFAULT_CYCLE_LENGTH",
+    "MAX_UNROLL",
+    "READ_BUFFER_BYTES",
+    "SHUFFLE_BUFFER_BYTES",
+    "SPLIT_TOLERANCE",
+    "Split",
+    "SplitWarning",
+    "choose_val",
+    "decode_images",
+    "find_corrupt_record",
+    "make_dataset",
+    "parse_fn",
+    "records_dataset",
+    "resolve_paths",
+    "shard_errors",
+    "split",
+]
+
+AUTOTUNE = -1  # the value of tf.data.AUTOTUNE, without importing TensorFlow
+SHUFFLE_BUFFER_BYTES = 64 << 20  # default record shuffle buffer: ~64 MB of serialized records
+DEFAULT_CYCLE_LENGTH = 16  # files whose records mix in each batch; 16 x 1 MB read buffers
+READ_BUFFER_BYTES = 1 << 20  # TFRecordDataset read size: few syscalls, little memory per file
+_COMPRESSION = {"none": "", "gzip": "GZIP", "zlib": "ZLIB"}
+
+
+# ----------------------------------------------------------------------------- dataset
+
+
+def make_dataset(
+    shards: Sequence[ShardInfo],
+    manifest: Manifest,
+    *,
+    batch_size: int,
+    training: bool,
+    seed: int = 0,
+    image_size: tuple[int, int] | None = None,
+    channels: int | None = None,
+    image_dtype: str = "float32",
+    deterministic: bool | None = None,
+    shuffle_buffer: int | None = None,
+    cycle_length: int | None = None,
+    parallel_reads: int | None = None,
+    repeat: bool | None = None,
+    drop_remainder: bool | None = None,
+    cache_dir: str | None = None,
+    decode: bool = True,
+    scaled_decode: bool = True,
+    per_record: bool | None = None,
+    features: Sequence[str] | None = None,
+    storage_options: dict[str, Any] | None = None,
+) -> tf.data.Dataset:
+    """A ``tf.data.Dataset`` of ``(inputs, label)`` batches for ``model.fit``.
+
+    By default ``inputs`` is the image as float32 in ``[0, 1]`` of static shape
+    ``(batch, height, width, channels)`` and ``label`` an int64 ``(batch,)``.
+    Training (``repeat`` defaults to True) gives an endless stream: pass
+    ``steps_per_epoch=split.train_records // batch_size`` to ``fit``.
+
+    Args:
+        shards: the shards to read, e.g. ``split.train``.
+        manifest: the shard set they belong to (schema, compression, location).
+        batch_size: records per batch.
+        training: shuffle (file order each epoch, and records through a
+            buffer), repeat and drop the last partial batch by default.
+        seed: seeds both shuffles; the same seed gives the same order when
+            ``deterministic`` is True.
+        image_size: ``(height, width)`` to resize to (bilinear); None keeps the
+            stored size, which must then be the same for every image.
+        channels: 1, 3 or 4 to convert every image to; None takes the first
+            image's.
+        image_dtype: ``"float32"`` (in [0, 1]) or ``"uint8"`` (0..255, as
+            stored): skips the conversion, ~15% of the CPU per small image, and
+            sends a quarter of the bytes to an accelerator; scale in the model
+            (``keras.layers.Rescaling(1 / 255)``).
+        deterministic: True keeps the element order a pure function of
+            ``seed``; False lets parallel stages hand out whatever is ready
+            first. None: TensorFlow's default (True).
+        shuffle_buffer: records in the shuffle buffer when training; None sizes
+            it to ~64 MB of records (all of them for small sets); 0 shuffles
+            only the file order.
+        cycle_length: shard files open at once, their records interleaved one
+            by one; None: up to ``DEFAULT_CYCLE_LENGTH``.
+        parallel_reads: threads reading those files (``interleave``'s
+            ``num_parallel_calls``); None reads them on one thread, which keeps
+            up with decoding from local disk at half the CPU cost (see the
+            module notes); AUTOTUNE for a slow network filesystem.
+        repeat: repeat forever; None means ``training``.
+        drop_remainder: drop a last partial batch, making the batch dimension
+            static; None means ``repeat`` (an endless stream loses nothing).
+        cache_dir: local cache for remote shards (see :mod:`tfshards.reading.cache`).
+        decode: decode the image; False returns its encoded bytes.
+        scaled_decode: when resizing, decode a JPEG at least twice the target
+            size at 1/2, 1/4 or 1/8 scale first (see
+            :func:`tfshards.reading.decode.decode_image`: ~30% less CPU for 512 px
+            read at 224, slightly different pixels); False decodes whole.
+        per_record: parse and decode record by record in a parallel map, then
+            batch; False parses and decodes a batch at a time. None picks by
+            the mean record size (per record from
+            ``tfshards.reading.decode.PER_RECORD_BYTES``), whichever measured faster.
+        features: names to return as a dict ``{name: batch}`` instead of the
+            image alone; the image feature among them is decoded, variable
+            length features come back ragged.
+        storage_options: fsspec options for the shards' location.
+    """
+    import tensorflow as tf
+
+    if batch_size < 1:
+        raise ConfigError(f"batch_size must be >= 1, got {batch_size}")
+    if channels not in (None, 1, 3, 4):
+        raise ConfigError(f"channels must be 1, 3 or 4, got {channels}")
+    if image_dtype not in ("float32", "uint8"):
+        raise ConfigError(f"image_dtype must be 'float32' or 'uint8', got {image_dtype!r}")
+    if image_size is not None and (len(image_size) != 2 or min(image_size) < 1):
+        raise ConfigError(f"image_size must be (height, width) >= 1, got {image_size}")
+    repeat = training if repeat is None else repeat
+    drop_remainder = repeat if drop_remainder is None else drop_remainder
+    paths, fetch = resolve_paths(manifest, shards, cache_dir=cache_dir, **(storage_options or {}))
+    image_feature = str(manifest.params.get("image_feature", "image"))
+    names = [image_feature] if features is None else list(features)
+    shape: tuple[int, int, int] | None = None
+    if decode and image_feature in names:
+        shape = _image_shape(manifest, shards, paths, fetch, image_feature, image_size, channels)
+
+    records = records_dataset(
+        paths,
+        compression=manifest.compression,
+        shuffle_files=training,
+        seed=seed,
+        cycle_length=cycle_length,
+        parallel_reads=parallel_reads,
+        deterministic=deterministic,
+        fetch=fetch,
+    )
+    if training:
+        if shuffle_buffer is None:
+            shuffle_buffer = _default_buffer(manifest, shards)
+        if shuffle_buffer > 1:
+            records = records.shuffle(shuffle_buffer, seed=seed + 1, reshuffle_each_iteration=True)
+    if repeat:
+        records = records.repeat()
+
+    if per_record is None:
+        per_record = manifest.bytes >= PER_RECORD_BYTES * max(1, manifest.records)
+    parse = parse_fn(manifest, [*names, "label"], single=per_record)
+
+    def to_inputs(serialized: tf.Tensor) -> tuple[Any, tf.Tensor]:
+        parsed = parse(serialized)
+        if shape is not None:
+            data, resize = parsed[image_feature], image_size is not None
+            parsed[image_feature] = (
+                decode_image(data, shape, resize=resize, dtype=image_dtype, scaled=scaled_decode)
+                if per_record
+                else decode_images(
+                    data,
+                    shape,
+                    resize=resize,
+                    dtype=image_dtype,
+                    batch_size=batch_size,
+                    scaled=scaled_decode,
+                )
+            )
+        label = parsed.pop("label")
+        return (parsed[image_feature] if features is None else parsed), label
+
+    if per_record:
+        batches = records.map(
+            to_inputs, num_parallel_calls=tf.data.AUTOTUNE, deterministic=deterministic
+        ).batch(batch_size, drop_remainder=drop_remainder)
+    else:
+        batches = records.batch(batch_size, drop_remainder=drop_remainder).map(
+            to_inputs, num_parallel_calls=tf.data.AUTOTUNE, deterministic=deterministic
+        )
+    options = tf.data.Options()
+    if deterministic is not None:
+        options.deterministic = deterministic
+    return batches.prefetch(tf.data.AUTOTUNE).with_options(options)
+
+
+def records_dataset(
+    paths: Sequence[str],
+    *,
+    compression: str = "none",
+    shuffle_files: bool = False,
+    seed: int = 0,
+    cycle_length: int | None = None,
+    parallel_reads: int | None = None,
+    deterministic: bool | None = None,
+    fetch: Fetch | Gate | None = None,
+) -> tf.data.Dataset:
+    """Serialized records of the local shard files ``paths``, interleaved record by record.
+
+    ``shuffle_files`` reshuffles the file order every epoch from ``seed``.
+    With ``fetch``, each file is awaited (downloaded and verified, or for a
+    local file verified by :class:`~tfshards.reading.gate.Gate`) before it is opened,
+    so reading starts as soon as the first shard is in the cache.
+    """
+    import tensorflow as tf
+
+    if compression not in _COMPRESSION:
+        raise ConfigError(f"compression must be one of {tuple(_COMPRESSION)}, got {compression!r}")
+    if not paths:
+        raise ConfigError("no shards to read")
+    files = tf.data.Dataset.from_tensor_slices(list(paths))
+    if shuffle_files and len(paths) > 1:
+        files = files.shuffle(len(paths), seed=seed, reshuffle_each_iteration=True)
+    if fetch is not None:
+        files = files.map(_gate(tf, fetch))
+    kind = _COMPRESSION[compression]
+    return files.interleave(
+        lambda path: tf.data.TFRecordDataset(path, kind, buffer_size=READ_BUFFER_BYTES),
+        cycle_length=min(len(paths), DEFAULT_CYCLE_LENGTH)
+        if cycle_length is None
+        else cycle_length,
+        block_length=1,
+        num_parallel_calls=parallel_reads,
+        deterministic=deterministic if parallel_reads else None,
+    )
+
+
+def _gate(tf: Any, fetch: Fetch | Gate) -> Callable[[Any], Any]:
+    def wait(path: Any) -> Any:
+        return fetch.wait(path.numpy().decode())
+
+    def gate(path: Any) -> Any:
+        ready = tf.py_function(wait, [path], tf.string)
+        ready.set_shape([])
+        return ready
+
+    return gate
+
+
+def _default_buffer(manifest: Manifest, shards: Sequence[ShardInfo]) -> int:
+    records = sum(s.records for s in shards)
+    mean = max(1, manifest.bytes // max(1, manifest.records))
+    return max(1, min(records, SHUFFLE_BUFFER_BYTES // mean))
+
+
+def _image_shape(
+    manifest: Manifest,
+    shards: Sequence[ShardInfo],
+    paths: Sequence[str],
+    fetch: Fetch | Gate | None,
+    image_feature: str,
+    image_size: tuple[int, int] | None,
+    channels: int | None,
+) -> tuple[int, int, int]:
+    """The static image shape: asked for, or read from the first record."""
+    if image_size is not None and channels is not None:
+        return (image_size[0], image_size[1], channels)
+    import tensorflow as tf
+
+    nonempty = [p for s, p in zip(shards, paths, strict=True) if s.records]
+    if not nonempty:
+        raise ConfigError("the shards hold no records; nothing to read")
+    path = fetch.wait(nonempty[0]) if fetch is not None else nonempty[0]
+    first = next(iter(tf.data.TFRecordDataset(path, _COMPRESSION[manifest.compression]).take(1)))
+    data = tf.io.parse_single_example(first, {image_feature: tf.io.FixedLenFeature([], tf.string)})[
+        image_feature
+    ]
+    image = tf.io.decode_image(data, channels=channels or 0, expand_animations=False)
+    height, width, found = (int(d) for d in image.shape)
+    if image_size is not None:
+        height, width = image_size
+    return (height, width, channels or found)
+
+
+# ----------------------------------------------------------------------------- files
+
+
+def resolve_paths(
+    manifest: Manifest,
+    shards: Sequence[ShardInfo],
+    *,
+    cache_dir: str | None = None,
+    **storage_options: Any,
+) -> tuple[list[str], Gate]:
+    """Local paths to read ``shards`` from, and the fetch bringing them when remote.
+
+    Local shards are read in place once :mod:`tfshards.reading.gate` has verified
+    them (size, sha256, framing and record count; once per file and process),
+    and again at each open by a ``stat``. Remote shards are fetched into the
+    cache in the background, in this order, verified by their sha256, and
+    walked by the gate (framing, record count) when first opened.
+    """
+    if not shards:
+        raise ConfigError("no shards to read (an empty split?)")
+    known = {s.name: s for s in manifest.shards}
+    for shard in shards:
+        if known.get(shard.name) != shard:
+            raise ConfigError(f"{shard.name}: not a shard of this manifest ({manifest.root})")
+    fs, root = storage.open_url(manifest.root, **storage_options)
+    if not storage.is_local(fs):
+        cache = ShardCache(cache_dir)
+        fetch = cache.fetch(manifest, shards, **storage_options)
+        cached = {cache.path(s): (s, manifest.shard_url(s)) for s in shards}
+        gate = Gate(cached, manifest.compression, before=fetch.wait, check_sha=False)
+        return [cache.path(s) for s in shards], gate
+    entries = {
+        os.path.abspath(storage.join(root, s.name)): (s, manifest.shard_url(s)) for s in shards
+    }
+    local = Gate(entries, manifest.compression)
+    try:
+        local.verify_all()
+    except ShardError as exc:
+        if getattr(exc, "found_sha256", None) is None:
+            raise
+        # Same size, other bytes: say which record, when one is at fault.
+        at_fault = [s for s in shards if s.name == getattr(exc, "shard", None)]
+        found = find_corrupt_record(manifest, at_fault, **storage_options)
+        if isinstance(found, RecordError):
+            raise found from exc
+        raise
+    return [os.path.abspath(storage.join(root, s.name)) for s in shards], local

@@ -1,0 +1,274 @@
+"""The Dask executor: run tasks on a cluster, once its workers are shown able to run them.
+
+Before a task is shipped: the data locations are checked (a local path means
+each worker's own disk unless the user says it is shared), then one
+``client.run`` round trip asks every worker for its tfshards version, whether
+it has the compiled loops, whether it imports the transform with the same
+source, and whether it sees the local inputs. Any mismatch stops the run with
+one line naming the worker.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import socket
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+import fsspec
+
+from tfshards.errors import ConfigError, TransformError
+from tfshards.run.executor import Executor, register
+
+T = TypeVar("T")
+R = TypeVar("R")
+
+LOCAL_PROTOCOLS = (None, "file", "local")
+
+
+@dataclass(frozen=True)
+class Needs:
+    """What the tasks of one run need from every Dask worker.
+
+    Attributes:
+        locations: data the tasks read or write, as URLs or absolute local paths.
+        inputs: those of ``locations`` that must already exist (checked on the
+            workers when local).
+        transform: ``package.module:function`` the workers must import, or None.
+        transform_identity: the client's :func:`tfshards.writing.transform.identity` of
+            it; a worker whose module source differs would write other bytes.
+        shared_fs: the user states that local paths are on a filesystem every
+            worker mounts at the same path.
+    """
+
+    locations: tuple[str, ...] = ()
+    inputs: tuple[str, ...] = ()
+    transform: str | None = None
+    transform_identity: str = "none"
+    shared_fs: bool = False
+
+
+def is_remote(address: str | None) -> bool:
+    """True when ``address`` names a scheduler (None and ``"local"`` start a local cluster)."""
+    return address not in (None, "", "local")
+
+
+def is_local_path(url: str) -> bool:
+    """True for a path on this machine's disk (no protocol, or ``file://``)."""
+    return fsspec.core.split_protocol(url)[0] in LOCAL_PROTOCOLS
+
+
+def check_locations(address: str | None, needs: Needs) -> None:
+    """Refuse a local data location with a scheduler, unless ``needs.shared_fs``."""
+    if not is_remote(address) or needs.shared_fs:
+        return
+    for url in needs.locations:
+        if is_local_path(url):
+            raise ConfigError(
+                f"{url}: a local path with the Dask scheduler {address} means each worker's "
+                "own disk; use a URL every worker reaches (s3://...), or pass --shared-fs "
+                "if it is on a filesystem all workers mount at the same path"
+            )
+
+
+@dataclass(frozen=True)
+class WorkerReport:
+    """What one worker said about itself."""
+
+    address: str
+    host: str
+    threads: int
+    version: str
+    native: bool
+    transform_error: str  # empty: imported, same source
+    missing: tuple[str, ...]  # local inputs it cannot see
+
+
+def probe(transform: str | None, identity: str, inputs: Sequence[str]) -> dict[str, Any]:
+    """Run on each worker: its version, compiled loops, transform and local inputs."""
+    import tfshards
+    from tfshards import native
+    from tfshards.writing import transform as transforms
+
+    error = ""
+    if transform is not None:
+        try:
+            found = transforms.identity(transform)
+        except TransformError as exc:
+            error = str(exc)
+        else:
+            if found != identity:
+                error = (
+                    f"transform {transform!r}: module source differs from the client's "
+                    f"(worker {found.rsplit('@', 1)[-1]}, client {identity.rsplit('@', 1)[-1]})"
+                )
+    return {
+        "host": socket.gethostname(),
+        "version": tfshards.__version__,
+        "native": native.NATIVE is not None,
+        "transform_error": error,
+        "missing": [p for p in inputs if is_local_path(p) and not os.path.exists(p)],
+    }
+
+
+def check_workers(client: Any, needs: Needs) -> list[WorkerReport]:
+    """Ask every worker what it has (one round trip); raise on the first that cannot run."""
+    import tfshards
+
+    threads = client.nthreads()
+    if not threads:
+        raise ConfigError("the Dask scheduler has no workers yet; start some with `dask worker`")
+    inputs = [p for p in needs.inputs if is_local_path(p)]
+    answers = client.run(
+        probe, needs.transform, needs.transform_identity, inputs, on_error="return"
+    )
+    reports = []
+    for address in sorted(answers):
+        a = answers[address]
+        if isinstance(a, BaseException):  # e.g. no tfshards there to unpickle `probe` with
+            raise ConfigError(
+                f"Dask worker {address}: cannot run tfshards "
+                f"({type(a).__name__}: {' '.join(str(a).split())}); "
+                f"install tfshards {tfshards.__version__} on the workers"
+            )
+        report = WorkerReport(
+            address=address,
+            host=a["host"],
+            threads=int(threads.get(address, 1)),
+            version=a["version"],
+            native=a["native"],
+            transform_error=a["transform_error"],
+            missing=tuple(a["missing"]),
+        )
+        if report.version != tfshards.__version__:
+            raise ConfigError(
+                f"Dask worker {address}: tfshards {report.version}, expected "
+                f"{tfshards.__version__} (the client's); install the same version on the workers"
+            )
+        if report.transform_error:
+            raise TransformError(
+                f"Dask worker {address}: {report.transform_error}; install the transform's "
+                "module on the workers (or put it on their PYTHONPATH)",
+                transform=needs.transform,
+            )
+        if report.missing:
+            raise ConfigError(
+                f"Dask worker {address} on {report.host}: {report.missing[0]} does not exist "
+                "there; --shared-fs needs the same path mounted on every worker"
+            )
+        reports.append(report)
+    return reports
+
+
+def describe(address: str, reports: Sequence[WorkerReport]) -> str:
+    """One line saying what ran: workers, threads, hosts, compiled loops or not."""
+    threads = sum(r.threads for r in reports)
+    hosts = len({r.host for r in reports})
+    native = sum(r.native for r in reports)
+    line = (
+        f"dask, {address}: {len(reports)} workers, {threads} threads, {hosts} "
+        f"host{'s' * (hosts != 1)}; compiled loops (tfshards._native) on {native}/{len(reports)}"
+    )
+    slow = sum(not r.native and r.threads > 1 for r in reports)
+    if slow:
+        line += (
+            f"; {slow} worker{'s' * (slow != 1)} without them "
+            f"run{'s' * (slow == 1)} several threads, which "
+            "take turns on the GIL in the Python loops: start such workers with "
+            "--nthreads 1 and more --nworkers"
+        )
+    return line
+
+
+def run(
+    fn: Callable[[T], R],
+    tasks: Sequence[T],
+    workers: int,
+    address: str | None,
+    needs: Needs,
+    note: Callable[[str], object] | None = None,
+) -> Iterator[tuple[int, R]]:
+    """Yield ``(task index, result)`` as tasks finish on the cluster at ``address``.
+
+    ``address`` None (or ``"local"``) starts a cluster of ``workers`` processes
+    on 127.0.0.1 for this run. ``note`` receives the line saying what ran.
+    """
+    check_locations(address, needs)
+    try:
+        from distributed import Client, LocalCluster, as_completed
+    except ImportError as exc:
+        raise ConfigError(
+            "executor 'dask' needs dask[distributed]: pip install 'tfshards[dask]'"
+        ) from exc
+    cluster: Any = None
+    shown = str(address)
+    if is_remote(address):
+        from distributed.comm.addressing import get_address_host_port
+
+        try:  # before Client(): one that fails on a bad address can hang the next one
+            get_address_host_port(str(address))
+        except ValueError as exc:
+            raise ConfigError(
+                f"dask_address: expected a scheduler address like tcp://host:8786, "
+                f"got {address!r} ({exc})"
+            ) from exc
+        try:
+            client = Client(address, timeout="10s")
+        except OSError as exc:  # refused, or no answer within the timeout
+            raise ConfigError(f"cannot reach the Dask scheduler {address}: {exc}") from exc
+    else:
+        # Loopback only: LocalCluster serves on 0.0.0.0:8787 unless told otherwise.
+        # Its worker processes start in this directory, so a transform module found
+        # here imports there too (tfshards.writing.transform.load puts the cwd on sys.path).
+        cluster = LocalCluster(
+            n_workers=workers,
+            threads_per_worker=1,
+            processes=True,
+            host="127.0.0.1",
+            dashboard_address="127.0.0.1:0",
+        )
+        client = Client(cluster)
+        shown = f"local cluster {cluster.scheduler_address}"
+    try:
+        reports = check_workers(client, needs)
+        if note is not None:
+            note(describe(shown, reports))
+        # pure=False: with the default, Dask runs identical calls only once.
+        futures = client.map(fn, list(tasks), pure=False)
+        index = {f.key: i for i, f in enumerate(futures)}
+        try:
+            for future, result in as_completed(futures, with_results=True):
+                yield index[future.key], result
+        finally:
+            client.cancel(futures)
+    finally:
+        client.close()
+        if cluster is not None:
+            cluster.close()
+
+
+@register
+class DaskExecutor(Executor):
+    """Tasks on the Dask scheduler at ``options.address``, or on a local cluster of
+    ``options.workers`` processes started for each :meth:`map` when there is none."""
+
+    name = "dask"
+    remote = True
+
+    def map(
+        self,
+        fn: Callable[[T], R],
+        tasks: Sequence[T],
+        *,
+        describe: Callable[[T], str] = str,
+        needs: Needs | None = None,
+        note: Callable[[str], object] | None = None,
+    ) -> Iterator[tuple[int, R]]:
+        if not tasks:
+            return
+        needs = needs or Needs()
+        if self.options.shared_fs:  # the user's word for this run, whatever the caller's needs
+            needs = dataclasses.replace(needs, shared_fs=True)
+        yield from run(fn, tasks, self.options.workers, self.options.address, needs, note)

@@ -1,0 +1,1 @@
+"""The train stage: a Keras classifier fed from shards, timed, checkpointed, exported."""

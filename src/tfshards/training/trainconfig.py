@@ -1,0 +1,125 @@
+"""What ``tfshards train`` trains and where its outputs go: one frozen, self-checking config."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from tfshards.errors import ConfigError
+from tfshards.training import models, optim
+from tfshards.training.devices import STRATEGIES
+
+MIXED_PRECISION = ("auto", "on", "off")
+STOP_METRICS = ("val_loss", "val_accuracy")
+_OUTPUTS = ("metrics", "live_dir", "model_out", "split_out", "export_out", "checkpoint_dir")
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    """What to train and where its outputs go; validated on construction.
+
+    Attributes:
+        manifest: manifest.json of the shard set (path or fsspec URL).
+        model: a name in :data:`tfshards.training.models.MODELS`, or ``package.module:function``.
+        model_args: keyword arguments for a ``package.module:function`` model.
+        epochs: passes over the training shards, >= 1.
+        batch_size: records per step, >= 1; global (split over the replicas).
+        learning_rate: the optimizer's (peak) step size, > 0.
+        optimizer: ``adam``, ``sgd`` (with ``momentum``) or ``adamw`` (``weight_decay``).
+        lr_schedule: ``constant`` or ``cosine`` (decays to 0 at the last step).
+        warmup_epochs: epochs of linear warm-up from 0 (cosine only).
+        early_stopping: stop after this many epochs without a better
+            ``early_stopping_metric``; 0 never stops early.
+        label_smoothing: share of the target spread over all classes, in [0, 1).
+        class_weight: ``none``, or ``balanced``: weights from the training labels' counts.
+        augment: on-device training augmentations among ``flip`` and ``crop``.
+        image_dtype: ``float32``, or ``uint8``: a quarter of the bytes, scaled in the model.
+        image_size: height = width the images are resized to, in pixels.
+        val_fraction: share of records (whole shards) held out, in [0, 1).
+        seed: seeds Python, NumPy, TensorFlow and the input order.
+        split_seed: picks the validation shards; None: ``seed``.
+        deterministic: same seed, same result: op determinism and a fixed input order.
+        mixed_precision: ``"auto"`` (on when a GPU is present), ``"on"`` or ``"off"``.
+        jit_compile: compile the train and eval steps with XLA.
+        strategy: ``one`` device, ``mirrored`` over all local GPUs, or ``auto``.
+        metrics: summary JSON (the DVC metrics file).
+        live_dir: dvclive directory for per-epoch metrics, or None.
+        model_out: where the trained model goes (``.keras``), or None.
+        split_out: where the split (shards and records per side) goes, or None.
+        export_out: local folder for a SavedModel serving image bytes, or None.
+        checkpoint_dir: local folder for per-epoch checkpoints (removed when
+            the run finishes), or None for none.
+    """
+
+    manifest: str = "data/manifest.json"
+    model: str = "small_cnn"
+    model_args: Mapping[str, Any] = field(default_factory=dict)
+    epochs: int = 10
+    batch_size: int = 64
+    learning_rate: float = 1e-3
+    optimizer: str = "adam"
+    momentum: float = 0.9
+    weight_decay: float = 0.004
+    lr_schedule: str = "constant"
+    warmup_epochs: int = 0
+    early_stopping: int = 0
+    early_stopping_metric: str = "val_loss"
+    label_smoothing: float = 0.0
+    class_weight: str = "none"
+    augment: tuple[str, ...] = ()
+    image_dtype: str = "float32"
+    image_size: int = 16
+    val_fraction: float = 0.2
+    seed: int = 0
+    split_seed: int | None = None
+    deterministic: bool = True
+    mixed_precision: str = "auto"
+    jit_compile: bool = False
+    strategy: str = "one"
+    metrics: str = "results/train/metrics.json"
+    live_dir: str | None = "results/train/live"
+    model_out: str | None = "models/model.keras"
+    split_out: str | None = "results/train/split.json"
+    export_out: str | None = None
+    checkpoint_dir: str | None = None
+
+    def __post_init__(self) -> None:
+        for name in ("epochs", "batch_size", "image_size"):
+            value = getattr(self, name)
+            if value < 1:
+                raise ConfigError(f"{name} must be >= 1, got {value}", option=name)
+        for name in ("warmup_epochs", "early_stopping", "momentum", "weight_decay"):
+            if getattr(self, name) < 0:
+                raise ConfigError(f"{name} must be >= 0, got {getattr(self, name)}", option=name)
+        if not self.learning_rate > 0:
+            raise ConfigError(f"learning_rate must be > 0, got {self.learning_rate}")
+        if not 0.0 <= self.val_fraction < 1.0:
+            raise ConfigError(f"val_fraction must be in [0, 1), got {self.val_fraction}")
+        if not 0.0 <= self.label_smoothing < 1.0:
+            raise ConfigError(f"label_smoothing must be in [0, 1), got {self.label_smoothing}")
+        for option, value, valid in (
+            ("mixed_precision", self.mixed_precision, MIXED_PRECISION),
+            ("strategy", self.strategy, STRATEGIES),
+            ("image_dtype", self.image_dtype, ("float32", "uint8")),
+            ("early_stopping_metric", self.early_stopping_metric, STOP_METRICS),
+            *(("augment", name, models.AUGMENTATIONS) for name in self.augment),
+        ):
+            if value not in valid:
+                raise ConfigError(f"{option} must be one of {valid}, got {value!r}", option=option)
+        optim.check(self.optimizer, self.lr_schedule, self.class_weight)
+        if self.warmup_epochs and self.lr_schedule != "cosine":
+            raise ConfigError("warmup_epochs needs lr_schedule cosine (constant has no warm-up)")
+        if self.warmup_epochs >= self.epochs and self.warmup_epochs:
+            raise ConfigError(f"warmup_epochs must be < epochs ({self.epochs})")
+        if self.model_out is not None and not self.model_out.endswith(".keras"):
+            raise ConfigError(f"model_out must end with .keras, got {self.model_out!r}")
+        models.model_spec(self.model, self.image_size)
+        if self.model_args and not models.is_user_model(self.model):
+            raise ConfigError(f"model {self.model!r} is built in and takes no model_args")
+
+    def settings(self) -> dict[str, Any]:
+        """Everything the epochs depend on (outputs left out): a checkpoint's key."""
+        values = dataclasses.asdict(self)
+        return {k: v for k, v in values.items() if k not in _OUTPUTS}

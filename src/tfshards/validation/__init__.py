@@ -1,0 +1,1 @@
+"""Validating shard sets against their manifest: per shard, per record, across the set."""

@@ -1,0 +1,296 @@
+"""Check one shard against its manifest entry: bytes, framing, records, index, in bounded memory.
+
+:func:`validate_shard` is the unit of work of :func:`tfshards.validation.validate.validate`
+(and of the scan :func:`tfshards.reading.corruption.find_corrupt_record` runs), on
+plain values any executor can carry. Memory does not grow with what the file
+holds: a shard is held (decompressed) only within its manifest size, a
+compressed stream that differs from the manifest is inflated piece by piece,
+and problems past ``max_problems`` are counted, not kept.
+"""
+
+from __future__ import annotations
+
+import builtins
+import hashlib
+import posixpath
+import zlib
+from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from tfshards import storage
+from tfshards.bulkcheck import check_records
+from tfshards.example import FeatureSpec
+from tfshards.recordcheck import RecordChecker
+from tfshards.tfrecord import FrameCounter, decompress, inflate
+from tfshards.writing import layout
+from tfshards.writing.manifest import Manifest, ShardInfo
+
+MAX_PROBLEMS = 50  # kept per shard, and printed: enough to see a pattern, few enough to read
+
+
+@dataclass(frozen=True)
+class Problem:
+    """One thing wrong: in file ``where``, at record ``index`` (byte ``offset``) if any."""
+
+    where: str
+    what: str
+    index: int | None = None
+    offset: int | None = None
+
+    def __str__(self) -> str:
+        if self.index is None:
+            return f"{self.where}: {self.what}"
+        return f"{self.where}: record {self.index} at byte {self.offset}: {self.what}"
+
+
+@dataclass(frozen=True)
+class ShardCheck:
+    """One shard's work, as plain picklable values (any executor can run it)."""
+
+    root: str
+    name: str
+    records: int
+    bytes: int
+    sha256: str
+    compression: str
+    schema: tuple[FeatureSpec, ...]
+    num_labels: int
+    image_feature: str  # the raw file bytes (manifest.params["image_feature"])
+    check_sha: bool  # compare the stored sha256 feature with the payload's
+    decode_images: bool
+    max_problems: int
+    storage_options: Mapping[str, Any]
+    index_sha256: str | None = None  # of its record index file; None: it has none
+
+    @classmethod
+    def of(
+        cls,
+        manifest: Manifest,
+        shard: ShardInfo,
+        *,
+        path: str | None = None,
+        decode_images: bool = False,
+        max_problems: int = MAX_PROBLEMS,
+        storage_options: Mapping[str, Any] | None = None,
+    ) -> ShardCheck:
+        """The check of ``shard`` as the manifest describes it (at ``path``, if given: no index)."""
+        where = path or storage.join(manifest.root, shard.name)
+        return cls(
+            root=storage.absolute(posixpath.dirname(where)),
+            name=posixpath.basename(where),
+            records=shard.records,
+            bytes=shard.bytes,
+            sha256=shard.sha256,
+            compression=manifest.compression,
+            schema=manifest.schema,
+            num_labels=len(manifest.labels),
+            image_feature=str(manifest.params.get("image_feature", "image")),
+            # A transform may replace the payload; the stored sha256 is of the original file.
+            check_sha=manifest.params.get("transform") == "none",
+            decode_images=decode_images,
+            max_problems=max_problems,
+            storage_options=dict(storage_options or {}),
+            # A copy elsewhere (the loader's cache) has no index beside it.
+            index_sha256=shard.index_sha256 if path is None else None,
+        )
+
+
+@dataclass(frozen=True)
+class ShardReport:
+    """What :func:`validate_shard` found in one shard."""
+
+    name: str
+    records: int
+    bytes: int
+    label_counts: tuple[int, ...]  # records per label index, in range only
+    problems: tuple[Problem, ...]  # the first ``max_problems``
+    problem_count: int
+    # Record i's stored sha256 at [32 * i : 32 * i + 32] (zeros: none read), for duplicates.
+    digests: builtins.bytes = b""
+
+
+class _Found:
+    """Problems of one file: keeps the first ``limit``, counts all."""
+
+    def __init__(self, where: str, limit: int) -> None:
+        self.where, self.limit, self.count = where, limit, 0
+        self.kept: list[Problem] = []
+
+    def add(self, what: str, index: int | None = None, offset: int | None = None) -> None:
+        self.count += 1
+        if len(self.kept) < self.limit:
+            self.kept.append(Problem(self.where, what, index, offset))
+
+    def add_at(self, where: str, what: str) -> None:
+        """A problem of another file that belongs with this one (its record index)."""
+        self.count += 1
+        if len(self.kept) < self.limit:
+            self.kept.append(Problem(where, what))
+
+    def skip(self, n: int) -> None:
+        """``n`` more problems, found past the limit and not kept."""
+        self.count += n
+
+
+def validate_shard(task: ShardCheck) -> ShardReport:
+    """Check one shard's bytes, framing and records against its manifest entry.
+
+    Memory stays bounded by the manifest's shard size whatever the file holds
+    (measured in the README): a file larger than the manifest says is hashed
+    and its framing walked in pieces, and a gzip/zlib shard is decompressed
+    whole only when its size and sha256 match the manifest; otherwise its
+    stream is inflated piece by piece and only its framing is walked.
+    """
+    found = _Found(task.name, task.max_problems)
+    labels = [0] * task.num_labels
+    digests = bytearray()  # sized once the records are in memory
+    fs, root = storage.open_url(task.root, **task.storage_options)
+    records, size = _check_shard(fs, root, task, found, labels, digests)
+    if task.index_sha256 is not None:
+        _check_index(fs, root, task, found)
+    return ShardReport(
+        task.name, records, size, tuple(labels), tuple(found.kept), found.count, bytes(digests)
+    )
+
+
+def _check_shard(
+    fs: Any, root: str, task: ShardCheck, found: _Found, labels: list[int], digests: bytearray
+) -> tuple[int, int]:
+    """The shard file's checks; its records and bytes as found."""
+    try:
+        with fs.open(storage.join(root, task.name), "rb") as f:
+            read = _Read(f, task.bytes + HOLD_SLACK)
+            records = _check_read(read, task, found, labels, digests)
+    except FileNotFoundError:
+        found.add(f"missing: expected {task.bytes} bytes holding {task.records} records")
+        return 0, 0
+    except OSError as exc:
+        found.add(f"cannot read: {exc.strerror or exc}")
+        return 0, 0
+    if records is not None and records != task.records:
+        found.add(f"record count mismatch: expected {task.records}, found {records}")
+    return records or 0, read.size
+
+
+def _check_index(fs: Any, root: str, task: ShardCheck, found: _Found) -> None:
+    """The record index file against the sha256 the manifest holds for it."""
+    rel = layout.INDEX.path(task.name)
+    try:
+        data = storage.read_bytes(fs, storage.join(root, rel))
+    except FileNotFoundError:
+        found.add_at(rel, f"missing: expected the record index of {task.name}")
+        return
+    except OSError as exc:
+        found.add_at(rel, f"cannot read: {exc.strerror or exc}")
+        return
+    digest = hashlib.sha256(data).hexdigest()
+    if digest != task.index_sha256:
+        found.add_at(rel, f"sha256 mismatch: expected {task.index_sha256}, found {digest}")
+
+
+READ_CHUNK = 4 << 20  # hashed and walked at a time past what is held
+HOLD_SLACK = 1 << 20  # bytes held past the manifest's size: a few appended bytes still get parsed
+
+
+class _Read:
+    """A shard file: held whole when it fits in ``hold`` bytes, else streamed in pieces.
+
+    ``size`` and ``sha256`` are final once :meth:`rest` is used up (at once
+    for a held file).
+    """
+
+    def __init__(self, f: Any, hold: int) -> None:
+        self.f = f
+        self.held = f.read(hold + 1)
+        self.fits = len(self.held) <= hold
+        self.size, self._digest = len(self.held), hashlib.sha256(self.held)
+
+    @property
+    def sha256(self) -> str:
+        return self._digest.hexdigest()
+
+    def rest(self) -> Iterator[bytes]:
+        """The whole file in pieces (hashing as it goes); the held part is let go."""
+        held, self.held = self.held, b""
+        yield held
+        while chunk := self.f.read(READ_CHUNK):
+            self._digest.update(chunk)
+            self.size += len(chunk)
+            yield chunk
+
+
+def _check_read(
+    read: _Read, task: ShardCheck, found: _Found, labels: list[int], digests: bytearray
+) -> int | None:
+    """Report the file's size and hash, then its records; how many records (None: unknown)."""
+    if read.fits:
+        _compare_file(read, task, found)
+        if task.compression == "none" or (read.size, read.sha256) == (task.bytes, task.sha256):
+            held, read.held = read.held, b""
+            try:
+                buf = decompress(held, task.compression)
+            except zlib.error as exc:
+                found.add(f"cannot decompress ({task.compression}): {exc}")
+                return None
+            del held  # a compressed shard: only its decompressed stream stays
+            return _check_records(buf, task, found, labels, digests)
+        pieces: Iterator[bytes] = iter([read.held])
+    else:
+        pieces = read.rest()
+    # Untrusted and compressed, or too large to hold: inflate and walk the framing in pieces.
+    records, problem = None, None
+    try:
+        walk = _walk(pieces if task.compression == "none" else inflate(pieces, task.compression))
+    except zlib.error as exc:
+        problem = f"cannot decompress ({task.compression}): {exc}"
+    else:
+        records = walk.records
+    for _ in pieces:  # hash what the walk left
+        pass
+    if not read.fits:
+        _compare_file(read, task, found)
+    if problem is not None:
+        found.add(problem)
+    elif walk.problem is not None:
+        found.add(walk.problem, walk.records, walk.offset)
+    return records
+
+
+def _compare_file(read: _Read, task: ShardCheck, found: _Found) -> None:
+    if read.size != task.bytes:
+        found.add(f"size mismatch: expected {task.bytes} bytes, found {read.size}")
+    if read.sha256 != task.sha256:
+        found.add(f"sha256 mismatch: expected {task.sha256}, found {read.sha256}")
+
+
+def _check_records(
+    buf: bytes, task: ShardCheck, found: _Found, labels: list[int], digests: bytearray
+) -> int:
+    """Every record of a shard held in memory (a compressed one only when it matched)."""
+    # A record takes at least 16 bytes, so a manifest claiming more records cannot inflate this.
+    digests.extend(bytes(32 * min(task.records, len(buf) // 16)))
+    checker = RecordChecker(
+        task.schema,
+        task.image_feature,
+        num_labels=task.num_labels,
+        check_sha=task.check_sha,
+        decode_images=task.decode_images,
+        labels=labels,
+        add=found.add,
+        limit=task.max_problems,
+        skip=found.skip,
+        digests=digests,
+    )
+    return check_records(buf, checker)
+
+
+def _walk(pieces: Iterable[bytes]) -> FrameCounter:
+    """Walk the framing of a stream given in pieces, stopping at its first problem."""
+    walk = FrameCounter()
+    for piece in pieces:
+        walk.feed(piece)
+        if walk.problem is not None:
+            return walk
+    walk.finish()
+    return walk

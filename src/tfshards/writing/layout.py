@@ -1,0 +1,70 @@
+"""What a version directory holds: shards and the manifest on top, bookkeeping in subfolders.
+
+The top level holds only ``<name>-NNNNN-of-NNNNN.tfrecord`` shards,
+``manifest.json`` and the TensorFlow Datasets metadata (:data:`TFDS_FILES`),
+so the globs readers use (``name-*``, ``name-*-of-*``, ``*.tfrecord*``;
+TensorFlow's glob also matches hidden files) find shards and nothing else.
+Everything else kept per shard (record index files, resume records, temp files
+while a shard is written) lives in a subfolder those globs do not reach.
+The writer, the validator and ``prune`` all read this one declaration: to keep
+another per-shard file, add a :class:`Companion` to :data:`COMPANIONS`.
+"""
+
+from __future__ import annotations
+
+import posixpath
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from tfshards.errors import ConfigError
+from tfshards.writing.manifest import MANIFEST_NAME
+
+WORK_DIR = "_work"  # resume records and shard temp files (never a shard glob's match)
+
+
+@dataclass(frozen=True)
+class Companion:
+    """A per-shard file: ``<folder>/<shard name><suffix>`` inside the version directory."""
+
+    folder: str
+    suffix: str
+
+    def __post_init__(self) -> None:
+        if not self.folder or "/" in self.folder or self.folder.startswith("."):
+            raise ConfigError(f"companion folder must be one plain name, got {self.folder!r}")
+        if not self.suffix:
+            raise ConfigError("companion suffix must be non-empty")
+
+    def path(self, shard: str) -> str:
+        """Its path relative to the version directory."""
+        return f"{self.folder}/{shard}{self.suffix}"
+
+
+SIDECAR = Companion(WORK_DIR, ".done")  # the JSON record of a finished, hashed shard
+INDEX = Companion("index", ".idx")  # "offset size" per record, as tfrecord2idx writes it
+COMPANIONS: tuple[Companion, ...] = (SIDECAR, INDEX)
+# What tfds.builder_from_directory reads (tfshards.writing.datasetinfo writes them).
+TFDS_FILES = ("dataset_info.json", "features.json", "label.labels.txt")
+FOLDERS = frozenset(c.folder for c in COMPANIONS) | {WORK_DIR}
+
+
+def expected_paths(shards: Iterable[str]) -> set[str]:
+    """Every file a finished version directory may hold, relative to it."""
+    names = list(shards)
+    companions = (c.path(s) for s in names for c in COMPANIONS)
+    return {MANIFEST_NAME, *TFDS_FILES, *names, *companions}
+
+
+def work_dir(version: str) -> str:
+    """The folder where shard temp files are written before they are moved into place."""
+    return posixpath.join(version.rstrip("/"), WORK_DIR)
+
+
+def sidecar_path(version: str, shard: str) -> str:
+    """Where the resume record of ``shard`` lives."""
+    return posixpath.join(version.rstrip("/"), SIDECAR.path(shard))
+
+
+def index_path(version: str, shard: str) -> str:
+    """Where the record index of ``shard`` lives."""
+    return posixpath.join(version.rstrip("/"), INDEX.path(shard))
