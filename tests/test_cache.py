@@ -15,7 +15,7 @@ from fsspec.implementations.memory import MemoryFileSystem
 from tfshards.errors import ShardError
 from tfshards.listing.listing import list_files
 from tfshards.project.sample import write_synthetic
-from tfshards.reading import loader
+from tfshards.reading import corruption, loader
 from tfshards.reading.cache import SIDECAR, ShardCache, default_cache_dir
 from tfshards.writing.manifest import Manifest
 from tfshards.writing.writer import WriteConfig, write
@@ -159,7 +159,7 @@ def test_cached_shard_that_the_manifest_vouches_for_is_walked_before_tensorflow_
         f"{forged.shard_url(shard)}: record 0 at byte 0: truncated record: "
         f"length field says {1 << 36} bytes + 4 CRC bytes, file has {len(clean) - 12} left"
     )
-    with pytest.raises(RecordError) as info, loader.shard_errors(forged, cache_dir=cache_dir):
+    with pytest.raises(RecordError) as info, corruption.shard_errors(forged, cache_dir=cache_dir):
         for _ in loader.make_dataset(
             forged.shards, forged, batch_size=8, training=False, cache_dir=cache_dir, decode=False
         ):

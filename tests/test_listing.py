@@ -12,13 +12,13 @@ import pytest
 
 from tfshards.errors import ConfigError, InputError
 from tfshards.listing.listing import (
-    Entry,
     Listing,
     list_files,
     listing_digest,
     read_listing,
     write_listing,
 )
+from tfshards.listing.walker import Entry
 
 # label folders, files beside them, nesting, odd names; every value is the file's bytes
 TREE = {

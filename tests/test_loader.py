@@ -19,7 +19,7 @@ from tfshards.errors import ConfigError, RecordError, ShardError
 from tfshards.example import FeatureSpec, encode_bytes
 from tfshards.listing.listing import list_files
 from tfshards.project.sample import write_synthetic
-from tfshards.reading import gate, loader
+from tfshards.reading import corruption, gate, loader, splits
 from tfshards.writing.manifest import Manifest, ShardInfo
 from tfshards.writing.writer import WriteConfig, write
 
@@ -64,24 +64,24 @@ def _collect(ds) -> collections.Counter[bytes]:  # type: ignore[no-untyped-def]
 
 def test_split_is_a_pure_function_of_manifest_fraction_and_seed():
     manifest = _fake_manifest([25] * 16)
-    a = loader.split(manifest, 0.25, seed=7)
-    b = loader.split(manifest, 0.25, seed=7)
+    a = splits.split(manifest, 0.25, seed=7)
+    b = splits.split(manifest, 0.25, seed=7)
     assert a == b and a.to_json() == b.to_json()
-    others = {tuple(s.name for s in loader.split(manifest, 0.25, seed=s).val) for s in range(8)}
+    others = {tuple(s.name for s in splits.split(manifest, 0.25, seed=s).val) for s in range(8)}
     assert len(others) > 1  # the seed matters
 
 
 def test_split_is_stable_across_machines():
     # random.Random(seed).shuffle on the sorted names is the same on every CPython;
     # if this changes, every recorded split in every lineage file changes with it.
-    split = loader.split(_fake_manifest([25] * 8), 0.25, seed=0)
+    split = splits.split(_fake_manifest([25] * 8), 0.25, seed=0)
     assert [s.name[:10] for s in split.val] == ["data-00001", "data-00004"]
 
 
 def test_split_is_disjoint_and_covers_every_shard():
     manifest = _fake_manifest([10, 11, 12, 13, 14, 15, 16, 17, 18])
-    with pytest.warns(loader.SplitWarning):
-        split = loader.split(manifest, 0.3, seed=3)
+    with pytest.warns(splits.SplitWarning):
+        split = splits.split(manifest, 0.3, seed=3)
     train, val = {s.name for s in split.train}, {s.name for s in split.val}
     assert not train & val
     assert train | val == {s.name for s in manifest.shards}
@@ -91,51 +91,51 @@ def test_split_is_disjoint_and_covers_every_shard():
 
 def test_tiny_fraction_still_gets_one_val_shard_and_warns_with_the_effective_fraction():
     manifest = _fake_manifest([25] * 8)
-    with pytest.warns(loader.SplitWarning, match=r"effective fraction of 0\.1250"):
-        split = loader.split(manifest, 0.01, seed=0)
+    with pytest.warns(splits.SplitWarning, match=r"effective fraction of 0\.1250"):
+        split = splits.split(manifest, 0.01, seed=0)
     assert len(split.val) == 1 and len(split.train) == 7
     assert split.effective_val_fraction == pytest.approx(0.125)
     assert split.val_fraction == 0.01
 
 
 def test_large_fraction_keeps_one_train_shard():
-    with pytest.warns(loader.SplitWarning):
-        split = loader.split(_fake_manifest([25] * 3), 0.99, seed=0)
+    with pytest.warns(splits.SplitWarning):
+        split = splits.split(_fake_manifest([25] * 3), 0.99, seed=0)
     assert len(split.train) == 1 and len(split.val) == 2
 
 
 def test_fraction_the_shards_can_meet_does_not_warn():
     with warnings.catch_warnings():
         warnings.simplefilter("error")
-        split = loader.split(_fake_manifest([25] * 16), 0.25, seed=1)
+        split = splits.split(_fake_manifest([25] * 16), 0.25, seed=1)
     assert split.effective_val_fraction == 0.25 and split.val_records == 100
 
 
 def test_effective_fraction_counts_records_not_shards():
-    with pytest.warns(loader.SplitWarning):
-        split = loader.split(_fake_manifest([100, 1, 1, 1]), 0.5, seed=0)
+    with pytest.warns(splits.SplitWarning):
+        split = splits.split(_fake_manifest([100, 1, 1, 1]), 0.5, seed=0)
     assert split.effective_val_fraction == pytest.approx(split.val_records / 103)
 
 
 def test_one_shard_cannot_be_split():
     with pytest.raises(ConfigError, match="at least 2 shards"):
-        loader.split(_fake_manifest([25]), 0.1, seed=0)
+        splits.split(_fake_manifest([25]), 0.1, seed=0)
 
 
 def test_zero_fraction_puts_everything_in_train():
-    split = loader.split(_fake_manifest([5]), 0.0, seed=0)
+    split = splits.split(_fake_manifest([5]), 0.0, seed=0)
     assert split.val == () and split.train_records == 5
 
 
 @pytest.mark.parametrize("fraction", [-0.1, 1.0, 1.5, float("nan")])
 def test_fraction_out_of_range_is_rejected(fraction):
     with pytest.raises(ConfigError, match="val_fraction"):
-        loader.split(_fake_manifest([5, 5]), fraction, seed=0)
+        splits.split(_fake_manifest([5, 5]), fraction, seed=0)
 
 
 def test_split_json_records_where_each_shard_went():
     manifest = _fake_manifest([25] * 4)
-    split = loader.split(manifest, 0.25, seed=2)
+    split = splits.split(manifest, 0.25, seed=2)
     doc = json.loads(split.to_json())
     assert doc["val"]["shards"] == [s.name for s in split.val]
     assert doc["train"]["records"] == 75 and doc["val"]["records"] == 25
@@ -317,16 +317,16 @@ def test_shard_damaged_after_make_dataset_raises_record_error_naming_the_shard(s
     ds = loader.make_dataset(manifest.shards, manifest, batch_size=16, training=False)
     _flip_middle(Path(manifest.shard_url(shard)))  # verified once; checked again at open
     pattern = rf"{shard.name}: record \d+ at byte \d+"
-    with pytest.raises(RecordError, match=pattern) as info, loader.shard_errors(manifest):
+    with pytest.raises(RecordError, match=pattern) as info, corruption.shard_errors(manifest):
         for _ in ds:
             pass
     assert info.value.shard == shard.name
     assert "CRC" in str(info.value) and isinstance(info.value.offset, int)
-    assert loader.find_corrupt_record(manifest, manifest.shards[:5]) is None
+    assert corruption.find_corrupt_record(manifest, manifest.shards[:5]) is None
 
 
 def test_clean_shards_have_no_corrupt_record(shard_set):
-    assert loader.find_corrupt_record(shard_set[0]) is None
+    assert corruption.find_corrupt_record(shard_set[0]) is None
 
 
 def test_errors_that_are_not_about_records_pass_through(shard_set):
@@ -334,7 +334,7 @@ def test_errors_that_are_not_about_records_pass_through(shard_set):
 
     with (
         pytest.raises(tf.errors.InvalidArgumentError, match="model"),
-        loader.shard_errors(shard_set[0]),
+        corruption.shard_errors(shard_set[0]),
     ):
         raise tf.errors.InvalidArgumentError(None, None, "model input has the wrong rank")
 
@@ -358,7 +358,7 @@ def _forge(manifest: Manifest, index: int, data: bytes, records: int | None = No
 
 _HOSTILE_CHILD = """
 import json, sys
-from tfshards.reading import loader
+from tfshards.reading import corruption, loader
 from tfshards.errors import TfshardsError
 from tfshards.writing.manifest import load
 manifest = load(sys.argv[1])
@@ -367,7 +367,7 @@ for forged in (False, True):
     if forged:
         manifest = load(sys.argv[2])
     try:
-        with loader.shard_errors(manifest):
+        with corruption.shard_errors(manifest):
             for _ in loader.make_dataset(manifest.shards, manifest, batch_size=8, training=False):
                 pass
         out.append("read to the end")
@@ -517,7 +517,7 @@ def test_malformed_record_with_valid_crcs_is_named_inside_shard_errors(
     manifest = _copy_shards(shard_set[0], tmp_path / "copy")
     shard = manifest.shards[6]
     forged, offset = _replace_record(manifest, 6, 2, content)
-    with pytest.raises(RecordError) as info, loader.shard_errors(forged):
+    with pytest.raises(RecordError) as info, corruption.shard_errors(forged):
         ds = loader.make_dataset(forged.shards, forged, batch_size=8, training=False)
         for _ in ds:
             pass

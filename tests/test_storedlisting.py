@@ -13,15 +13,9 @@ from pathlib import Path
 import pytest
 
 from tfshards.errors import InputError
-from tfshards.listing.listing import (
-    Entry,
-    Listing,
-    list_files,
-    open_stored,
-    read_listing,
-    write_listing,
-)
+from tfshards.listing.listing import Listing, list_files, open_stored, read_listing, write_listing
 from tfshards.listing.storedlisting import OFFSETS_NAME
+from tfshards.listing.walker import Entry
 from tfshards.writing.writer import WriteConfig, write
 
 

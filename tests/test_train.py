@@ -22,17 +22,12 @@ from tfshards.listing.listing import list_files
 from tfshards.project.sample import write_digits
 from tfshards.training.checkpoint import Checkpoint
 from tfshards.training.confusion import class_accuracy, confusion_matrix, to_csv
-from tfshards.training.history import MODEL_METRICS, stop_early
+from tfshards.training.history import MODEL_METRICS, EpochResult, stop_early, summarize
 from tfshards.training.models import MODELS, model_spec
 from tfshards.training.optim import balanced_class_weights, learning_rate
-from tfshards.training.train import (
-    EpochResult,
-    LoopTiming,
-    TrainConfig,
-    summarize,
-    timed_loop,
-    train,
-)
+from tfshards.training.stall import LoopTiming, timed_loop
+from tfshards.training.train import train
+from tfshards.training.trainconfig import TrainConfig
 from tfshards.writing.writer import WriteConfig, write
 
 REPO = Path(__file__).resolve().parents[1]
@@ -670,7 +665,8 @@ def test_export_predicts_from_raw_png_and_jpeg_bytes_with_plain_tensorflow(
 
 KILLED_AT_EPOCH_2 = """
 import os, signal, sys
-from tfshards.training.train import TrainConfig, train
+from tfshards.training.train import train
+from tfshards.training.trainconfig import TrainConfig
 
 def log(line):
     print(line, flush=True)
@@ -730,7 +726,8 @@ import tensorflow as tf
 # Two logical CPU devices: must happen before anything initializes TensorFlow's devices.
 cpu = tf.config.list_physical_devices("CPU")[0]
 tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * 2)
-from tfshards.training.train import TrainConfig, train
+from tfshards.training.train import train
+from tfshards.training.trainconfig import TrainConfig
 
 settings = eval(sys.argv[1])
 print(json.dumps({s: train(TrainConfig(strategy=s, **settings)).metrics for s in sys.argv[2:]}))

@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import json
 from typing import Annotated
 
 import typer
 
-from tfshards import storage
+from tfshards import jsonfile
 from tfshards.cli._common import one_line_errors
 from tfshards.listing.listing import DEFAULT_EXTENSIONS, format_skipped, list_files, write_listing
 
@@ -87,9 +86,7 @@ def list_files_command(
             "labels": len(listing.labels),
             "skipped": dict(listing.skipped),
         }
-        fs, path = storage.open_url(metrics)
-        text = json.dumps(doc, sort_keys=True, indent=2, ensure_ascii=False) + "\n"
-        storage.write_atomic(fs, path, [text.encode()])
+        jsonfile.save(doc, metrics)
     total = sum(listing.skipped.values())
     detail = f" = {format_skipped(listing.skipped)}" if total else ""
     typer.echo(

@@ -17,13 +17,8 @@ from tfshards.cli._common import (
     one_line_errors,
     optional_int,
 )
-from tfshards.validation.validate import (
-    MAX_PROBLEMS,
-    ValidateConfig,
-    validate,
-    write_balance,
-    write_metrics,
-)
+from tfshards.validation.shardcheck import MAX_PROBLEMS
+from tfshards.validation.validate import ValidateConfig, validate, write_balance, write_metrics
 
 
 @one_line_errors

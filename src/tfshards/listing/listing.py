@@ -22,7 +22,7 @@ from typing import Any
 
 from fsspec.utils import get_protocol
 
-from tfshards import storage
+from tfshards import jsonfile, storage
 from tfshards.errors import ConfigError, InputError
 from tfshards.listing import contenthash
 from tfshards.listing.indexfile import read_index, scan_index
@@ -269,11 +269,8 @@ def write_listing(listing: Listing, out_dir: str) -> None:
 
     storage.write_atomic(fs, storage.join(base, FILES_NAME), hashed())
     storage.write_atomic(fs, storage.join(base, OFFSETS_NAME), [offsets_bytes(offsets)])
-    meta = (
-        json.dumps(_meta(listing, digest.hexdigest()), indent=2, sort_keys=True, ensure_ascii=False)
-        + "\n"
-    )
-    storage.write_atomic(fs, storage.join(base, META_NAME), [meta.encode()])
+    meta = jsonfile.encode(_meta(listing, digest.hexdigest()))
+    storage.write_atomic(fs, storage.join(base, META_NAME), [meta])
 
 
 def listing_root(out_dir: str) -> str:
@@ -397,7 +394,6 @@ __all__ = [
     "FILES_NAME",
     "META_NAME",
     "SKIP_REASONS",
-    "Entry",
     "Listing",
     "format_skipped",
     "list_files",

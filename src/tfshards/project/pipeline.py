@@ -28,7 +28,7 @@ import fsspec.utils
 
 from tfshards.errors import ConfigError
 from tfshards.listing.listing import DEFAULT_EXTENSIONS
-from tfshards.training.train import TrainConfig
+from tfshards.training.trainconfig import TrainConfig
 
 STAGES = ("list", "write", "validate", "train")
 LISTING = "data/listing"

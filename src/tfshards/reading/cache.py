@@ -30,7 +30,7 @@ from typing import Any
 
 from fsspec.implementations.local import LocalFileSystem
 
-from tfshards import storage
+from tfshards import jsonfile, storage
 from tfshards.errors import ShardError
 from tfshards.writing.manifest import Manifest, ShardInfo
 
@@ -163,8 +163,8 @@ class ShardCache:
         return bool(doc == _stat_doc(st, shard))
 
     def _write_sidecar(self, path: str, shard: ShardInfo) -> None:
-        doc = json.dumps(_stat_doc(os.stat(path), shard), sort_keys=True) + "\n"
-        storage.write_atomic(self._local, path + SIDECAR, [doc.encode()])
+        doc = jsonfile.encode(_stat_doc(os.stat(path), shard), indent=None)
+        storage.write_atomic(self._local, path + SIDECAR, [doc])
 
 
 class Fetch:

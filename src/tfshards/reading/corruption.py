@@ -76,13 +76,13 @@ def find_corrupt_record(
 ) -> ShardError | None:
     """Check the local copies of ``shards`` (default: all) and describe the first bad one.
 
-    Runs :func:`tfshards.validation.validate.validate_shard` (size, sha256, framing, both
+    Runs :func:`tfshards.validation.shardcheck.validate_shard` (size, sha256, framing, both
     CRCs, each record against the schema) on each shard in turn. Remote
     shards are checked only where cached. Returns a :class:`RecordError`
     when a record is at fault (a :class:`ShardError` for the file as a whole),
     not raised; None when all is well.
     """
-    from tfshards.validation.validate import ShardCheck, validate_shard
+    from tfshards.validation.shardcheck import ShardCheck, validate_shard
 
     fs, root = storage.open_url(manifest.root, **storage_options)
     cache = None if storage.is_local(fs) else ShardCache(cache_dir)

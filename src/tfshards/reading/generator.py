@@ -62,34 +62,20 @@ import numpy as np
 from tfshards import storage
 from tfshards.errors import ConfigError
 from tfshards.listing.listing import Listing
-from tfshards.reading.splits import FileSplit, split_files
 from tfshards.run.executor import canonical
 from tfshards.run.pools import (
-    AHEAD,
     CHUNK_ITEMS,
-    DEFAULT_THREADS,
     Item,
     Leaf,
     Runner,
-    apply_chunk,
-    check_element,
 )
 
 if TYPE_CHECKING:
     import tensorflow as tf
 
 __all__ = [
-    "AHEAD",
-    "CHUNK_ITEMS",
-    "DEFAULT_THREADS",
     "MODES",
-    "FileSplit",
-    "Item",
-    "Leaf",
-    "apply_chunk",
-    "check_element",
     "from_files",
-    "split_files",
 ]
 
 MODES = ("auto", "serial", "thread", "process", "graph")  # the executor names, and graph

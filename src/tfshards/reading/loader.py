@@ -32,7 +32,7 @@ a :class:`~tfshards.errors.RecordError` naming the shard, record and byte offset
 
 The split (:mod:`tfshards.reading.splits`), the parse and decode ops
 (:mod:`tfshards.reading.decode`) and the corrupt-record naming
-(:mod:`tfshards.reading.corruption`) live in their own modules and are re-exported here.
+(:mod:`tfshards.reading.corruption`) live in their own modules.
 """
 
 from __future__ import annotations
@@ -44,16 +44,14 @@ from typing import TYPE_CHECKING, Any
 from tfshards import storage
 from tfshards.errors import ConfigError, RecordError, ShardError
 from tfshards.reading.cache import Fetch, ShardCache
-from tfshards.reading.corruption import find_corrupt_record, shard_errors
+from tfshards.reading.corruption import find_corrupt_record
 from tfshards.reading.decode import (
-    MAX_UNROLL,
     PER_RECORD_BYTES,
     decode_image,
     decode_images,
     parse_fn,
 )
 from tfshards.reading.gate import Gate
-from tfshards.reading.splits import SPLIT_TOLERANCE, Split, SplitWarning, choose_val, split
 from tfshards.writing.manifest import Manifest, ShardInfo
 
 if TYPE_CHECKING:
@@ -62,21 +60,11 @@ if TYPE_CHECKING:
 __all__ = [
     "AUTOTUNE",
     "DEFAULT_CYCLE_LENGTH",
-    "MAX_UNROLL",
     "READ_BUFFER_BYTES",
     "SHUFFLE_BUFFER_BYTES",
-    "SPLIT_TOLERANCE",
-    "Split",
-    "SplitWarning",
-    "choose_val",
-    "decode_images",
-    "find_corrupt_record",
     "make_dataset",
-    "parse_fn",
     "records_dataset",
     "resolve_paths",
-    "shard_errors",
-    "split",
 ]
 
 AUTOTUNE = -1  # the value of tf.data.AUTOTUNE, without importing TensorFlow

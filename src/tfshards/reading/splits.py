@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import hashlib
-import json
 import math
 import random
 import warnings
@@ -11,6 +10,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from tfshards import jsonfile
 from tfshards.errors import ConfigError
 from tfshards.listing.listing import Listing
 from tfshards.writing.manifest import Manifest, ShardInfo
@@ -65,7 +65,7 @@ class Split:
             "val_fraction": self.val_fraction,
             "version": 1,
         }
-        return (json.dumps(doc, sort_keys=True, indent=2) + "\n").encode()
+        return jsonfile.encode(doc)
 
 
 def split(manifest: Manifest, val_fraction: float, seed: int = 0) -> Split:
@@ -185,7 +185,7 @@ class FileSplit:
             "val_fraction": self.val_fraction,
             "version": 1,
         }
-        return (json.dumps(doc, sort_keys=True, indent=2) + "\n").encode()
+        return jsonfile.encode(doc)
 
 
 def split_files(listing: Listing, val_fraction: float, seed: int = 0) -> FileSplit:

@@ -12,13 +12,14 @@ includes its shuffle buffer (up to ~64 MB of records by default).
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import shutil
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
+
+from tfshards import jsonfile
 
 STATE = "state.json"
 
@@ -84,8 +85,7 @@ class Checkpoint:
 
 def settings_key(settings: dict[str, Any]) -> str:
     """A short hash of the settings a run's epochs depend on (sorted JSON, SHA-256)."""
-    text = json.dumps(settings, sort_keys=True, default=str)
-    return hashlib.sha256(text.encode()).hexdigest()[:16]
+    return jsonfile.digest(settings)[:16]
 
 
 def _read_state(path: str) -> dict[str, Any] | None:

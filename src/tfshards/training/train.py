@@ -10,38 +10,28 @@ first use, so :class:`TrainConfig` loads in milliseconds.
 
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from tfshards import storage
+from tfshards import jsonfile, storage
 from tfshards.errors import ConfigError
+from tfshards.reading.splits import split
 from tfshards.training import confusion, models, optim
 from tfshards.training.checkpoint import Checkpoint, settings_key
 from tfshards.training.devices import device_name, make_strategy, tf_state
 from tfshards.training.export import export_serving, save_model
 from tfshards.training.history import MODEL_METRICS, EpochResult, stop_early, summarize
-from tfshards.training.stall import (  # re-exported: train's API before the split
-    LoopTiming,
+from tfshards.training.stall import (
     timed_loop,
 )
 from tfshards.training.steps import TrainSteps
-from tfshards.training.trainconfig import MIXED_PRECISION, TrainConfig
+from tfshards.training.trainconfig import TrainConfig
 from tfshards.writing import manifest as manifests
 
 __all__ = [
-    "MIXED_PRECISION",
-    "MODEL_METRICS",
-    "EpochResult",
-    "LoopTiming",
-    "TrainConfig",
     "TrainResult",
-    "device_name",
-    "save_model",
-    "summarize",
-    "timed_loop",
     "train",
     "write_json",
 ]
@@ -53,7 +43,7 @@ class TrainResult:
 
     metrics: dict[str, Any]
     epochs: tuple[EpochResult, ...]
-    split: Any  # tfshards.reading.loader.Split
+    split: Any  # tfshards.reading.splits.Split
 
     def summary(self) -> str:
         m = self.metrics
@@ -83,6 +73,7 @@ def train(config: TrainConfig, *, log: Callable[[str], None] | None = None) -> T
     import tensorflow as tf
 
     from tfshards.reading import loader
+    from tfshards.reading.corruption import shard_errors
 
     started = time.perf_counter()
     if models.is_user_model(config.model):
@@ -94,7 +85,7 @@ def train(config: TrainConfig, *, log: Callable[[str], None] | None = None) -> T
             f"{config.manifest}: a classifier needs at least 2 labels, found {len(labels)}"
         )
     split_seed = config.seed if config.split_seed is None else config.split_seed
-    parts = loader.split(manifest, config.val_fraction, split_seed)
+    parts = split(manifest, config.val_fraction, split_seed)
     device = device_name()
     mixed = config.mixed_precision == "on" or (config.mixed_precision == "auto" and device != "CPU")
     strategy = make_strategy(config.strategy)
@@ -170,7 +161,7 @@ def train(config: TrainConfig, *, log: Callable[[str], None] | None = None) -> T
         predictions: tuple[list[int], list[int]] | None = None
         matrix: list[list[int]] = []
         try:
-            with loader.shard_errors(manifest, parts.train + parts.val):
+            with shard_errors(manifest, parts.train + parts.val):
                 for epoch in range(len(results) + 1, config.epochs + 1):
                     if stop_early(results, config.early_stopping, config.early_stopping_metric):
                         break
@@ -247,9 +238,7 @@ def train(config: TrainConfig, *, log: Callable[[str], None] | None = None) -> T
 
 def write_json(doc: dict[str, Any], url: str) -> None:
     """Save ``doc`` as sorted, indented JSON, atomically (local path or fsspec URL)."""
-    fs, path = storage.open_url(url)
-    text = json.dumps(doc, sort_keys=True, indent=2, ensure_ascii=False) + "\n"
-    storage.write_atomic(fs, path, [text.encode()])
+    jsonfile.save(doc, url)
 
 
 def _label_counts(loader: Any, parts: Any, manifest: Any) -> list[int]:

@@ -13,7 +13,6 @@ The records themselves are checked by :func:`tfshards.bulkcheck.check_records`
 from __future__ import annotations
 
 import hashlib
-import json
 import posixpath
 import time
 import warnings
@@ -21,14 +20,14 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from tfshards import bulkcheck, native, storage
+from tfshards import bulkcheck, jsonfile, native, storage
 from tfshards.errors import ConfigError, ValidationError
 from tfshards.progress import Progress
 from tfshards.reading import splits
 from tfshards.run import executor as executors
 from tfshards.run.cluster import Needs
 from tfshards.validation.duplicates import Duplicates, find_duplicates, with_paths
-from tfshards.validation.shardcheck import (  # re-exported: the per-shard task is part of this API
+from tfshards.validation.shardcheck import (
     MAX_PROBLEMS,
     Problem,
     ShardCheck,
@@ -39,16 +38,11 @@ from tfshards.writing import layout
 from tfshards.writing.manifest import Manifest, load
 
 __all__ = [
-    "MAX_PROBLEMS",
-    "Problem",
-    "ShardCheck",
-    "ShardReport",
     "ValidateConfig",
     "ValidationReport",
     "metadata_problems",
     "unlisted_files",
     "validate",
-    "validate_shard",
     "write_balance",
     "write_metrics",
 ]
@@ -347,6 +341,4 @@ def write_balance(report: ValidationReport, folder: str) -> None:
 
 
 def _write_json(doc: Any, url: str) -> None:
-    fs, path = storage.open_url(url)
-    text = json.dumps(doc, sort_keys=True, indent=2, ensure_ascii=False) + "\n"
-    storage.write_atomic(fs, path, [text.encode()])
+    jsonfile.save(doc, url)

@@ -12,9 +12,9 @@ gzip or zlib set gets no metadata.
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
+from tfshards import jsonfile
 from tfshards.schema import FeatureSpec
 from tfshards.writing.manifest import Manifest
 
@@ -94,4 +94,4 @@ def _escape(name: str) -> str:
 
 
 def _json(doc: dict[str, Any], indent: int) -> bytes:
-    return (json.dumps(doc, sort_keys=True, indent=indent, ensure_ascii=False) + "\n").encode()
+    return jsonfile.encode(doc, indent=indent)

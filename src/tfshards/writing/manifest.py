@@ -13,7 +13,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from tfshards import storage
+from tfshards import jsonfile, storage
 from tfshards.errors import ConfigError, InputError
 from tfshards.schema import FeatureSpec, schema_from_json, schema_to_json
 
@@ -133,7 +133,7 @@ class Manifest:
         }
         if self.metadata_files:  # absent, not empty: manifests without any keep their bytes
             doc["metadata_files"] = dict(sorted(self.metadata_files.items()))
-        return (json.dumps(doc, sort_keys=True, indent=2, ensure_ascii=False) + "\n").encode()
+        return jsonfile.encode(doc)
 
     @classmethod
     def from_json(cls, data: builtins.bytes | str, source: str = "manifest") -> Manifest:
@@ -192,7 +192,7 @@ def sidecar_json(
         "shard": info.to_json(),
         "version": FORMAT_VERSION,
     }
-    return (json.dumps(doc, sort_keys=True, ensure_ascii=False) + "\n").encode()
+    return jsonfile.encode(doc, indent=None)
 
 
 def sidecar_from_json(data: bytes) -> tuple[ShardInfo, tuple[Reject, ...], tuple[FeatureSpec, ...]]:

@@ -21,17 +21,15 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import itertools
-import json
 import operator
 import time
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from tfshards import native, storage
+from tfshards import jsonfile, native, storage
 from tfshards.errors import ConfigError, InputError, TransformError
 from tfshards.listing.listing import (
-    Entry,
     Listing,
     listing_counts,
     listing_digest,
@@ -40,6 +38,7 @@ from tfshards.listing.listing import (
     read_listing,
 )
 from tfshards.listing.storedlisting import ListedRows, StoredListing
+from tfshards.listing.walker import Entry
 from tfshards.progress import Progress
 from tfshards.run import executor as executors
 from tfshards.run.cluster import Needs
@@ -162,7 +161,7 @@ def _fingerprint(files_sha256: str, labels: Sequence[str], params: Mapping[str, 
         "labels": list(labels),
         "params": dict(params),
     }
-    return hashlib.sha256(json.dumps(doc, sort_keys=True).encode()).hexdigest()[:16]
+    return jsonfile.digest(doc)[:16]
 
 
 def plan(
