@@ -5,7 +5,7 @@ from __future__ import annotations
 import functools
 import re
 from array import array
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import TypeAlias
 
@@ -62,11 +62,12 @@ class GroupBy:
 
     def no_match(self, path: str, root: str) -> InputError:
         """The one-line error for a listed file the pattern does not match."""
+        where = f"{root.rstrip('/')}/{path}"
         return InputError(
-            f"{path}: group_by {self.pattern!r} does not match this path (relative to "
-            f"{root}): expected every listed path to match; widen the pattern "
-            "(e.g. '^([^/]+/[^_]+)_' groups label/subject_*.jpg by subject)",
-            path=path,
+            f"{where}: expected its path {path!r} to match group_by {self.pattern!r}, "
+            "found no match: widen the pattern (e.g. '^([^/]+/[^_]+)_' groups "
+            "label/subject_*.jpg by subject)",
+            path=where,
             pattern=self.pattern,
         )
 
@@ -105,3 +106,39 @@ def read_groups(listing: Listing | StoredListing, group_by: str | None) -> Group
     if isinstance(listing, StoredListing):
         return group_ids(parsed, listing.paths(), listing.root)
     return group_ids(parsed, (e.path for e in listing.entries), listing.root)
+
+
+@dataclass(frozen=True)
+class Spread:
+    """How a shard set's groups lie across its shards (what validate reports).
+
+    Attributes:
+        groups: distinct groups found.
+        spanning: groups with records in more than one shard (0 when written with ``group_by``).
+        example: one spanning group and the first two shards holding it, or None.
+    """
+
+    groups: int = 0
+    spanning: int = 0
+    example: tuple[str, str, str] | None = None
+
+    def metrics(self) -> dict[str, int]:
+        return {"groups": self.groups, "spanning_shards": self.spanning}
+
+
+def spread(names: Sequence[str], keys: Sequence[Sequence[str]]) -> Spread:
+    """Count groups whose records are in more than one shard; ``keys[k]``: shard ``names[k]``'s.
+
+    Holds one entry per distinct group (its first shard), never one per record.
+    """
+    first: dict[str, int] = {}
+    spanning: set[str] = set()
+    example = None
+    for k, shard_keys in enumerate(keys):
+        for key in shard_keys:
+            where = first.setdefault(key, k)
+            if where != k:
+                if example is None:
+                    example = (key, names[where], names[k])
+                spanning.add(key)
+    return Spread(len(first), len(spanning), example)

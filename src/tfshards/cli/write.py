@@ -77,10 +77,11 @@ def write_command(
     Records are shuffled globally with SEED and cut into shards; the same
     listing and options give byte-identical shards and manifest whatever the
     number of workers. With --group-by, groups are shuffled and packed whole
-    into shards, then each shard's records are shuffled. Shards go to OUT/<fingerprint>/ and the manifest,
-    written last, commits the set. A re-run after a crash keeps the finished
-    shards. Storage credentials come from the environment (e.g. AWS_ACCESS_KEY_ID,
-    AWS_ENDPOINT_URL), never from options.
+    into shards, then each shard's records are shuffled. Shards go to
+    OUT/<fingerprint>/ and the manifest, written last, commits the set. A
+    re-run after a crash keeps the finished shards. Storage credentials come
+    from the environment (e.g. AWS_ACCESS_KEY_ID, AWS_ENDPOINT_URL), never
+    from options.
     """
     if not math.isfinite(target_shard_mb) or target_shard_mb <= 0:
         raise ConfigError(

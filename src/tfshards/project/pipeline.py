@@ -209,7 +209,8 @@ def stages(*, remote: bool, program: Callable[[str], str]) -> dict[str, dict[str
             "cmd": f"{program('write')} {LISTING} --out ${{write.out}} --manifest {MANIFEST} "
             "--name ${write.name} --num-shards ${write.num_shards} "
             "--target-shard-mb ${write.target_shard_mb} --seed ${write.seed} "
-            "--group-by '${write.group_by}' --compression ${write.compression} --on-error ${write.on_error}",
+            "--group-by '${write.group_by}' --compression ${write.compression} "
+            "--on-error ${write.on_error}",
             "deps": [LISTING],
             "params": ["write"],
             "outs": [MANIFEST, *shard_outs],
