@@ -31,16 +31,16 @@ class GroupBy:
 
     def __post_init__(self) -> None:
         if not self.pattern or self.pattern.lower() == NONE:
-            raise ConfigError(f"group_by: expected a regex, got {self.pattern!r}")
+            raise ConfigError(f"group_by: expected a regex, got '{self.pattern}'")
         if self.pattern.startswith(_RESERVED):
             raise ConfigError(
-                f"group_by: expected a regex over the path, got {self.pattern!r}: "
+                f"group_by: expected a regex over the path, got '{self.pattern}': "
                 "index-file columns are not supported yet; group by a part of the path"
             )
         try:
             re.compile(self.pattern)
         except re.error as exc:
-            raise ConfigError(f"group_by: {self.pattern!r} is not a valid regex ({exc})") from None
+            raise ConfigError(f"group_by: '{self.pattern}' is not a valid regex ({exc})") from None
 
     @functools.cached_property
     def _search(self) -> Callable[[str], re.Match[str] | None]:
@@ -64,7 +64,7 @@ class GroupBy:
         """The one-line error for a listed file the pattern does not match."""
         where = f"{root.rstrip('/')}/{path}"
         return InputError(
-            f"{where}: expected its path {path!r} to match group_by {self.pattern!r}, "
+            f"{where}: expected its path {path!r} to match group_by '{self.pattern}', "
             "found no match: widen the pattern (e.g. '^([^/]+/[^_]+)_' groups "
             "label/subject_*.jpg by subject)",
             path=where,

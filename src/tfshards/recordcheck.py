@@ -156,7 +156,7 @@ class RecordChecker:
         if key is None:
             self.add(
                 f"path {name!r}: expected a match of the manifest's group_by "
-                f"{self.group_by.pattern!r}, found none",
+                f"'{self.group_by.pattern}', found none",
                 index,
                 offset,
             )

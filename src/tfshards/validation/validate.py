@@ -255,11 +255,12 @@ def _spread_problems(manifest: Manifest, source: str, spread: grouping.Spread) -
     if spread.example is None:
         return []
     key, a, b = spread.example
+    pattern = manifest.params["group_by"]
     where = posixpath.basename(source.rstrip("/")) or source
     return [
         Problem(
             where,
-            f"groups across shards: expected 0 under group_by {manifest.params['group_by']!r}, "
+            f"groups across shards: expected 0 under group_by '{pattern}', "
             f"found {spread.spanning} (group {key!r} is in {a} and {b})",
         )
     ]

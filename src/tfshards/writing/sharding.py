@@ -74,10 +74,11 @@ def grouped_indices(
     ``groups[i]`` is record ``i``'s group id in ``range(num_groups)``, each id
     used at least once. The groups are shuffled with ``seed``, packed in that
     order into ``num_shards`` contiguous runs (each run ends at the group whose
-    end is closest to its share of the records, so sizes balance as far as
-    whole groups allow; a group larger than a shard is a larger shard of its
-    own, never split), then each shard's records are shuffled, all with one
-    ``random.Random(seed)``, drawn in that order. Needs ~12 bytes per record.
+    end is closest to an even share of the records not yet placed, so sizes
+    balance as far as whole groups in that order allow; a group larger than a
+    shard is a larger shard of its own, never split), then each shard's
+    records are shuffled, all with one ``random.Random(seed)``, drawn in that
+    order. Needs ~12 bytes per record.
 
     Returns:
         The record indices in write order (4-byte unsigned ints) and the
@@ -107,7 +108,8 @@ def grouped_indices(
     total, taken = len(groups), 0
     cuts: list[int] = []
     for k in range(1, num_shards):
-        share = k * total / num_shards
+        done = ends[taken - 1] if taken else 0  # an even share of what is left: a large
+        share = done + (total - done) / (num_shards - k + 1)  # group does not starve the rest
         j = bisect.bisect_left(ends, share, lo=taken)  # first group that reaches the share
         if j > taken and share - ends[j - 1] <= ends[j] - share:
             j -= 1  # stopping one group short is closer

@@ -212,7 +212,7 @@ def plan(
         if config.num_shards:
             raise ConfigError(
                 f"num_shards: expected at most one shard per group ({groups[1]} groups "
-                f"under group_by {config.group_by!r}), got {num_shards}"
+                f"under group_by '{config.group_by}'), got {num_shards}"
             )
         num_shards = groups[1]
     if num_shards > files:
