@@ -10,8 +10,8 @@ from dataclasses import dataclass
 from typing import TypeAlias
 
 from tfshards.errors import ConfigError, InputError
-from tfshards.listing import Listing
-from tfshards.storedlisting import StoredListing
+from tfshards.listing.listing import Listing
+from tfshards.listing.storedlisting import StoredListing
 
 NONE = "none"  # the param value that means no grouping
 _RESERVED = "column:"  # kept for index-file columns: never read as a regex
