@@ -10,8 +10,6 @@ from dataclasses import dataclass
 from typing import TypeAlias
 
 from tfshards.errors import ConfigError, InputError
-from tfshards.listing.listing import Listing
-from tfshards.listing.storedlisting import StoredListing
 
 NONE = "none"  # the param value that means no grouping
 _RESERVED = "column:"  # kept for index-file columns: never read as a regex
@@ -92,20 +90,6 @@ def group_ids(group_by: GroupBy, paths: Iterable[str], root: str) -> tuple[array
     for r, (_, seen) in enumerate(sorted(first_seen.items())):
         rank[seen] = r
     return array("I", (rank[i] for i in ids)), len(first_seen)
-
-
-def read_groups(listing: Listing | StoredListing, group_by: str | None) -> Groups | None:
-    """The files' group ids under ``group_by`` (None without it): one pass over the paths.
-
-    Raises:
-        InputError: a listed path the pattern does not match.
-    """
-    parsed = GroupBy.parse(group_by)
-    if parsed is None:
-        return None
-    if isinstance(listing, StoredListing):
-        return group_ids(parsed, listing.paths(), listing.root)
-    return group_ids(parsed, (e.path for e in listing.entries), listing.root)
 
 
 @dataclass(frozen=True)

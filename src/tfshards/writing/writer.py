@@ -172,6 +172,21 @@ def _fingerprint(files_sha256: str, labels: Sequence[str], params: Mapping[str, 
     return hashlib.sha256(json.dumps(doc, sort_keys=True).encode()).hexdigest()[:16]
 
 
+def read_groups(listing: Listing | StoredListing, group_by: str | None) -> grouping.Groups | None:
+    """The files' group ids under ``group_by`` (None without it): one pass over the paths.
+
+    Raises:
+        InputError: a listed path the pattern does not match.
+    """
+    parsed = grouping.GroupBy.parse(group_by)
+    if parsed is None:
+        return None
+    paths = (
+        listing.paths() if isinstance(listing, StoredListing) else (e.path for e in listing.entries)
+    )
+    return grouping.group_ids(parsed, paths, listing.root)
+
+
 def plan(
     listing: Listing | StoredListing,
     config: WriteConfig,
@@ -184,7 +199,7 @@ def plan(
     ``config.transform``, resolved by the caller (it imports the user's module).
     From a :class:`StoredListing` the tasks carry line numbers of its
     ``files.jsonl`` (4 bytes per file) and read their entries themselves.
-    With ``config.group_by``, ``groups`` is :func:`grouping.read_groups` of the same
+    With ``config.group_by``, ``groups`` is :func:`read_groups` of the same
     listing (which reads a stored listing's paths); read here when None for a
     :class:`Listing` in memory.
     """
@@ -200,7 +215,7 @@ def plan(
     if group_by is not None and groups is None:
         if isinstance(listing, StoredListing):
             raise ConfigError("plan: group_by needs the stored listing's groups (read_groups)")
-        groups = grouping.read_groups(listing, config.group_by)
+        groups = read_groups(listing, config.group_by)
     if group_by is None:
         groups = None
     num_shards = config.num_shards or sharding.auto_num_shards(
@@ -315,7 +330,7 @@ def write(config: WriteConfig, listing: Listing | str, *, progress: bool = True)
             loaded = stored or read_listing(listing)
         else:
             loaded = listing
-        groups = grouping.read_groups(loaded, config.group_by)
+        groups = read_groups(loaded, config.group_by)
         version, params, tasks = plan(loaded, config, transforms.identity(config.transform), groups)
         listed = loaded.files if isinstance(loaded, StoredListing) else len(loaded.entries)
         with Progress("write", total=listed, enabled=progress) as bar:
