@@ -119,3 +119,19 @@ def test_remote_shards_reproduce_up_to_date_from_a_fresh_clone(tmp_path, s3_env)
         assert fs.exists(f"{version.root}/manifest.json")
     status = _run(["dvc", "status"], clone, s3_env)
     assert "train:" in status and "write:" not in status and "validate:" not in status
+
+
+def test_group_by_param_reaches_the_write_stage_through_dvc_and_the_shell(tmp_path):
+    root = tmp_path / "project"
+    env = {"TFSHARDS_CACHE": str(tmp_path / "cache")}
+    _new_repo(root, env)
+    params = root / "params.yaml"
+    text = params.read_text()
+    assert "group_by: none" in text  # scaffolded: no grouping unless asked
+    text = text.replace("group_by: none", "group_by: '(\\d)\\.jpg$'", 1)
+    params.write_text(text.replace("num_shards: 0", "num_shards: 4", 1))
+    assert _ran(_run(["dvc", "repro", "validate"], root, env)) == ["list", "write", "validate"]
+    manifest = Manifest.from_json((root / "data/manifest.json").read_bytes())
+    assert manifest.params["group_by"] == r"(\d)\.jpg$" and len(manifest.shards) == 4
+    metrics = json.loads((root / "results/validate/metrics.json").read_text())
+    assert metrics["grouping"] == {"groups": 10, "spanning_shards": 0}

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+from array import array
 
 import pytest
 
@@ -48,3 +49,58 @@ def test_auto_num_shards(records, total, target, expected):
 
 def test_shard_name():
     assert sharding.shard_name("data", 3, 16) == "data-00003-of-00016.tfrecord"
+
+
+# ----------------------------------------------------------------------------- by group
+
+
+def _grouped(sizes: list[int], num_shards: int, seed: int = 0) -> list[list[int]]:
+    """Each shard's group ids, for records numbered group by group (``sizes[g]`` records)."""
+    groups = array("I", [g for g, n in enumerate(sizes) for _ in range(n)])
+    order, bounds = sharding.grouped_indices(groups, len(sizes), num_shards, seed)
+    assert sorted(order) == list(range(len(groups)))  # every record once
+    return [[groups[i] for i in order[a:b]] for a, b in itertools.pairwise(bounds)]
+
+
+def test_every_group_lands_in_one_shard():
+    shards = _grouped([7, 3, 12, 5, 9, 1, 4, 6, 8, 2, 10, 3], 4)
+    seen = [set(s) for s in shards]
+    assert all(a.isdisjoint(b) for a, b in itertools.combinations(seen, 2))
+    assert set().union(*seen) == set(range(12))
+
+
+def test_many_small_groups_balance_to_within_one_group():
+    for seed in range(5):
+        sizes = [len(s) for s in _grouped([3] * 100, 7, seed)]  # 300 records: 42.9 per shard
+        assert sum(sizes) == 300
+        assert all(abs(n - 300 / 7) < 3 for n in sizes), sizes
+
+
+def test_a_group_larger_than_a_shard_is_a_larger_shard_of_its_own():
+    for seed in range(5):
+        shards = _grouped([50, 5, 5, 5, 5, 5, 5], 3, seed)  # 80 records: 26.7 per shard
+        (big,) = [s for s in shards if 0 in s]
+        assert big == [0] * 50, "never split, never shared"
+        assert sorted(len(s) for s in shards if s is not big) in ([10, 20], [15, 15], [5, 25])
+
+
+def test_records_within_a_shard_are_shuffled_not_group_by_group():
+    shards = _grouped([10] * 8, 2, seed=3)
+    assert any(s != sorted(s, key=s.index) for s in shards)  # a group's records interleave
+    assert all(s != sorted(s) for s in shards)
+
+
+def test_grouped_plan_is_fixed_by_seed():
+    sizes = [4, 9, 2, 7, 7, 1, 3, 8]
+    assert _grouped(sizes, 3, seed=1) == _grouped(sizes, 3, seed=1)
+    assert _grouped(sizes, 3, seed=1) != _grouped(sizes, 3, seed=2)
+
+
+def test_every_shard_gets_a_group_even_when_one_group_holds_most_records():
+    shards = _grouped([1, 1, 1, 97], 4)
+    assert sorted(map(len, shards)) == [1, 1, 1, 97]
+
+
+def test_more_shards_than_groups_is_refused():
+    with pytest.raises(ConfigError, match=r"num_shards: expected 1 to 3 \(one shard per group"):
+        sharding.grouped_indices(array("I", [0, 1, 2]), 3, 4, 0)

@@ -1,9 +1,18 @@
-"""Per-split records per label, and the class-balance warnings across a split."""
+"""Per-split records per label, class-balance warnings, and groups kept on one side."""
 
 from __future__ import annotations
 
-from tfshards.reading.splits import BALANCE_TOLERANCE, Split, balance_warnings, label_counts
-from tfshards.writing.manifest import ShardInfo
+from pathlib import Path
+
+import pytest
+
+from tfshards import tfrecord
+from tfshards.exampleparser import decode
+from tfshards.listing.listing import list_files
+from tfshards.project.sample import write_synthetic
+from tfshards.reading.splits import BALANCE_TOLERANCE, Split, balance_warnings, label_counts, split
+from tfshards.writing.manifest import Manifest, ShardInfo
+from tfshards.writing.writer import WriteConfig, write
 
 
 def _shard(name: str, records: int) -> ShardInfo:
@@ -46,3 +55,29 @@ def test_shares_further_apart_than_the_tolerance_warn_and_closer_ones_do_not():
 
 def test_no_validation_side_gives_no_warning():
     assert balance_warnings({"train": {"cat": 3}, "val": {"cat": 0}}) == []
+
+
+@pytest.mark.filterwarnings(
+    "ignore::tfshards.reading.splits.SplitWarning"
+)  # whole groups: sizes vary
+def test_a_shard_split_of_a_group_by_set_keeps_each_group_on_one_side(tmp_path):
+    raw = tmp_path / "raw"
+    write_synthetic(str(raw), 120, 16, classes=4, workers=1)
+    config = WriteConfig(
+        out=str(tmp_path / "shards"), num_shards=6, group_by=r"(\d)\.jpg$", executor="serial"
+    )
+    manifest = write(config, list_files(str(raw)), progress=False).manifest
+    for seed in range(3):
+        part = split(manifest, 0.3, seed)
+        sides = [_groups(manifest, part.train), _groups(manifest, part.val)]
+        assert sides[0] and sides[1] and sides[0].isdisjoint(sides[1]), sides
+        assert sides[0] | sides[1] == set("0123456789")
+
+
+def _groups(manifest: Manifest, shards: tuple[ShardInfo, ...]) -> set[str]:
+    """The last digit of each record's file number (its group), over ``shards``."""
+    found = set()
+    for shard in shards:
+        for record in tfrecord.scan(Path(manifest.shard_url(shard)).read_bytes()):
+            found.add(bytes(decode(record.data)["path"][1][0]).decode()[-5])
+    return found

@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from tfshards.errors import InputError
+from tfshards.listing import storedlisting
 from tfshards.listing.listing import Listing, list_files, open_stored, read_listing, write_listing
 from tfshards.listing.storedlisting import OFFSETS_NAME
 from tfshards.listing.walker import Entry
@@ -42,6 +43,15 @@ def test_rows_read_by_line_number_equal_the_listing_entries(listed: Path) -> Non
     order = array("I", [13, 0, 5, 5, 7, 1])
     rows = [row for batch in stored.rows(order).batches(size=4) for row in batch]
     assert rows == [tuple(listing.entries[j]) for j in order]
+
+
+def test_paths_stream_in_line_order_across_read_chunks(
+    listed: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    stored = open_stored(str(listed))
+    assert stored is not None
+    monkeypatch.setattr(storedlisting, "_CHUNK", 7)  # lines (and a 2-byte "é") cut anywhere
+    assert list(stored.paths()) == [e.path for e in read_listing(str(listed)).entries]
 
 
 def test_a_listing_without_offsets_is_still_written_from_its_entries(

@@ -6,6 +6,7 @@ import hashlib
 import json
 import os
 import random
+import re
 import struct
 import subprocess
 import sys
@@ -609,3 +610,46 @@ def test_file_far_larger_than_its_manifest_entry_is_walked_not_held(shard_set):
         f"{SHARD[3]}: record count mismatch: expected {info.records}, found {info.records + 1}",
         f"manifest.json: total record count mismatch: expected {COUNT}, found {COUNT + 1}",
     ]
+
+
+# ----------------------------------------------------------------------------- groups
+
+
+def test_a_set_written_with_group_by_reports_no_group_across_shards(tmp_path):
+    manifest_path, _ = _make_set(tmp_path, group_by=r"(\d)\.jpg$")  # 10 groups in 4 shards
+    report = _check(manifest_path)
+    assert report.ok, _lines(report)
+    assert report.metrics()["grouping"] == {"groups": 10, "spanning_shards": 0}
+    assert _check(manifest_path, executor="process", workers=2).metrics() == report.metrics()
+
+
+def test_a_set_without_group_by_has_no_grouping_metric(shard_set):
+    assert "grouping" not in _check(shard_set[0]).metrics()
+
+
+def test_groups_found_in_two_shards_are_a_problem_naming_one(tmp_path):
+    manifest_path, _ = _make_set(tmp_path, group_by=r"(\d)\.jpg$")
+
+    def by_label(doc):  # type: ignore[no-untyped-def]
+        doc["params"]["group_by"] = "^([^/]+)/"  # each label's files are in every shard
+
+    _edit_manifest(manifest_path, by_label)
+    report = _check(manifest_path)
+    assert report.metrics()["grouping"] == {"groups": 4, "spanning_shards": 4}
+    (line,) = _lines(report)
+    assert re.fullmatch(
+        r"manifest\.json: groups across shards: expected 0 under group_by '\^\(\[\^/\]\+\)/', "
+        r"found 4 \(group '0[0-3]' is in data-0000(\d)-of-00004\.tfrecord and "
+        r"data-0000(\d)-of-00004\.tfrecord\)",
+        line,
+    ), line
+
+
+def test_a_record_whose_path_misses_the_group_by_is_a_problem(tmp_path):
+    manifest_path, manifest = _make_set(tmp_path, group_by=r"(\d)\.jpg$")
+    offset = _append_record(manifest_path, manifest, 1, _good_features(b"x"))
+    (line,) = _lines(_check(manifest_path))
+    assert line == (
+        f"{SHARD[1]}: record {manifest.shards[1].records} at byte {offset}: path "
+        "'01/crafted.bin': expected a match of the manifest's group_by '(\\d)\\.jpg$', found none"
+    )

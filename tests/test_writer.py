@@ -6,6 +6,7 @@ import hashlib
 import json
 import multiprocessing
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -19,6 +20,7 @@ from typer.testing import CliRunner
 from tfshards import storage, tfrecord
 from tfshards.cli import app
 from tfshards.errors import ConfigError, InputError, TransformError
+from tfshards.exampleparser import decode
 from tfshards.listing.listing import Listing, list_files, write_listing
 from tfshards.listing.storedlisting import StoredListing
 from tfshards.project.sample import write_synthetic
@@ -310,6 +312,80 @@ def test_more_shards_than_records_is_refused(listing, tmp_path):
         _write(listing, tmp_path / "out", num_shards=200)
 
 
+# --------------------------------------------------------------------------- groups
+
+LAST_DIGIT = r"(\d)\.jpg$"  # 10 groups across the 16 label folders: 000007.jpg is in group 7
+
+
+def _groups_per_shard(manifest: Manifest, pattern: str = LAST_DIGIT) -> list[set[str]]:
+    found = []
+    for data in _shard_bytes(manifest).values():
+        paths = [bytes(decode(r.data)["path"][1][0]).decode() for r in tfrecord.scan(data)]
+        found.append({m.group(1) for m in map(re.compile(pattern).search, paths) if m})
+    return found
+
+
+def test_group_by_keeps_each_group_in_one_shard_with_the_same_bytes_on_any_workers(
+    listing, tmp_path
+):
+    write_listing(listing, str(tmp_path / "listing"))
+    out = tmp_path / "out"
+    runs = [("serial", 1), ("thread", 2), ("process", 2), ("thread", 8), ("process", 8)]
+    results = []
+    for executor, workers in runs:
+        shutil.rmtree(out, ignore_errors=True)
+        config = WriteConfig(
+            out=str(out), num_shards=8, group_by=LAST_DIGIT, executor=executor, workers=workers
+        )
+        manifest = write(config, str(tmp_path / "listing"), progress=False).manifest
+        results.append((Path(manifest.root, MANIFEST_NAME).read_bytes(), _shard_bytes(manifest)))
+    assert all(r == results[0] for r in results[1:])
+    groups = _groups_per_shard(manifest)
+    assert sum(map(len, groups)) == 10 and set().union(*groups) == set("0123456789")
+    assert all(groups), "every shard holds a group"
+    # From the listing in memory: the same plan.
+    shutil.rmtree(out)
+    assert _shard_bytes(_write(listing, out, num_shards=8, group_by=LAST_DIGIT)) == results[0][1]
+
+
+def test_group_by_names_another_version_and_is_recorded_in_the_manifest(listing, tmp_path):
+    plain = _write(listing, tmp_path / "out", num_shards=4)
+    grouped = _write(listing, tmp_path / "out", num_shards=4, group_by=LAST_DIGIT)
+    by_folder = _write(listing, tmp_path / "out", num_shards=4, group_by=r"^([^/]+)/")
+    assert len({plain.root, grouped.root, by_folder.root}) == 3
+    assert "group_by" not in plain.params  # older sets keep their version names
+    assert grouped.params["group_by"] == LAST_DIGIT
+    assert any(len(g) > 1 for g in _groups_per_shard(plain))  # without it, groups are spread
+
+
+def test_group_by_shard_count_is_at_most_the_number_of_groups(listing, tmp_path):
+    assert len(_write(listing, tmp_path / "out", group_by=LAST_DIGIT).shards) == 10  # not 16
+    with pytest.raises(ConfigError, match=r"at most one shard per group \(10 groups under"):
+        _write(listing, tmp_path / "out", num_shards=11, group_by=LAST_DIGIT)
+
+
+def test_cli_group_by_that_misses_a_path_is_one_line_with_exit_1(listing, tmp_path):
+    write_listing(listing, str(tmp_path / "listing"))
+    result = CliRunner().invoke(
+        app,
+        [
+            *("write", str(tmp_path / "listing"), "--out", str(tmp_path / "out")),
+            *("--manifest", str(tmp_path / "m.json"), "--group-by", "^0[0-8]/", "--no-progress"),
+        ],
+    )
+    assert result.exit_code == 1
+    (line,) = result.output.strip().splitlines()
+    assert line.startswith("error: ") and "09/000009.jpg: expected its path '09/000009.jpg'" in line
+    assert "to match group_by '^0[0-8]/', found no match: widen the pattern" in line
+    assert not (tmp_path / "m.json").exists() and not (tmp_path / "out").exists()
+
+
+def test_cli_help_explains_group_by():
+    result = CliRunner().invoke(app, ["write", "--help"], env={"COLUMNS": "200"})
+    assert result.exit_code == 0
+    assert "--group-by" in result.output and "first (...) group" in result.output
+
+
 # --------------------------------------------------------------------------- transforms
 
 TRANSFORMS = """
@@ -452,10 +528,11 @@ def test_fresh_interpreters_write_identical_bytes(listing, tmp_path):
 
 
 @pytest.mark.slow
-def test_killed_writer_resumes_to_identical_bytes(listing, tmp_path, transforms_module):
+@pytest.mark.parametrize("grouping", [[], ["--group-by", LAST_DIGIT]], ids=["records", "groups"])
+def test_killed_writer_resumes_to_identical_bytes(listing, tmp_path, transforms_module, grouping):
     write_listing(listing, str(tmp_path / "listing"))
     args = [str(tmp_path / "listing"), "--num-shards", "8", "--transform", "tx_mod:slow"]
-    args += ["--workers", "2", "--no-progress"]
+    args += ["--workers", "2", "--no-progress", *grouping]
     reference = _cli(*args, "--out", "ref", "--manifest", "ref.json", cwd=tmp_path)
     assert reference.wait(timeout=120) == 0
 

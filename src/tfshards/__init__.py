@@ -58,7 +58,7 @@ _LAZY = {
     "write_synthetic": "tfshards.project.sample",
 }
 # Exported under a longer name where the module's own name is too plain for the
-# package namespace (``tfshards.validate_shards`` reads better than ``tfshards.validate``).
+# package namespace (`validate_shards` says more than a bare `validate` would).
 _RENAMED = {"load_manifest": "load", "validate_shards": "validate", "prune_versions": "prune"}
 
 if TYPE_CHECKING:  # what type checkers see; at run time __getattr__ imports on first use

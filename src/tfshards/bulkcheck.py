@@ -371,6 +371,13 @@ def _check_batch(
             checker.count_label(value, lo + i, int(at[i]))
     if checker.digests is not None:
         _keep_digests(checker, buf, parsed + lo, spans["sha256"], ok)
+    if checker.group_by is not None:
+        ns, ne = (a[ok] for a in spans["path"])
+        rows = zip(
+            (parsed + lo).tolist(), at[parsed].tolist(), ns.tolist(), ne.tolist(), strict=True
+        )
+        for i, offset, a, b in rows:
+            checker.keep_group(buf[a:b], i, offset)
     if checker.check_sha:
         _compare_sha(checker, buf, view, parsed + lo, at[parsed], spans, checker.image_feature, ok)
     if checker.check_images:

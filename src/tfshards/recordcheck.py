@@ -18,6 +18,7 @@ from tfshards import tfrecord as tfr
 from tfshards.example import DecodeError, FeatureSpec, outline, outline_problem
 from tfshards.imageformat import HEAD_BYTES, claims_image, image_format, not_an_image
 from tfshards.tfrecord import FOOTER_BYTES, HEADER_BYTES
+from tfshards.writing.grouping import GroupBy
 
 
 def check_records(buf: bytes, checker: RecordChecker) -> int:
@@ -62,6 +63,9 @@ class RecordChecker:
         digests: when given, record ``i``'s stored ``sha256`` (64 hex digits) is
             kept as 32 bytes at ``digests[32 * i : 32 * i + 32]`` (zeros where a
             record has none, or lies past the buffer's end).
+        group_by: when given, each record's ``path`` feature names its group,
+            added to ``groups``; a path the pattern does not match is a problem.
+        groups: the group keys found, added to in place.
     """
 
     def __init__(
@@ -77,6 +81,8 @@ class RecordChecker:
         limit: int | None = None,
         skip: Callable[[int], None] | None = None,
         digests: bytearray | None = None,
+        group_by: GroupBy | None = None,
+        groups: set[str] | None = None,
     ) -> None:
         if limit is not None and (limit < 1 or skip is None):
             raise ValueError(f"limit must be >= 1 and come with skip, got {limit}")
@@ -90,6 +96,9 @@ class RecordChecker:
         self.num_labels, self.labels, self.add = num_labels, labels, add
         self.limit, self.skip = limit, skip
         self.digests = digests if _scalar(schema, "sha256", "bytes") else None
+        has_path = _scalar(schema, "path", "bytes")
+        self.group_by = group_by if has_path and groups is not None else None
+        self.groups: set[str] = groups if groups is not None else set()
 
     def reporting_to(self, add: Callable[[str, int, int], None]) -> RecordChecker:
         """The same checks, counting into the same ``labels``, with problems going to ``add``."""
@@ -115,6 +124,8 @@ class RecordChecker:
             self.count_label(label, index, offset)
         if self.digests is not None:
             self.keep_digest(index, stored)
+        if self.group_by is not None:
+            self.keep_group(path, index, offset)
         if self.check_sha:
             self.compare_sha(hashlib.sha256(payload).hexdigest().encode(), stored, index, offset)
         if self.check_images:
@@ -135,6 +146,22 @@ class RecordChecker:
             return
         with contextlib.suppress(ValueError):  # not hex: compare_sha reports it
             self.digests[end - 32 : end] = bytes.fromhex(bytes(stored).decode("ascii"))
+
+    def keep_group(self, path: Any, index: int, offset: int) -> None:
+        """Add the group of record ``index``'s path to ``groups``."""
+        if self.group_by is None:
+            return
+        name = bytes(path).decode("utf-8", "replace")
+        key = self.group_by.key(name)
+        if key is None:
+            self.add(
+                f"path {name!r}: expected a match of the manifest's group_by "
+                f"'{self.group_by.pattern}', found none",
+                index,
+                offset,
+            )
+        else:
+            self.groups.add(key)
 
     def count_label(self, label: int, index: int, offset: int) -> None:
         if 0 <= label < self.num_labels:

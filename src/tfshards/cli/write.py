@@ -43,6 +43,15 @@ def write_command(
         float, typer.Option(help="Shard size aimed at when --num-shards is 0, in MiB.")
     ] = sharding.DEFAULT_TARGET_SHARD_BYTES / (1 << 20),
     seed: Annotated[int, typer.Option(help="Seed of the global record shuffle.")] = 0,
+    group_by: Annotated[
+        str,
+        typer.Option(
+            help="Keep each group's records in one shard: a regex over the path relative to "
+            "the root; its first (...) group, else the whole match, names the group. "
+            "Example: '^([^/]+/[^_]+)_' groups cat/s01_0.jpg with cat/s01_1.jpg. "
+            "A path it does not match is an error. none: no groups."
+        ),
+    ] = "none",
     compression: Annotated[
         str, typer.Option(help="none | gzip | zlib. JPEG/PNG do not shrink; gzip is 10-30x slower.")
     ] = "none",
@@ -67,10 +76,12 @@ def write_command(
 
     Records are shuffled globally with SEED and cut into shards; the same
     listing and options give byte-identical shards and manifest whatever the
-    number of workers. Shards go to OUT/<fingerprint>/ and the manifest,
-    written last, commits the set. A re-run after a crash keeps the finished
-    shards. Storage credentials come from the environment (e.g. AWS_ACCESS_KEY_ID,
-    AWS_ENDPOINT_URL), never from options.
+    number of workers. With --group-by, groups are shuffled and packed whole
+    into shards, then each shard's records are shuffled. Shards go to
+    OUT/<fingerprint>/ and the manifest, written last, commits the set. A
+    re-run after a crash keeps the finished shards. Storage credentials come
+    from the environment (e.g. AWS_ACCESS_KEY_ID, AWS_ENDPOINT_URL), never
+    from options.
     """
     if not math.isfinite(target_shard_mb) or target_shard_mb <= 0:
         raise ConfigError(
@@ -82,6 +93,7 @@ def write_command(
         num_shards=num_shards or None,
         target_shard_bytes=int(target_shard_mb * (1 << 20)),
         seed=seed,
+        group_by=group_by,
         compression=compression,
         image_feature=image_feature,
         transform=transform,

@@ -70,6 +70,25 @@ class StoredListing:
             indices.tobytes(),
         )
 
+    def paths(self) -> Iterator[str]:
+        """Each file's path relative to the root, in line order, in one streamed pass.
+
+        Raises:
+            InputError: a line is malformed (names the file and line).
+        """
+        fs, base = storage.open_url(self.directory)
+        fs_path = storage.join(base, "files.jsonl")
+        where, done, rest = storage.unstrip(fs, fs_path), 0, b""
+        with fs.open(fs_path, "rb") as f:
+            while chunk := f.read(_CHUNK):
+                lines = (rest + chunk).split(b"\n")
+                rest = lines.pop()
+                texts = [b"\n" + line + b"\n" for line in lines]
+                numbers = range(done, done + len(lines))
+                for row in _parse_lines(where, numbers, texts, self.labels):
+                    yield row[0]
+                done += len(lines)
+
 
 def open_listing(directory: str, meta: dict[str, Any]) -> StoredListing | None:
     """Check ``files.jsonl`` and ``files.idx`` against ``meta`` in one streamed pass.

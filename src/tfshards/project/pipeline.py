@@ -92,6 +92,7 @@ PARAM_COMMENTS = {
         "name": "shard prefix: NAME-00003-of-00016.tfrecord",
         "num_shards": "0 = from target_shard_mb (at least 16)",
         "seed": "global record shuffle",
+        "group_by": "none | a regex over the path: its first (...) group's records share a shard",
         "compression": "none | gzip | zlib",
         "on_error": "fail | skip (skipped files are listed in the manifest)",
     },
@@ -172,6 +173,7 @@ def params(spec: PipelineSpec) -> dict[str, dict[str, Any]]:
             "num_shards": 0,
             "target_shard_mb": 128,
             "seed": 0,
+            "group_by": "none",
             "compression": "none",
             "on_error": "fail",
         },
@@ -207,7 +209,8 @@ def stages(*, remote: bool, program: Callable[[str], str]) -> dict[str, dict[str
             "cmd": f"{program('write')} {LISTING} --out ${{write.out}} --manifest {MANIFEST} "
             "--name ${write.name} --num-shards ${write.num_shards} "
             "--target-shard-mb ${write.target_shard_mb} --seed ${write.seed} "
-            "--compression ${write.compression} --on-error ${write.on_error}",
+            "--group-by '${write.group_by}' --compression ${write.compression} "
+            "--on-error ${write.on_error}",
             "deps": [LISTING],
             "params": ["write"],
             "outs": [MANIFEST, *shard_outs],

@@ -24,6 +24,7 @@ from tfshards.example import FeatureSpec
 from tfshards.recordcheck import RecordChecker
 from tfshards.tfrecord import FrameCounter, decompress, inflate
 from tfshards.writing import layout
+from tfshards.writing.grouping import GroupBy
 from tfshards.writing.manifest import Manifest, ShardInfo
 
 MAX_PROBLEMS = 50  # kept per shard, and printed: enough to see a pattern, few enough to read
@@ -62,6 +63,7 @@ class ShardCheck:
     max_problems: int
     storage_options: Mapping[str, Any]
     index_sha256: str | None = None  # of its record index file; None: it has none
+    group_by: str | None = None  # the manifest's grouping: report each record's group
 
     @classmethod
     def of(
@@ -93,6 +95,7 @@ class ShardCheck:
             storage_options=dict(storage_options or {}),
             # A copy elsewhere (the loader's cache) has no index beside it.
             index_sha256=shard.index_sha256 if path is None else None,
+            group_by=manifest.params.get("group_by"),
         )
 
 
@@ -108,6 +111,7 @@ class ShardReport:
     problem_count: int
     # Record i's stored sha256 at [32 * i : 32 * i + 32] (zeros: none read), for duplicates.
     digests: builtins.bytes = b""
+    groups: tuple[str, ...] = ()  # sorted group keys of its records (with a group_by)
 
 
 class _Found:
@@ -145,23 +149,37 @@ def validate_shard(task: ShardCheck) -> ShardReport:
     found = _Found(task.name, task.max_problems)
     labels = [0] * task.num_labels
     digests = bytearray()  # sized once the records are in memory
+    groups: set[str] = set()
     fs, root = storage.open_url(task.root, **task.storage_options)
-    records, size = _check_shard(fs, root, task, found, labels, digests)
+    records, size = _check_shard(fs, root, task, found, labels, digests, groups)
     if task.index_sha256 is not None:
         _check_index(fs, root, task, found)
     return ShardReport(
-        task.name, records, size, tuple(labels), tuple(found.kept), found.count, bytes(digests)
+        task.name,
+        records,
+        size,
+        tuple(labels),
+        tuple(found.kept),
+        found.count,
+        bytes(digests),
+        tuple(sorted(groups)),
     )
 
 
 def _check_shard(
-    fs: Any, root: str, task: ShardCheck, found: _Found, labels: list[int], digests: bytearray
+    fs: Any,
+    root: str,
+    task: ShardCheck,
+    found: _Found,
+    labels: list[int],
+    digests: bytearray,
+    groups: set[str],
 ) -> tuple[int, int]:
     """The shard file's checks; its records and bytes as found."""
     try:
         with fs.open(storage.join(root, task.name), "rb") as f:
             read = _Read(f, task.bytes + HOLD_SLACK)
-            records = _check_read(read, task, found, labels, digests)
+            records = _check_read(read, task, found, labels, digests, groups)
     except FileNotFoundError:
         found.add(f"missing: expected {task.bytes} bytes holding {task.records} records")
         return 0, 0
@@ -221,7 +239,12 @@ class _Read:
 
 
 def _check_read(
-    read: _Read, task: ShardCheck, found: _Found, labels: list[int], digests: bytearray
+    read: _Read,
+    task: ShardCheck,
+    found: _Found,
+    labels: list[int],
+    digests: bytearray,
+    groups: set[str],
 ) -> int | None:
     """Report the file's size and hash, then its records; how many records (None: unknown)."""
     if read.fits:
@@ -234,7 +257,7 @@ def _check_read(
                 found.add(f"cannot decompress ({task.compression}): {exc}")
                 return None
             del held  # a compressed shard: only its decompressed stream stays
-            return _check_records(buf, task, found, labels, digests)
+            return _check_records(buf, task, found, labels, digests, groups)
         pieces: Iterator[bytes] = iter([read.held])
     else:
         pieces = read.rest()
@@ -265,7 +288,12 @@ def _compare_file(read: _Read, task: ShardCheck, found: _Found) -> None:
 
 
 def _check_records(
-    buf: bytes, task: ShardCheck, found: _Found, labels: list[int], digests: bytearray
+    buf: bytes,
+    task: ShardCheck,
+    found: _Found,
+    labels: list[int],
+    digests: bytearray,
+    groups: set[str],
 ) -> int:
     """Every record of a shard held in memory (a compressed one only when it matched)."""
     # A record takes at least 16 bytes, so a manifest claiming more records cannot inflate this.
@@ -281,6 +309,8 @@ def _check_records(
         limit=task.max_problems,
         skip=found.skip,
         digests=digests,
+        group_by=GroupBy.parse(task.group_by),
+        groups=groups,
     )
     return check_records(buf, checker)
 

@@ -34,7 +34,7 @@ from tfshards.validation.shardcheck import (
     ShardReport,
     validate_shard,
 )
-from tfshards.writing import layout
+from tfshards.writing import grouping, layout
 from tfshards.writing.manifest import Manifest, load
 
 __all__ = [
@@ -113,6 +113,7 @@ class ValidationReport:
     # Records per label on each side of the split: {"train": {label: n}, "val": {...}}.
     split_counts: Mapping[str, Mapping[str, int]] = field(default_factory=dict)
     warnings: tuple[str, ...] = ()  # class balance across the split; not problems
+    groups: grouping.Spread | None = None  # None: the set was written without group_by
 
     @property
     def ok(self) -> bool:
@@ -128,6 +129,7 @@ class ValidationReport:
             "records": self.records,
             "records_per_label": dict(self.records_per_label),
             "rejected_inputs": len(self.manifest.rejected),
+            **({"grouping": self.groups.metrics()} if self.groups is not None else {}),
             "shards": len(self.manifest.shards),
             "split": {
                 **{
@@ -222,6 +224,10 @@ def validate(config: ValidateConfig, *, progress: bool = False) -> ValidationRep
             for d in dups.examples
             if d.across_splits
         ]
+    spread = None
+    if manifest.params.get("group_by") is not None:
+        spread = grouping.spread([r.name for r in done], [r.groups for r in done])
+        extra += _spread_problems(manifest, config.manifest, spread)
     counts = splits.label_counts(part, {r.name: r.label_counts for r in done}, manifest.labels)
     return ValidationReport(
         manifest=manifest,
@@ -234,7 +240,24 @@ def validate(config: ValidateConfig, *, progress: bool = False) -> ValidationRep
         duplicates=dups,
         split_counts=counts,
         warnings=tuple(splits.balance_warnings(counts)),
+        groups=spread,
     )
+
+
+def _spread_problems(manifest: Manifest, source: str, spread: grouping.Spread) -> list[Problem]:
+    """A set written with ``group_by`` must hold each group in one shard."""
+    if spread.example is None:
+        return []
+    key, a, b = spread.example
+    pattern = manifest.params["group_by"]
+    where = posixpath.basename(source.rstrip("/")) or source
+    return [
+        Problem(
+            where,
+            f"groups across shards: expected 0 under group_by '{pattern}', "
+            f"found {spread.spanning} (group {key!r} is in {a} and {b})",
+        )
+    ]
 
 
 def _split(manifest: Manifest, config: ValidateConfig) -> splits.Split:

@@ -44,7 +44,7 @@ from tfshards.run import executor as executors
 from tfshards.run.cluster import Needs
 from tfshards.schema import FeatureSpec, merge_specs
 from tfshards.tfrecord import COMPRESSIONS
-from tfshards.writing import datasetinfo, layout, sharding
+from tfshards.writing import datasetinfo, grouping, layout, sharding
 from tfshards.writing import transform as transforms
 from tfshards.writing.manifest import (
     FORMAT_VERSION,
@@ -71,7 +71,12 @@ class WriteConfig:
         name: shard file prefix.
         num_shards: shard count; None derives it from ``target_shard_bytes``.
         target_shard_bytes: size aimed at when ``num_shards`` is None.
-        seed: seeds the global record shuffle.
+        seed: seeds the global record shuffle (of groups, then of records
+            within each shard, with ``group_by``).
+        group_by: a regex over each file's path relative to the root; its first
+            capture group (else the whole match) names the file's group, and
+            every group's records go to one shard (:func:`sharding.grouped_indices`).
+            None or ``"none"``: no groups. A path it does not match is an error.
         compression: ``"none"`` (default: JPEG/PNG payloads do not shrink),
             ``"gzip"`` or ``"zlib"``.
         image_feature: feature name of the raw file bytes.
@@ -95,6 +100,7 @@ class WriteConfig:
     num_shards: int | None = None
     target_shard_bytes: int = sharding.DEFAULT_TARGET_SHARD_BYTES
     seed: int = 0
+    group_by: str | None = None
     compression: str = "none"
     image_feature: str = "image"
     transform: str | None = None
@@ -126,6 +132,7 @@ class WriteConfig:
         if not self.name or "/" in self.name:
             raise ConfigError(f"name must be a non-empty file prefix, got {self.name!r}")
         executors.check_options(self.executor, self.workers)
+        grouping.GroupBy.parse(self.group_by)
 
     @property
     def run_options(self) -> executors.RunOptions:
@@ -164,8 +171,26 @@ def _fingerprint(files_sha256: str, labels: Sequence[str], params: Mapping[str, 
     return jsonfile.digest(doc)[:16]
 
 
+def read_groups(listing: Listing | StoredListing, group_by: str | None) -> grouping.Groups | None:
+    """The files' group ids under ``group_by`` (None without it): one pass over the paths.
+
+    Raises:
+        InputError: a listed path the pattern does not match.
+    """
+    parsed = grouping.GroupBy.parse(group_by)
+    if parsed is None:
+        return None
+    paths = (
+        listing.paths() if isinstance(listing, StoredListing) else (e.path for e in listing.entries)
+    )
+    return grouping.group_ids(parsed, paths, listing.root)
+
+
 def plan(
-    listing: Listing | StoredListing, config: WriteConfig, transform_identity: str = "none"
+    listing: Listing | StoredListing,
+    config: WriteConfig,
+    transform_identity: str = "none",
+    groups: grouping.Groups | None = None,
 ) -> tuple[str, dict[str, Any], list[ShardTask]]:
     """The version directory URL, manifest params and shard tasks (pure: no I/O, no imports).
 
@@ -173,6 +198,9 @@ def plan(
     ``config.transform``, resolved by the caller (it imports the user's module).
     From a :class:`StoredListing` the tasks carry line numbers of its
     ``files.jsonl`` (4 bytes per file) and read their entries themselves.
+    With ``config.group_by``, ``groups`` is :func:`read_groups` of the same
+    listing (which reads a stored listing's paths); read here when None for a
+    :class:`Listing` in memory.
     """
     if transform_identity.split("@", 1)[0] != (config.transform or "none"):
         raise ConfigError(
@@ -182,9 +210,25 @@ def plan(
     files = listing.files if isinstance(listing, StoredListing) else len(listing.entries)
     if not files:
         raise InputError(f"{listing.root}: the listing has no files", path=listing.root)
+    group_by = grouping.GroupBy.parse(config.group_by)
+    if group_by is not None and groups is None:
+        if isinstance(listing, StoredListing):
+            raise ConfigError("plan: group_by needs the stored listing's groups (read_groups)")
+        groups = read_groups(listing, config.group_by)
+    if group_by is None:
+        groups = None
     num_shards = config.num_shards or sharding.auto_num_shards(
         files, listing.total_bytes, config.target_shard_bytes
     )
+    if groups is not None and len(groups[0]) != files:
+        raise ConfigError(f"groups: expected one group id per file ({files}), got {len(groups[0])}")
+    if groups is not None and num_shards > groups[1]:
+        if config.num_shards:
+            raise ConfigError(
+                f"num_shards: expected at most one shard per group ({groups[1]} groups "
+                f"under group_by '{config.group_by}'), got {num_shards}"
+            )
+        num_shards = groups[1]
     if num_shards > files:
         raise ConfigError(
             f"num_shards: expected at most one shard per record ({files}), got {num_shards}"
@@ -197,11 +241,14 @@ def plan(
         "seed": config.seed,
         "transform": transform_identity,
     }
+    if group_by is not None:  # absent, not null, without groups: older version names hold
+        params["group_by"] = group_by.pattern
     digest = listing.digest if isinstance(listing, StoredListing) else listing_digest(listing)
     version = storage.join(config.out, _fingerprint(digest, listing.labels, params))
     source, out = storage.absolute(listing.root), storage.absolute(version)
     tasks = []
-    for i, (rows, picked) in enumerate(_contents(listing, files, num_shards, config.seed)):
+    contents = _contents(listing, files, num_shards, config.seed, groups)
+    for i, (rows, picked) in enumerate(contents):
         tasks.append(
             ShardTask(
                 name=sharding.shard_name(config.name, i, num_shards),
@@ -223,9 +270,21 @@ def plan(
 
 
 def _contents(
-    listing: Listing | StoredListing, files: int, num_shards: int, seed: int
+    listing: Listing | StoredListing,
+    files: int,
+    num_shards: int,
+    seed: int,
+    groups: grouping.Groups | None = None,
 ) -> Iterator[tuple[ListedRows | None, list[Entry]]]:
     """Each shard's lines of a stored listing, or its entries of one in memory."""
+    if groups is not None:
+        indices, cuts = sharding.grouped_indices(groups[0], groups[1], num_shards, seed)
+        for start, stop in itertools.pairwise(cuts):
+            if isinstance(listing, StoredListing):
+                yield listing.rows(indices[start:stop]), []
+            else:
+                yield None, [listing.entries[j] for j in indices[start:stop]]
+        return
     bounds = itertools.pairwise(sharding.shard_boundaries(files, num_shards))
     if isinstance(listing, StoredListing):
         indices = sharding.shuffled_indices(files, seed)  # 4 bytes per file
@@ -270,7 +329,8 @@ def write(config: WriteConfig, listing: Listing | str, *, progress: bool = True)
             loaded = stored or read_listing(listing)
         else:
             loaded = listing
-        version, params, tasks = plan(loaded, config, transforms.identity(config.transform))
+        groups = read_groups(loaded, config.group_by)
+        version, params, tasks = plan(loaded, config, transforms.identity(config.transform), groups)
         listed = loaded.files if isinstance(loaded, StoredListing) else len(loaded.entries)
         with Progress("write", total=listed, enabled=progress) as bar:
             done = executors.in_order(
