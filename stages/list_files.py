@@ -3,9 +3,8 @@
 Same options as ``tfshards list``; run ``python stages/list_files.py --help``.
 """
 
-import typer
-
+from tfshards.cli._common import run_command
 from tfshards.cli.list import list_files_command
 
 if __name__ == "__main__":
-    typer.run(list_files_command)
+    run_command(list_files_command)

@@ -3,9 +3,8 @@
 Same options as ``tfshards validate``; run ``python stages/validate_shards.py --help``.
 """
 
-import typer
-
+from tfshards.cli._common import run_command
 from tfshards.cli.validate import validate_command
 
 if __name__ == "__main__":
-    typer.run(validate_command)
+    run_command(validate_command)

@@ -3,9 +3,8 @@
 Same options as ``tfshards write``; run ``python stages/write_shards.py --help``.
 """
 
-import typer
-
+from tfshards.cli._common import run_command
 from tfshards.cli.write import write_command
 
 if __name__ == "__main__":
-    typer.run(write_command)
+    run_command(write_command)

@@ -201,3 +201,95 @@ def test_no_s3_credentials_is_one_line_saying_where_they_come_from(listing_dir, 
         "locate credentials); expected credentials from the environment (AWS_* variables, "
         "a profile) or fsspec config"
     )
+
+
+# ----------------------------------------------------------------------------- usage
+
+
+def _run(*args: str, env: dict[str, str] | None = None, **kw) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        list(args), capture_output=True, text=True, env={**os.environ, **(env or {})}, **kw
+    )
+
+
+TFSHARDS = str(Path(sys.executable).with_name("tfshards"))
+REPO = Path(__file__).resolve().parents[1]
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        [TFSHARDS, "write"],
+        [sys.executable, str(REPO / "stages" / "write_shards.py")],
+    ],
+    ids=["tfshards", "stage-script"],
+)
+def test_a_params_value_of_the_wrong_type_is_one_line_naming_option_and_value(
+    listing_dir, tmp_path, command
+):
+    # What `num_shards: abc` in params.yaml becomes once DVC has put it on the command line.
+    out = _run(*command, str(listing_dir), "--out", str(tmp_path / "s"), "--num-shards", "abc")
+    assert out.returncode == 2, out.stderr
+    lines = out.stderr.splitlines()
+    assert len(lines) == 1 and "╭" not in out.stderr, out.stderr
+    assert lines[0].startswith("error: Invalid value for '--num-shards'")
+    assert "found 'abc'" in lines[0] and "--help" in lines[0]
+
+
+def test_an_unknown_option_is_one_line():
+    out = _run(TFSHARDS, "validate", "--bogus")
+    assert out.returncode == 2 and len(out.stderr.splitlines()) == 1, out.stderr
+    assert out.stderr.startswith("error: No such option: --bogus")
+
+
+def test_version_prints_the_installed_version():
+    import tfshards
+
+    out = _run(TFSHARDS, "--version")
+    assert out.returncode == 0 and out.stdout.strip() == f"tfshards {tfshards.__version__}"
+
+
+def test_train_without_tensorflow_installed_is_one_line_naming_the_extra(tmp_path):
+    # A `pip install tfshards` without the [cpu]/[gpu] extra: tensorflow cannot be imported.
+    shadow = tmp_path / "shadow" / "tensorflow"
+    shadow.mkdir(parents=True)
+    (shadow / "__init__.py").write_text(
+        "raise ModuleNotFoundError(\"No module named 'tensorflow'\", name='tensorflow')\n"
+    )
+    manifest = tmp_path / "manifest.json"
+    manifest.write_text("{}")
+    out = _run(
+        TFSHARDS,
+        "train",
+        "--manifest",
+        str(manifest),
+        env={"PYTHONPATH": str(shadow.parent)},
+        cwd=tmp_path,
+    )
+    line = _one_line(out.returncode, out.stderr)
+    assert "tensorflow, which is not installed" in line and "tfshards[cpu]" in line
+
+
+def test_an_interrupted_write_is_one_line_and_keeps_what_it_finished(tmp_path):
+    raw = tmp_path / "raw"
+    write_synthetic(str(raw), 4000, 32, classes=4, workers=2)
+    write_listing(list_files(str(raw)), str(tmp_path / "listing"))
+    shards = tmp_path / "shards"
+    proc = subprocess.Popen(
+        [TFSHARDS, "write", str(tmp_path / "listing"), "--out", str(shards), "--num-shards", "64",
+         "--workers", "1", "--executor", "serial", "--manifest", str(tmp_path / "m.json")],
+        stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    deadline = __import__("time").monotonic() + 60
+    while not list(shards.glob("*/*.tfrecord*")) and proc.poll() is None:
+        assert __import__("time").monotonic() < deadline
+        __import__("time").sleep(0.05)
+    proc.send_signal(__import__("signal").SIGINT)
+    _, err = proc.communicate(timeout=60)
+    if proc.returncode == 0:
+        pytest.skip("the write finished before the interrupt reached it")
+    assert proc.returncode == 130, err
+    assert err.strip().splitlines() == [
+        "error: interrupted (finished shards are kept; a write resumes)"
+    ], err
+    assert not (tmp_path / "m.json").exists()

@@ -78,6 +78,10 @@ if TYPE_CHECKING:  # what type checkers see; at run time __getattr__ imports on 
     from tfshards.writing.writer import WriteConfig, WriteResult, write
 
 
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))
+
+
 def __getattr__(name: str) -> Any:
     module = _LAZY.get(name)
     if module is None:

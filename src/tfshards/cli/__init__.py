@@ -12,6 +12,7 @@ from typing import Annotated
 import typer
 
 from tfshards import __version__
+from tfshards.cli._common import run_app
 from tfshards.cli.init import init_command
 from tfshards.cli.list import list_files_command
 from tfshards.cli.prune import prune_command
@@ -29,8 +30,23 @@ app = typer.Typer(
 )
 
 
+def _print_version(shown: bool) -> None:
+    if shown:
+        typer.echo(f"tfshards {__version__}")
+        raise typer.Exit(0)
+
+
 @app.callback()
 def pin_version(
+    version: Annotated[
+        bool,
+        typer.Option(
+            "--version",
+            is_eager=True,
+            callback=lambda shown: _print_version(shown),
+            help="Print the installed version and exit.",
+        ),
+    ] = False,
     pipeline_version: Annotated[
         str | None,
         typer.Option(
@@ -62,4 +78,4 @@ app.command("prune")(prune_command)
 
 def main() -> None:
     """Entry point of the ``tfshards`` console script."""
-    app()
+    run_app(app)

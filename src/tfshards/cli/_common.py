@@ -1,14 +1,17 @@
-"""What every command shares: one-line errors and the worker-count default."""
+"""What every command shares: one-line errors, how a command is run, the worker-count default."""
 
 from __future__ import annotations
 
 import errno
 import functools
 import inspect
-from collections.abc import Callable
-from typing import Annotated, ParamSpec, TypeVar
+import os
+import sys
+from collections.abc import Callable, Sequence
+from typing import Annotated, Any, NoReturn, ParamSpec, TypeVar
 
 import typer
+import typer.exceptions
 
 from tfshards.errors import TfshardsError
 from tfshards.run.mpcontext import cpu_count
@@ -16,6 +19,20 @@ from tfshards.storage import backend_error, reject_credentials
 
 P = ParamSpec("P")
 R = TypeVar("R")
+
+
+# Optional dependencies, by the module a missing one fails to import, and the extra
+# that installs it (pyproject.toml).
+_TF = "pip install 'tfshards[cpu]' (or 'tfshards[gpu]' on a machine with a GPU)"
+EXTRAS = {
+    "tensorflow": _TF,
+    "keras": _TF,
+    "tensorflow_datasets": "pip install 'tfshards[bench]'",
+    "dask": "pip install 'tfshards[dask]'",
+    "distributed": "pip install 'tfshards[dask]'",
+    "s3fs": "pip install 'tfshards[s3]'",
+    "gcsfs": "pip install 'tfshards[gcs]'",
+}
 
 
 def one_line_errors(fn: Callable[P, R]) -> Callable[P, R]:
@@ -45,6 +62,14 @@ def one_line_errors(fn: Callable[P, R]) -> Callable[P, R]:
         except TfshardsError as exc:
             typer.echo(f"error: {exc}", err=True)
             raise typer.Exit(1) from None
+        except ModuleNotFoundError as exc:
+            missing = (exc.name or "").partition(".")[0]
+            if missing not in EXTRAS:
+                raise
+            typer.echo(
+                f"error: this needs {missing}, which is not installed: {EXTRAS[missing]}", err=True
+            )
+            raise typer.Exit(1) from None
         except OSError as exc:  # an output the library does not wrap: disk full, read-only
             if exc.filename is None:
                 raise
@@ -61,6 +86,55 @@ def one_line_errors(fn: Callable[P, R]) -> Callable[P, R]:
             raise typer.Exit(1) from None
 
     return wrapper
+
+
+INTERRUPTED = 130  # 128 + SIGINT, the shell's code for Ctrl-C
+
+
+def run_app(app: typer.Typer, args: Sequence[str] | None = None) -> NoReturn:
+    """Run ``app`` and exit: a bad option or value is one line naming it (exit 2), an
+    interrupt is one line (exit 130), never a usage box or a traceback.
+
+    A value from ``params.yaml`` that does not parse (``num_shards: abc``) reaches
+    the command as an option, so the line names the option and the value.
+    TensorFlow's C++ start-up logging (``E0000 ...`` lines that are not errors) is
+    silenced unless ``TF_CPP_MIN_LOG_LEVEL`` is already set.
+    """
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    try:
+        code: Any = app(args=list(args) if args is not None else None, standalone_mode=False)
+    except typer.exceptions.TyperException as exc:
+        if type(exc).__name__ == "NoArgsIsHelpError":  # a bare group: its help, as --help
+            typer.echo(exc.ctx.get_help())  # type: ignore[attr-defined]
+            sys.exit(0)
+        ctx = getattr(exc, "ctx", None)
+        hint = f" (see `{ctx.command_path} --help`)" if ctx is not None else ""
+        typer.echo(f"error: {' '.join(exc.format_message().split())}{_found(exc)}{hint}", err=True)
+        sys.exit(exc.exit_code)
+    except (typer.Abort, KeyboardInterrupt):
+        code = INTERRUPTED
+    if code == INTERRUPTED:  # typer turns Ctrl-C into this exit code, silently
+        typer.echo("error: interrupted (finished shards are kept; a write resumes)", err=True)
+    sys.exit(code if isinstance(code, int) else 0)
+
+
+def _found(exc: BaseException) -> str:
+    """``, found 'abc'`` when the value that failed to parse is known (typer keeps it in the
+    cause it re-raises), else nothing."""
+    errors = getattr(exc.__cause__, "errors", None)
+    try:
+        return f", found {errors()[0]['input']!r}" if callable(errors) else ""
+    except (LookupError, TypeError):
+        return ""
+
+
+def run_command(
+    command: Callable[..., Any], context_settings: dict[str, Any] | None = None
+) -> NoReturn:
+    """Run one command function as a program (a ``stages/*.py`` script), as :func:`run_app`."""
+    app = typer.Typer(add_completion=False, pretty_exceptions_enable=False)
+    app.command(context_settings=context_settings)(command)
+    run_app(app)
 
 
 def default_workers() -> int:

@@ -115,7 +115,10 @@ class WriteConfig:
 
     def __post_init__(self) -> None:
         if self.num_shards is not None and self.num_shards < 1:
-            raise ConfigError(f"num_shards must be >= 1, got {self.num_shards}")
+            raise ConfigError(
+                f"num_shards must be >= 1, got {self.num_shards} (0 on the command line, "
+                "or None here, derives it from the target shard size)"
+            )
         if self.target_shard_bytes < 1:
             raise ConfigError(f"target_shard_bytes must be >= 1, got {self.target_shard_bytes}")
         if self.compression not in COMPRESSIONS:
