@@ -67,6 +67,7 @@ class InputError(TfshardsError):
     file: str | None = None  # a listed file named on that line
     output: int | None = None  # which of a per-file function's outputs is wrong
     skipped: Mapping[str, int] | None = None  # entries skipped per reason, when none were left
+    pattern: str | None = None  # a pattern the input failed to match (write.group_by)
 
 
 class TransformError(InputError):
