@@ -3,8 +3,9 @@
 :func:`validate_shard` is the unit of work of :func:`tfshards.validation.validate.validate`
 (and of the scan :func:`tfshards.reading.corruption.find_corrupt_record` runs), on
 plain values any executor can carry. Memory does not grow with what the file
-holds: a shard is held (decompressed) only within its manifest size, a
-compressed stream that differs from the manifest is inflated piece by piece,
+holds: an uncompressed shard is checked ``WINDOW_BYTES`` of whole records at
+a time, a compressed one is held (decompressed) only within its manifest size,
+a compressed stream that differs from the manifest is inflated piece by piece,
 and problems past ``max_problems`` are counted, not kept.
 """
 
@@ -156,7 +157,8 @@ def validate_shard(task: ShardCheck) -> ShardReport:
     """Check one shard's bytes, framing and records against its manifest entry.
 
     Memory stays bounded by the manifest's shard size whatever the file holds
-    (measured in the README): a file larger than the manifest says is hashed
+    (measured in the README): an uncompressed shard is read and checked in
+    windows of whole records, a file larger than the manifest says is hashed
     and its framing walked in pieces, and a gzip/zlib shard is decompressed
     whole only when its size and sha256 match the manifest; otherwise its
     stream is inflated piece by piece and only its framing is walked.
