@@ -7,6 +7,7 @@ import json
 import shutil
 from pathlib import Path
 
+import numpy as np
 import pytest
 from typer.testing import CliRunner
 
@@ -15,7 +16,7 @@ from tfshards.cli import app
 from tfshards.exampleparser import decode
 from tfshards.project.sample import write_synthetic
 from tfshards.reading import splits
-from tfshards.validation.duplicates import find_duplicates
+from tfshards.validation.duplicates import DigestStore, find_duplicates
 from tfshards.validation.validate import ValidateConfig, validate
 from tfshards.writing.manifest import load
 
@@ -64,6 +65,30 @@ def test_examples_are_bounded_and_cross_split_pairs_come_first():
     assert found.metrics() == {"across_splits": 1, "groups": 30, "records": 31}
     assert len(found.examples) == 5 and found.examples[0].across_splits
     assert found.examples[0].second == ("b", 0)
+
+
+def test_spilled_digests_find_what_held_digests_find_whatever_the_arrival_order() -> None:
+    rng = np.random.default_rng(7)
+    pool = rng.integers(0, 256, size=(3000, 32), dtype=np.uint8)
+    pool[:40, :8] = 0  # some digests share their first 8 bytes
+    pool[0] = 0  # an unread digest: matches nothing
+    shards = [pool[rng.integers(0, len(pool), size=n)].tobytes() for n in (900, 1, 0, 1500, 700)]
+    names = [f"s{k}" for k in range(len(shards))]
+    held = find_duplicates(names, shards, val={"s1", "s3"})
+    assert held.groups > 100 and held.across_splits > 10
+    with DigestStore(names, {"s1", "s3"}, 3100, spill_records=0, bucket_records=100) as store:
+        assert store.bits == 5  # 32 spill files
+        for k in (3, 0, 4, 2, 1):
+            store.add(k, shards[k])
+        assert store.find() == held
+        every = find_duplicates(names, shards, val={"s1", "s3"}, limit=10_000)
+        assert len(every.examples) == every.groups  # the within-split pairs' order too
+        assert store.find(limit=10_000) == every
+    with DigestStore(names, {"s1", "s3"}, 10, spill_records=1000, bucket_records=300) as store:
+        for k in (4, 3, 2, 1, 0):  # more than the count said: spills once past 1,000
+            store.add(k, shards[k])
+        assert store.bits > 0
+        assert store.find() == held
 
 
 def _paths_by_shard(manifest_path: str) -> dict[str, list[str]]:

@@ -170,3 +170,26 @@ def test_parse_examples_accepts_exactly_what_the_numpy_parse_accepts(monkeypatch
             assert c_side[ok].tolist() == side[ok].tolist(), name
     for name in values:
         assert c_values[name][ok].tolist() == values[name][ok].tolist(), name
+
+
+@needs_c
+def test_read_lines_joins_the_lines_by_number_and_names_the_first_bad_offset(
+    tmp_path: Path,
+) -> None:
+    assert C is not None
+    lines = [b'{"a":%d}' % i + b" " * i for i in range(50)]
+    text = b"".join(line + b"\n" for line in lines)
+    starts = np.cumsum([0] + [len(line) + 1 for line in lines], dtype="<u8")
+    (tmp_path / "files.jsonl").write_bytes(text)
+    (tmp_path / "files.idx").write_bytes(starts.tobytes())
+    order = np.array([7, 0, 49, 7, 3], dtype=np.uint32)
+    with open(tmp_path / "files.idx", "rb") as idx, open(tmp_path / "files.jsonl", "rb") as f:
+        joined, bad = C.read_lines(idx.fileno(), f.fileno(), order.tobytes())
+        assert (joined, bad) == (b"[" + b",".join(lines[j] for j in order) + b"]", -1)
+        assert C.read_lines(idx.fileno(), f.fileno(), b"") == (b"[]", -1)
+        shifted = starts.copy()
+        shifted[3] += 1  # line 3 starts inside line 2's text
+        (tmp_path / "files.idx").write_bytes(shifted.tobytes())
+        assert C.read_lines(idx.fileno(), f.fileno(), order.tobytes()) == (b"", 4)
+        past = np.array([0, 60], dtype=np.uint32)  # no offsets there
+        assert C.read_lines(idx.fileno(), f.fileno(), past.tobytes()) == (b"", 1)

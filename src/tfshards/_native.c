@@ -13,6 +13,7 @@
  *   sha256_spans   SHA-256 of many slices of one buffer
  *   hash_files     SHA-256 and size of many files of one folder (the listing's content tokens)
  *   parse_examples the layout of many Examples of one-value features at once
+ *   read_lines     many lines of a stored listing by line number, as one JSON array
  *
  * Every function releases the GIL while it works, so two threads run two
  * shards on two cores with no process pool to start.
@@ -820,6 +821,103 @@ done:
     return result;
 }
 
+
+/* --------------------------------------------------------------- read_lines */
+
+/* Read exactly ``n`` bytes at ``offset`` (pread until done); 0 on a short read or error. */
+static int pread_all(int fd, uint8_t *into, uint64_t n, uint64_t offset) {
+    while (n) {
+        ssize_t got = pread(fd, into, n, (off_t)offset);
+        if (got <= 0) {
+            if (got < 0 && errno == EINTR) continue;
+            return 0;
+        }
+        into += got;
+        n -= (uint64_t)got;
+        offset += (uint64_t)got;
+    }
+    return 1;
+}
+
+/* read_lines(idx_fd, lines_fd, indices) -> (text, bad): for each line number
+ * j of ``indices`` (uint32), its offsets [start, end) in files.idx (8 bytes
+ * each, little-endian, at 8 * j), then files.jsonl's bytes from the newline
+ * before ``start`` (none for line 0) to ``end``, which must hold no other
+ * newline than their first and last: the lines' text joined as a JSON array
+ * "[line,line,...]". ``bad`` is -1, or the position in ``indices`` of the
+ * first line whose offsets are not those of one line (then ``text`` is empty
+ * and the caller reads that batch line by line, for the message). */
+static PyObject *read_lines(PyObject *self, PyObject *args) {
+    int idx_fd, lines_fd;
+    Py_buffer ind;
+    if (!PyArg_ParseTuple(args, "iiy*", &idx_fd, &lines_fd, &ind)) return NULL;
+    const uint32_t *js = ind.buf;
+    Py_ssize_t count = ind.len / 4, bad = -1;
+    size_t cap = 4096, used = 1;
+    uint8_t *out = PyMem_RawMalloc(cap);
+    int oom = out == NULL;
+    Py_BEGIN_ALLOW_THREADS
+    if (!oom) out[0] = '[';
+    for (Py_ssize_t k = 0; !oom && k < count; k++) {
+        uint8_t span[16];
+        uint64_t start = 0, end = 0;
+        if (!pread_all(idx_fd, span, 16, 8 * (uint64_t)js[k])) {
+            bad = k;
+            break;
+        }
+        for (int b = 7; b >= 0; b--) {
+            start = (start << 8) | span[b];
+            end = (end << 8) | span[8 + b];
+        }
+        uint64_t from = start ? start - 1 : 0; /* the newline before the line, if any */
+        if (end <= start || end - from > ((uint64_t)1 << 30)) {
+            bad = k;
+            break;
+        }
+        uint64_t n = end - from;
+        if (used + n + 2 > cap) {
+            size_t want = cap;
+            while (used + n + 2 > want) want *= 2;
+            uint8_t *grown = PyMem_RawRealloc(out, want);
+            if (grown == NULL) {
+                oom = 1;
+                break;
+            }
+            out = grown;
+            cap = want;
+        }
+        uint8_t *at = out + used;
+        if (!pread_all(lines_fd, at, n, from)) {
+            bad = k;
+            break;
+        }
+        uint8_t *text = start ? at + 1 : at; /* the line itself, with its newline */
+        uint64_t len = start ? n - 1 : n;
+        if ((start && at[0] != '\n') || text[len - 1] != '\n' ||
+            memchr(text, '\n', len - 1) != NULL) {
+            bad = k;
+            break;
+        }
+        memmove(at, text, len - 1); /* the line without its newlines */
+        used += len - 1;
+        out[used++] = ',';
+    }
+    if (!oom && bad < 0) {
+        if (count) used--; /* the last comma */
+        out[used++] = ']';
+    }
+    Py_END_ALLOW_THREADS
+    PyBuffer_Release(&ind);
+    if (oom) {
+        PyMem_RawFree(out);
+        return PyErr_NoMemory();
+    }
+    PyObject *result = Py_BuildValue("(y#n)", (const char *)out, bad < 0 ? (Py_ssize_t)used : 0, bad);
+    PyMem_RawFree(out);
+    return result;
+}
+
+
 static PyMethodDef methods[] = {
     {"frame_files", frame_files, METH_VARARGS,
      "frame_files(buffer, used, dir_fd, rels, labels, sizes, start, keys, roles"
@@ -831,6 +929,7 @@ static PyMethodDef methods[] = {
     {"sha256_spans", sha256_spans, METH_VARARGS, "sha256_spans(buffer, starts, ends) -> bytes"},
     {"parse_examples", parse_examples, METH_VARARGS,
      "parse_examples(buffer, starts, ends, keys, kinds) -> (ok, spans, values)"},
+    {"read_lines", read_lines, METH_VARARGS, "read_lines(idx_fd, lines_fd, indices) -> (text, bad)"},
     {NULL, NULL, 0, NULL},
 };
 

@@ -48,6 +48,8 @@ class Native(Protocol):
         self, buffer: Buffer, starts: Buffer, ends: Buffer, keys: tuple[bytes, ...], kinds: bytes
     ) -> tuple[bytes, bytes, bytes]: ...
 
+    def read_lines(self, idx_fd: int, lines_fd: int, indices: Buffer) -> tuple[bytes, int]: ...
+
 
 def _load() -> Native | None:
     if os.environ.get("TFSHARDS_PURE_PYTHON", "") not in ("", "0"):

@@ -20,7 +20,7 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from tfshards import storage
+from tfshards import native, storage
 from tfshards.errors import InputError
 
 OFFSETS_NAME = "files.idx"
@@ -177,8 +177,16 @@ class ListedRows:
         with fs_files.open(files_path, "rb") as lines, fs_idx.open(idx_path, "rb") as idx:
             read_lines = _reader(lines)
             read_idx = _reader(idx)
+            fds = _fileno(idx), _fileno(lines)
+            c = native.NATIVE if -1 not in fds else None
             for at in range(0, len(order), size):
                 chunk = order[at : at + size]
+                if c is not None:  # one C call reads the batch (~1 us a line less, no GIL)
+                    text, bad = c.read_lines(*fds, chunk)
+                    rows = None if bad >= 0 else _parse_array(self.files, chunk, text, self.labels)
+                    if rows is not None:
+                        yield rows
+                        continue
                 texts = [self._line(read_idx, read_lines, j) for j in chunk]
                 yield _parse_lines(self.files, chunk, texts, self.labels)
 
@@ -195,12 +203,17 @@ class ListedRows:
         return text
 
 
+def _fileno(f: Any) -> int:
+    """The open file's descriptor, or -1 (a remote file)."""
+    try:
+        return int(f.fileno())
+    except (AttributeError, OSError, ValueError):
+        return -1
+
+
 def _reader(f: Any) -> Reader:
     """``read(offset, length)`` on an open file: ``os.pread`` when it has a descriptor."""
-    try:
-        fd = f.fileno()
-    except (AttributeError, OSError, ValueError):
-        fd = -1
+    fd = _fileno(f)
     if fd >= 0:
         return lambda offset, length: os.pread(fd, length, offset)
 
@@ -224,6 +237,19 @@ def _parse_lines(
         return [
             parse_line(path, j + 1, t[1:-1], labels) for j, t in zip(numbers, texts, strict=True)
         ]
+    return [check_record(path, j + 1, r, labels) for j, r in zip(numbers, records, strict=True)]
+
+
+def _parse_array(
+    path: str, numbers: Sequence[int], text: bytes, labels: Sequence[str]
+) -> list[Row] | None:
+    """Lines joined as one JSON array, checked; None when some line is not one valid object."""
+    try:
+        records = json.loads(text)
+    except (UnicodeDecodeError, json.JSONDecodeError):
+        return None
+    if len(records) != len(numbers):
+        return None
     return [check_record(path, j + 1, r, labels) for j, r in zip(numbers, records, strict=True)]
 
 

@@ -106,7 +106,7 @@ class ThreadExecutor(Executor):
         futures = {self._pool.submit(fn, task): i for i, task in enumerate(tasks)}
         try:
             for future in cf.as_completed(futures):
-                yield futures[future], future.result()
+                yield futures.pop(future), future.result()  # popped: its result is let go
         finally:
             for future in futures:
                 future.cancel()

@@ -1,19 +1,23 @@
 """Find records with byte-identical payloads (by stored sha256), in a set and across a split.
 
-Each record's digest is kept as 32 bytes (its stored ``sha256`` feature, read
-by the validator), never as a Python object, so a million records take 32 MB;
-the search sorts them with numpy: on a million random digests in 16 shards it
-takes 1.6 s and peaks 89 MB above the digests (~90 bytes per record: their
-joined copy, the sort order and per-record indices), 4 million 5.5 s and 352 MB
-(``ru_maxrss`` growth in a fresh process, on 2 busy cores).
-"""
+Digests arrive shard by shard (:meth:`DigestStore.add`) and are never held as
+Python objects: equal digests are tallied as they come (80 bytes a distinct
+payload), a set of up to ``SPILL_RECORDS`` records keeps the tallies in
+memory, a larger one spills them to up to 256 temporary files split by their
+leading bits, and the search reads one file at a time, so memory stays flat
+however many records the set holds, and however many of them repeat one
+payload (a million distinct records: 32 files of ~2.6 MB on disk)."""
 
 from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
+import os
+import struct
+import tempfile
 import zlib
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Collection, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -22,7 +26,21 @@ import numpy as np
 from tfshards import storage, tfrecord
 from tfshards.exampleparser import DecodeError, decode
 
+_LENGTH, _CRC = struct.Struct("<Q"), struct.Struct("<I")
 EXAMPLES = 10  # duplicate pairs kept for the report: enough to see a pattern
+SPILL_RECORDS = 1 << 16  # past this many records (2.6 MB of rows) digests go to disk
+BUCKET_RECORDS = 1 << 15  # records aimed at per spill file: ~1.3 MB read back at a time
+MAX_BUCKET_BITS = 8
+ADD_RECORDS = (
+    1 << 13
+)  # records sorted into spill files at a time  # at most 256 spill files open at once
+# A payload's tally: its digest, records, records in validation shards, the first two
+# records and the first on each side of the split (each as shard << 32 | record).
+_ROW = np.dtype(
+    [("key", np.uint64, (4,))]
+    + [(name, np.int64) for name in ("count", "val", "first", "second", "first_train", "first_val")]
+)
+_NONE = np.iinfo(np.int64).max  # no such record
 
 
 @dataclass(frozen=True)
@@ -86,73 +104,179 @@ def find_duplicates(
     an all-zero digest means none was read and matches nothing. Shards named
     in ``val`` are the validation side of the split, the others training.
     """
-    sizes = [len(d) // 32 for d in digests]
-    if sum(sizes) < 2:
-        return Duplicates()
-    raw = np.frombuffer(b"".join(digests), dtype=np.uint8).reshape(-1, 32)
-    shard = np.repeat(np.arange(len(names), dtype=np.int32), sizes)
-    keys = raw.view(np.uint64).reshape(-1, 4)
-    order = _sorted(keys)
-    if len(order) < 2:
-        return Duplicates()
-    head = keys[order, 0]
-    same = head[1:] == head[:-1]  # then the whole digest, where the first 8 bytes agree
-    del head
-    ties = np.flatnonzero(same)
-    same[ties] = (keys[order[ties]] == keys[order[ties + 1]]).all(axis=1)
-    group = np.concatenate([[0], np.cumsum(~same)])
-    counts = np.bincount(group)
-    in_val = np.isin(shard[order], [k for k, n in enumerate(names) if n in val])
-    val_counts = np.bincount(group, weights=in_val, minlength=len(counts))
-    repeated = counts > 1
-    across = repeated & (val_counts > 0) & (val_counts < counts)
-    starts = np.concatenate([[0], np.cumsum(counts)[:-1]])
-    first_record = np.concatenate([[0], np.cumsum(sizes)[:-1]])
-
-    def where(position: int) -> tuple[str, int]:
-        row = int(order[position])
-        k = int(shard[row])
-        return names[k], row - int(first_record[k])
-
-    examples: list[Duplicate] = []
-    for g in [*np.flatnonzero(across).tolist(), *np.flatnonzero(repeated & ~across).tolist()]:
-        if len(examples) >= limit:
-            break
-        lo, hi = int(starts[g]), int(starts[g] + counts[g])
-        if across[g]:  # the first training record and the first validation record
-            side = in_val[lo:hi]
-            a, b = lo + int(np.argmin(side)), lo + int(np.argmax(side))
-            first, second = sorted((a, b))
-        else:
-            first, second = lo, lo + 1
-        digest = raw[order[first]].tobytes().hex()
-        examples.append(Duplicate(digest, where(first), where(second), bool(across[g])))
-    return Duplicates(
-        records=int(counts[repeated].sum() - repeated.sum()),
-        groups=int(repeated.sum()),
-        across_splits=int(across.sum()),
-        examples=tuple(examples),
-    )
+    with DigestStore(names, val, sum(len(d) // 32 for d in digests)) as store:
+        for k, shard in enumerate(digests):
+            store.add(k, shard)
+        return store.find(limit=limit)
 
 
-def _sorted(keys: np.ndarray) -> np.ndarray:
-    """Rows of ``keys`` (4 x uint64 each) that are not all zero, equal rows adjacent.
+class DigestStore:
+    """The digests of a shard set, added shard by shard, then searched once (:meth:`find`).
 
-    Sorts by the first 8 bytes alone (~5x faster than all 32 on a million
-    digests), then the rare rows that share them by all 32. Stable: equal rows
-    stay in record order.
+    Equal digests are tallied as they come (how many records, how many in
+    validation shards, the first two records, the first on each side), so a
+    payload repeated a million times takes one row per ``ADD_RECORDS``
+    records, not a million.
+
+    Args:
+        names: the shards, in order: shard ``k`` is ``names[k]``.
+        val: names of the validation shards (the others are training).
+        records: about how many records the set holds (the manifest's count):
+            it decides whether the tallies stay in memory, and how many spill
+            files share them.
+        spill_records: more records than this go to disk.
+        bucket_records: records aimed at per spill file.
+        folder: where the spill files go (None: the system's temp folder);
+            local scratch space, deleted by :meth:`close`.
     """
-    present = np.flatnonzero(keys.any(axis=1))
-    order = present[np.argsort(keys[present, 0], kind="stable")]
-    del present
-    first = keys[order, 0]
-    tied = np.zeros(len(order), dtype=bool)
-    tied[1:] = first[1:] == first[:-1]
-    tied[:-1] |= tied[1:]
-    at = np.flatnonzero(tied)
-    rows = order[at]
-    order[at] = rows[np.lexsort(keys[rows].T[::-1])]
-    return order
+
+    def __init__(
+        self,
+        names: Sequence[str],
+        val: Collection[str],
+        records: int,
+        *,
+        spill_records: int = SPILL_RECORDS,
+        bucket_records: int = BUCKET_RECORDS,
+        folder: str | None = None,
+    ) -> None:
+        self.names = tuple(names)
+        self._val = frozenset(k for k, n in enumerate(self.names) if n in val)
+        self.spill_records, self.bucket_records, self.folder = spill_records, bucket_records, folder
+        self.bits = self._bits(records) if records > spill_records else 0
+        self._held: list[np.ndarray] = []
+        self._count = 0
+        self._dir: tempfile.TemporaryDirectory[str] | None = None
+        self._files: dict[int, Any] = {}
+
+    def _bits(self, records: int) -> int:
+        """Leading bits picking a row's spill file: ``2**bits`` files of ~``bucket_records``."""
+        files = max(2, -(-records // max(self.bucket_records, 1)))
+        return min(MAX_BUCKET_BITS, (files - 1).bit_length())
+
+    def __enter__(self) -> DigestStore:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Delete the spill files."""
+        for f in self._files.values():
+            f.close()
+        self._files.clear()
+        if self._dir is not None:
+            self._dir.cleanup()
+            self._dir = None
+        self._held.clear()
+
+    def add(self, shard: int, digests: bytes) -> None:
+        """Shard number ``shard``'s digests: record ``i``'s at ``[32 * i : 32 * i + 32]``."""
+        whole = len(digests) - len(digests) % 32
+        keys = np.frombuffer(digests, dtype=np.uint64, count=whole // 8).reshape(-1, 4)
+        for lo in range(0, len(keys), ADD_RECORDS):  # temporaries stay small
+            self._add(shard, lo, keys[lo : lo + ADD_RECORDS])
+
+    def _add(self, shard: int, first: int, keys: np.ndarray) -> None:
+        present = np.flatnonzero(keys.any(axis=1))  # zeros: no digest was read
+        rows = np.empty(len(present), dtype=_ROW)
+        rows["key"] = keys[present]
+        where = (shard << 32) | (first + present)
+        in_val = shard in self._val
+        rows["count"] = 1
+        rows["val"] = int(in_val)
+        rows["first"] = where
+        rows["second"] = _NONE
+        rows["first_train"] = _NONE if in_val else where
+        rows["first_val"] = where if in_val else _NONE
+        rows = _tally(rows)
+        self._count += len(rows)
+        if not self.bits and self._count > self.spill_records:  # more than the count said
+            self.bits = self._bits(2 * self._count)
+            held, self._held = self._held, []
+            for part in held:
+                self._spill(part)
+        if self.bits:
+            self._spill(rows)
+        else:
+            self._held.append(rows)
+
+    def _spill(self, rows: np.ndarray) -> None:
+        """Append ``rows`` to the spill file of their leading bits."""
+        if self._dir is None:
+            self._dir = tempfile.TemporaryDirectory(prefix="tfshards-digests-", dir=self.folder)
+        bucket = (rows["key"][:, 0] >> np.uint64(64 - self.bits)).astype(np.intp)
+        order = np.argsort(bucket, kind="stable")
+        rows, bucket = rows[order], bucket[order]
+        bounds = np.searchsorted(bucket, np.arange((1 << self.bits) + 1)).tolist()
+        for b in np.flatnonzero(np.diff(bounds)).tolist():
+            if b not in self._files:
+                # Local scratch space, not a data location: plain files.
+                path = os.path.join(self._dir.name, f"{b:03d}")
+                self._files[b] = open(path, "wb")  # noqa: SIM115 - closed by close()
+            self._files[b].write(rows[bounds[b] : bounds[b + 1]].tobytes())
+
+    def _buckets(self) -> Iterator[np.ndarray]:
+        """The tallies, one spill file at a time, in the order of their leading bits."""
+        if not self.bits:
+            yield np.concatenate(self._held) if self._held else np.empty(0, dtype=_ROW)
+            return
+        for b in sorted(self._files):
+            f = self._files[b]
+            f.flush()
+            yield np.fromfile(f.name, dtype=_ROW)
+
+    def find(self, *, limit: int = EXAMPLES) -> Duplicates:
+        """The duplicates among what was added.
+
+        Payloads are taken in digest order and records in (shard, record)
+        order, so the result does not depend on the order shards were added in.
+        """
+        records = groups = across_splits = 0
+        across: list[Duplicate] = []
+        within: list[Duplicate] = []
+        for rows in self._buckets():
+            t = _tally(rows)
+            repeated = t["count"] > 1
+            crossing = repeated & (t["val"] > 0) & (t["val"] < t["count"])
+            records += int(t["count"][repeated].sum() - repeated.sum())
+            groups += int(repeated.sum())
+            across_splits += int(crossing.sum())
+            for row in t[crossing][: limit - len(across)]:
+                a, b = sorted((int(row["first_train"]), int(row["first_val"])))
+                across.append(self._example(row, a, b, True))
+            for row in t[repeated & ~crossing][: limit - len(within)]:
+                within.append(self._example(row, int(row["first"]), int(row["second"]), False))
+        return Duplicates(records, groups, across_splits, tuple((across + within)[:limit]))
+
+    def _example(self, row: np.ndarray, first: int, second: int, crossing: bool) -> Duplicate:
+        def where(w: int) -> tuple[str, int]:
+            return self.names[w >> 32], w & 0xFFFFFFFF
+
+        digest = row["key"].tobytes().hex()
+        return Duplicate(digest, where(first), where(second), crossing)
+
+
+def _tally(rows: np.ndarray) -> np.ndarray:
+    """One row per distinct key, in key order: counts summed, the first records kept."""
+    if not len(rows):
+        return rows
+    keys = rows["key"]
+    order = np.lexsort((rows["first"], keys[:, 3], keys[:, 2], keys[:, 1], keys[:, 0]))
+    rows = rows[order]
+    keys = rows["key"]
+    start = np.ones(len(rows), dtype=bool)
+    start[1:] = (keys[1:] != keys[:-1]).any(axis=1)
+    at = np.flatnonzero(start)
+    out = rows[at]  # a copy: the key, and the group's smallest first record
+    out["count"] = np.add.reduceat(rows["count"], at)
+    out["val"] = np.add.reduceat(rows["val"], at)
+    # The group's second record: the first row's own second, or another row's first.
+    second = np.where(start, rows["second"], np.minimum(rows["first"], rows["second"]))
+    out["second"] = np.minimum.reduceat(second, at)
+    out["first_train"] = np.minimum.reduceat(rows["first_train"], at)
+    out["first_val"] = np.minimum.reduceat(rows["first_val"], at)
+    return out
 
 
 def with_paths(
@@ -165,8 +289,8 @@ def with_paths(
     """``found`` with each example's records named by their ``path`` feature.
 
     Reads the shards (under version directory ``url``) that the examples name,
-    one at a time and only those in ``readable`` (shards whose size and bytes
-    matched their manifest entry, so each is held within its known size); a
+    one at a time, in pieces, up to the last record wanted, and only those in
+    ``readable`` (shards whose size and bytes matched their manifest entry); a
     record it cannot read keeps its shard and index alone.
     """
     wanted = {where for d in found.examples for where in (d.first, d.second)}
@@ -176,17 +300,42 @@ def with_paths(
         last = max(i for shard, i in wanted if shard == name)
         try:
             with fs.open(storage.join(root, name), "rb") as f:
-                data = tfrecord.decompress(f.read(), compression)
+                for i, data in enumerate(_records(f, compression)):
+                    if (name, i) in wanted:
+                        with contextlib.suppress(
+                            DecodeError, KeyError, IndexError, UnicodeDecodeError
+                        ):
+                            paths[name, i] = bytes(decode(data)["path"][1][0]).decode()
+                    if i >= last:
+                        break
         except (OSError, zlib.error):
             continue
-        for i, record in enumerate(tfrecord.scan(data)):
-            if i > last or record.data is None:
-                break
-            if (name, i) in wanted:
-                with contextlib.suppress(DecodeError, KeyError, IndexError, UnicodeDecodeError):
-                    paths[name, i] = bytes(decode(record.data)["path"][1][0]).decode()
     examples = tuple(
         dataclasses.replace(d, paths=(paths.get(d.first, ""), paths.get(d.second, "")))
         for d in found.examples
     )
     return dataclasses.replace(found, examples=examples)
+
+
+READ_CHUNK = 1 << 20  # shard bytes read at a time when looking up paths
+
+
+def _records(f: Any, compression: str) -> Iterator[bytes]:
+    """The records of an open shard, read in pieces; stops where the framing does not hold."""
+    pieces: Iterator[bytes] = iter(functools.partial(f.read, READ_CHUNK), b"")
+    if compression != "none":
+        pieces = tfrecord.inflate(pieces, compression)
+    buf, pos = bytearray(), 0
+    for piece in pieces:
+        del buf[:pos]
+        buf += piece
+        pos = 0
+        while len(buf) - pos >= tfrecord.HEADER_BYTES:
+            (length,) = _LENGTH.unpack_from(buf, pos)
+            if _CRC.unpack_from(buf, pos + 8)[0] != tfrecord.masked_crc(bytes(buf[pos : pos + 8])):
+                return
+            start = pos + tfrecord.HEADER_BYTES
+            if start + length + tfrecord.FOOTER_BYTES > len(buf):
+                break
+            yield bytes(buf[start : start + length])
+            pos = start + length + tfrecord.FOOTER_BYTES

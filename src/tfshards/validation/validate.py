@@ -12,6 +12,7 @@ The records themselves are checked by :func:`tfshards.bulkcheck.check_records`
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import posixpath
 import time
@@ -26,7 +27,7 @@ from tfshards.progress import Progress
 from tfshards.reading import splits
 from tfshards.run import executor as executors
 from tfshards.run.cluster import Needs
-from tfshards.validation.duplicates import Duplicates, find_duplicates, with_paths
+from tfshards.validation.duplicates import DigestStore, Duplicates, with_paths
 from tfshards.validation.shardcheck import (
     MAX_PROBLEMS,
     Problem,
@@ -185,35 +186,37 @@ def validate(config: ValidateConfig, *, progress: bool = False) -> ValidationRep
         )
         for shard in manifest.shards
     ]
-    with Progress("validate", total=manifest.records, enabled=progress) as bar:
+    part = _split(manifest, config)
+    with (
+        Progress("validate", total=manifest.records, enabled=progress) as bar,
+        DigestStore([t.name for t in tasks], {s.name for s in part.val}, manifest.records) as store,
+    ):
         pool = executors.start(
             config.run_options, [storage.protocol(fs)], gil_free=gil_free, tasks=len(tasks)
         )
+        arrived: dict[int, ShardReport] = {}
         with pool:
-            done = executors.in_order(
-                pool.map(
-                    validate_shard,
-                    tasks,
-                    describe=lambda t: t.name,
-                    needs=Needs(
-                        locations=(storage.absolute(manifest.root),),
-                        inputs=(storage.absolute(manifest.root),),
-                    ),
-                    note=bar.note,
+            for i, report in pool.map(
+                validate_shard,
+                tasks,
+                describe=lambda t: t.name,
+                needs=Needs(
+                    locations=(storage.absolute(manifest.root),),
+                    inputs=(storage.absolute(manifest.root),),
                 ),
-                len(tasks),
-                on_result=lambda r: bar.update(r.records, r.bytes),
-            )
+                note=bar.note,
+            ):
+                bar.update(report.records, report.bytes)
+                store.add(i, report.digests)  # spilled: never all shards' digests at once
+                arrived[i] = dataclasses.replace(report, digests=b"")
+        done = [arrived[i] for i in range(len(tasks))]
+        dups = store.find()
     problems = [p for r in done for p in r.problems]
     count = sum(r.problem_count for r in done)
     extra = _manifest_problems(manifest, config.manifest, done)
     extra += unlisted_files(fs, root, manifest)
     extra += metadata_problems(fs, root, manifest)
     per_label = [sum(r.label_counts[i] for r in done) for i in range(len(manifest.labels))]
-    part = _split(manifest, config)
-    dups = find_duplicates(
-        [r.name for r in done], [r.digests for r in done], {s.name for s in part.val}
-    )
     if dups.examples:
         sound = [r.name for r in done if not r.problem_count]
         dups = with_paths(dups, manifest.root, manifest.compression, sound, config.storage_options)
