@@ -69,9 +69,10 @@ def init_command(
     Writes or merges the stages into ./dvc.yaml and their sections (list,
     write, train) into ./params.yaml, then `dvc repro` runs them. Other
     stages, params and comments are kept; an option left out keeps the value
-    params.yaml already has. Re-running without options changes nothing;
-    an option that changes an existing value needs --force. Each command is pinned to this tfshards version, so a
-    later `tfshards init --force` after an upgrade makes DVC re-run the stages.
+    params.yaml already has. Re-running without options changes nothing; an
+    option that changes an existing value needs --force. Each command is
+    pinned to this tfshards version, so a later `tfshards init --force` after
+    an upgrade makes DVC re-run the stages.
 
     Needs `git init` and `dvc init` first. Edit params.yaml to tune; never put
     credentials there (dvc.lock copies it): storage credentials and endpoints
