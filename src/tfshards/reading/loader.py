@@ -52,6 +52,7 @@ from tfshards.reading.decode import (
     parse_fn,
 )
 from tfshards.reading.gate import Gate
+from tfshards.resize import Resize
 from tfshards.writing.manifest import Manifest, ShardInfo
 
 if TYPE_CHECKING:
@@ -116,7 +117,9 @@ def make_dataset(
         seed: seeds both shuffles; the same seed gives the same order when
             ``deterministic`` is True.
         image_size: ``(height, width)`` to resize to (bilinear); None keeps the
-            stored size, which must then be the same for every image.
+            stored size, which must then be the same for every image. A set
+            written with ``resize`` (:mod:`tfshards.resize`) at this size is
+            decoded without resizing.
         channels: 1, 3 or 4 to convert every image to; None takes the first
             image's.
         image_dtype: ``"float32"`` (in [0, 1]) or ``"uint8"`` (0..255, as
@@ -166,6 +169,8 @@ def make_dataset(
     repeat = training if repeat is None else repeat
     drop_remainder = repeat if drop_remainder is None else drop_remainder
     paths, fetch = resolve_paths(manifest, shards, cache_dir=cache_dir, **(storage_options or {}))
+    stored = Resize.from_params(manifest.params)  # written at this size: decode only
+    resize = image_size is not None and (stored is None or tuple(image_size) != (stored.size,) * 2)
     image_feature = str(manifest.params.get("image_feature", "image"))
     names = [image_feature] if features is None else list(features)
     shape: tuple[int, int, int] | None = None
@@ -197,7 +202,7 @@ def make_dataset(
     def to_inputs(serialized: tf.Tensor) -> tuple[Any, tf.Tensor]:
         parsed = parse(serialized)
         if shape is not None:
-            data, resize = parsed[image_feature], image_size is not None
+            data = parsed[image_feature]
             parsed[image_feature] = (
                 decode_image(data, shape, resize=resize, dtype=image_dtype, scaled=scaled_decode)
                 if per_record
