@@ -12,15 +12,15 @@ import pytest
 from PIL import Image
 from typer.testing import CliRunner
 
-from tfshards import loader
 from tfshards.cli import app
 from tfshards.errors import ConfigError, InputError
-from tfshards.listing import list_files
-from tfshards.manifest import Manifest
+from tfshards.listing.listing import list_files
+from tfshards.project.sample import SyntheticSpec, render_synthetic, write_synthetic
+from tfshards.reading import loader
 from tfshards.resize import JPEG_QUALITY, Resize, resize_image
-from tfshards.sample import SyntheticSpec, render_synthetic, write_synthetic
-from tfshards.validate import ValidateConfig, validate
-from tfshards.writer import WriteConfig, write
+from tfshards.validation.validate import ValidateConfig, validate
+from tfshards.writing.manifest import Manifest
+from tfshards.writing.writer import WriteConfig, write
 
 
 def _encoded(pixels: np.ndarray, fmt: str = "PNG", mode: str | None = None) -> bytes:
