@@ -10,7 +10,8 @@ so a set read through a pre-resized copy shows the model the same shapes.
 The filter is Pillow's bilinear, which widens to cover every source pixel
 when shrinking (an antialiased average), unlike ``tf.image.resize``'s
 bilinear that samples 2 x 2 pixels. Grey images (modes ``1``, ``L``, ``LA``)
-stay grey; every other mode becomes RGB (an alpha channel is dropped).
+stay grey; every other mode becomes RGB (an alpha channel is dropped). EXIF
+orientation is ignored, as TensorFlow's decoders ignore it.
 
 Formats: ``jpeg`` (baseline, quality :data:`JPEG_QUALITY`, 4:2:0, no
 metadata) or ``raw``: the uint8 pixels in an uncompressed BMP, which

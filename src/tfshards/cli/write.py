@@ -77,8 +77,8 @@ def write_command(
     resize_format: Annotated[
         str,
         typer.Option(
-            help="With --resize: jpeg (quality 90, ~9 KB at 224 px) or raw (uint8 pixels "
-            "in a BMP, 147 KB at 224 px RGB: no decode work, 16x the bytes)."
+            help="With --resize: jpeg (quality 90) or raw (uint8 pixels in a BMP: 147 KB "
+            "per 224 px RGB image, nothing to decode; 16x the bench's resized JPEGs)."
         ),
     ] = "jpeg",
     workers: Workers = default_workers(),
