@@ -777,9 +777,9 @@ def test_batch_that_does_not_split_evenly_over_replicas_is_a_config_error() -> N
 def test_scaled_decode_param_decides_how_the_loader_decodes(tmp_path: Path, scaled: bool) -> None:
     import numpy as np
 
-    from tfshards import loader
-    from tfshards.sample import write_synthetic
-    from tfshards.train import _dataset
+    from tfshards.project.sample import write_synthetic
+    from tfshards.reading import loader
+    from tfshards.training.train import _dataset
 
     write_synthetic(str(tmp_path / "raw"), 8, 64, workers=1)  # 64 px JPEGs read at 16: ratio 4
     config = WriteConfig(out=str(tmp_path / "shards"), num_shards=2, executor="serial")
