@@ -162,8 +162,12 @@ class Bench:
         )
 
     def read_resized(self, name: str, listing: Listing, manifest: Manifest) -> None:
+        """The large set read at each side of ``readers.RESIZED``, and pre-resized copies."""
         payload = listing.total_bytes
         for side in readers.RESIZED:
+            written = {
+                fmt: _resized_shards(listing, self.workroot, side, fmt) for fmt in RESIZE_FORMATS
+            }
             self.job(
                 "read resized",
                 f"{name} -> {side} px",
@@ -173,7 +177,7 @@ class Bench:
                         Epochs(partial(readers.seed_read_resized, manifest, side), payload),
                     ),
                     Contender(
-                        "tfshards make_dataset",
+                        f"tfshards make_dataset (shards {manifest.bytes / 1e6:.1f} MB)",
                         Epochs(partial(readers.tfshards_read_resized, manifest, side), payload),
                         note="scaled JPEG decode when the target is at most half the image",
                     ),
@@ -183,9 +187,30 @@ class Bench:
                             partial(readers.tfshards_read_resized, manifest, side, False), payload
                         ),
                     ),
+                    *(
+                        Contender(
+                            f"tfshards make_dataset, written with resize {side} {fmt} "
+                            f"(shards {m.bytes / 1e6:.1f} MB)",
+                            Epochs(partial(readers.tfshards_read_resized, m, side), payload),
+                            note="decoded at the stored size, no resize",
+                        )
+                        for fmt, m in written.items()
+                    ),
                 ],
                 None,
             )
+
+
+RESIZE_FORMATS = ("jpeg", "raw")  # write.resize_format values the bench reads back
+
+
+def _resized_shards(listing: Listing, workroot: str, side: int, fmt: str) -> Manifest:
+    """``listing`` written already resized to ``side`` in ``fmt`` (untimed)."""
+    shards_dir = tempfile.mkdtemp(dir=workroot, prefix=f"shards-{side}-{fmt}-")
+    config = WriteConfig(
+        out=shards_dir, workers=WORKERS, executor="process", resize=side, resize_format=fmt
+    )
+    return write(config, listing, progress=False).manifest
 
 
 BOUND_PIECES = {"write": bounds.WRITE, "validate": bounds.VALIDATE, "read": bounds.READ}

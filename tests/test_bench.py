@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -40,7 +41,10 @@ READ_RESIZED = {
     "usual reader (parse_single_example, decode_jpeg, resize)",
     "tfshards make_dataset",
     "tfshards make_dataset, scaled_decode=False",
+    "tfshards make_dataset, written with resize {side} jpeg",
+    "tfshards make_dataset, written with resize {side} raw",
 }
+SHARD_MB = re.compile(r" \(shards ([\d.]+) MB\)$")  # the shard set's size, after some names
 GENERATOR = {
     "serial from_generator",
     "seed recipe (py_function, AUTOTUNE)",
@@ -103,8 +107,15 @@ def test_tiny_run_reports_every_contender_with_positive_numbers(
 
     resized = _rows(doc, "read resized")  # the large set only, at two target sizes
     assert {r["data"] for r in resized} == {"large -> 224 px", "large -> 112 px"}
-    for data in ("large -> 224 px", "large -> 112 px"):
-        assert {r["name"] for r in resized if r["data"] == data} == READ_RESIZED, data
+    for side in (224, 112):
+        data = f"large -> {side} px"
+        names = {SHARD_MB.sub("", r["name"]): r["name"] for r in resized if r["data"] == data}
+        assert set(names) == {n.format(side=side) for n in READ_RESIZED}, data
+        mb = {key: SHARD_MB.search(name) for key, name in names.items()}
+        raw, jpeg = (
+            mb[f"tfshards make_dataset, written with resize {side} {f}"] for f in ("raw", "jpeg")
+        )
+        assert raw and jpeg and float(raw[1]) > float(jpeg[1])  # raw pixels take more room
     for r in resized:
         _positive_timings(r)
         assert r["ratio"] is None or r["ratio"]["median"] > 0

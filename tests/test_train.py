@@ -768,3 +768,35 @@ def test_batch_that_does_not_split_evenly_over_replicas_is_a_config_error() -> N
 
     with pytest.raises(ConfigError, match="batch_size 63 must be a multiple of the 2 replicas"):
         TrainSteps(None, None, strategy=TwoReplicas(), classes=2, global_batch=63)
+
+
+# ----------------------------------------------------------------------------- input
+
+
+@pytest.mark.parametrize("scaled", [True, False])
+def test_scaled_decode_param_decides_how_the_loader_decodes(tmp_path: Path, scaled: bool) -> None:
+    import numpy as np
+
+    from tfshards.project.sample import write_synthetic
+    from tfshards.reading import loader
+    from tfshards.training.train import _dataset
+
+    write_synthetic(str(tmp_path / "raw"), 8, 64, workers=1)  # 64 px JPEGs read at 16: ratio 4
+    config = WriteConfig(out=str(tmp_path / "shards"), num_shards=2, executor="serial")
+    m = write(config, list_files(str(tmp_path / "raw")), progress=False).manifest
+    train_config = TrainConfig(image_size=16, batch_size=8, scaled_decode=scaled)
+    got = next(iter(_dataset(loader, m.shards, m, train_config, training=False)))[0].numpy()
+
+    def read(scaled_decode: bool) -> Any:
+        data = loader.make_dataset(
+            m.shards,
+            m,
+            batch_size=8,
+            training=False,
+            image_size=(16, 16),
+            scaled_decode=scaled_decode,
+        )
+        return next(iter(data))[0].numpy()
+
+    np.testing.assert_array_equal(got, read(scaled))
+    assert not np.array_equal(got, read(not scaled))

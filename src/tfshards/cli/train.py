@@ -159,6 +159,15 @@ def train_command(
             "false: faster on GPU.",
         ),
     ] = "true",
+    scaled_decode: Annotated[
+        str,
+        typer.Option(
+            metavar="BOOL",
+            help="true: decode a JPEG at least twice --image-size at 1/2, 1/4 or 1/8 scale "
+            "before resizing (~30% less CPU at 512 -> 224 px, slightly different pixels); "
+            "false: decode whole.",
+        ),
+    ] = "true",
     mixed_precision: Annotated[
         str,
         typer.Option(help=f"{' | '.join(MIXED_PRECISION)}: float16 compute; auto = on a GPU only."),
@@ -229,6 +238,7 @@ def train_command(
         augment=tuple(a.strip() for a in augment.split(",") if a.strip() not in ("", "none")),
         image_dtype=image_dtype,
         image_size=image_size,
+        scaled_decode=parse_bool(scaled_decode, "--scaled-decode"),
         val_fraction=val_fraction,
         seed=seed,
         split_seed=optional_int(split_seed, "--split-seed"),

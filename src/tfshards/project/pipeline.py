@@ -95,6 +95,8 @@ PARAM_COMMENTS = {
         "group_by": "none | a regex over the path: its first (...) group's records share a shard",
         "compression": "none | gzip | zlib",
         "on_error": "fail | skip (skipped files are listed in the manifest)",
+        "resize": "store images as RESIZE x RESIZE pixels (e.g. train.image_size); 0 = as listed",
+        "resize_format": "jpeg (quality 90) | raw (uint8 pixels in a BMP: no decode, 16x larger)",
     },
     "train": {
         "model": "small_cnn | mobilenet_v3_small (needs image_size >= 32)",
@@ -114,6 +116,7 @@ PARAM_COMMENTS = {
         "class_weight": "none | balanced (from the training shards' label counts)",
         "augment": "none | flip | crop | flip,crop (on the device, training only)",
         "image_dtype": "float32 | uint8 (a quarter of the bytes; scaled in the model)",
+        "scaled_decode": "decode large JPEGs at 1/2..1/8 scale, then resize (false: whole)",
         "seed": "seeds training: weights, dropout, input order",
         "split_seed": "picks the validation shards; null = the same as seed",
         "deterministic": "op determinism: the same seed gives the same run",
@@ -176,6 +179,8 @@ def params(spec: PipelineSpec) -> dict[str, dict[str, Any]]:
             "group_by": "none",
             "compression": "none",
             "on_error": "fail",
+            "resize": 0,
+            "resize_format": "jpeg",
         },
         "validate": {"fail_on_leakage": False},
         "train": {
@@ -210,7 +215,8 @@ def stages(*, remote: bool, program: Callable[[str], str]) -> dict[str, dict[str
             "--name ${write.name} --num-shards ${write.num_shards} "
             "--target-shard-mb ${write.target_shard_mb} --seed ${write.seed} "
             "--group-by '${write.group_by}' --compression ${write.compression} "
-            "--on-error ${write.on_error}",
+            "--on-error ${write.on_error} "
+            "--resize ${write.resize} --resize-format ${write.resize_format}",
             "deps": [LISTING],
             "params": ["write"],
             "outs": [MANIFEST, *shard_outs],

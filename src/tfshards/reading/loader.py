@@ -13,7 +13,8 @@ output ~87 us), against ~152 us for interleave -> shuffle -> per-record
 ``parse_single_example`` + decode -> batch. A parallel ``interleave`` cost
 10-17 us per record against 5-7 us on one thread and bought nothing (the
 files are local: remote shards are read from the cache), so reads stay on
-one thread unless ``parallel_reads`` asks otherwise. A per-element ``tf.data``
+one thread there; large records, decoded one by one, read in parallel (see
+``parallel_reads``). A per-element ``tf.data``
 map costs ~40 us per call here; decoding a batch with one op per image in the
 batch's graph costs least (see :func:`decode_images`).
 
@@ -47,11 +48,13 @@ from tfshards.reading.cache import Fetch, ShardCache
 from tfshards.reading.corruption import find_corrupt_record
 from tfshards.reading.decode import (
     PER_RECORD_BYTES,
+    PER_RECORD_PIXELS,
     decode_image,
     decode_images,
     parse_fn,
 )
 from tfshards.reading.gate import Gate
+from tfshards.resize import Resize
 from tfshards.writing.manifest import Manifest, ShardInfo
 
 if TYPE_CHECKING:
@@ -116,7 +119,9 @@ def make_dataset(
         seed: seeds both shuffles; the same seed gives the same order when
             ``deterministic`` is True.
         image_size: ``(height, width)`` to resize to (bilinear); None keeps the
-            stored size, which must then be the same for every image.
+            stored size, which must then be the same for every image. A set
+            written with ``resize`` (:mod:`tfshards.resize`) at this size is
+            decoded without resizing.
         channels: 1, 3 or 4 to convert every image to; None takes the first
             image's.
         image_dtype: ``"float32"`` (in [0, 1]) or ``"uint8"`` (0..255, as
@@ -132,9 +137,13 @@ def make_dataset(
         cycle_length: shard files open at once, their records interleaved one
             by one; None: up to ``DEFAULT_CYCLE_LENGTH``.
         parallel_reads: threads reading those files (``interleave``'s
-            ``num_parallel_calls``); None reads them on one thread, which keeps
-            up with decoding from local disk at half the CPU cost (see the
-            module notes); AUTOTUNE for a slow network filesystem.
+            ``num_parallel_calls``); None reads them on one thread when
+            decoding a batch at a time, which keeps up with decoding from
+            local disk at half the CPU cost (see the module notes), and with
+            AUTOTUNE on the per-record path: there one reading thread kept the
+            2 cores 0.65 busy under load against 0.92 with AUTOTUNE (512 px
+            JPEGs read at 224; 2% more CPU per record). AUTOTUNE for a slow
+            network filesystem.
         repeat: repeat forever; None means ``training``.
         drop_remainder: drop a last partial batch, making the batch dimension
             static; None means ``repeat`` (an endless stream loses nothing).
@@ -147,7 +156,9 @@ def make_dataset(
         per_record: parse and decode record by record in a parallel map, then
             batch; False parses and decodes a batch at a time. None picks by
             the mean record size (per record from
-            ``tfshards.reading.decode.PER_RECORD_BYTES``), whichever measured faster.
+            ``tfshards.reading.decode.PER_RECORD_BYTES``), or for a set written
+            resized by its image size (``PER_RECORD_PIXELS``), whichever
+            measured faster.
         features: names to return as a dict ``{name: batch}`` instead of the
             image alone; the image feature among them is decoded, variable
             length features come back ragged.
@@ -166,12 +177,20 @@ def make_dataset(
     repeat = training if repeat is None else repeat
     drop_remainder = repeat if drop_remainder is None else drop_remainder
     paths, fetch = resolve_paths(manifest, shards, cache_dir=cache_dir, **(storage_options or {}))
+    stored = Resize.from_params(manifest.params)  # written at this size: decode only
+    resize = image_size is not None and (stored is None or tuple(image_size) != (stored.size,) * 2)
     image_feature = str(manifest.params.get("image_feature", "image"))
     names = [image_feature] if features is None else list(features)
     shape: tuple[int, int, int] | None = None
     if decode and image_feature in names:
         shape = _image_shape(manifest, shards, paths, fetch, image_feature, image_size, channels)
 
+    if per_record is None:
+        per_record = manifest.bytes >= PER_RECORD_BYTES * max(1, manifest.records) or (
+            stored is not None and stored.size**2 >= PER_RECORD_PIXELS
+        )
+    if parallel_reads is None and per_record:
+        parallel_reads = AUTOTUNE  # see parallel_reads above
     records = records_dataset(
         paths,
         compression=manifest.compression,
@@ -190,14 +209,12 @@ def make_dataset(
     if repeat:
         records = records.repeat()
 
-    if per_record is None:
-        per_record = manifest.bytes >= PER_RECORD_BYTES * max(1, manifest.records)
     parse = parse_fn(manifest, [*names, "label"], single=per_record)
 
     def to_inputs(serialized: tf.Tensor) -> tuple[Any, tf.Tensor]:
         parsed = parse(serialized)
         if shape is not None:
-            data, resize = parsed[image_feature], image_size is not None
+            data = parsed[image_feature]
             parsed[image_feature] = (
                 decode_image(data, shape, resize=resize, dtype=image_dtype, scaled=scaled_decode)
                 if per_record

@@ -37,6 +37,7 @@ def export_serving(
     channels: int,
     image_dtype: str,
     labels: Sequence[str],
+    scaled_decode: bool = True,
 ) -> None:
     """Write a SavedModel serving raw image bytes to the local ``directory``.
 
@@ -50,6 +51,8 @@ def export_serving(
         channels: channels they are converted to.
         image_dtype: what the model takes: ``float32`` in [0, 1] or ``uint8``.
         labels: class names, index = class id.
+        scaled_decode: decode large JPEGs at a reduced scale first, as training
+            did (:func:`tfshards.reading.decode.decode_image`).
     """
     import keras
     import tensorflow as tf
@@ -60,7 +63,7 @@ def export_serving(
     names = tf.constant(list(labels))
 
     def serve(images: Any) -> dict[str, Any]:
-        decoded = decode_images(images, shape, resize=True, dtype=image_dtype)
+        decoded = decode_images(images, shape, resize=True, dtype=image_dtype, scaled=scaled_decode)
         probs = tf.cast(model(decoded, training=False), tf.float32)
         ids = tf.argmax(probs, axis=-1, output_type=tf.int32)
         return {"probabilities": probs, "class_id": ids, "label": tf.gather(names, ids)}

@@ -226,6 +226,7 @@ def train(config: TrainConfig, *, log: Callable[[str], None] | None = None) -> T
                 channels=channels,
                 image_dtype=config.image_dtype,
                 labels=labels,
+                scaled_decode=config.scaled_decode,
             )
     write_json(metrics, config.metrics)
     if config.split_out:
@@ -267,6 +268,7 @@ def _dataset(
         seed=config.seed,
         image_size=(config.image_size, config.image_size),
         image_dtype=config.image_dtype,
+        scaled_decode=config.scaled_decode,
         deterministic=config.deterministic,
     )
     # The checkpointed iterator may hold a remote-cache gate (a py_function): its

@@ -37,6 +37,9 @@ class TrainConfig:
         augment: on-device training augmentations among ``flip`` and ``crop``.
         image_dtype: ``float32``, or ``uint8``: a quarter of the bytes, scaled in the model.
         image_size: height = width the images are resized to, in pixels.
+        scaled_decode: decode a JPEG at least twice ``image_size`` at 1/2, 1/4 or
+            1/8 scale before resizing (:func:`tfshards.reading.decode.decode_image`):
+            less CPU, slightly different pixels; False decodes whole.
         val_fraction: share of records (whole shards) held out, in [0, 1).
         seed: seeds Python, NumPy, TensorFlow and the input order.
         split_seed: picks the validation shards; None: ``seed``.
@@ -71,6 +74,7 @@ class TrainConfig:
     augment: tuple[str, ...] = ()
     image_dtype: str = "float32"
     image_size: int = 16
+    scaled_decode: bool = True
     val_fraction: float = 0.2
     seed: int = 0
     split_seed: int | None = None

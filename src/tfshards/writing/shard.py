@@ -27,6 +27,7 @@ from tfshards.recordbuffer import (
     RecordBuffer,
     copy_into,
 )
+from tfshards.resize import Resize, resize_image
 from tfshards.schema import Dtype, FeatureSpec, Values, merge_specs, normalize
 from tfshards.tfrecord import Compressor, frame
 from tfshards.writing import layout
@@ -56,6 +57,7 @@ class ShardTask:
     out_options: Mapping[str, Any]
     tokens: tuple[str, ...] = ()  # each entry's listed content token (tfshards.listing.contenthash)
     listed: ListedRows | None = None  # instead of entries/tokens: lines read here, in batches
+    resize: Resize | None = None  # store each image resized (tfshards.resize), not as listed
 
 
 @dataclass(frozen=True)
@@ -122,7 +124,7 @@ def write_shard(task: ShardTask) -> ShardResult:
                         reject(_too_large(rel, size), rel)
                 small = [k for k, (_, _, size) in enumerate(entries) if size <= MAX_FILE_BYTES]
                 entries, tokens = tuple(entries[k] for k in small), tuple(tokens[k] for k in small)
-            if fn is None and local:  # the hot path: whole buffers of files at a time
+            if fn is None and local and task.resize is None:  # the hot path: whole buffers
                 expected = b"".join(expected_sha256(t) or bytes(32) for t in tokens)
                 for i, problem in buffer.add_local_files(prefix, entries, expected):
                     rel, _, listed_size = entries[i]
@@ -130,7 +132,7 @@ def write_shard(task: ShardTask) -> ShardResult:
             else:
                 for (rel, label, listed_size), token in zip(entries, tokens, strict=True):
                     try:
-                        if fn is not None:
+                        if fn is not None or task.resize is not None:
                             features = _features(
                                 fs_in, root, rel, label, listed_size, token, task, fn, specs, keys
                             )
@@ -265,8 +267,15 @@ def _features(
         raise _content_error(rel, "sha256", want.hex(), sha.hexdigest())
     if claims_image(rel) and image_format(data[:HEAD_BYTES]) is None:
         raise _file_problem(NotAnImage(data[:HEAD_BYTES]), rel, listed_size)
+    payload = data
+    if task.resize is not None:  # the record holds the resized image; sha256 stays its payload's
+        try:
+            payload = resize_image(data, task.resize)
+        except InputError as exc:
+            raise InputError(str(exc), path=rel) from None
+        sha = hashlib.sha256(payload)
     features: dict[str, tuple[Dtype, Values]] = {
-        task.image_feature: ("bytes", [data]),
+        task.image_feature: ("bytes", [payload]),
         "label": ("int64", [label]),
         "path": ("bytes", [rel.encode()]),
         "sha256": ("bytes", [sha.hexdigest().encode()]),

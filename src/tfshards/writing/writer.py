@@ -40,6 +40,7 @@ from tfshards.listing.listing import (
 from tfshards.listing.storedlisting import ListedRows, StoredListing
 from tfshards.listing.walker import Entry
 from tfshards.progress import Progress
+from tfshards.resize import Resize
 from tfshards.run import executor as executors
 from tfshards.run.cluster import Needs
 from tfshards.schema import FeatureSpec, merge_specs
@@ -93,6 +94,9 @@ class WriteConfig:
             the same path (without it, a scheduler address refuses local paths).
         manifest_copy: also save the manifest here (the DVC-tracked copy).
         source_options / out_options: fsspec storage options (credentials stay out of params).
+        resize: store every image as ``resize`` x ``resize`` pixels, re-encoded
+            (:mod:`tfshards.resize`); None stores the files' bytes as listed.
+        resize_format: ``"jpeg"`` or ``"raw"`` (uint8 pixels in a BMP) with ``resize``.
     """
 
     out: str
@@ -112,6 +116,8 @@ class WriteConfig:
     manifest_copy: str | None = None
     source_options: Mapping[str, Any] = field(default_factory=dict)
     out_options: Mapping[str, Any] = field(default_factory=dict)
+    resize: int | None = None
+    resize_format: str = "jpeg"
 
     def __post_init__(self) -> None:
         if self.num_shards is not None and self.num_shards < 1:
@@ -136,11 +142,17 @@ class WriteConfig:
             raise ConfigError(f"name must be a non-empty file prefix, got {self.name!r}")
         executors.check_options(self.executor, self.workers)
         grouping.GroupBy.parse(self.group_by)
+        Resize(1 if self.resize is None else self.resize, self.resize_format)  # checks both
 
     @property
     def run_options(self) -> executors.RunOptions:
         """Where and how wide the shards are written."""
         return executors.RunOptions(self.workers, self.executor, self.dask_address, self.shared_fs)
+
+    @property
+    def resized(self) -> Resize | None:
+        """How images are resized when written, or None."""
+        return None if self.resize is None else Resize(self.resize, self.resize_format)
 
 
 @dataclass(frozen=True)
@@ -246,6 +258,9 @@ def plan(
     }
     if group_by is not None:  # absent, not null, without groups: older version names hold
         params["group_by"] = group_by.pattern
+    resize = config.resized
+    if resize is not None:  # absent otherwise: sets written without it keep their bytes and name
+        params["resize"] = resize.params()
     digest = listing.digest if isinstance(listing, StoredListing) else listing_digest(listing)
     version = storage.join(config.out, _fingerprint(digest, listing.labels, params))
     source, out = storage.absolute(listing.root), storage.absolute(version)
@@ -266,6 +281,7 @@ def plan(
                 out_options=dict(config.out_options),
                 tokens=tuple(entry.token for entry in picked),
                 listed=rows,
+                resize=resize,
             )
         )
     params["on_error"] = config.on_error
@@ -319,7 +335,10 @@ def write(config: WriteConfig, listing: Listing | str, *, progress: bool = True)
     pool = executors.start(
         config.run_options,
         [storage.protocol(fs_in), storage.protocol(fs_out)],
-        gil_free=native.NATIVE is not None and config.transform is None and storage.is_local(fs_in),
+        gil_free=native.NATIVE is not None
+        and config.transform is None
+        and config.resize is None
+        and storage.is_local(fs_in),
         tasks=shards,
     )
     # Workers start before the listing is loaded: forked later, each would count it in its RSS.
