@@ -54,8 +54,8 @@ from tfshards.reading.decode import (
     parse_fn,
 )
 from tfshards.reading.gate import Gate
-from tfshards.resize import Resize
 from tfshards.writing.manifest import Manifest, ShardInfo
+from tfshards.writing.resize import Resize
 
 if TYPE_CHECKING:
     import tensorflow as tf
@@ -120,7 +120,7 @@ def make_dataset(
             ``deterministic`` is True.
         image_size: ``(height, width)`` to resize to (bilinear); None keeps the
             stored size, which must then be the same for every image. A set
-            written with ``resize`` (:mod:`tfshards.resize`) at this size is
+            written with ``resize`` (:mod:`tfshards.writing.resize`) at this size is
             decoded without resizing.
         channels: 1, 3 or 4 to convert every image to; None takes the first
             image's.

@@ -27,13 +27,13 @@ from tfshards.recordbuffer import (
     RecordBuffer,
     copy_into,
 )
-from tfshards.resize import Resize, resize_image
 from tfshards.schema import Dtype, FeatureSpec, Values, merge_specs, normalize
 from tfshards.tfrecord import Compressor, frame
 from tfshards.writing import layout
 from tfshards.writing import transform as transforms
 from tfshards.writing.manifest import Reject, ShardInfo, sidecar_from_json, sidecar_json
 from tfshards.writing.recordindex import RecordIndex, index_bytes
+from tfshards.writing.resize import Resize, resize_image
 
 # A file larger than this is refused before it is read: a worker holds one
 # whole file while framing it, and TensorFlow cannot parse an Example of 2 GiB
@@ -57,7 +57,9 @@ class ShardTask:
     out_options: Mapping[str, Any]
     tokens: tuple[str, ...] = ()  # each entry's listed content token (tfshards.listing.contenthash)
     listed: ListedRows | None = None  # instead of entries/tokens: lines read here, in batches
-    resize: Resize | None = None  # store each image resized (tfshards.resize), not as listed
+    resize: Resize | None = (
+        None  # store each image resized (tfshards.writing.resize), not as listed
+    )
 
 
 @dataclass(frozen=True)

@@ -40,7 +40,6 @@ from tfshards.listing.listing import (
 from tfshards.listing.storedlisting import ListedRows, StoredListing
 from tfshards.listing.walker import Entry
 from tfshards.progress import Progress
-from tfshards.resize import Resize
 from tfshards.run import executor as executors
 from tfshards.run.cluster import Needs
 from tfshards.schema import FeatureSpec, merge_specs
@@ -52,6 +51,7 @@ from tfshards.writing.manifest import (
     MANIFEST_NAME,
     Manifest,
 )
+from tfshards.writing.resize import Resize
 from tfshards.writing.shard import ShardResult, ShardTask, keys_differ, write_error, write_shard
 
 BASE_FEATURES = ("label", "path", "sha256")
@@ -95,7 +95,7 @@ class WriteConfig:
         manifest_copy: also save the manifest here (the DVC-tracked copy).
         source_options / out_options: fsspec storage options (credentials stay out of params).
         resize: store every image as ``resize`` x ``resize`` pixels, re-encoded
-            (:mod:`tfshards.resize`); None stores the files' bytes as listed.
+            (:mod:`tfshards.writing.resize`); None stores the files' bytes as listed.
         resize_format: ``"jpeg"`` or ``"raw"`` (uint8 pixels in a BMP) with ``resize``.
     """
 
