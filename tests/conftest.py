@@ -13,6 +13,13 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 os.environ.setdefault("DVC_NO_ANALYTICS", "true")
 
 
+@pytest.fixture(autouse=True, scope="session")
+def hash_cache_in_tmp(tmp_path_factory: pytest.TempPathFactory) -> None:
+    """`tfshards list` remembers file hashes per user: keep the tests' own apart."""
+    path = tmp_path_factory.mktemp("hash-cache") / "listing-hashes.sqlite"
+    os.environ["TFSHARDS_HASH_CACHE"] = str(path)
+
+
 @pytest.fixture(autouse=True)
 def clean_memory_fs() -> Iterator[None]:
     """memory:// is a process-wide store; give each test an empty one."""

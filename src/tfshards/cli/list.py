@@ -8,6 +8,7 @@ import typer
 
 from tfshards import jsonfile
 from tfshards.cli._common import one_line_errors
+from tfshards.listing.hashcache import OFF, default_path
 from tfshards.listing.listing import DEFAULT_EXTENSIONS, format_skipped, list_files, write_listing
 
 
@@ -51,6 +52,16 @@ def list_files_command(
             "e.g. 'train/*'.",
         ),
     ] = None,
+    hash_cache: Annotated[
+        str | None,
+        typer.Option(
+            "--hash-cache",
+            help="SQLite file remembering each local file's SHA-256 by its stat, so an "
+            "unchanged file is not read again; 'none' reads every file. Default: "
+            "$TFSHARDS_HASH_CACHE, else ~/.cache/tfshards/listing-hashes.sqlite.",
+            show_default=False,
+        ),
+    ] = None,
     metrics: Annotated[
         str | None,
         typer.Option(
@@ -76,8 +87,17 @@ def list_files_command(
     meta.json and in the summary line. files.jsonl holds one JSON object per
     file, sorted by path: label, label_index, path, size and a change token.
     Credentials for URLs come from the environment or fsspec config.
+
+    A local file's SHA-256 is remembered with its stat (device, inode, size,
+    mtime, ctime) in --hash-cache: listing an unchanged tree again reads no file.
     """
-    listing = list_files(root, index=index, extensions=extensions.split(","), glob=glob)
+    if hash_cache is None:
+        hash_cache = default_path()
+    elif hash_cache.strip().lower() == OFF:
+        hash_cache = None
+    listing = list_files(
+        root, index=index, extensions=extensions.split(","), glob=glob, hash_cache=hash_cache
+    )
     write_listing(listing, out)
     if metrics is not None:
         doc = {

@@ -31,6 +31,7 @@ from typing import Any
 
 from tfshards import native, storage
 from tfshards.errors import InputError
+from tfshards.listing.hashcache import HashCache, Stat
 
 SHA256 = "sha256"
 # Content hashes fsspec backends report, best first, and the token kind of each.
@@ -90,32 +91,41 @@ def expected_md5(token: str) -> str | None:
 Batch = tuple[str, str, list[str]]  # (folder to open, relative folder with "/", file names)
 
 
-def hash_local(batches: Sequence[Batch], threads: int) -> Iterator[tuple[str, int, str]]:
+def hash_local(
+    batches: Sequence[Batch],
+    threads: int,
+    cache: HashCache | None = None,
+    stats: Sequence[Sequence[Stat]] | None = None,
+) -> Iterator[tuple[str, int, str]]:
     """``(relative path, size, "sha256:...")`` of every file named in ``batches``.
 
     Folders are hashed in ``threads`` threads, results come in batch order.
     The size is the one the hashed bytes have (a file may change while it is
-    listed: the token and the size then describe the same bytes).
+    listed: the token and the size then describe the same bytes). With a
+    ``cache``, each digest is remembered with the file's stat in ``stats``
+    (one per name, taken before hashing).
 
     Raises:
         InputError: a file cannot be read or is no longer a regular file.
     """
     chunks = [
-        (folder, rel_dir, names[at : at + _BATCH])
-        for folder, rel_dir, names in batches
+        (folder, rel_dir, names[at : at + _BATCH], b, at)
+        for b, (folder, rel_dir, names) in enumerate(batches)
         for at in range(0, len(names), _BATCH)
     ]
 
-    def run(chunk: Batch) -> list[tuple[int, bytes]]:
+    def run(chunk: tuple[str, str, list[str], int, int]) -> list[tuple[int, bytes]]:
         return _hash_local(chunk[0], chunk[2])
 
     pool = ThreadPoolExecutor(max(1, threads))
     try:
         done = pool.map(run, chunks) if threads > 1 and len(chunks) > 1 else map(run, chunks)
-        for (folder, rel_dir, names), hashed in zip(chunks, done, strict=True):
-            for name, (size, digest) in zip(names, hashed, strict=True):
+        for (folder, rel_dir, names, b, at), hashed in zip(chunks, done, strict=True):
+            for i, (name, (size, digest)) in enumerate(zip(names, hashed, strict=True), at):
                 if size < 0:
                     raise _unreadable(os.path.join(folder, name), size)
+                if cache is not None and stats is not None:
+                    cache.add(folder, name, stats[b][i], digest)
                 yield rel_dir + name, size, f"{SHA256}:{digest.hex()}"
     finally:  # on an error, do not hash the rest of the tree first
         pool.shutdown(cancel_futures=True)

@@ -25,6 +25,7 @@ from fsspec.utils import get_protocol
 from tfshards import jsonfile, storage
 from tfshards.errors import ConfigError, InputError
 from tfshards.listing import contenthash
+from tfshards.listing.hashcache import HashCache
 from tfshards.listing.indexfile import read_index, scan_index
 from tfshards.listing.storedlisting import (
     OFFSETS_NAME,
@@ -101,6 +102,7 @@ def list_files(
     glob: str | None = None,
     storage_options: Mapping[str, Any] | None = None,
     threads: int | None = None,
+    hash_cache: str | None = None,
 ) -> Listing:
     """List the files under ``root`` with their labels and content tokens.
 
@@ -127,6 +129,9 @@ def list_files(
         storage_options: passed to fsspec for ``root`` (and ``index`` when on
             the same kind of storage).
         threads: files hashed at once (default: all cores).
+        hash_cache: SQLite file remembering local files' SHA-256 by their stat
+            (:mod:`tfshards.listing.hashcache`), so an unchanged file is not read
+            again; ``None`` reads every file. Never changes the listing.
 
     Returns:
         The listing, entries sorted by path.
@@ -142,7 +147,12 @@ def list_files(
     if threads is None:
         threads = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else 1
     if index is None:
-        labels, entries = scan_tree(fs, base, filt, counts, threads)
+        cache = HashCache(hash_cache) if hash_cache and storage.is_local(fs) else None
+        try:
+            labels, entries = scan_tree(fs, base, filt, counts, threads, cache)
+        finally:
+            if cache is not None:
+                cache.close()
     else:
         same = get_protocol(index) == get_protocol(root)
         index_fs, index_path = storage.open_url(index, **(options if same else {}))

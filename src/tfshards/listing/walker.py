@@ -17,14 +17,15 @@ import os
 import re
 import stat
 from collections import Counter
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Generator, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
 from tfshards import storage
 from tfshards.errors import ConfigError, InputError
 from tfshards.listing import contenthash
-from tfshards.listing.contenthash import storage_token
+from tfshards.listing.contenthash import sha256_token, storage_token
+from tfshards.listing.hashcache import HashCache, Stat
 
 
 class Entry(NamedTuple):
@@ -96,17 +97,23 @@ def check_root(fs: Any, base: str, root: str) -> None:
 
 
 def scan_tree(
-    fs: Any, base: str, filt: TreeFilter, skipped: Counter[str], threads: int = 1
+    fs: Any,
+    base: str,
+    filt: TreeFilter,
+    skipped: Counter[str],
+    threads: int = 1,
+    cache: HashCache | None = None,
 ) -> tuple[list[str], list[Entry]]:
     """Every first-level folder with at least one kept file is a label; returns labels, entries.
 
     Files directly under ``base`` count as ``no-label``; ``skipped`` is updated in place.
+    Local files whose stat ``cache`` remembers are not read.
     """
     labels: list[str] = []
     entries: list[Entry] = []
     for name in _label_folders(fs, base, filt, skipped):
         label_id, before = len(labels), len(entries)
-        rows = _walk(fs, storage.join(base, name), name + "/", filt, skipped, threads)
+        rows = _walk(fs, storage.join(base, name), name + "/", filt, skipped, threads, cache)
         entries.extend(Entry(rel, size, label_id, token) for rel, size, token in rows)
         if len(entries) > before:  # a folder whose files were all skipped is no label
             labels.append(name)
@@ -136,7 +143,13 @@ def _label_folders(fs: Any, base: str, filt: TreeFilter, skipped: Counter[str]) 
 
 
 def _walk(
-    fs: Any, base: str, prefix: str, filt: TreeFilter, skipped: Counter[str], threads: int
+    fs: Any,
+    base: str,
+    prefix: str,
+    filt: TreeFilter,
+    skipped: Counter[str],
+    threads: int,
+    cache: HashCache | None = None,
 ) -> Iterator[tuple[str, int, str]]:
     """Yield ``(prefix + relative path, size, token)`` for every kept file under ``base``.
 
@@ -144,7 +157,7 @@ def _walk(
     the storage's own content hash, or ``""`` when it keeps none.
     """
     if storage.is_local(fs):
-        yield from _walk_local(base, prefix, filt, skipped, threads)
+        yield from _walk_local(base, prefix, filt, skipped, threads, cache)
         return
     try:
         for dirpath, dirs, files in fs.walk(base, detail=True, on_error="raise"):
@@ -169,16 +182,24 @@ def _walk(
 
 
 def _walk_local(
-    base: str, prefix: str, filt: TreeFilter, skipped: Counter[str], threads: int
+    base: str,
+    prefix: str,
+    filt: TreeFilter,
+    skipped: Counter[str],
+    threads: int,
+    cache: HashCache | None = None,
 ) -> Iterator[tuple[str, int, str]]:
     # Depth-first with an explicit stack; `ancestors` (device, inode) pairs stop symlink loops.
-    # No stat per file: the kept files of each folder are hashed afterwards, and the
-    # hash reports the size of the bytes it read.
+    # Without a cache no stat per file: the kept files of each folder are hashed
+    # afterwards, and the hash reports the size of the bytes it read. With one,
+    # each kept file is stat'ed (following links) and only the files whose stat
+    # the cache does not know are read.
     top = os.stat(base)
     Frame = tuple[str, str, tuple[tuple[int, int], ...]]
     stack: list[Frame] = [(base, prefix, ((top.st_dev, top.st_ino),))]
     reason = filt.reason
     batches: list[contenthash.Batch] = []
+    stats: list[list[Stat]] = []
     while stack:
         directory, rel_dir, ancestors = stack.pop()
         try:
@@ -218,9 +239,36 @@ def _walk_local(
                         continue
                     skip = "not-a-file"  # socket, FIFO, device, dangling symlink
                 skipped[skip] += 1
+        if names and cache is not None:
+            names, found = yield from _cached(cache, directory, rel_dir, names)
+            if names:
+                stats.append(found)
         if names:
             batches.append((directory, rel_dir, names))
-    yield from contenthash.hash_local(batches, threads)
+    yield from contenthash.hash_local(batches, threads, cache, stats)
+
+
+def _cached(
+    cache: HashCache, directory: str, rel_dir: str, names: list[str]
+) -> Generator[tuple[str, int, str], None, tuple[list[str], list[Stat]]]:
+    """Yield the files of ``directory`` whose stat ``cache`` knows; return the others' stats."""
+    known = cache.folder(directory)  # absolute: fsspec's local paths are
+    todo: list[str] = []
+    found: list[Stat] = []
+    for name in names:
+        try:
+            st = os.stat(os.path.join(directory, name))
+        except OSError as exc:
+            raise _unreadable(os.path.join(directory, name), exc) from None
+        key = (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+        hit = known.get(name)
+        if hit is not None and hit[0] == key:
+            cache.hits += 1
+            yield rel_dir + name, st.st_size, sha256_token(hit[1])
+        else:
+            todo.append(name)
+            found.append(key)
+    return todo, found
 
 
 def info_name(info: dict[str, Any]) -> str:

@@ -1,0 +1,233 @@
+"""The listing's hash cache: unchanged files are not read again, changed ones always are."""
+
+from __future__ import annotations
+
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+import textwrap
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from tfshards.cli import list as list_cli
+from tfshards.listing import contenthash, hashcache
+from tfshards.listing.hashcache import HashCache
+from tfshards.listing.listing import list_files, write_listing
+
+TREE = {
+    "cat/001.jpg": b"cat one",
+    "cat/sub/002.jpg": b"cat two",
+    "dog/001.jpg": b"dog one",
+    "dog/002.jpg": b"dog two",
+}
+
+
+@pytest.fixture
+def tree(tmp_path: Path) -> Path:
+    root = tmp_path / "raw"
+    for rel, data in TREE.items():
+        (root / rel).parent.mkdir(parents=True, exist_ok=True)
+        (root / rel).write_bytes(data)
+    return root
+
+
+@pytest.fixture
+def no_racy_window(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Files written by the test itself are remembered at once (default: only after 2 s)."""
+    monkeypatch.setattr(hashcache, "RACY_NS", 0)
+
+
+@pytest.fixture
+def reads(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """Names of the local files the listing opens and hashes."""
+    seen: list[str] = []
+    real = contenthash._hash_local
+
+    def counted(folder: str, names: Sequence[str]) -> list[tuple[int, bytes]]:
+        seen.extend(os.path.join(folder, name) for name in names)
+        return real(folder, names)
+
+    monkeypatch.setattr(contenthash, "_hash_local", counted)
+    return seen
+
+
+def _listing_bytes(root: Path, out: Path, cache: str | None) -> bytes:
+    write_listing(list_files(str(root), hash_cache=cache), str(out))
+    return (out / "files.jsonl").read_bytes() + (out / "meta.json").read_bytes()
+
+
+@pytest.mark.usefixtures("no_racy_window")
+def test_second_list_of_unchanged_tree_reads_no_file_and_writes_same_bytes(
+    tree: Path, tmp_path: Path, reads: list[str]
+) -> None:
+    cache = str(tmp_path / "hashes.sqlite")
+    without = _listing_bytes(tree, tmp_path / "plain", None)
+    assert len(reads) == 4
+    first = _listing_bytes(tree, tmp_path / "first", cache)
+    assert len(reads) == 8
+    second = _listing_bytes(tree, tmp_path / "second", cache)
+    assert len(reads) == 8  # nothing opened
+    assert first == second == without
+
+
+@pytest.mark.usefixtures("no_racy_window")
+def test_file_rewritten_at_same_size_with_mtime_restored_is_read_again(
+    tree: Path, tmp_path: Path, reads: list[str]
+) -> None:
+    cache = str(tmp_path / "hashes.sqlite")
+    before = list_files(str(tree), hash_cache=cache)
+    path = tree / "dog/002.jpg"
+    st = path.stat()
+    path.write_bytes(b"DOG TWO")  # same size
+    os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns))  # ctime moves on regardless
+    assert path.stat().st_mtime_ns == st.st_mtime_ns
+    del reads[:]
+    after = list_files(str(tree), hash_cache=cache)
+    assert reads == [str(path)]
+    assert after == list_files(str(tree))
+    changed = [a.path for a, b in zip(before.entries, after.entries, strict=True) if a != b]
+    assert changed == ["dog/002.jpg"]
+
+
+@pytest.mark.usefixtures("no_racy_window")
+def test_file_replaced_by_another_with_same_size_and_mtime_is_read_again(
+    tree: Path, tmp_path: Path, reads: list[str]
+) -> None:
+    cache = str(tmp_path / "hashes.sqlite")
+    list_files(str(tree), hash_cache=cache)
+    path, new = tree / "cat/001.jpg", tmp_path / "new.jpg"
+    new.write_bytes(b"CAT ONE")
+    st = path.stat()
+    os.utime(new, ns=(st.st_atime_ns, st.st_mtime_ns))
+    os.replace(new, path)  # another inode under the same name
+    del reads[:]
+    after = list_files(str(tree), hash_cache=cache)
+    assert reads == [str(path)]
+    assert after == list_files(str(tree))
+
+
+def test_files_changed_within_two_seconds_of_listing_are_not_remembered(
+    tree: Path, tmp_path: Path, reads: list[str]
+) -> None:
+    cache = str(tmp_path / "hashes.sqlite")
+    list_files(str(tree), hash_cache=cache)  # the files were written just now: racy
+    list_files(str(tree), hash_cache=cache)
+    assert len(reads) == 8
+
+
+@pytest.mark.usefixtures("no_racy_window")
+def test_damaged_cache_is_rebuilt_with_one_warning_line(
+    tree: Path, tmp_path: Path, reads: list[str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    cache = tmp_path / "hashes.sqlite"
+    cache.write_bytes(b"this is not a database" * 100)
+    expected = list_files(str(tree))
+    assert list_files(str(tree), hash_cache=str(cache)) == expected
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "damaged" in err and str(cache) in err
+    del reads[:]
+    assert list_files(str(tree), hash_cache=str(cache)) == expected
+    assert reads == []
+    assert capsys.readouterr().err == ""
+
+
+def test_cache_in_an_unwritable_place_lists_anyway_with_a_warning(
+    tree: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    blocker = tmp_path / "file"
+    blocker.write_bytes(b"")
+    listing = list_files(str(tree), hash_cache=str(blocker / "hashes.sqlite"))
+    assert listing == list_files(str(tree))
+    assert "cannot open" in capsys.readouterr().err
+
+
+@pytest.mark.usefixtures("no_racy_window")
+def test_process_killed_while_writing_leaves_a_usable_cache(tmp_path: Path) -> None:
+    cache = tmp_path / "hashes.sqlite"
+    script = textwrap.dedent(
+        f"""
+        from tfshards.listing import hashcache
+        hashcache._FLUSH_ROWS = 5000
+        cache = hashcache.HashCache({str(cache)!r}, racy_ns=0)
+        print("ready", flush=True)
+        i = 0
+        while True:
+            cache.add(f"/d/{{i % 97}}", f"{{i}}.jpg", (1, i, 9, 1, 1), bytes(32))
+            i += 1
+        """
+    )
+    proc = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE)
+    assert proc.stdout is not None and proc.stdout.readline() == b"ready\n"
+    time.sleep(1.0)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    db = sqlite3.connect(cache)
+    assert db.execute("PRAGMA integrity_check").fetchone() == ("ok",)
+    rows = db.execute("SELECT count(*) FROM files").fetchone()[0]
+    db.close()
+    assert rows % 5000 == 0  # whole transactions only
+    reopened = HashCache(str(cache))
+    assert sum(len(reopened.folder(f"/d/{i}")) for i in range(97)) == rows
+    reopened.close()
+
+
+@pytest.mark.usefixtures("no_racy_window")
+def test_two_lists_at_once_share_one_cache(tree: Path, tmp_path: Path) -> None:
+    cache = str(tmp_path / "hashes.sqlite")
+    for i in range(300):
+        (tree / "cat" / f"more{i:03d}.jpg").write_bytes(b"%d" % i)
+    script = (
+        "import sys; from tfshards.listing import hashcache, listing; hashcache.RACY_NS = 0; "
+        "hashcache._FLUSH_ROWS = 10; root, cache, out = sys.argv[1:]; "
+        "listing.write_listing(listing.list_files(root, hash_cache=cache), out)"
+    )
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-c", script, str(tree), cache, str(tmp_path / f"out{i}")],
+            stderr=subprocess.PIPE,
+        )
+        for i in range(2)
+    ]
+    errors = [p.communicate()[1] for p in procs]
+    assert [p.returncode for p in procs] == [0, 0] and errors == [b"", b""]
+    expected = _listing_bytes(tree, tmp_path / "plain", None)
+    for i in range(2):
+        out = tmp_path / f"out{i}"
+        assert (out / "files.jsonl").read_bytes() + (out / "meta.json").read_bytes() == expected
+    assert _listing_bytes(tree, tmp_path / "again", cache) == expected
+
+
+def test_cli_uses_the_env_cache_and_none_turns_it_off(
+    tree: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import typer
+
+    app = typer.Typer()
+    app.command()(list_cli.list_files_command)
+    cache = tmp_path / "env.sqlite"
+    monkeypatch.setenv(hashcache.ENV, str(cache))
+    runner = CliRunner()
+    result = runner.invoke(app, [str(tree), "--out", str(tmp_path / "a"), "--hash-cache", "none"])
+    assert result.exit_code == 0, result.output
+    assert not cache.exists()
+    result = runner.invoke(app, [str(tree), "--out", str(tmp_path / "b")])
+    assert result.exit_code == 0, result.output
+    assert cache.exists()
+    assert (tmp_path / "a/files.jsonl").read_bytes() == (tmp_path / "b/files.jsonl").read_bytes()
+
+
+def test_default_path_follows_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(hashcache.ENV, "none")
+    assert hashcache.default_path() is None
+    monkeypatch.delenv(hashcache.ENV)
+    monkeypatch.setenv("TFSHARDS_CACHE", "/c")
+    assert hashcache.default_path() == "/c/listing-hashes.sqlite"
+    monkeypatch.delenv("TFSHARDS_CACHE")
+    monkeypatch.setenv("XDG_CACHE_HOME", "/x")
+    assert hashcache.default_path() == "/x/tfshards/listing-hashes.sqlite"
