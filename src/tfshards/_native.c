@@ -12,6 +12,7 @@
  *   crc32c_spans   CRC-32C of many slices of one buffer
  *   sha256_spans   SHA-256 of many slices of one buffer
  *   hash_files     SHA-256 and size of many files of one folder (the listing's content tokens)
+ *   stat_files     stat of many files of one folder (the listing's hash cache)
  *   parse_examples the layout of many Examples of one-value features at once
  *   read_lines     many lines of a stored listing by line number, as one JSON array
  *
@@ -581,6 +582,58 @@ static PyObject *hash_files(PyObject *self, PyObject *args) {
     return Py_BuildValue("(NN)", digests, sizes);
 }
 
+/* stat_files(folder, names) -> stats: for each name (bytes, relative to the
+ * folder ``folder``), five int64 (st_dev, st_ino, st_size, st_mtime ns,
+ * st_ctime ns) of what it names, links followed; size -errno when it cannot
+ * be stat'ed (-EINVAL: not a regular file). The listing's hash cache compares
+ * these with the stats it recorded, and reads no file whose stat is unchanged. */
+static PyObject *stat_files(PyObject *self, PyObject *args) {
+    const char *folder;
+    PyObject *names;
+    if (!PyArg_ParseTuple(args, "yO!", &folder, &PyList_Type, &names)) return NULL;
+    Py_ssize_t n = PyList_GET_SIZE(names);
+    const char **items = PyMem_Malloc(sizeof(char *) * (size_t)(n + 1));
+    if (items == NULL) return PyErr_NoMemory();
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *name = PyList_GET_ITEM(names, i);
+        if (!PyBytes_Check(name) || memchr(PyBytes_AS_STRING(name), 0, PyBytes_GET_SIZE(name))) {
+            PyMem_Free(items);
+            PyErr_SetString(PyExc_TypeError, "stat_files: names must be bytes without NUL");
+            return NULL;
+        }
+        items[i] = PyBytes_AS_STRING(name);
+    }
+    PyObject *stats = PyBytes_FromStringAndSize(NULL, n * 40);
+    if (stats == NULL) {
+        PyMem_Free(items);
+        return NULL;
+    }
+    int64_t *out = (int64_t *)PyBytes_AS_STRING(stats);
+    Py_BEGIN_ALLOW_THREADS
+    int dir_fd = open(folder, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    int dir_error = dir_fd < 0 ? errno : 0;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        int64_t *o = out + 5 * i;
+        struct stat st;
+        int e = dir_fd < 0 ? dir_error : fstatat(dir_fd, items[i], &st, 0) < 0 ? errno : 0;
+        if (!e && !S_ISREG(st.st_mode)) e = EINVAL;
+        if (e) {
+            o[0] = o[1] = o[3] = o[4] = 0;
+            o[2] = -(int64_t)e;
+            continue;
+        }
+        o[0] = (int64_t)st.st_dev;
+        o[1] = (int64_t)st.st_ino;
+        o[2] = (int64_t)st.st_size;
+        o[3] = (int64_t)st.st_mtim.tv_sec * 1000000000 + st.st_mtim.tv_nsec;
+        o[4] = (int64_t)st.st_ctim.tv_sec * 1000000000 + st.st_ctim.tv_nsec;
+    }
+    if (dir_fd >= 0) close(dir_fd);
+    Py_END_ALLOW_THREADS
+    PyMem_Free(items);
+    return stats;
+}
+
 /* ------------------------------------------------------------ span kernels */
 
 /* Parse (buffer, starts, ends): ``starts`` and ``ends`` are int64 buffers of
@@ -924,6 +977,7 @@ static PyMethodDef methods[] = {
      "[, expected[, images]])"
      " -> (next, used, error, found)"},
     {"hash_files", hash_files, METH_VARARGS, "hash_files(folder, names) -> (digests, sizes)"},
+    {"stat_files", stat_files, METH_VARARGS, "stat_files(folder, names) -> stats"},
     {"frame_offsets", frame_offsets, METH_VARARGS, "frame_offsets(buffer) -> (offsets, end)"},
     {"crc32c_spans", crc32c_spans, METH_VARARGS, "crc32c_spans(buffer, starts, ends) -> bytes"},
     {"sha256_spans", sha256_spans, METH_VARARGS, "sha256_spans(buffer, starts, ends) -> bytes"},

