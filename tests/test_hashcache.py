@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import os
 import signal
 import sqlite3
@@ -16,6 +17,7 @@ import pytest
 from typer.testing import CliRunner
 
 from tfshards.cli import list as list_cli
+from tfshards.errors import InputError
 from tfshards.listing import contenthash, hashcache
 from tfshards.listing.hashcache import HashCache
 from tfshards.listing.listing import list_files, write_listing
@@ -62,7 +64,7 @@ def _listing_bytes(root: Path, out: Path, cache: str | None) -> bytes:
     return (out / "files.jsonl").read_bytes() + (out / "meta.json").read_bytes()
 
 
-@pytest.mark.usefixtures("no_racy_window")
+@pytest.mark.usefixtures("no_racy_window", "loop")
 def test_second_list_of_unchanged_tree_reads_no_file_and_writes_same_bytes(
     tree: Path, tmp_path: Path, reads: list[str]
 ) -> None:
@@ -76,7 +78,7 @@ def test_second_list_of_unchanged_tree_reads_no_file_and_writes_same_bytes(
     assert first == second == without
 
 
-@pytest.mark.usefixtures("no_racy_window")
+@pytest.mark.usefixtures("no_racy_window", "loop")
 def test_file_rewritten_at_same_size_with_mtime_restored_is_read_again(
     tree: Path, tmp_path: Path, reads: list[str]
 ) -> None:
@@ -110,6 +112,41 @@ def test_file_replaced_by_another_with_same_size_and_mtime_is_read_again(
     after = list_files(str(tree), hash_cache=cache)
     assert reads == [str(path)]
     assert after == list_files(str(tree))
+
+
+def test_stats_are_the_same_from_c_and_python_and_name_what_cannot_be_read(
+    tree: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from tfshards import native
+
+    if native.NATIVE is None:
+        pytest.skip("tfshards._native is not built")
+    folder = str(tree / "cat")
+    names = ["001.jpg", "sub", "gone.jpg"]
+    from_c = contenthash.stat_local(folder, names)
+    monkeypatch.setattr(native, "NATIVE", None)
+    assert contenthash.stat_local(folder, names) == from_c
+    st = (tree / "cat/001.jpg").stat()
+    fields = list(memoryview(from_c).cast("q"))
+    assert fields[:5] == [st.st_dev, st.st_ino, 7, st.st_mtime_ns, st.st_ctime_ns]
+    assert fields[5:] == [0, 0, -errno.EINVAL, 0, 0, 0, 0, -errno.ENOENT, 0, 0]
+    with pytest.raises(InputError, match=r"cat/sub: cannot read while listing: .*a folder"):
+        contenthash.check_stats(folder, names, from_c)
+
+
+def test_file_deleted_after_walk_is_an_error_naming_it(
+    tree: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    real = contenthash.stat_local
+
+    def vanish(folder: str, names: Sequence[str]) -> bytes:
+        for name in names:
+            os.unlink(os.path.join(folder, name))
+        return real(folder, names)
+
+    monkeypatch.setattr(contenthash, "stat_local", vanish)
+    with pytest.raises(InputError, match=r"001.jpg: cannot read while listing: .*No such file"):
+        list_files(str(tree), hash_cache=str(tmp_path / "hashes.sqlite"))
 
 
 def test_files_changed_within_two_seconds_of_listing_are_not_remembered(
