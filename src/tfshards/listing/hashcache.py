@@ -209,8 +209,8 @@ class HashCache:
             return
         fields = memoryview(stats).cast("q")
         newest = self.started_ns - self.racy_ns
-        keep = [i for i in range(len(names)) if max(fields[5 * i + 3], fields[5 * i + 4]) <= newest]
-        if len(keep) < len(names):
+        if names and max(max(fields[3::5]), max(fields[4::5])) > newest:  # C-level max first
+            keep = [i for i in range(len(names)) if max(fields[5 * i + 3 : 5 * i + 5]) <= newest]
             names = [names[i] for i in keep]
             stats = b"".join(stats[STAT_BYTES * i : STAT_BYTES * (i + 1)] for i in keep)
             digests = b"".join(digests[32 * i : 32 * i + 32] for i in keep)
