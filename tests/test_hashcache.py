@@ -78,6 +78,18 @@ def test_second_list_of_unchanged_tree_reads_no_file_and_writes_same_bytes(
     assert first == second == without
 
 
+@pytest.mark.usefixtures("no_racy_window")
+def test_index_listing_uses_the_cache_too(tree: Path, tmp_path: Path, reads: list[str]) -> None:
+    index = tmp_path / "index.csv"
+    index.write_text("path,label\ncat/001.jpg,a\ndog/002.jpg,b\ncat/sub/002.jpg,a\n")
+    cache = str(tmp_path / "hashes.sqlite")
+    first = list_files(str(tree), index=str(index), hash_cache=cache)
+    assert len(reads) == 3
+    assert list_files(str(tree), index=str(index), hash_cache=cache) == first
+    assert len(reads) == 3
+    assert first == list_files(str(tree), index=str(index))
+
+
 @pytest.mark.usefixtures("no_racy_window", "loop")
 def test_file_rewritten_at_same_size_with_mtime_restored_is_read_again(
     tree: Path, tmp_path: Path, reads: list[str]

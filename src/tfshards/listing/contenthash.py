@@ -173,9 +173,11 @@ def hash_local_cached(
 
 
 def hash_files(
-    fs: Any, base: str, rows: Sequence[Row], root: str, threads: int
+    fs: Any, base: str, rows: Sequence[Row], root: str, threads: int, cache: HashCache | None = None
 ) -> list[tuple[int, str]]:
     """``(size, "sha256:...")`` per ``(relative path, size)`` row, in order, reading every file.
+
+    Local files whose stat ``cache`` knows are not read.
 
     Raises:
         InputError: a file cannot be read or is no longer a regular file.
@@ -189,7 +191,12 @@ def hash_files(
             (storage.join(base, folder), f"{folder}/" if folder else "", names)
             for folder, names in by_folder.items()
         ]
-        found = {rel: (size, token) for rel, size, token in hash_local(batches, threads)}
+        hashed = (
+            hash_local(batches, threads)
+            if cache is None
+            else (hash_local_cached(batches, threads, cache))
+        )
+        found = {rel: (size, token) for rel, size, token in hashed}
         return [found[rel] for rel, _ in rows]
 
     def run(row: Row) -> tuple[int, bytes]:

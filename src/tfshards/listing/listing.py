@@ -182,18 +182,12 @@ def _list_files(
     counts: Counter[str] = Counter()
     if threads is None:
         threads = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else 1
-    if index is None:
-        cache = HashCache(hash_cache) if hash_cache and storage.is_local(fs) else None
-        try:
-            labels, entries = scan_tree(fs, base, filt, counts, threads, cache)
-        finally:
-            if cache is not None:
-                cache.close()
-    else:
-        same = get_protocol(index) == get_protocol(root)
-        index_fs, index_path = storage.open_url(index, **(options if same else {}))
-        rows = read_index(index_fs, index_path, index)
-        labels, entries = scan_index(fs, base, root, rows, index, filt, counts)
+    cache = HashCache(hash_cache) if hash_cache and storage.is_local(fs) else None
+    try:
+        labels, entries = _scan(fs, base, root, index, options, filt, counts, threads, cache)
+    finally:
+        if cache is not None:
+            cache.close()
     skipped = {reason: counts[reason] for reason in SKIP_REASONS}
     if not entries:
         seen, source = sum(skipped.values()), index or root
@@ -207,20 +201,44 @@ def _list_files(
             path=source,
             skipped=skipped,
         )
-    entries.sort(key=_PATH)  # unique paths; str keys sort ~3x faster than tuples
-    if index is not None or not storage.is_local(fs):  # a local walk hashed every file
-        _hash_contents(fs, base, root, entries, threads)
     return Listing(_normalize_root(root), tuple(labels), tuple(entries), skipped)
 
 
-def _hash_contents(fs: Any, base: str, root: str, entries: list[Entry], threads: int) -> None:
+def _scan(
+    fs: Any,
+    base: str,
+    root: str,
+    index: str | None,
+    options: dict[str, Any],
+    filt: TreeFilter,
+    counts: Counter[str],
+    threads: int,
+    cache: HashCache | None,
+) -> tuple[list[str], list[Entry]]:
+    """Labels and entries (sorted by path, each with its token) from the tree or the index."""
+    if index is None:
+        labels, entries = scan_tree(fs, base, filt, counts, threads, cache)
+    else:
+        same = get_protocol(index) == get_protocol(root)
+        index_fs, index_path = storage.open_url(index, **(options if same else {}))
+        rows = read_index(index_fs, index_path, index)
+        labels, entries = scan_index(fs, base, root, rows, index, filt, counts)
+    entries.sort(key=_PATH)  # unique paths; str keys sort ~3x faster than tuples
+    if index is not None or not storage.is_local(fs):  # a local walk hashed every file
+        _hash_contents(fs, base, root, entries, threads, cache)
+    return labels, entries
+
+
+def _hash_contents(
+    fs: Any, base: str, root: str, entries: list[Entry], threads: int, cache: HashCache | None
+) -> None:
     """Give the entries without a token yet the SHA-256 of their bytes."""
     todo = [i for i, entry in enumerate(entries) if not entry.token]
     if not todo:
         return
     rows = [(entries[i].path, entries[i].size) for i in todo]
     for i, (size, token) in zip(
-        todo, contenthash.hash_files(fs, base, rows, root, threads), strict=True
+        todo, contenthash.hash_files(fs, base, rows, root, threads, cache), strict=True
     ):
         entries[i] = entries[i]._replace(size=size, token=token)
 
