@@ -139,7 +139,7 @@ def main() -> None:
                 f"CPU {cpu:6.2f} s ({cpu / bound_cpu:4.2f}x)"
             )
         print(
-            f"write_listing: {written:.2f} s; hash cache {cache_mb:.1f} MB; peak RSS "
+            f"write_listing: {written:.2f} s; hash cache {cache_mb:.1f} MB; peak RSS (all rows) "
             f"{rss_before:.0f} MB before, {peak_rss_mb():.0f} MB after "
             f"({(peak_rss_mb() - rss_before) * 1e6 / n:.0f} B/file); "
             f"sha256 {listing_digest(listing)[:12]}"
