@@ -507,3 +507,21 @@ def test_listing_validates_its_invariants() -> None:
         Listing("r", ("y", "x"), (a,))
     with pytest.raises(ConfigError, match="skipped must map"):
         Listing("r", ("x",), (a,), {"weird": 1})
+
+
+def test_label_folders_listed_at_once_give_the_same_listing_and_counts(
+    memory_tree: Make, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from tfshards.listing import walker
+
+    tree = {f"l{i % 7}/d{i % 3}/{i:03d}.jpg": b"%d" % i for i in range(60)}
+    tree |= {"l1/.hidden/x.jpg": b"h", "l2/notes.txt": b"t", "l3/.x.jpg": b"h"}
+    root = memory_tree(tree)
+    monkeypatch.setattr(walker, "REMOTE_LISTERS", 1)
+    one_by_one = list_files(root)
+    monkeypatch.setattr(walker, "REMOTE_LISTERS", 16)
+    at_once = list_files(root)
+    assert at_once == one_by_one
+    assert dict(at_once.skipped) == dict(one_by_one.skipped)
+    assert at_once.skipped["hidden"] == 2 and at_once.skipped["extension"] == 1
+    assert len(at_once.entries) == 60 and len(at_once.labels) == 7
