@@ -162,9 +162,11 @@ def test_file_deleted_after_walk_is_an_error_naming_it(
         list_files(str(tree), hash_cache=str(tmp_path / "hashes.sqlite"))
 
 
-def test_files_changed_within_two_seconds_of_listing_are_not_remembered(
-    tree: Path, tmp_path: Path, reads: list[str]
+def test_files_changed_within_the_racy_window_of_listing_are_not_remembered(
+    tree: Path, tmp_path: Path, reads: list[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    assert hashcache.RACY_NS == 2_000_000_000
+    monkeypatch.setattr(hashcache, "RACY_NS", 60_000_000_000)  # however slow this machine is
     cache = str(tmp_path / "hashes.sqlite")
     list_files(str(tree), hash_cache=cache)  # the files were written just now: racy
     list_files(str(tree), hash_cache=cache)
