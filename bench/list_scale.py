@@ -31,7 +31,7 @@ import time
 from collections.abc import Callable
 from typing import TypeVar
 
-from tfshards import hashcache
+from tfshards.listing import hashcache
 from tfshards.listing.listing import list_files, listing_digest, write_listing
 
 T = TypeVar("T")

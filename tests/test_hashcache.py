@@ -16,11 +16,10 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from tfshards import hashcache
 from tfshards.cli import list as list_cli
 from tfshards.errors import InputError
-from tfshards.hashcache import HashCache
-from tfshards.listing import contenthash
+from tfshards.listing import contenthash, hashcache
+from tfshards.listing.hashcache import HashCache
 from tfshards.listing.listing import list_files, write_listing
 
 TREE = {
@@ -204,7 +203,7 @@ def test_process_killed_while_writing_leaves_a_usable_cache(tmp_path: Path) -> N
     cache = tmp_path / "hashes.sqlite"
     script = textwrap.dedent(
         f"""
-        from tfshards import hashcache
+        from tfshards.listing import hashcache
         hashcache._FLUSH_ROWS = 5000
         cache = hashcache.HashCache({str(cache)!r}, racy_ns=0)
         print("ready", flush=True)
@@ -237,7 +236,7 @@ def test_two_lists_at_once_share_one_cache(tree: Path, tmp_path: Path) -> None:
     for i in range(300):
         (tree / "cat" / f"more{i:03d}.jpg").write_bytes(b"%d" % i)
     script = (
-        "import sys; from tfshards import hashcache; from tfshards.listing import listing; "
+        "import sys; from tfshards.listing import hashcache, listing; "
         "hashcache.RACY_NS = 0; "
         "hashcache._FLUSH_ROWS = 10; root, cache, out = sys.argv[1:]; "
         "listing.write_listing(listing.list_files(root, hash_cache=cache), out)"

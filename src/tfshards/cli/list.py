@@ -8,7 +8,7 @@ import typer
 
 from tfshards import jsonfile
 from tfshards.cli._common import one_line_errors
-from tfshards.hashcache import OFF, default_path
+from tfshards.listing.hashcache import OFF, default_path
 from tfshards.listing.listing import DEFAULT_EXTENSIONS, format_skipped, list_files, write_listing
 
 

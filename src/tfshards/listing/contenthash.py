@@ -32,7 +32,7 @@ from typing import Any, cast
 
 from tfshards import native, storage
 from tfshards.errors import InputError
-from tfshards.hashcache import HashCache
+from tfshards.listing.hashcache import HashCache
 
 SHA256 = "sha256"
 _SHA256 = SHA256 + ":"

@@ -26,8 +26,8 @@ from fsspec.utils import get_protocol
 
 from tfshards import jsonfile, storage
 from tfshards.errors import ConfigError, InputError
-from tfshards.hashcache import HashCache
 from tfshards.listing import contenthash
+from tfshards.listing.hashcache import HashCache
 from tfshards.listing.indexfile import read_index, scan_index
 from tfshards.listing.storedlisting import (
     OFFSETS_NAME,
@@ -137,7 +137,7 @@ def list_files(
             the same kind of storage).
         threads: files hashed at once (default: all cores).
         hash_cache: SQLite file remembering local files' SHA-256 by their stat
-            (:mod:`tfshards.hashcache`), so an unchanged file is not read
+            (:mod:`tfshards.listing.hashcache`), so an unchanged file is not read
             again; ``None`` reads every file. Never changes the listing.
 
     Returns:

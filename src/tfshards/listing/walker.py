@@ -4,7 +4,7 @@ Local disk gets an ``os.scandir`` walk that stats no file (the directory
 entry's type says which are files) and holds no per-file dicts
 (``LocalFileSystem.find(detail=True)`` builds a dict per file); each kept
 file is then opened and hashed (:mod:`tfshards.listing.contenthash`), which also gives
-its size, unless a hash cache (:mod:`tfshards.hashcache`) knows its stat.
+its size, unless a hash cache (:mod:`tfshards.listing.hashcache`) knows its stat.
 Other filesystems are walked with ``fs.walk(detail=True)``, one
 directory listing at a time, their content tokens taken from the listing.
 """
@@ -25,9 +25,9 @@ from typing import Any, NamedTuple
 
 from tfshards import storage
 from tfshards.errors import ConfigError, InputError
-from tfshards.hashcache import HashCache
 from tfshards.listing import contenthash
 from tfshards.listing.contenthash import storage_token
+from tfshards.listing.hashcache import HashCache
 
 
 class Entry(NamedTuple):
