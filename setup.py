@@ -1,7 +1,7 @@
-"""Build the optional C loops (``tfshards._native``); everything else is in pyproject.toml.
+"""Build the optional C loops (``tfshards.format._native``); everything else is in pyproject.toml.
 
 The extension is optional: without a C compiler or OpenSSL's headers the
-build goes on and :mod:`tfshards.native` uses the pure-Python loops.
+build goes on and :mod:`tfshards.format.native` uses the pure-Python loops.
 """
 
 from setuptools import Extension, setup
@@ -9,8 +9,8 @@ from setuptools import Extension, setup
 setup(
     ext_modules=[
         Extension(
-            "tfshards._native",
-            sources=["src/tfshards/_native.c"],
+            "tfshards.format._native",
+            sources=["src/tfshards/format/_native.c"],
             libraries=["crypto"],
             extra_compile_args=["-O2", "-std=c11", "-Wall", "-Wextra", "-Wno-unused-parameter"],
             optional=True,

@@ -6,7 +6,7 @@
 Separate from ``bench.run``: no contender can choose to skip the fsync, so
 this is a cost to record, not a row to compare. Rounds interleave "fsync" and
 "no fsync" (``os.fsync`` replaced by a no-op in this process) for the serial
-writer and the default one (``auto``: 2 threads with ``tfshards._native``),
+writer and the default one (``auto``: 2 threads with ``tfshards.format._native``),
 each in a fresh output folder that is deleted after the run. Deleting it
 drops any page the kernel had not yet written back, so "no fsync" is what a
 machine with memory to spare sees: the writes never wait for the disk.

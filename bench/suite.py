@@ -100,7 +100,7 @@ class Bench:
                 Contender(
                     f"tfshards ({WORKERS} threads)",
                     lambda out: writers.tfshards_write(listing, out, WORKERS, "thread"),
-                    note="what auto picks when tfshards._native is built",
+                    note="what auto picks when tfshards.format._native is built",
                 ),
                 Contender(
                     f"tfshards ({WORKERS} processes)",
@@ -133,7 +133,7 @@ class Bench:
                 Contender(
                     f"tfshards validate ({WORKERS} threads)",
                     lambda _: checkers.tfshards_validate(manifest_url, WORKERS, "thread"),
-                    note="what auto picks when tfshards._native is built",
+                    note="what auto picks when tfshards.format._native is built",
                 ),
             ],
             self.bound(name, "validate"),

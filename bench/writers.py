@@ -23,7 +23,7 @@ NUM_SHARDS = 16  # what tfshards picks for both data sets (docs/decisions.md)
 def tfshards_write(listing: Listing, out: str, workers: int = 2, executor: str = "auto") -> Work:
     """tfshards; ``out`` must be fresh (a finished version is reused).
 
-    ``workers`` > 1 runs ``executor`` (``auto``: threads when tfshards._native is
+    ``workers`` > 1 runs ``executor`` (``auto``: threads when tfshards.format._native is
     built, ``process``: a pool started for this call); 1 runs in this process.
     """
     executor = executor if workers > 1 else "serial"

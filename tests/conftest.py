@@ -36,11 +36,11 @@ def clean_memory_fs() -> Iterator[None]:
 
 @pytest.fixture(params=["c", "python"])
 def loop(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
-    """Run a test on the compiled loops (tfshards._native) and on the pure-Python ones."""
-    from tfshards import native
+    """Run a test on the compiled loops (tfshards.format._native) and on the pure-Python ones."""
+    from tfshards.format import native
 
     if request.param == "c" and native.NATIVE is None:
-        pytest.skip("tfshards._native is not built")
+        pytest.skip("tfshards.format._native is not built")
     if request.param == "python":
         monkeypatch.setattr(native, "NATIVE", None)
     return str(request.param)

@@ -137,8 +137,8 @@ def test_cache_dir_comes_from_the_environment(monkeypatch, tmp_path):
 def test_cached_shard_that_the_manifest_vouches_for_is_walked_before_tensorflow_reads(
     remote, tmp_path
 ):
-    from tfshards import tfrecord
     from tfshards.errors import RecordError
+    from tfshards.format import tfrecord
 
     shard = remote.shards[2]
     fs = MemoryFileSystem()

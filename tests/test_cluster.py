@@ -8,8 +8,9 @@ from __future__ import annotations
 
 import pytest
 
-from tfshards import native, storage
+from tfshards import storage
 from tfshards.errors import ConfigError
+from tfshards.format import native
 from tfshards.listing.listing import list_files
 from tfshards.project.sample import write_synthetic
 from tfshards.run import cluster, executor
@@ -88,7 +89,7 @@ def test_the_run_line_counts_workers_threads_hosts_and_compiled_loops():
     line = cluster.describe("tcp://s:8786", [_report(True, 1, "a"), _report(False, 1, "b")])
     assert line == (
         "dask, tcp://s:8786: 2 workers, 2 threads, 2 hosts; "
-        "compiled loops (tfshards._native) on 1/2"
+        "compiled loops (tfshards.format._native) on 1/2"
     )
 
 

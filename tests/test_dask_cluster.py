@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 
-from tfshards import native
+from tfshards.format import native
 from tfshards.project.sample import write_synthetic
 from tfshards.writing.manifest import Manifest
 
@@ -148,7 +148,8 @@ def test_relative_listing_written_and_validated_by_python_loop_workers_matches_a
     assert _shards(project / "data/shards") == local_shards
     assert (project / "data/manifest.json").read_bytes() == local_manifest
     said = (
-        f"dask, {scheduler}: 2 workers, 2 threads, 1 host; compiled loops (tfshards._native) on 0/2"
+        f"dask, {scheduler}: 2 workers, 2 threads, 1 host; "
+        "compiled loops (tfshards.format._native) on 0/2"
     )
     assert said in wrote.stderr
 
@@ -241,5 +242,5 @@ def test_a_local_cluster_imports_a_transform_from_the_working_directory(project)
     ran = _cli(project, *args, "--executor", "dask")
     compiled = 2 if native.NATIVE is not None else 0
     assert "dask, local cluster tcp://127.0.0.1:" in ran.stderr
-    assert f"compiled loops (tfshards._native) on {compiled}/2" in ran.stderr
+    assert f"compiled loops (tfshards.format._native) on {compiled}/2" in ran.stderr
     assert _shards(project / "data/shards") == local_shards

@@ -11,9 +11,9 @@ import numpy as np
 import pytest
 from typer.testing import CliRunner
 
-from tfshards import tfrecord
 from tfshards.cli import app
-from tfshards.exampleparser import decode
+from tfshards.format import tfrecord
+from tfshards.format.exampleparser import decode
 from tfshards.project.sample import write_synthetic
 from tfshards.reading import splits
 from tfshards.validation.duplicates import DigestStore, find_duplicates

@@ -7,7 +7,7 @@ import tracemalloc
 
 import pytest
 
-from tfshards import example
+from tfshards.format import example
 
 CASES = {
     "image": ("bytes", [b"\xff\xd8" + bytes(range(256)) * 20]),

@@ -129,10 +129,10 @@ def test_file_replaced_by_another_with_same_size_and_mtime_is_read_again(
 def test_stats_are_the_same_from_c_and_python_and_name_what_cannot_be_read(
     tree: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from tfshards import native
+    from tfshards.format import native
 
     if native.NATIVE is None:
-        pytest.skip("tfshards._native is not built")
+        pytest.skip("tfshards.format._native is not built")
     folder = str(tree / "cat")
     names = ["001.jpg", "sub", "gone.jpg"]
     from_c = contenthash.stat_local(folder, names)

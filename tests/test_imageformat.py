@@ -11,10 +11,11 @@ import pytest
 from PIL import Image
 from typer.testing import CliRunner
 
-from tfshards import bulkcheck, recordcheck, tfrecord
+from tfshards import recordcheck
 from tfshards.cli import app
-from tfshards.example import FeatureSpec, encode_bytes
-from tfshards.imageformat import image_format
+from tfshards.format import native, tfrecord
+from tfshards.format.example import FeatureSpec, encode_bytes
+from tfshards.format.imageformat import image_format
 from tfshards.listing.listing import list_files, write_listing
 from tfshards.writing.manifest import Manifest
 
@@ -166,14 +167,15 @@ def test_validate_reports_a_text_payload_under_an_image_name(tmp_path, loop):
     assert "Traceback" not in result.stderr
 
 
-def test_bulk_and_per_record_checks_find_the_same_image_problems():
+def test_c_and_python_record_loops_find_the_same_image_problems(monkeypatch):
     payloads = [(FORMATS[f], f"{f}.jpg") for f in sorted(FORMATS)]
     payloads += [(TEXT, "t.jpg"), (TEXT, "t.txt"), (b"GIF8", "g.gif"), (FORMATS["PNG"], "p.png")]
     buf = b"".join(_record(p, path) for p, path in payloads)
     schema = [FeatureSpec(n, "int64" if n == "label" else "bytes") for n in ("image", "label")]
     schema += [FeatureSpec("path", "bytes"), FeatureSpec("sha256", "bytes")]
     found = []
-    for check in (bulkcheck.check_records, recordcheck.check_records):
+    for c in (native.NATIVE, None):
+        monkeypatch.setattr(native, "NATIVE", c)
         problems: list[tuple[str, int, int]] = []
         checker = recordcheck.RecordChecker(
             schema,
@@ -184,7 +186,7 @@ def test_bulk_and_per_record_checks_find_the_same_image_problems():
             labels=[0],
             add=lambda what, i, at, problems=problems: problems.append((what, i, at)),
         )
-        assert check(buf, checker) == len(payloads)
+        assert recordcheck.check_records(buf, checker) == len(payloads)
         found.append(problems)
     assert found[0] == found[1]
     assert [(i, what.split(":")[0]) for what, i, _ in found[0]] == [

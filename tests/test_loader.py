@@ -14,9 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from tfshards import tfrecord
 from tfshards.errors import ConfigError, RecordError, ShardError
-from tfshards.example import FeatureSpec, encode_bytes
+from tfshards.format import tfrecord
+from tfshards.format.example import FeatureSpec, encode_bytes
 from tfshards.listing.listing import list_files
 from tfshards.project.sample import write_synthetic
 from tfshards.reading import corruption, gate, loader, splits

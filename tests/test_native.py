@@ -1,14 +1,13 @@
-"""The compiled loops (tfshards._native) agree with the Python ones, byte for byte.
+"""The compiled loops (tfshards.format._native) agree with the Python ones, byte for byte.
 
 Every caller falls back to Python where the extension is not built, so both
 paths must write the same shards and find the same problems. The tests of
-the callers (test_recordbuffer, test_bulkcheck) run both paths; these check
+the callers (test_recordbuffer, test_recordcheck) run both paths; these check
 the C functions themselves and a whole write in both modes.
 """
 
 from __future__ import annotations
 
-import hashlib
 import os
 import random
 import shutil
@@ -17,15 +16,14 @@ import sys
 import sysconfig
 from pathlib import Path
 
-import crc32c
 import numpy as np
 import pytest
 
-from tfshards import native
-from tfshards.tfrecord import frame, scan
+from tfshards.format import native
+from tfshards.format.tfrecord import frame, scan
 
 C = native.NATIVE
-needs_c = pytest.mark.skipif(C is None, reason="tfshards._native is not built")
+needs_c = pytest.mark.skipif(C is None, reason="tfshards.format._native is not built")
 
 
 def _can_build() -> bool:
@@ -41,39 +39,35 @@ def _can_build() -> bool:
 def test_the_extension_is_built_where_it_can_be():
     if os.environ.get("TFSHARDS_PURE_PYTHON", "") not in ("", "0"):
         pytest.skip("TFSHARDS_PURE_PYTHON is set")
-    assert C is not None, "setup.py did not build tfshards._native (see the install log)"
+    assert C is not None, "setup.py did not build tfshards.format._native (see the install log)"
 
 
-def _spans(n: int, size: int, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
-    rng = np.random.default_rng(seed)
-    lengths = rng.integers(0, 40_000, n)
-    # every length around the 3-stream chunk (3 x 1024) and the 8-byte steps, at odd offsets
-    edges = [0, 1, 7, 8, 9, 15, 16, 17, 3071, 3072, 3073, 4095, 4096, 4097, 6143, 6144]
-    lengths[:42] = [*edges, *range(24_560, 24_586)]
-    starts = rng.integers(0, size - 40_000, n)
-    return starts.astype(np.int64), (starts + lengths).astype(np.int64)
-
-
-@needs_c
-def test_crc32c_and_sha256_of_spans_equal_the_reference_libraries():
-    buf = random.Random(1).randbytes(120_000)
-    starts, ends = _spans(400, len(buf))
-    crcs = np.frombuffer(C.crc32c_spans(buf, starts, ends), dtype=np.uint32)
-    digests = C.sha256_spans(buf, starts, ends)
-    for k, (a, b) in enumerate(zip(starts.tolist(), ends.tolist(), strict=True)):
-        assert int(crcs[k]) == crc32c.crc32c(buf[a:b]), (a, b)
-        assert digests[32 * k : 32 * k + 32] == hashlib.sha256(buf[a:b]).digest(), (a, b)
-
-
-@needs_c
-@pytest.mark.parametrize(("start", "end"), [(-1, 4), (5, 4), (0, 101)])
-def test_a_span_outside_the_buffer_is_refused(start, end):
-    with pytest.raises(ValueError, match="outside a buffer of 100 bytes"):
-        C.crc32c_spans(bytes(100), np.array([start], np.int64), np.array([end], np.int64))
+def test_scan_frames_walks_the_records_and_stops_where_scan_finds_a_framing_problem():
+    records = [b"".join(frame([bytes([i]) * (i * 37)])) for i in range(50)]
+    whole = b"".join(records)
+    offsets = np.cumsum([0] + [len(r) for r in records])
+    if C is None:
+        pytest.skip("tfshards.format._native is not built")
+    found, data_ok, end = C.scan_frames(whole)
+    assert np.frombuffer(found, np.int64).tolist() == offsets[:-1].tolist()
+    assert (data_ok, end) == (b"\x01" * 50, len(whole))
+    cut = whole[:-3]  # the last record loses part of its footer
+    found, _, end = C.scan_frames(cut)
+    assert np.frombuffer(found, np.int64).tolist() == offsets[:-2].tolist()
+    assert end == offsets[-2]
+    bad_length = bytearray(whole)
+    bad_length[offsets[7] + 9] ^= 1  # record 7's length CRC
+    found, _, end = C.scan_frames(bytes(bad_length))
+    assert (len(found) // 8, end) == (7, offsets[7])
+    bad_data = bytearray(whole)
+    bad_data[offsets[9] + 13] ^= 1  # record 9's data
+    assert C.scan_frames(bytes(bad_data))[1] == b"\x01" * 9 + b"\x00" + b"\x01" * 40
+    assert C.scan_frames(b"") == (b"", b"", 0)
 
 
 @needs_c
 def test_frame_offsets_walks_the_lengths_and_stops_before_a_cut_record():
+    assert C is not None
     records = [b"".join(frame([bytes([i]) * (i * 37)])) for i in range(50)]
     whole = b"".join(records)
     offsets = np.cumsum([0] + [len(r) for r in records])
@@ -128,48 +122,6 @@ def test_a_whole_write_is_byte_identical_with_and_without_the_extension(tmp_path
     assert records == 60
     assert b"empty.jpg" in (c / "manifest.json").read_bytes()
     assert b"text.jpg" in (c / "manifest.json").read_bytes()
-
-
-@needs_c
-@pytest.mark.parametrize("seed", range(4))
-def test_parse_examples_accepts_exactly_what_the_numpy_parse_accepts(monkeypatch, seed):
-    from tfshards import bulkcheck
-    from tfshards.example import FeatureSpec, encode
-
-    schema = [
-        FeatureSpec("image", "bytes", ()),
-        FeatureSpec("label", "int64", ()),
-        FeatureSpec("path", "bytes", ()),
-        FeatureSpec("zz", "int64", ()),
-    ]
-    rng = random.Random(seed)
-    records = []
-    for i in range(300):
-        features = {
-            "image": ("bytes", [rng.randbytes(rng.choice([0, 1, 127, 128, 3000, 20_000]))]),
-            "label": ("int64", [rng.choice([0, 1, 127, 128, (1 << 21) - 1, 1 << 21])]),
-            "path": ("bytes", [f"c/{i}.jpg".encode()]),
-            "zz": ("int64", [rng.randrange(1 << 14)]),
-        }
-        data = bytearray(b"".join(encode(features)[0]))  # type: ignore[arg-type]
-        if i % 3:  # damage most of them: a byte near the head or anywhere
-            at = rng.randrange(min(len(data), 40)) if i % 2 else rng.randrange(len(data))
-            data[at] = rng.randrange(256)
-        records.append(bytes(data))
-    buf = b"".join(records)
-    ends = np.cumsum([len(r) for r in records]).astype(np.int64)
-    starts = ends - np.array([len(r) for r in records], dtype=np.int64)
-    u8 = np.frombuffer(buf, dtype=np.uint8)
-    c_ok, c_spans, c_values = bulkcheck._parse(u8, starts, ends, schema)
-    monkeypatch.setattr(native, "NATIVE", None)
-    ok, spans, values = bulkcheck._parse(u8, starts, ends, schema)
-    assert c_ok.tolist() == ok.tolist()
-    assert 50 < ok.sum() < 300  # both kinds of record are there
-    for name in spans:
-        for c_side, side in zip(c_spans[name], spans[name], strict=True):
-            assert c_side[ok].tolist() == side[ok].tolist(), name
-    for name in values:
-        assert c_values[name][ok].tolist() == values[name][ok].tolist(), name
 
 
 @needs_c

@@ -7,9 +7,9 @@ import random
 
 import pytest
 
-from tfshards.example import encode
-from tfshards.recordbuffer import FileChanged, RecordBuffer, copy_into, read_local_into
-from tfshards.tfrecord import frame, scan
+from tfshards.format.example import encode
+from tfshards.format.recordbuffer import FileChanged, RecordBuffer, copy_into, read_local_into
+from tfshards.format.tfrecord import frame, scan
 
 
 class Collect:

@@ -11,9 +11,9 @@ from typing import Any
 
 import pytest
 
+from tfshards.format.tfrecord import frame
 from tfshards.listing.listing import list_files
 from tfshards.project.sample import write_synthetic
-from tfshards.tfrecord import frame
 from tfshards.validation.validate import ValidateConfig, validate
 from tfshards.writing import layout
 from tfshards.writing.manifest import MANIFEST_NAME, Manifest

@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from tfshards import schema
 from tfshards.errors import ConfigError, TransformError
+from tfshards.format import schema
 
 
 @pytest.mark.parametrize(

@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from tfshards import tfrecord
-from tfshards.example import encode_bytes
-from tfshards.exampleparser import decode
+from tfshards.format import tfrecord
+from tfshards.format.example import encode_bytes
+from tfshards.format.exampleparser import decode
 from tfshards.listing.listing import list_files
 from tfshards.project.sample import write_synthetic
 from tfshards.validation import shardcheck

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from tfshards import tfrecord
-from tfshards.exampleparser import decode
+from tfshards.format import tfrecord
+from tfshards.format.exampleparser import decode
 from tfshards.listing.listing import list_files
 from tfshards.project.sample import write_synthetic
 from tfshards.reading.splits import BALANCE_TOLERANCE, Split, balance_warnings, label_counts, split

@@ -62,7 +62,7 @@ def _closure(script: Path) -> set[str]:
 
 
 # Modules that load a compiled extension, and its C source (a change there can change bytes).
-COMPILED = {"src/tfshards/native.py": "src/tfshards/_native.c"}
+COMPILED = {"src/tfshards/format/native.py": "src/tfshards/format/_native.c"}
 
 
 STAGES = yaml.safe_load((REPO / "dvc.yaml").read_text())["stages"]

@@ -9,8 +9,8 @@ import zlib
 
 import pytest
 
-from tfshards import tfrecord
 from tfshards.errors import ConfigError
+from tfshards.format import tfrecord
 
 
 def _stream(records: list[bytes], compression: str = "none") -> bytes:

@@ -11,11 +11,11 @@ from typer.testing import CliRunner
 
 from tfshards.cli import app
 from tfshards.errors import TransformError
-from tfshards.example import decode
+from tfshards.format.example import decode
+from tfshards.format.schema import normalize
+from tfshards.format.tfrecord import scan
 from tfshards.listing.listing import list_files, write_listing
 from tfshards.project.sample import write_synthetic
-from tfshards.schema import normalize
-from tfshards.tfrecord import scan
 from tfshards.writing.manifest import Manifest
 
 TRANSFORMS = """

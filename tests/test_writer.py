@@ -17,10 +17,11 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from tfshards import storage, tfrecord
+from tfshards import storage
 from tfshards.cli import app
 from tfshards.errors import ConfigError, InputError, TransformError
-from tfshards.exampleparser import decode
+from tfshards.format import tfrecord
+from tfshards.format.exampleparser import decode
 from tfshards.listing.listing import Listing, list_files, write_listing
 from tfshards.listing.storedlisting import StoredListing
 from tfshards.project.sample import write_synthetic

@@ -151,7 +151,7 @@ Executor = Annotated[
     str,
     typer.Option(
         help="auto | process | thread | serial | dask. auto: threads when the per-record "
-        "loop runs in the compiled tfshards._native (no transform), else processes."
+        "loop runs in the compiled tfshards.format._native (no transform), else processes."
     ),
 ]
 DaskAddress = Annotated[

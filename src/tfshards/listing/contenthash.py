@@ -4,7 +4,7 @@ A token names a file's bytes, never when or where it was written: the version
 directory is named after the tokens, so the same bytes give the same name on
 every clone and machine. Local files (and storage that keeps no content hash,
 like ``memory://``) are read and hashed, in threads: the compiled
-:func:`tfshards._native.hash_files` works through a folder's files without the
+:func:`tfshards.format._native.hash_files` works through a folder's files without the
 GIL, and ``hashlib`` releases it on large buffers. Object stores hand one out
 with the listing: S3's ETag, GCS's md5Hash or crc32c.
 
@@ -30,8 +30,9 @@ from collections.abc import Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, cast
 
-from tfshards import native, storage
+from tfshards import storage
 from tfshards.errors import InputError
+from tfshards.format import native
 from tfshards.listing.hashcache import HashCache
 
 SHA256 = "sha256"
@@ -263,7 +264,7 @@ def check_stats(folder: str, names: Sequence[str], stats: bytes) -> None:
 
 
 def _hash_path(path: str) -> tuple[int, bytes]:
-    """The pure-Python :func:`tfshards._native.hash_files` for one file."""
+    """The pure-Python :func:`tfshards.format._native.hash_files` for one file."""
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)  # a FIFO must not block the open
     except OSError as exc:

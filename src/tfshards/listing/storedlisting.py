@@ -20,8 +20,9 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from tfshards import native, storage
+from tfshards import storage
 from tfshards.errors import InputError
+from tfshards.format import native
 
 OFFSETS_NAME = "files.idx"
 ENTRY_KEYS = frozenset({"label", "label_index", "path", "size", "token"})

@@ -6,7 +6,7 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from tfshards.errors import ConfigError
-from tfshards.schema import FeatureSpec
+from tfshards.format.schema import FeatureSpec
 from tfshards.writing.manifest import Manifest
 
 if TYPE_CHECKING:

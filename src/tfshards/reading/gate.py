@@ -23,7 +23,7 @@ import zlib
 from collections.abc import Callable, Iterator, Mapping
 
 from tfshards.errors import RecordError, ShardError
-from tfshards.tfrecord import FrameCounter, inflate
+from tfshards.format.tfrecord import FrameCounter, inflate
 from tfshards.writing.manifest import ShardInfo
 
 READ_BYTES = 4 << 20  # read, hashed and walked at a time

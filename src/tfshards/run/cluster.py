@@ -89,7 +89,7 @@ class WorkerReport:
 def probe(transform: str | None, identity: str, inputs: Sequence[str]) -> dict[str, Any]:
     """Run on each worker: its version, compiled loops, transform and local inputs."""
     import tfshards
-    from tfshards import native
+    from tfshards.format import native
     from tfshards.writing import transform as transforms
 
     error = ""
@@ -169,7 +169,8 @@ def describe(address: str, reports: Sequence[WorkerReport]) -> str:
     native = sum(r.native for r in reports)
     line = (
         f"dask, {address}: {len(reports)} workers, {threads} threads, {hosts} "
-        f"host{'s' * (hosts != 1)}; compiled loops (tfshards._native) on {native}/{len(reports)}"
+        f"host{'s' * (hosts != 1)}; compiled loops (tfshards.format._native) "
+        f"on {native}/{len(reports)}"
     )
     slow = sum(not r.native and r.threads > 1 for r in reports)
     if slow:

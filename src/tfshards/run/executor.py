@@ -145,7 +145,7 @@ def resolve(
     ``auto`` means threads where processes cannot work or do not pay: for
     ``memory://`` (a per-process store: what a worker process writes there
     never reaches the parent) and when ``gil_free`` (the per-record loop runs
-    in :mod:`tfshards.native` without the GIL: threads start in microseconds,
+    in :mod:`tfshards.format.native` without the GIL: threads start in microseconds,
     a process pool in tens of milliseconds). Otherwise processes. A Dask
     scheduler address means ``dask``; with a local executor it is refused.
     """

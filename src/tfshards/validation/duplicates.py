@@ -14,7 +14,6 @@ import contextlib
 import dataclasses
 import functools
 import os
-import struct
 import tempfile
 import zlib
 from collections.abc import Collection, Iterator, Mapping, Sequence
@@ -23,10 +22,11 @@ from typing import Any
 
 import numpy as np
 
-from tfshards import storage, tfrecord
-from tfshards.exampleparser import DecodeError, decode
+from tfshards import storage
+from tfshards.format import tfrecord
+from tfshards.format.exampleparser import DecodeError, decode
+from tfshards.format.wire import FOOTER_BYTES, HEADER_BYTES
 
-_LENGTH, _CRC = struct.Struct("<Q"), struct.Struct("<I")
 EXAMPLES = 10  # duplicate pairs kept for the report: enough to see a pattern
 SPILL_RECORDS = 1 << 16  # past this many records (2.6 MB of rows) digests go to disk
 BUCKET_RECORDS = 1 << 15  # records aimed at per spill file: ~1.3 MB read back at a time
@@ -330,12 +330,12 @@ def _records(f: Any, compression: str) -> Iterator[bytes]:
         del buf[:pos]
         buf += piece
         pos = 0
-        while len(buf) - pos >= tfrecord.HEADER_BYTES:
-            (length,) = _LENGTH.unpack_from(buf, pos)
-            if _CRC.unpack_from(buf, pos + 8)[0] != tfrecord.masked_crc(bytes(buf[pos : pos + 8])):
+        while len(buf) - pos >= HEADER_BYTES:
+            length, problem = tfrecord.read_header(buf[pos : pos + HEADER_BYTES])
+            if problem is not None:
                 return
-            start = pos + tfrecord.HEADER_BYTES
-            if start + length + tfrecord.FOOTER_BYTES > len(buf):
+            start = pos + HEADER_BYTES
+            if start + length + FOOTER_BYTES > len(buf):
                 break
             yield bytes(buf[start : start + length])
-            pos = start + length + tfrecord.FOOTER_BYTES
+            pos = start + length + FOOTER_BYTES

@@ -14,46 +14,22 @@ from __future__ import annotations
 import builtins
 import hashlib
 import posixpath
-import struct
 import zlib
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from tfshards import native, storage
-from tfshards.bulkcheck import check_records
-from tfshards.example import FeatureSpec
-from tfshards.recordcheck import RecordChecker
-from tfshards.tfrecord import (
-    FOOTER_BYTES,
-    HEADER_BYTES,
-    FrameCounter,
-    decompress,
-    inflate,
-    masked_crc,
-)
+from tfshards import storage
+from tfshards.format.example import FeatureSpec
+from tfshards.format.tfrecord import FrameCounter, decompress, inflate, read_header, record_starts
+from tfshards.format.wire import FOOTER_BYTES, HEADER_BYTES
+from tfshards.recordcheck import RecordChecker, check_records
+from tfshards.rules import Problem
 from tfshards.writing import layout
 from tfshards.writing.grouping import GroupBy
 from tfshards.writing.manifest import Manifest, ShardInfo
 
-_LENGTH = struct.Struct("<Q")
-_LENGTH_CRC = struct.Struct("<I")
 MAX_PROBLEMS = 50  # kept per shard, and printed: enough to see a pattern, few enough to read
-
-
-@dataclass(frozen=True)
-class Problem:
-    """One thing wrong: in file ``where``, at record ``index`` (byte ``offset``) if any."""
-
-    where: str
-    what: str
-    index: int | None = None
-    offset: int | None = None
-
-    def __str__(self) -> str:
-        if self.index is None:
-            return f"{self.where}: {self.what}"
-        return f"{self.where}: record {self.index} at byte {self.offset}: {self.what}"
 
 
 @dataclass(frozen=True)
@@ -142,10 +118,6 @@ class _Found:
         self.count += 1
         if len(self.kept) < self.limit:
             self.kept.append(Problem(where, what))
-
-    def skip(self, n: int) -> None:
-        """``n`` more problems, found past the limit and not kept."""
-        self.count += n
 
     def absorb(self, other: _Found) -> None:
         """``other``'s problems, after this one's."""
@@ -341,7 +313,7 @@ def _check_windows(
     the checks see whole records and report what a check of the whole file
     would, in the same order: the file's size and sha256 first, then its
     records. Once the framing breaks (a length CRC that does not hold), the
-    rest is only hashed, as :func:`~tfshards.bulkcheck.check_records` stops
+    rest is only hashed, as :func:`~tfshards.recordcheck.check_records` stops
     there. Returns the records found and the bytes read.
     """
     in_records = _Found(task.name, task.max_problems)
@@ -380,25 +352,14 @@ def _check_windows(
 
 def _whole_records(window: bytes) -> tuple[int, int]:
     """Bytes of the whole records that start ``window`` (walking lengths only), and their count."""
-    c = native.NATIVE
-    if c is not None:
-        offsets, end = c.frame_offsets(window)
-        return int(end), len(offsets) // 8
-    size, end, count = len(window), 0, 0
-    while size - end >= HEADER_BYTES + FOOTER_BYTES:
-        step = HEADER_BYTES + _LENGTH.unpack_from(window, end)[0] + FOOTER_BYTES
-        if step > size - end:
-            break
-        end, count = end + step, count + 1
-    return end, count
+    starts, end = record_starts(window)
+    return end, len(starts)
 
 
 def _frame_size(window: bytes) -> int | None:
     """Bytes of the record starting ``window`` (None: its length CRC does not hold)."""
-    (length,) = _LENGTH.unpack_from(window)
-    if _LENGTH_CRC.unpack_from(window, 8)[0] != masked_crc(window[:8]):
-        return None
-    return HEADER_BYTES + int(length) + FOOTER_BYTES
+    length, problem = read_header(window[:HEADER_BYTES])
+    return None if problem is not None else HEADER_BYTES + length + FOOTER_BYTES
 
 
 def _check_window(
@@ -427,8 +388,6 @@ def _check_window(
         decode_images=task.decode_images,
         labels=labels,
         add=add,
-        limit=task.max_problems,
-        skip=found.skip,
         digests=here,
         group_by=GroupBy.parse(task.group_by),
         groups=groups,
@@ -457,8 +416,6 @@ def _check_records(
         decode_images=task.decode_images,
         labels=labels,
         add=found.add,
-        limit=task.max_problems,
-        skip=found.skip,
         digests=digests,
         group_by=GroupBy.parse(task.group_by),
         groups=groups,

@@ -6,43 +6,35 @@ problem is counted, and the first ``max_problems`` of each shard kept, with
 where it is (shard, record index, byte offset; offsets count in the
 decompressed stream for gzip/zlib shards) and what was expected and found.
 Memory does not grow with what a shard holds (see :mod:`tfshards.validation.shardcheck`).
-The records themselves are checked by :func:`tfshards.bulkcheck.check_records`
-(numpy, all records of a shard at once) and :mod:`tfshards.recordcheck`.
+The records go through the record rules (:func:`tfshards.recordcheck.check_records`),
+the whole set through the set rules (:data:`tfshards.rules.SET_RULES`).
 """
 
 from __future__ import annotations
 
 import dataclasses
-import hashlib
-import posixpath
 import time
 import warnings
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from tfshards import bulkcheck, jsonfile, native, storage
+from tfshards import jsonfile, rules, storage
 from tfshards.errors import ConfigError, ValidationError
+from tfshards.format import native
 from tfshards.progress import Progress
 from tfshards.reading import splits
+from tfshards.rules import Problem
 from tfshards.run import executor as executors
 from tfshards.run.cluster import Needs
 from tfshards.validation.duplicates import DigestStore, Duplicates, with_paths
-from tfshards.validation.shardcheck import (
-    MAX_PROBLEMS,
-    Problem,
-    ShardCheck,
-    ShardReport,
-    validate_shard,
-)
-from tfshards.writing import grouping, layout
+from tfshards.validation.shardcheck import MAX_PROBLEMS, ShardCheck, ShardReport, validate_shard
+from tfshards.writing import grouping
 from tfshards.writing.manifest import Manifest, load
 
 __all__ = [
     "ValidateConfig",
     "ValidationReport",
-    "metadata_problems",
-    "unlisted_files",
     "validate",
     "write_balance",
     "write_metrics",
@@ -58,9 +50,10 @@ class ValidateConfig:
         decode_images: also decode every image payload with Pillow (slow: ~0.1-1.5 ms each).
         workers: shards checked at once (with processes, this process works too).
         executor: ``auto``, ``process``, ``thread``, ``serial`` or ``dask``.
-            ``auto`` means threads when :mod:`tfshards.native` is built and the
-            schema takes the bulk path (every per-record loop then runs without
-            the GIL), else processes; threads for ``memory://``.
+            ``auto`` means threads when :mod:`tfshards.format.native` is built and
+            images are not decoded (the walk and the parse then run without the
+            GIL, and ``hashlib`` lets go of it for payloads over 2 KB), else
+            processes; threads for ``memory://``.
         dask_address: scheduler address for ``executor="dask"`` (None: a local cluster).
         shared_fs: a local shard directory is on a filesystem every Dask worker
             mounts at the same path (without it, a scheduler address refuses it).
@@ -173,9 +166,7 @@ def validate(config: ValidateConfig, *, progress: bool = False) -> ValidationRep
     start = time.monotonic()
     manifest = load(config.manifest, **config.storage_options)
     fs, root = storage.open_url(manifest.root, **config.storage_options)
-    gil_free = native.NATIVE is not None and bulkcheck.supports(
-        manifest.schema, config.decode_images
-    )
+    gil_free = native.NATIVE is not None and not config.decode_images
     tasks = [
         ShardCheck.of(
             manifest,
@@ -213,54 +204,38 @@ def validate(config: ValidateConfig, *, progress: bool = False) -> ValidationRep
         dups = store.find()
     problems = [p for r in done for p in r.problems]
     count = sum(r.problem_count for r in done)
-    extra = _manifest_problems(manifest, config.manifest, done)
-    extra += unlisted_files(fs, root, manifest)
-    extra += metadata_problems(fs, root, manifest)
     per_label = [sum(r.label_counts[i] for r in done) for i in range(len(manifest.labels))]
     if dups.examples:
         sound = [r.name for r in done if not r.problem_count]
         dups = with_paths(dups, manifest.root, manifest.compression, sound, config.storage_options)
-    leaks = []
-    if config.fail_on_leakage and dups.across_splits:
-        leaks = [
-            Problem(d.first[0], f"{d.what} (fail_on_leakage is true)")
-            for d in dups.examples
-            if d.across_splits
-        ]
     spread = None
     if manifest.params.get("group_by") is not None:
         spread = grouping.spread([r.name for r in done], [r.groups for r in done])
-        extra += _spread_problems(manifest, config.manifest, spread)
+    shard_set = rules.ShardSet(
+        manifest,
+        config.manifest,
+        fs,
+        root,
+        records=sum(r.records for r in done),
+        duplicates=dups,
+        fail_on_leakage=config.fail_on_leakage,
+        groups=spread,
+    )
+    extra = rules.apply_set_rules(shard_set)
     counts = splits.label_counts(part, {r.name: r.label_counts for r in done}, manifest.labels)
     return ValidationReport(
         manifest=manifest,
         records=sum(r.records for r in done),
         bytes=sum(r.bytes for r in done),
         records_per_label=dict(zip(manifest.labels, per_label, strict=True)),
-        problems=tuple(problems + (extra + leaks)[: config.max_problems]),
-        problem_count=count + len(extra) + (dups.across_splits if leaks else 0),
+        problems=tuple(problems + extra.problems[: config.max_problems]),
+        problem_count=count + extra.total,
         seconds=time.monotonic() - start,
         duplicates=dups,
         split_counts=counts,
         warnings=tuple(splits.balance_warnings(counts)),
         groups=spread,
     )
-
-
-def _spread_problems(manifest: Manifest, source: str, spread: grouping.Spread) -> list[Problem]:
-    """A set written with ``group_by`` must hold each group in one shard."""
-    if spread.example is None:
-        return []
-    key, a, b = spread.example
-    pattern = manifest.params["group_by"]
-    where = posixpath.basename(source.rstrip("/")) or source
-    return [
-        Problem(
-            where,
-            f"groups across shards: expected 0 under group_by '{pattern}', "
-            f"found {spread.spanning} (group {key!r} is in {a} and {b})",
-        )
-    ]
 
 
 def _split(manifest: Manifest, config: ValidateConfig) -> splits.Split:
@@ -270,82 +245,6 @@ def _split(manifest: Manifest, config: ValidateConfig) -> splits.Split:
     with warnings.catch_warnings():  # an inexact fraction is the training stage's to report
         warnings.simplefilter("ignore", splits.SplitWarning)
         return splits.split(manifest, config.val_fraction, config.split_seed)
-
-
-def _manifest_problems(
-    manifest: Manifest, source: str, reports: Sequence[ShardReport]
-) -> list[Problem]:
-    """Totals that disagree: records found in all, and the manifest's own accounting."""
-    where = posixpath.basename(source.rstrip("/")) or source
-    out = []
-    found = sum(r.records for r in reports)
-    if found != manifest.records:
-        out.append(
-            Problem(
-                where, f"total record count mismatch: expected {manifest.records}, found {found}"
-            )
-        )
-    if manifest.listed != manifest.records + len(manifest.rejected):
-        out.append(
-            Problem(
-                where,
-                f"inputs do not add up: expected {manifest.listed} listed = records + rejected, "
-                f"found {manifest.records} + {len(manifest.rejected)}",
-            )
-        )
-    return out
-
-
-def unlisted_files(fs: Any, root: str, manifest: Manifest) -> list[Problem]:
-    """Files in the version directory that the manifest does not account for.
-
-    What may be there is declared once, in :mod:`tfshards.writing.layout` (the
-    manifest, the shards and their bookkeeping files in its subfolders); a
-    temp file of :class:`~tfshards.storage.AtomicSink` is reported as stale.
-    """
-    try:
-        entries = fs.find(root, withdirs=True, detail=True)
-    except FileNotFoundError:
-        return []  # every shard reports itself missing
-    expected = layout.expected_paths(s.name for s in manifest.shards)
-    base = root.rstrip("/") + "/"
-    out = []
-    foreign: list[str] = []  # unexpected folders: reported once, not file by file
-    for name in sorted(entries):
-        if not str(name).startswith(base):
-            continue  # the version directory itself
-        rel = str(name)[len(base) :].rstrip("/")
-        if not rel or rel in expected or rel in layout.FOLDERS:
-            continue
-        if any(rel.startswith(folder) for folder in foreign):
-            continue
-        if storage.is_temp_name(posixpath.basename(rel)):
-            what = "stale temp file (a writer stopped before publishing it)"
-        elif entries[name].get("type") == "directory":
-            what = "directory not listed in the manifest"
-            foreign.append(rel + "/")
-        else:
-            what = "file not listed in the manifest"
-        out.append(Problem(rel, what))
-    return out
-
-
-def metadata_problems(fs: Any, root: str, manifest: Manifest) -> list[Problem]:
-    """The version directory's other files (tfds metadata) against their sha256 in the manifest."""
-    out = []
-    for rel, want in sorted(manifest.metadata_files.items()):
-        try:
-            data = storage.read_bytes(fs, storage.join(root, rel))
-        except FileNotFoundError:
-            out.append(Problem(rel, "missing: expected a file the manifest lists"))
-            continue
-        except OSError as exc:
-            out.append(Problem(rel, f"cannot read: {exc.strerror or exc}"))
-            continue
-        found = hashlib.sha256(data).hexdigest()
-        if found != want:
-            out.append(Problem(rel, f"sha256 mismatch: expected {want}, found {found}"))
-    return out
 
 
 def write_metrics(report: ValidationReport, url: str) -> None:

@@ -15,7 +15,7 @@ from __future__ import annotations
 from typing import Any
 
 from tfshards import jsonfile
-from tfshards.schema import FeatureSpec
+from tfshards.format.schema import FeatureSpec
 from tfshards.writing.manifest import Manifest
 
 SPLIT = "train"

@@ -15,7 +15,7 @@ from typing import Any
 
 from tfshards import jsonfile, storage
 from tfshards.errors import ConfigError, InputError
-from tfshards.schema import FeatureSpec, schema_from_json, schema_to_json
+from tfshards.format.schema import FeatureSpec, schema_from_json, schema_to_json
 
 FORMAT_VERSION = 1
 MANIFEST_NAME = "manifest.json"

@@ -8,7 +8,7 @@ writer builds it from the framed bytes it already holds, walking only the
 8-byte length of each record (no re-read, no CRC): 0.6 us a record (20,000
 records of 100 bytes fed in 1 MB pieces, text included, took 12.5 ms on a
 loaded 2-core machine), next to tens of us to read and hash each file; the
-walk runs in C (:mod:`tfshards.native`) where built.
+walk (:func:`tfshards.format.tfrecord.record_starts`) runs in C where built.
 Offsets count in the file's bytes, so only uncompressed shards get one:
 ``tfrecord2idx`` reads a gzip file's compressed bytes as if they were frames,
 and DALI reads no compressed TFRecords.
@@ -17,14 +17,10 @@ and DALI reads no compressed TFRecords.
 from __future__ import annotations
 
 import array
-import struct
 
-import numpy as np
+from tfshards.format.tfrecord import record_starts
+from tfshards.format.wire import FOOTER_BYTES, HEADER_BYTES, LENGTH
 
-from tfshards import native
-from tfshards.tfrecord import FOOTER_BYTES, HEADER_BYTES
-
-_LENGTH = struct.Struct("<Q")
 _FRAME = HEADER_BYTES + FOOTER_BYTES  # 16 bytes of framing around each record's data
 
 
@@ -32,7 +28,7 @@ class RecordIndex:
     """Offsets of the records fed to it, in the order fed; :meth:`to_bytes` is the file.
 
     Feed it the stream a shard is written from, in pieces that each hold
-    whole records (what :class:`tfshards.recordbuffer.RecordBuffer` flushes).
+    whole records (what :class:`tfshards.format.recordbuffer.RecordBuffer` flushes).
     """
 
     def __init__(self) -> None:
@@ -46,23 +42,14 @@ class RecordIndex:
             ValueError: a record runs past the end of ``view`` (a piece must
                 hold whole records).
         """
-        pos, end, base = 0, len(view), self._at
-        starts = self._starts
-        c = native.NATIVE
-        if c is not None:  # the same walk in C; a piece it cannot walk to its end is told below
-            offsets, walked = c.frame_offsets(view)
-            if walked == end:
-                starts.frombytes((np.frombuffer(offsets, dtype=np.int64) + base).tobytes())
-                self._at = base + end
-                return
-        while pos < end:
+        end, base = len(view), self._at
+        found, pos = record_starts(view)
+        if pos != end:  # the record at ``pos`` does not fit in the piece
             if pos + HEADER_BYTES > end:
                 raise ValueError(f"record at byte {base + pos}: its header runs past the piece")
-            size = _LENGTH.unpack_from(view, pos)[0] + _FRAME
-            if pos + size > end:
-                raise ValueError(f"record at byte {base + pos}: {size} bytes run past the piece")
-            starts.append(base + pos)
-            pos += size
+            size = LENGTH.unpack_from(view, pos)[0] + _FRAME
+            raise ValueError(f"record at byte {base + pos}: {size} bytes run past the piece")
+        self._starts.frombytes((found + base).tobytes())
         self._at = base + end
 
     @property

@@ -16,19 +16,25 @@ from typing import Any
 
 from tfshards import storage
 from tfshards.errors import InputError, ShardError, TransformError, TransformOutputError
-from tfshards.example import encode
-from tfshards.imageformat import HEAD_BYTES, NotAnImage, claims_image, image_format, not_an_image
-from tfshards.listing.contenthash import expected_md5, expected_sha256
-from tfshards.listing.storedlisting import ListedRows
-from tfshards.recordbuffer import (
+from tfshards.format.example import encode
+from tfshards.format.imageformat import (
+    HEAD_BYTES,
+    NotAnImage,
+    claims_image,
+    image_format,
+    not_an_image,
+)
+from tfshards.format.recordbuffer import (
     ContentChanged,
     FileChanged,
     ReadInto,
     RecordBuffer,
     copy_into,
 )
-from tfshards.schema import Dtype, FeatureSpec, Values, merge_specs, normalize
-from tfshards.tfrecord import Compressor, frame
+from tfshards.format.schema import Dtype, FeatureSpec, Values, merge_specs, normalize
+from tfshards.format.tfrecord import Compressor, frame
+from tfshards.listing.contenthash import expected_md5, expected_sha256
+from tfshards.listing.storedlisting import ListedRows
 from tfshards.writing import layout
 from tfshards.writing import transform as transforms
 from tfshards.writing.manifest import Reject, ShardInfo, sidecar_from_json, sidecar_json

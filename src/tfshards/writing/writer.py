@@ -27,8 +27,11 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from tfshards import jsonfile, native, storage
+from tfshards import jsonfile, storage
 from tfshards.errors import ConfigError, InputError, TransformError
+from tfshards.format import native
+from tfshards.format.schema import FeatureSpec, merge_specs
+from tfshards.format.tfrecord import COMPRESSIONS
 from tfshards.listing.listing import (
     Listing,
     listing_counts,
@@ -42,8 +45,6 @@ from tfshards.listing.walker import Entry
 from tfshards.progress import Progress
 from tfshards.run import executor as executors
 from tfshards.run.cluster import Needs
-from tfshards.schema import FeatureSpec, merge_specs
-from tfshards.tfrecord import COMPRESSIONS
 from tfshards.writing import datasetinfo, grouping, layout, sharding
 from tfshards.writing import transform as transforms
 from tfshards.writing.manifest import (
@@ -86,7 +87,7 @@ class WriteConfig:
             in the manifest and goes on.
         workers: shards written at once (with processes, this process works too).
         executor: ``auto``, ``process``, ``thread``, ``serial`` or ``dask``.
-            ``auto`` means threads when :mod:`tfshards.native` is built, there is
+            ``auto`` means threads when :mod:`tfshards.format.native` is built, there is
             no transform and the source is local (the per-record loop then runs
             in C without the GIL), else processes; threads for ``memory://``.
         dask_address: scheduler address for ``executor="dask"`` (None: a local cluster).

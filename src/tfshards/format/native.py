@@ -1,4 +1,4 @@
-"""The optional C loops (``tfshards._native``), or ``None`` where they are not built.
+"""The optional C loops (``tfshards.format._native``), or ``None`` where they are not built.
 
 ``setup.py`` compiles ``_native.c`` when a C compiler and OpenSSL's headers
 are there; without them the install goes on and every caller uses its
@@ -42,13 +42,11 @@ class Native(Protocol):
 
     def frame_offsets(self, buffer: Buffer) -> tuple[bytes, int]: ...
 
-    def crc32c_spans(self, buffer: Buffer, starts: Buffer, ends: Buffer) -> bytes: ...
+    def scan_frames(self, buffer: Buffer) -> tuple[bytes, bytes, int]: ...
 
-    def sha256_spans(self, buffer: Buffer, starts: Buffer, ends: Buffer) -> bytes: ...
-
-    def parse_examples(
-        self, buffer: Buffer, starts: Buffer, ends: Buffer, keys: tuple[bytes, ...], kinds: bytes
-    ) -> tuple[bytes, bytes, bytes]: ...
+    def outline_examples(
+        self, buffer: Buffer, starts: Buffer, ends: Buffer, keys: tuple[bytes, ...]
+    ) -> tuple[bytes, bytes, bytes, bytes]: ...
 
     def read_lines(self, idx_fd: int, lines_fd: int, indices: Buffer) -> tuple[bytes, int]: ...
 
@@ -57,7 +55,7 @@ def _load() -> Native | None:
     if os.environ.get("TFSHARDS_PURE_PYTHON", "") not in ("", "0"):
         return None
     try:
-        return cast(Native, importlib.import_module("tfshards._native"))
+        return cast(Native, importlib.import_module("tfshards.format._native"))
     except ImportError:
         return None
 

@@ -1,20 +1,26 @@
 /* The per-record loops of the writer and the validator, in C, without the GIL.
  *
  * Optional: setup.py builds it when a C compiler and OpenSSL's headers are
- * there, and tfshards.native falls back to the pure-Python loops when it is
+ * there, and tfshards.format.native falls back to the pure-Python loops when it is
  * missing (or when TFSHARDS_PURE_PYTHON=1). Both produce the same bytes and
  * the same findings; the tests run both.
  *
  *   frame_files    read local files straight into their slots in a buffer,
  *                  as framed tf.train.Example records of the base features
  *                  (payload, label, path, sha256 of the payload)
- *   frame_offsets  walk a shard's TFRecord framing: where each record starts
- *   crc32c_spans   CRC-32C of many slices of one buffer
- *   sha256_spans   SHA-256 of many slices of one buffer
+ *   scan_frames    walk a shard's TFRecord framing, checking both CRCs
+ *   outline_examples  parse many tf.train.Example records: verdict, and the
+ *                  kind, count and first value of the features asked for
  *   hash_files     SHA-256 and size of many files of one folder (the listing's content tokens)
  *   stat_files     stat of many files of one folder (the listing's hash cache)
- *   parse_examples the layout of many Examples of one-value features at once
+ *   frame_offsets  walk a TFRecord stream's lengths only: where each whole record starts
  *   read_lines     many lines of a stored listing by line number, as one JSON array
+ *
+ * The Python reference of each format rule is in tfshards/format/
+ * (tfrecord.scan, exampleparser.outline); these accept and find exactly
+ * what it does, and the differential tests pit them against each other.
+ * Problems are worded by the reference only: a record refused here is
+ * handed back to it.
  *
  * Every function releases the GIL while it works, so two threads run two
  * shards on two cores with no process pool to start.
@@ -37,6 +43,22 @@
 #include <nmmintrin.h>
 #define HAVE_X86 1
 #endif
+
+/* ---------------------------------------------------- wire constants
+ * The numbers of tfshards/format/wire.py, stated once for C. */
+#define HEADER_BYTES 12 /* uint64 length + masked CRC-32C of it */
+#define LENGTH_BYTES 8
+#define FOOTER_BYTES 4 /* masked CRC-32C of the data */
+#define MASK_DELTA 0xa282ead8u
+#define CRC32C_POLYNOMIAL 0x82f63b78u /* Castagnoli, reflected */
+#define WIRE_LEN 2                    /* length-delimited: the only wire type of an Example */
+#define TAG1 (1 << 3 | WIRE_LEN)      /* 0x0a */
+#define TAG2 (2 << 3 | WIRE_LEN)      /* 0x12 */
+#define KIND_BYTES 1                  /* Feature's oneof: BytesList, FloatList, Int64List */
+#define KIND_FLOAT 2
+#define KIND_INT64 3
+#define FLOAT_BYTES 4
+#define MAX_VARINT_BYTES 10
 
 /* ------------------------------------------------------------------ CRC-32C */
 
@@ -122,13 +144,13 @@ static uint32_t crc32c(const uint8_t *p, size_t n) {
 }
 
 static uint32_t masked(uint32_t crc) {
-    return ((crc >> 15) | (crc << 17)) + 0xa282ead8u;
+    return ((crc >> 15) | (crc << 17)) + MASK_DELTA;
 }
 
 static void crc_init(void) {
     for (uint32_t i = 0; i < 256; i++) {
         uint32_t c = i;
-        for (int k = 0; k < 8; k++) c = (c & 1) ? (c >> 1) ^ 0x82f63b78u : c >> 1;
+        for (int k = 0; k < 8; k++) c = (c & 1) ? (c >> 1) ^ CRC32C_POLYNOMIAL : c >> 1;
         crc_table[0][i] = c;
     }
     for (uint32_t i = 0; i < 256; i++)
@@ -203,17 +225,17 @@ static EntrySizes entry_sizes(size_t key_len, size_t value_len) {
 /* Write an entry's bytes up to its value; returns where the value goes. */
 static uint8_t *put_entry_head(uint8_t *p, const char *key, size_t key_len, uint8_t kind_tag,
                                size_t value_len, EntrySizes s) {
-    *p++ = 0x0a;
+    *p++ = TAG1;
     p = put_varint(p, s.entry);
-    *p++ = 0x0a;
+    *p++ = TAG1;
     p = put_varint(p, key_len);
     memcpy(p, key, key_len);
     p += key_len;
-    *p++ = 0x12;
+    *p++ = TAG2;
     p = put_varint(p, s.feature);
     *p++ = kind_tag;
     p = put_varint(p, s.list);
-    *p++ = 0x0a;
+    *p++ = TAG1;
     return put_varint(p, value_len);
 }
 
@@ -222,7 +244,7 @@ static const char HEX[] = "0123456789abcdef";
 /* -------------------------------------------------------------- known_image */
 
 /* 1 when ``p`` (a file of ``n`` bytes) starts like a JPEG, PNG, GIF, BMP or
- * WebP file: the rule of tfshards.imageformat.image_format, on the same bytes. */
+ * WebP file: the rule of tfshards.format.imageformat.image_format, on the same bytes. */
 static int known_image(const uint8_t *p, size_t n) {
     static const uint8_t png[8] = {0x89, 'P', 'N', 'G', '\r', '\n', 0x1a, '\n'};
     if (n >= 3 && p[0] == 0xff && p[1] == 0xd8 && p[2] == 0xff) return 1;
@@ -425,14 +447,14 @@ static PyObject *frame_files(PyObject *self, PyObject *args) {
             body += sz[k].total;
         }
         size_t data_len = delimited(body);
-        size_t total = 12 + data_len + 4;
+        size_t total = HEADER_BYTES + data_len + FOOTER_BYTES;
         if (at + total + 1 > cap) break; /* +1: a byte past the payload shows a file that grew */
-        uint8_t *rec = base + at, *data = rec + 12, *p = data;
-        *p++ = 0x0a;
+        uint8_t *rec = base + at, *data = rec + HEADER_BYTES, *p = data;
+        *p++ = TAG1;
         p = put_varint(p, body);
         uint8_t *payload = NULL, *digest = NULL;
         for (int k = 0; k < 4; k++) {
-            uint8_t tag = slots[k].role == ROLE_LABEL ? 0x1a : 0x0a;
+            uint8_t tag = (slots[k].role == ROLE_LABEL ? KIND_INT64 : KIND_BYTES) << 3 | WIRE_LEN;
             p = put_entry_head(p, slots[k].key, slots[k].key_len, tag, value_len[k], sz[k]);
             switch (slots[k].role) {
             case ROLE_PAYLOAD: payload = p; break;
@@ -482,7 +504,7 @@ static PyObject *frame_files(PyObject *self, PyObject *args) {
             digest[2 * b + 1] = (uint8_t)HEX[md[b] & 0xf];
         }
         put_u64(rec, data_len);
-        put_u32(rec + 8, masked(crc32c(rec, 8)));
+        put_u32(rec + LENGTH_BYTES, masked(crc32c(rec, LENGTH_BYTES)));
         put_u32(data + data_len, masked(crc32c(data, data_len)));
         at += total;
     }
@@ -634,70 +656,64 @@ static PyObject *stat_files(PyObject *self, PyObject *args) {
     return stats;
 }
 
-/* ------------------------------------------------------------ span kernels */
+/* ------------------------------------------------------------- scan_frames */
 
-/* Parse (buffer, starts, ends): ``starts`` and ``ends`` are int64 buffers of
- * equal length, each span inside the buffer. */
-static int get_spans(PyObject *args, Py_buffer *buf, Py_buffer *starts, Py_buffer *ends) {
-    if (!PyArg_ParseTuple(args, "y*y*y*", buf, starts, ends)) return -1;
-    Py_ssize_t n = starts->len / 8;
-    if (starts->len % 8 || ends->len != starts->len) {
-        PyErr_SetString(PyExc_ValueError, "starts and ends must be int64 arrays of one length");
-        goto fail;
-    }
-    const int64_t *s = starts->buf, *e = ends->buf;
-    for (Py_ssize_t i = 0; i < n; i++) {
-        if (s[i] < 0 || e[i] < s[i] || e[i] > buf->len) {
-            PyErr_Format(PyExc_ValueError, "span %zd [%lld:%lld] is outside a buffer of %zd bytes",
-                         i, (long long)s[i], (long long)e[i], buf->len);
-            goto fail;
+static uint64_t get_u64(const uint8_t *p) {
+    uint64_t v = 0;
+    for (int k = LENGTH_BYTES - 1; k >= 0; k--) v = (v << 8) | p[k];
+    return v;
+}
+
+static uint32_t get_u32(const uint8_t *p) {
+    return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
+}
+
+/* scan_frames(buffer) -> (offsets, data_ok, end)
+ *
+ * Walks the TFRecord framing of ``buffer`` as tfshards.format.tfrecord.scan
+ * does: ``offsets`` (int64) of each record whose header is whole, whose
+ * length CRC matches and whose data and footer fit; ``data_ok`` one byte per
+ * record, 1 where its data CRC matches; ``end`` where the walk stopped: the
+ * buffer's size, or the offset of the record scan reports a framing problem
+ * for (a truncated header or record, a length CRC mismatch). */
+static PyObject *scan_frames(PyObject *self, PyObject *args) {
+    Py_buffer buf;
+    if (!PyArg_ParseTuple(args, "y*", &buf)) return NULL;
+    const uint8_t *p = buf.buf;
+    uint64_t size = (uint64_t)buf.len, offset = 0;
+    Py_ssize_t n = 0, cap = 1024;
+    int64_t *offsets = PyMem_RawMalloc((size_t)cap * 8);
+    uint8_t *ok = PyMem_RawMalloc((size_t)cap);
+    int oom = offsets == NULL || ok == NULL;
+    Py_BEGIN_ALLOW_THREADS
+    while (!oom && size - offset >= HEADER_BYTES) {
+        const uint8_t *head = p + offset, *data = head + HEADER_BYTES;
+        uint64_t length = get_u64(head), room = size - offset - HEADER_BYTES;
+        if (masked(crc32c(head, LENGTH_BYTES)) != get_u32(head + LENGTH_BYTES)) break;
+        if (room < FOOTER_BYTES || length > room - FOOTER_BYTES) break;
+        if (n == cap) {
+            int64_t *more = PyMem_RawRealloc(offsets, (size_t)cap * 2 * 8);
+            uint8_t *more_ok = more == NULL ? NULL : PyMem_RawRealloc(ok, (size_t)cap * 2);
+            if (more != NULL) offsets = more;
+            if (more_ok == NULL) {
+                oom = 1;
+                break;
+            }
+            ok = more_ok;
+            cap *= 2;
         }
+        offsets[n] = (int64_t)offset;
+        ok[n++] = masked(crc32c(data, (size_t)length)) == get_u32(data + length);
+        offset += HEADER_BYTES + length + FOOTER_BYTES;
     }
-    return 0;
-fail:
-    PyBuffer_Release(buf);
-    PyBuffer_Release(starts);
-    PyBuffer_Release(ends);
-    return -1;
-}
-
-typedef void (*SpanFn)(const uint8_t *data, size_t n, uint8_t *out);
-
-static void crc_into(const uint8_t *data, size_t n, uint8_t *out) {
-    uint32_t crc = crc32c(data, n);
-    memcpy(out, &crc, 4); /* native order: read back as a numpy uint32 array */
-}
-
-static void sha_into(const uint8_t *data, size_t n, uint8_t *out) { SHA256(data, n, out); }
-
-/* Apply ``fn`` to every span of (buffer, starts, ends), ``width`` output bytes each. */
-static PyObject *map_spans(PyObject *args, SpanFn fn, Py_ssize_t width) {
-    Py_buffer buf, starts, ends;
-    if (get_spans(args, &buf, &starts, &ends) < 0) return NULL;
-    Py_ssize_t n = starts.len / 8;
-    PyObject *out = PyBytes_FromStringAndSize(NULL, n * width);
-    if (out != NULL) {
-        uint8_t *o = (uint8_t *)PyBytes_AS_STRING(out);
-        const int64_t *s = starts.buf, *e = ends.buf;
-        const uint8_t *base = buf.buf;
-        Py_BEGIN_ALLOW_THREADS
-        for (Py_ssize_t i = 0; i < n; i++) fn(base + s[i], (size_t)(e[i] - s[i]), o + i * width);
-        Py_END_ALLOW_THREADS
-    }
+    Py_END_ALLOW_THREADS
     PyBuffer_Release(&buf);
-    PyBuffer_Release(&starts);
-    PyBuffer_Release(&ends);
+    PyObject *out = oom ? PyErr_NoMemory()
+                        : Py_BuildValue("(y#y#K)", (const char *)offsets, n * 8, (const char *)ok,
+                                        n, (unsigned long long)offset);
+    PyMem_RawFree(offsets);
+    PyMem_RawFree(ok);
     return out;
-}
-
-/* crc32c_spans(buffer, starts, ends) -> bytes: uint32 CRC-32C of each span (unmasked). */
-static PyObject *crc32c_spans(PyObject *self, PyObject *args) {
-    return map_spans(args, crc_into, 4);
-}
-
-/* sha256_spans(buffer, starts, ends) -> bytes: the 32-byte SHA-256 of each span. */
-static PyObject *sha256_spans(PyObject *self, PyObject *args) {
-    return map_spans(args, sha_into, SHA256_DIGEST_LENGTH);
 }
 
 /* frame_offsets(buffer) -> (bytes, end): int64 offsets of the records whose
@@ -712,10 +728,10 @@ static PyObject *frame_offsets(PyObject *self, PyObject *args) {
     int64_t *offsets = PyMem_RawMalloc((size_t)cap * 8);
     int oom = offsets == NULL;
     Py_BEGIN_ALLOW_THREADS
-    while (!oom && size - offset >= 16) {
+    while (!oom && size - offset >= HEADER_BYTES + FOOTER_BYTES) {
         uint64_t length = 0;
-        for (int k = 7; k >= 0; k--) length = (length << 8) | p[offset + (uint64_t)k];
-        if (length > size - offset - 16) break;
+        length = get_u64(p + offset);
+        if (length > size - offset - HEADER_BYTES - FOOTER_BYTES) break;
         if (n == cap) {
             int64_t *grown = PyMem_RawRealloc(offsets, (size_t)cap * 2 * 8);
             if (grown == NULL) {
@@ -726,7 +742,7 @@ static PyObject *frame_offsets(PyObject *self, PyObject *args) {
             cap *= 2;
         }
         offsets[n++] = (int64_t)offset;
-        offset += 16 + length;
+        offset += HEADER_BYTES + length + FOOTER_BYTES;
     }
     Py_END_ALLOW_THREADS
     PyBuffer_Release(&buf);
@@ -739,135 +755,231 @@ static PyObject *frame_offsets(PyObject *self, PyObject *args) {
     return out;
 }
 
+/* -------------------------------------------------------- outline_examples */
 
-/* ----------------------------------------------------------- parse_examples */
-
-/* A varint of at most 3 bytes (values below 2**21) at ``*at`` inside [.., end). */
-static int get_varint3(const uint8_t *b, int64_t *at, int64_t end, int64_t *value) {
-    int64_t a = *at, v = 0;
-    for (int k = 0; k < 3; k++) {
-        if (a + k >= end) return 0;
-        uint8_t c = b[a + k];
-        v |= (int64_t)(c & 0x7f) << (7 * k);
+/* The varint at ``*pos`` inside [.., end): its low 64 bits in ``*out``.
+ * 0 when it is truncated or longer than MAX_VARINT_BYTES. */
+static int get_varint(const uint8_t *b, int64_t *pos, int64_t end, uint64_t *out) {
+    uint64_t v = 0;
+    int64_t a = *pos;
+    for (int k = 0; k < MAX_VARINT_BYTES; k++) {
+        if (a >= end) return 0;
+        uint8_t c = b[a++];
+        v |= (uint64_t)(c & 0x7f) << (7 * k); /* bits past 64 fall off, as in the reference */
         if (c < 0x80) {
-            *value = v;
-            *at = a + k + 1;
+            *out = v;
+            *pos = a;
             return 1;
         }
     }
     return 0;
 }
 
-/* ``tag`` then a length at ``*at``: the contents start at ``*at`` after, end at ``*end_out``. */
-static int get_delimited(const uint8_t *b, int64_t *at, int64_t end, uint8_t tag,
-                         int64_t *end_out) {
-    int64_t length;
-    if (*at >= end || b[*at] != tag) return 0;
-    *at += 1;
-    if (!get_varint3(b, at, end, &length)) return 0;
-    *end_out = *at + length;
+/* The field at ``*pos`` of a message ending at ``end``: its number and its
+ * contents [*start, *stop); 0 unless it is length-delimited and fits. */
+static int next_field(const uint8_t *b, int64_t *pos, int64_t end, uint64_t *num, int64_t *start,
+                      int64_t *stop) {
+    uint64_t key, length;
+    if (!get_varint(b, pos, end, &key) || (key & 7) != WIRE_LEN) return 0;
+    if (!get_varint(b, pos, end, &length) || length > (uint64_t)(end - *pos)) return 0;
+    *num = key >> 3;
+    *start = *pos;
+    *stop = *pos + (int64_t)length;
+    *pos = *stop;
+    return 1;
+}
+
+/* 1 when every field of the message [start, end) is length-delimited and fits. */
+static int well_framed(const uint8_t *b, int64_t start, int64_t end) {
+    uint64_t num;
+    int64_t s, e;
+    while (start < end)
+        if (!next_field(b, &start, end, &num, &s, &e)) return 0;
+    return 1;
+}
+
+/* 1 when [p, p + n) is UTF-8 that Python's strict decoder accepts. */
+static int utf8_ok(const uint8_t *p, int64_t n) {
+    int64_t i = 0;
+    while (i < n) {
+        uint8_t c = p[i];
+        int len = c < 0x80 ? 1 : c >= 0xc2 && c <= 0xdf ? 2 : c >= 0xe0 && c <= 0xef ? 3
+                : c >= 0xf0 && c <= 0xf4 ? 4 : 0;
+        if (len == 0 || i + len > n) return 0;
+        for (int k = 1; k < len; k++)
+            if ((p[i + k] & 0xc0) != 0x80) return 0;
+        if ((c == 0xe0 && p[i + 1] < 0xa0) || (c == 0xed && p[i + 1] > 0x9f) ||
+            (c == 0xf0 && p[i + 1] < 0x90) || (c == 0xf4 && p[i + 1] > 0x8f))
+            return 0; /* overlong, a surrogate, past U+10FFFF */
+        i += len;
+    }
+    return 1;
+}
+
+typedef struct {
+    uint8_t kind;  /* KIND_BYTES, KIND_FLOAT or KIND_INT64; 0: no such feature */
+    int64_t count; /* values */
+    int64_t a, b;  /* bytes: the first value's span; int64: the first value, and 1 if any */
+} Found;
+
+/* One Feature message [start, end), as exampleparser._feature reads it: its
+ * first field says the kind. 0 when the reference refuses it. */
+static int outline_feature(const uint8_t *b, int64_t start, int64_t end, Found *out) {
+    Found f = {KIND_BYTES, 0, 0, 0};
+    uint64_t kind, num;
+    int64_t pos = start, ls, le, vs, ve;
+    if (!well_framed(b, start, end)) return 0;
+    if (start < end) {
+        next_field(b, &pos, end, &kind, &ls, &le);
+        if (kind < KIND_BYTES || kind > KIND_INT64 || !well_framed(b, ls, le)) return 0;
+        f.kind = (uint8_t)kind;
+        for (pos = ls; pos < le;) {
+            next_field(b, &pos, le, &num, &vs, &ve);
+            if (kind == KIND_BYTES) {
+                if (f.count == 0) {
+                    f.a = vs;
+                    f.b = ve;
+                }
+                f.count++;
+            } else if (kind == KIND_FLOAT) {
+                f.count += ve - vs;
+            } else {
+                for (int64_t at = vs; at < ve; f.count++) {
+                    uint64_t v;
+                    if (!get_varint(b, &at, ve, &v)) return 0;
+                    if (!f.b) {
+                        f.a = (int64_t)v;
+                        f.b = 1;
+                    }
+                }
+            }
+        }
+        if (kind == KIND_FLOAT) {
+            if (f.count % FLOAT_BYTES) return 0;
+            f.count /= FLOAT_BYTES;
+        }
+    }
+    *out = f;
     return 1;
 }
 
 typedef struct {
     const char *key;
-    size_t key_len;
-    char kind; /* 'b': one bytes value, 'i': one int64 value */
-} Field;
+    int64_t len;
+} Key;
 
-/* parse_examples(buffer, starts, ends, keys, kinds) -> (ok, spans, values)
+/* One Example [start, end), as exampleparser.outline reads it: every feature
+ * parsed, the ``keys`` asked for kept in ``found`` (a repeated key: the last
+ * wins). 0 when the reference refuses it. */
+static int outline_example(const uint8_t *b, int64_t start, int64_t end, const Key *keys,
+                           Py_ssize_t nk, Found *found) {
+    uint64_t num;
+    int64_t pos = start, fs, fe;
+    if (!well_framed(b, start, end)) return 0;
+    while (pos < end) {
+        next_field(b, &pos, end, &num, &fs, &fe);
+        if (num != 1) continue;
+        if (!well_framed(b, fs, fe)) return 0;
+        for (int64_t at = fs, es, ee; at < fe;) {
+            next_field(b, &at, fe, &num, &es, &ee);
+            if (num != 1) continue;
+            if (!well_framed(b, es, ee)) return 0;
+            Found feature = {KIND_BYTES, 0, 0, 0};
+            int64_t ks = 0, ke = 0;
+            for (int64_t q = es, ps, pe; q < ee;) {
+                next_field(b, &q, ee, &num, &ps, &pe);
+                if (num == 1) {
+                    if (!utf8_ok(b + ps, pe - ps)) return 0;
+                    ks = ps;
+                    ke = pe;
+                } else if (num == 2 && !outline_feature(b, ps, pe, &feature)) {
+                    return 0;
+                }
+            }
+            for (Py_ssize_t k = 0; k < nk; k++)
+                if (keys[k].len == ke - ks && memcmp(keys[k].key, b + ks, (size_t)(ke - ks)) == 0) {
+                    found[k] = feature;
+                    break;
+                }
+        }
+    }
+    return 1;
+}
+
+/* outline_examples(buffer, starts, ends, keys) -> (ok, kinds, counts, firsts)
  *
- * Parses each record buffer[start:end] as a canonical Example holding exactly
- * the features ``keys`` (sorted), one value each, of ``kinds`` (b"b" bytes,
- * b"i" int64), with varints of at most 3 bytes: what tfshards.bulkcheck's
- * numpy parse accepts, no more. ``ok`` is one byte per record; ``spans`` the
- * int64 (start, end) of each bytes value, ``values`` each int64 value, per
- * record and key (zero where ok is 0 or the kind differs). */
-static PyObject *parse_examples(PyObject *self, PyObject *args) {
+ * Parses each record buffer[start:end] (int64 ``starts`` and ``ends``) as
+ * tfshards.format.exampleparser.outline does, for the feature names ``keys``
+ * (a tuple of UTF-8 bytes). ``ok`` is one byte per record (0: the reference
+ * raises for it, and words why); per record and key, ``kinds`` (one byte: 1
+ * bytes, 2 float, 3 int64, 0 absent), ``counts`` (int64: values) and
+ * ``firsts`` (two int64: the first bytes value's span, or the first int64
+ * value and 1; zeros for none). */
+static PyObject *outline_examples(PyObject *self, PyObject *args) {
     Py_buffer buf, starts, ends;
     PyObject *keys;
-    const char *kinds;
-    Py_ssize_t nk;
-    if (!PyArg_ParseTuple(args, "y*y*y*O!y#", &buf, &starts, &ends, &PyTuple_Type, &keys,
-                          &kinds, &nk))
+    if (!PyArg_ParseTuple(args, "y*y*y*O!", &buf, &starts, &ends, &PyTuple_Type, &keys))
         return NULL;
-    PyObject *result = NULL, *ok = NULL, *spans = NULL, *values = NULL;
-    Field *fields = NULL;
-    Py_ssize_t n = starts.len / 8;
-    if (starts.len % 8 || ends.len != starts.len || PyTuple_GET_SIZE(keys) != nk) {
-        PyErr_SetString(PyExc_ValueError, "parse_examples: inconsistent arguments");
-        goto done;
-    }
-    fields = PyMem_Malloc(sizeof(Field) * (size_t)(nk + 1));
-    if (fields == NULL) {
+    PyObject *result = NULL, *ok = NULL, *kinds = NULL, *counts = NULL, *firsts = NULL;
+    Py_ssize_t n = starts.len / 8, nk = PyTuple_GET_SIZE(keys);
+    Key *key = PyMem_Malloc(sizeof(Key) * (size_t)(nk + 1));
+    Found *found = PyMem_Malloc(sizeof(Found) * (size_t)(nk + 1));
+    if (key == NULL || found == NULL) {
         PyErr_NoMemory();
         goto done;
     }
+    if (starts.len % 8 || ends.len != starts.len) {
+        PyErr_SetString(PyExc_ValueError, "starts and ends must be int64 arrays of one length");
+        goto done;
+    }
     for (Py_ssize_t k = 0; k < nk; k++) {
-        PyObject *key = PyTuple_GET_ITEM(keys, k);
-        if (!PyBytes_Check(key) || PyBytes_GET_SIZE(key) >= 0x80 ||
-            (kinds[k] != 'b' && kinds[k] != 'i')) {
-            PyErr_SetString(PyExc_ValueError, "parse_examples: keys of < 128 bytes, kinds b/i");
+        PyObject *name = PyTuple_GET_ITEM(keys, k);
+        if (!PyBytes_Check(name)) {
+            PyErr_SetString(PyExc_TypeError, "outline_examples: keys must be bytes");
             goto done;
         }
-        fields[k].key = PyBytes_AS_STRING(key);
-        fields[k].key_len = (size_t)PyBytes_GET_SIZE(key);
-        fields[k].kind = kinds[k];
+        key[k].key = PyBytes_AS_STRING(name);
+        key[k].len = (int64_t)PyBytes_GET_SIZE(name);
     }
     const int64_t *s = starts.buf, *e = ends.buf;
     for (Py_ssize_t i = 0; i < n; i++) {
         if (s[i] < 0 || e[i] < s[i] || e[i] > buf.len) {
-            PyErr_Format(PyExc_ValueError, "span %zd is outside the buffer", i);
+            PyErr_Format(PyExc_ValueError, "span %zd [%lld:%lld] is outside a buffer of %zd bytes",
+                         i, (long long)s[i], (long long)e[i], buf.len);
             goto done;
         }
     }
     ok = PyBytes_FromStringAndSize(NULL, n);
-    spans = PyBytes_FromStringAndSize(NULL, n * nk * 16);
-    values = PyBytes_FromStringAndSize(NULL, n * nk * 8);
-    if (ok == NULL || spans == NULL || values == NULL) goto done;
-    uint8_t *okp = (uint8_t *)PyBytes_AS_STRING(ok);
-    int64_t *sp = (int64_t *)PyBytes_AS_STRING(spans), *vp = (int64_t *)PyBytes_AS_STRING(values);
-    memset(sp, 0, (size_t)(n * nk * 16));
-    memset(vp, 0, (size_t)(n * nk * 8));
+    kinds = PyBytes_FromStringAndSize(NULL, n * nk);
+    counts = PyBytes_FromStringAndSize(NULL, n * nk * 8);
+    firsts = PyBytes_FromStringAndSize(NULL, n * nk * 16);
+    if (ok == NULL || kinds == NULL || counts == NULL || firsts == NULL) goto done;
+    uint8_t *okp = (uint8_t *)PyBytes_AS_STRING(ok), *kp = (uint8_t *)PyBytes_AS_STRING(kinds);
+    int64_t *cp = (int64_t *)PyBytes_AS_STRING(counts);
+    int64_t *fp = (int64_t *)PyBytes_AS_STRING(firsts);
     const uint8_t *b = buf.buf;
     Py_BEGIN_ALLOW_THREADS
     for (Py_ssize_t i = 0; i < n; i++) {
-        int64_t end = e[i], pos = s[i], body_end;
-        int good = get_delimited(b, &pos, end, 0x0a, &body_end) && body_end == end;
-        for (Py_ssize_t k = 0; good && k < nk; k++) {
-            const Field *field = &fields[k];
-            int64_t entry_end, length, list_end, value_end;
-            good = get_delimited(b, &pos, end, 0x0a, &entry_end) && entry_end <= end &&
-                   pos + 3 + (int64_t)field->key_len <= end && b[pos] == 0x0a &&
-                   b[pos + 1] == field->key_len &&
-                   memcmp(b + pos + 2, field->key, field->key_len) == 0 &&
-                   b[pos + 2 + field->key_len] == 0x12;
-            if (!good) break;
-            pos += 3 + (int64_t)field->key_len;
-            good = get_varint3(b, &pos, end, &length) && length > 0 && pos + length == entry_end &&
-                   get_delimited(b, &pos, end, field->kind == 'b' ? 0x0a : 0x1a, &list_end) &&
-                   get_delimited(b, &pos, end, 0x0a, &value_end) && list_end == entry_end &&
-                   value_end == entry_end;
-            if (!good) break;
-            if (field->kind == 'b') {
-                sp[(i * nk + k) * 2] = pos;
-                sp[(i * nk + k) * 2 + 1] = value_end;
-            } else {
-                int64_t value = 0, at = pos;
-                good = get_varint3(b, &at, end, &value) && at == value_end;
-                vp[i * nk + k] = value;
-            }
-            pos = entry_end;
+        memset(found, 0, sizeof(Found) * (size_t)nk);
+        int good = outline_example(b, s[i], e[i], key, nk, found);
+        okp[i] = (uint8_t)good;
+        for (Py_ssize_t k = 0; k < nk; k++) {
+            Found f = good ? found[k] : (Found){0, 0, 0, 0};
+            kp[i * nk + k] = f.kind;
+            cp[i * nk + k] = f.count;
+            fp[(i * nk + k) * 2] = f.a;
+            fp[(i * nk + k) * 2 + 1] = f.b;
         }
-        okp[i] = (uint8_t)(good && pos == end);
     }
     Py_END_ALLOW_THREADS
-    result = PyTuple_Pack(3, ok, spans, values);
+    result = PyTuple_Pack(4, ok, kinds, counts, firsts);
 done:
     Py_XDECREF(ok);
-    Py_XDECREF(spans);
-    Py_XDECREF(values);
-    PyMem_Free(fields);
+    Py_XDECREF(kinds);
+    Py_XDECREF(counts);
+    Py_XDECREF(firsts);
+    PyMem_Free(key);
+    PyMem_Free(found);
     PyBuffer_Release(&buf);
     PyBuffer_Release(&starts);
     PyBuffer_Release(&ends);
@@ -979,16 +1091,15 @@ static PyMethodDef methods[] = {
     {"hash_files", hash_files, METH_VARARGS, "hash_files(folder, names) -> (digests, sizes)"},
     {"stat_files", stat_files, METH_VARARGS, "stat_files(folder, names) -> stats"},
     {"frame_offsets", frame_offsets, METH_VARARGS, "frame_offsets(buffer) -> (offsets, end)"},
-    {"crc32c_spans", crc32c_spans, METH_VARARGS, "crc32c_spans(buffer, starts, ends) -> bytes"},
-    {"sha256_spans", sha256_spans, METH_VARARGS, "sha256_spans(buffer, starts, ends) -> bytes"},
-    {"parse_examples", parse_examples, METH_VARARGS,
-     "parse_examples(buffer, starts, ends, keys, kinds) -> (ok, spans, values)"},
+    {"scan_frames", scan_frames, METH_VARARGS, "scan_frames(buffer) -> (offsets, data_ok, end)"},
+    {"outline_examples", outline_examples, METH_VARARGS,
+     "outline_examples(buffer, starts, ends, keys) -> (ok, kinds, counts, firsts)"},
     {"read_lines", read_lines, METH_VARARGS, "read_lines(idx_fd, lines_fd, indices) -> (text, bad)"},
     {NULL, NULL, 0, NULL},
 };
 
 static struct PyModuleDef module = {
-    PyModuleDef_HEAD_INIT, "_native", "tfshards' per-record loops in C (see tfshards.native).",
+    PyModuleDef_HEAD_INIT, "_native", "tfshards' per-record loops in C (see tfshards.format.native).",
     -1, methods, NULL, NULL, NULL, NULL,
 };
 

@@ -1,4 +1,4 @@
-"""The bulk record checks find exactly what the per-record checks find, worded the same."""
+"""The record loop finds the same problems, worded the same, on the C path and the Python one."""
 
 from __future__ import annotations
 
@@ -8,9 +8,10 @@ from collections.abc import Sequence
 
 import pytest
 
-from tfshards import bulkcheck, recordcheck
-from tfshards.example import FeatureSpec, encode, varint
-from tfshards.tfrecord import frame, scan
+from tfshards import recordcheck, rules
+from tfshards.format import native
+from tfshards.format.example import FeatureSpec, encode, varint
+from tfshards.format.tfrecord import frame, scan
 
 BASE = (
     FeatureSpec("image", "bytes", ()),
@@ -18,12 +19,6 @@ BASE = (
     FeatureSpec("path", "bytes", ()),
     FeatureSpec("sha256", "bytes", ()),
 )
-
-
-@pytest.fixture(autouse=True)
-def both_loops(loop: str) -> str:
-    """Every test here on the compiled span loops and on the pure-Python ones."""
-    return loop
 
 
 def _record(payload: bytes, label: int, path: str, **extra: tuple[str, list]) -> bytes:
@@ -46,7 +41,7 @@ def _shard(n: int, seed: int = 0, big: int = 0, classes: int = 4) -> bytes:
     )
 
 
-def _run(check, buf: bytes, schema: Sequence[FeatureSpec] = BASE, num_labels: int = 4):
+def _run(buf: bytes, schema: Sequence[FeatureSpec] = BASE, num_labels: int = 4, **options):
     problems: list[tuple[str, int, int]] = []
     labels = [0] * num_labels
     checker = recordcheck.RecordChecker(
@@ -57,14 +52,22 @@ def _run(check, buf: bytes, schema: Sequence[FeatureSpec] = BASE, num_labels: in
         decode_images=False,
         labels=labels,
         add=lambda what, index, offset: problems.append((what, index, offset)),
+        **options,
     )
-    return check(buf, checker), labels, problems
+    return recordcheck.check_records(buf, checker), labels, problems
 
 
 def _same(buf: bytes, schema: Sequence[FeatureSpec] = BASE) -> tuple:
-    bulk = _run(bulkcheck.check_records, buf, schema)
-    assert bulk == _run(recordcheck.check_records, buf, schema)
-    return bulk
+    """What the Python reference finds, after checking the C loops (where built) find the same."""
+    c = native.NATIVE
+    native.NATIVE = None
+    try:
+        python = _run(buf, schema)
+    finally:
+        native.NATIVE = c
+    if c is not None:
+        assert _run(buf, schema) == python
+    return python
 
 
 def test_clean_shard_counts_records_and_labels_with_no_problems():
@@ -152,43 +155,44 @@ def test_a_repeated_feature_entry_is_read_as_tensorflow_does_last_wins():
     assert "sha256" in problems[0][0]
 
 
-def test_transform_scalars_take_the_bulk_path():
-    schema = (*BASE, FeatureSpec("width", "int64", ()))
+def test_transform_scalars_and_lists_are_checked_on_both_paths():
+    schema = (*BASE, FeatureSpec("width", "int64", ()), FeatureSpec("xy", "float", (2,)))
     buf = b"".join(
-        _record(bytes([i]) * 50, i % 4, f"{i}.bin", width=("int64", [96 + i])) for i in range(20)
+        _record(bytes([i]) * 50, i % 4, f"{i}.bin", width=("int64", [96 + i]), xy=("float", [i, 1]))
+        for i in range(20)
     )
-    assert bulkcheck.supports(schema, decode_images=False)
     records, labels, problems = _same(buf, schema)
     assert (records, problems, sum(labels)) == (20, [], 20)
 
 
-def test_lists_and_decoding_use_the_per_record_path():
-    assert not bulkcheck.supports((*BASE, FeatureSpec("emb", "float", (4,))), decode_images=False)
-    assert not bulkcheck.supports(BASE, decode_images=True)
-
-
-@pytest.mark.parametrize("limit", [1, 7, 20])
-def test_a_limit_keeps_the_first_problems_in_record_order_and_counts_the_rest(limit):
-    rng = random.Random(limit)
-    records = [bytes(s.data or b"") for s in scan(_shard(60, seed=limit, classes=6))]
-    damaged = bytearray(b"".join(b"".join(frame([r])) for r in records))
-    for _ in range(30):  # data CRC problems among label problems, found in another pass
-        damaged[rng.randrange(len(damaged))] ^= 0x10
-    _, _, everything = _run(bulkcheck.check_records, bytes(damaged))
-    assert len(everything) > limit
-    kept: list[tuple[str, int, int]] = []
-    skipped: list[int] = []
-    checker = recordcheck.RecordChecker(
-        BASE,
-        "image",
-        num_labels=4,
-        check_sha=True,
-        decode_images=False,
-        labels=[0] * 4,
-        add=lambda what, index, offset: kept.append((what, index, offset)),
-        limit=limit,
-        skip=skipped.append,
+def test_a_list_of_the_wrong_size_is_reported_on_both_paths():
+    schema = (*BASE, FeatureSpec("xy", "float", (2,)))
+    buf = _record(b"a", 0, "a.bin", xy=("float", [1.0, 2.0])) + _record(
+        b"b", 1, "b.bin", xy=("float", [1.0])
     )
-    bulkcheck.check_records(bytes(damaged), checker)
-    assert kept == everything[:limit]
-    assert sum(skipped) == len(everything) - limit
+    records, _, problems = _same(buf, schema)
+    assert records == 2
+    assert [(p[0], p[1]) for p in problems] == [
+        ("feature 'xy': expected 2 values (shape [2]), found 1", 1)
+    ]
+
+
+def test_problems_come_in_record_order():
+    rng = random.Random(5)
+    records = [bytes(s.data or b"") for s in scan(_shard(60, seed=5, classes=6))]
+    damaged = bytearray(b"".join(b"".join(frame([r])) for r in records))
+    for _ in range(30):  # data CRC problems among label problems
+        damaged[rng.randrange(len(damaged))] ^= 0x10
+    _, _, problems = _same(bytes(damaged))
+    assert len(problems) > 10
+    assert [p[1] for p in problems] == sorted(p[1] for p in problems)
+
+
+def test_a_new_record_rule_is_one_function():
+    def path_is_short(shard: rules.Shard, record: rules.Record) -> str | None:
+        path = bytes(record.first("path", b""))
+        return None if len(path) < 8 else f"path {path.decode()} is long"
+
+    buf = _record(b"x", 0, "a.bin") + _record(b"y", 1, "longer/b.bin")
+    _, _, problems = _run(buf, record_rules=(*rules.RECORD_RULES, path_is_short))
+    assert [(p[0], p[1]) for p in problems] == [("path longer/b.bin is long", 1)]

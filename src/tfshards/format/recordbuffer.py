@@ -18,20 +18,26 @@ from __future__ import annotations
 import functools
 import hashlib
 import os
-import struct
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import crc32c
 
-from tfshards import native, storage
-from tfshards.example import bytes_entry_head, int64_entry, varint
-from tfshards.imageformat import HEAD_BYTES, SHOWN_BYTES, NotAnImage, claims_image, image_format
-from tfshards.tfrecord import FOOTER_BYTES, HEADER_BYTES, header, mask
+from tfshards import storage
+from tfshards.format import native
+from tfshards.format.example import bytes_entry_head, int64_entry, varint
+from tfshards.format.imageformat import (
+    HEAD_BYTES,
+    SHOWN_BYTES,
+    NotAnImage,
+    claims_image,
+    image_format,
+)
+from tfshards.format.tfrecord import header, mask
+from tfshards.format.wire import CRC, FOOTER_BYTES, HEADER_BYTES, TAG1
 
 FLUSH_BYTES = 1 << 20  # 1 MB writes: a fresh worker faults in fewer pages than with 4 MB
 DIGEST_BYTES = 64  # the ``sha256`` feature: hex digest of the payload
-_CRC = struct.Struct("<I")
 
 Flush = Callable[[memoryview], None]
 ReadInto = Callable[[memoryview, Any], int]  # (view, source) -> bytes the file holds
@@ -78,7 +84,7 @@ class _Table(dict[int, bytes]):
 
 def _lead(body: int) -> bytes:
     """TFRecord header + Example tag and length, for an Example of ``body`` entry bytes."""
-    example_head = b"\x0a" + varint(body)
+    example_head = bytes([TAG1]) + varint(body)
     return header(len(example_head) + body) + example_head
 
 
@@ -125,9 +131,9 @@ class RecordBuffer:
         not hold its listed size, (with ``expected``: 32 bytes of SHA-256
         per entry, zeros for none) holds other bytes than listed, or is named
         as an image but holds none of the known formats
-        (:mod:`tfshards.imageformat`), and goes on with the next one when
+        (:mod:`tfshards.format.imageformat`), and goes on with the next one when
         resumed. One C call frames a whole buffer's
-        worth of files when :mod:`tfshards.native` is built; else one
+        worth of files when :mod:`tfshards.format.native` is built; else one
         :meth:`add_file` each.
         """
         c = native.NATIVE
@@ -234,7 +240,7 @@ class RecordBuffer:
             post = [e for e, b in zip(entries, self._before, strict=True) if not b]
             view[at:start] = b"".join([lead, *pre, image_head])
             view[start + size : end] = b"".join(post)
-        _CRC.pack_into(view, end, mask(crc32c.crc32c(view[at + HEADER_BYTES : end])))
+        CRC.pack_into(view, end, mask(crc32c.crc32c(view[at + HEADER_BYTES : end])))
         self._used = end + FOOTER_BYTES
 
     def append(self, pieces: Sequence[bytes | memoryview]) -> None:

@@ -1,33 +1,27 @@
-"""TFRecord framing: write records, and scan them back checking both CRCs.
+"""TFRecord framing: write records, and walk them back checking both CRCs.
 
-A TFRecord file is a sequence of::
-
-    uint64 length            little-endian
-    uint32 masked_crc32c(length bytes)
-    byte   data[length]
-    uint32 masked_crc32c(data)
-
-This module needs no TensorFlow. CRCs use the hardware-accelerated ``crc32c``
+The layout is in :mod:`tfshards.format.wire`. This is the reference walk:
+:func:`scan` (a buffer) and :class:`FrameCounter` (a stream in pieces) read
+each header with :func:`read_header` and word every problem here; the C walk
+(``scan_frames`` in ``_native.c``) stops where they find one. This module
+needs no TensorFlow. CRCs use the hardware-accelerated ``crc32c``
 package (~20 GB/s here), so framing costs far less than hashing the payload.
 """
 
 from __future__ import annotations
 
-import struct
 import zlib
 from collections.abc import Iterable, Iterator, Sequence
 from typing import NamedTuple
 
 import crc32c
+import numpy as np
 
 from tfshards.errors import ConfigError
+from tfshards.format import native
+from tfshards.format.wire import CRC, FOOTER_BYTES, HEADER_BYTES, LENGTH, MASK_DELTA
 
-HEADER_BYTES = 12  # length (8) + its masked crc (4)
-FOOTER_BYTES = 4
-MASK_DELTA = 0xA282EAD8
 _U32 = 0xFFFFFFFF
-_LENGTH = struct.Struct("<Q")
-_CRC = struct.Struct("<I")
 
 COMPRESSIONS = ("none", "gzip", "zlib")
 _WBITS = {"gzip": 31, "zlib": 15}  # what TF's ZlibInputStream expects for each
@@ -38,14 +32,14 @@ def mask(crc: int) -> int:
     return (((crc >> 15) | (crc << 17)) + MASK_DELTA) & _U32
 
 
-def masked_crc(data: bytes | memoryview) -> int:
+def masked_crc(data: bytes | bytearray | memoryview) -> int:
     return mask(crc32c.crc32c(data))
 
 
 def header(length: int) -> bytes:
     """The 12 bytes that precede a record of ``length`` bytes."""
-    raw = _LENGTH.pack(length)
-    return raw + _CRC.pack(masked_crc(raw))
+    raw = LENGTH.pack(length)
+    return raw + CRC.pack(masked_crc(raw))
 
 
 def frame(pieces: Sequence[bytes | memoryview]) -> list[bytes | memoryview]:
@@ -55,13 +49,13 @@ def frame(pieces: Sequence[bytes | memoryview]) -> list[bytes | memoryview]:
     """
     if len(pieces) == 1:  # small records: one joined piece, one chunk out
         data = pieces[0]
-        return [b"".join((header(len(data)), data, _CRC.pack(masked_crc(data))))]
+        return [b"".join((header(len(data)), data, CRC.pack(masked_crc(data))))]
     crc = 0
     length = 0
     for piece in pieces:
         crc = crc32c.crc32c(piece, crc)
         length += len(piece)
-    return [header(length), *pieces, _CRC.pack(mask(crc))]
+    return [header(length), *pieces, CRC.pack(mask(crc))]
 
 
 class Compressor:
@@ -159,13 +153,7 @@ class FrameCounter:
             self._head += view[pos : pos + take]
             pos += take
             if len(self._head) == HEADER_BYTES:
-                (self._length,) = _LENGTH.unpack_from(self._head)
-                (stored,) = _CRC.unpack_from(self._head, 8)
-                computed = masked_crc(bytes(self._head[:8]))
-                if stored != computed:
-                    self.problem = (
-                        f"length CRC mismatch (stored {stored:#010x}, computed {computed:#010x})"
-                    )
+                self._length, self.problem = read_header(self._head)
                 self._skip = self._length + FOOTER_BYTES
 
     def finish(self) -> None:
@@ -173,13 +161,54 @@ class FrameCounter:
         if self.problem is not None or not (self._head or self._skip):
             return
         if len(self._head) < HEADER_BYTES:
-            self.problem = f"truncated header: {len(self._head)} of 12 bytes"
+            self.problem = truncated_header(len(self._head))
         else:
-            left = self._length + FOOTER_BYTES - self._skip
-            self.problem = (
-                f"truncated record: length field says {self._length} bytes + 4 CRC bytes, "
-                f"file has {left} left"
-            )
+            self.problem = truncated_record(self._length, self._length + FOOTER_BYTES - self._skip)
+
+
+def read_header(head: bytes | bytearray | memoryview) -> tuple[int, str | None]:
+    """A record's length from its 12-byte header, and the problem if its CRC does not match."""
+    (length,) = LENGTH.unpack_from(head)
+    (stored,) = CRC.unpack_from(head, LENGTH.size)
+    computed = masked_crc(head[: LENGTH.size])
+    if stored == computed:
+        return length, None
+    return length, f"length CRC mismatch (stored {stored:#010x}, computed {computed:#010x})"
+
+
+def truncated_header(left: int) -> str:
+    """How a stream that ends ``left`` bytes into a record header is reported."""
+    return f"truncated header: {left} of {HEADER_BYTES} bytes"
+
+
+def truncated_record(length: int, left: int) -> str:
+    """How a record whose ``length`` plus footer runs past the ``left`` bytes there is reported."""
+    return (
+        f"truncated record: length field says {length} bytes + {FOOTER_BYTES} CRC bytes, "
+        f"file has {left} left"
+    )
+
+
+def record_starts(buf: bytes | memoryview) -> tuple[np.ndarray, int]:
+    """Where each whole record of ``buf`` starts (int64), walking the length fields only.
+
+    No CRC is checked: for bytes just framed, or to cut a stream at record
+    boundaries before the records are checked. Also returns where the last
+    whole record ends. The C loop (``frame_offsets``) walks where built.
+    """
+    c = native.NATIVE
+    if c is not None:
+        offsets, end = c.frame_offsets(buf)
+        return np.frombuffer(offsets, dtype=np.int64), int(end)
+    starts: list[int] = []
+    size, end = len(buf), 0
+    while size - end >= HEADER_BYTES + FOOTER_BYTES:
+        step = HEADER_BYTES + LENGTH.unpack_from(buf, end)[0] + FOOTER_BYTES
+        if step > size - end:
+            break
+        starts.append(end)
+        end += step
+    return np.array(starts, dtype=np.int64), end
 
 
 def data_crc_problem(stored: int, computed: int) -> str:
@@ -208,37 +237,22 @@ def scan(buf: bytes | memoryview) -> Iterator[Scanned]:
     """
     view = memoryview(buf)
     size = len(view)
-    offset = 0
-    index = 0
+    offset = index = 0
     while offset < size:
         if size - offset < HEADER_BYTES:
-            yield Scanned(index, offset, None, f"truncated header: {size - offset} of 12 bytes")
+            yield Scanned(index, offset, None, truncated_header(size - offset))
             return
-        raw_len = view[offset : offset + 8]
-        (length,) = _LENGTH.unpack(raw_len)
-        (stored,) = _CRC.unpack(view[offset + 8 : offset + 12])
-        computed = masked_crc(raw_len)
-        if stored != computed:
-            yield Scanned(
-                index,
-                offset,
-                None,
-                f"length CRC mismatch (stored {stored:#010x}, computed {computed:#010x})",
-            )
+        length, problem = read_header(view[offset : offset + HEADER_BYTES])
+        if problem is not None:
+            yield Scanned(index, offset, None, problem)
             return
         start = offset + HEADER_BYTES
         end = start + length
         if end + FOOTER_BYTES > size:
-            yield Scanned(
-                index,
-                offset,
-                None,
-                f"truncated record: length field says {length} bytes + 4 CRC bytes, "
-                f"file has {max(size - start, 0)} left",
-            )
+            yield Scanned(index, offset, None, truncated_record(length, max(size - start, 0)))
             return
         data = view[start:end]
-        (stored,) = _CRC.unpack(view[end : end + FOOTER_BYTES])
+        (stored,) = CRC.unpack_from(view, end)
         computed = masked_crc(data)
         problem = None if stored == computed else data_crc_problem(stored, computed)
         yield Scanned(index, offset, data, problem)

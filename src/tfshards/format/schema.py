@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import functools
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -9,6 +11,7 @@ from typing import Any, Literal
 import numpy as np
 
 from tfshards.errors import ConfigError, TransformError
+from tfshards.format import wire
 
 Dtype = Literal["bytes", "int64", "float"]
 DTYPES: tuple[Dtype, ...] = ("bytes", "int64", "float")
@@ -41,10 +44,10 @@ class FeatureSpec:
                 f"feature {self.name!r}: shape must be non-negative, got {self.shape}"
             )
 
-    @property
+    @functools.cached_property  # read once per feature of every record validated
     def size(self) -> int | None:
         """Number of values in one example, or None when it varies."""
-        return None if self.shape is None else int(np.prod(self.shape, dtype=np.int64))
+        return None if self.shape is None else math.prod(self.shape)
 
     def to_json(self) -> dict[str, Any]:
         return {"dtype": self.dtype, "shape": None if self.shape is None else list(self.shape)}
@@ -137,7 +140,7 @@ def _array(name: str, value: np.ndarray) -> tuple[Dtype, Values, tuple[int, ...]
             _int64(name, int(value.max()))  # raises: uint64 values above int64 would wrap
         return "int64", value.astype(np.int64).ravel(), value.shape
     if kind == "f":
-        return "float", value.astype("<f4").ravel(), value.shape
+        return "float", value.astype(wire.FLOAT32).ravel(), value.shape
     if kind in "SO" and all(isinstance(v, bytes) for v in value.ravel()):
         return "bytes", list(value.ravel()), value.shape
     raise TransformError(

@@ -5,17 +5,9 @@ order, so its bytes equal ``Example.SerializeToString(deterministic=True)``
 (the tests check this against TensorFlow) in every interpreter. The default
 ``SerializeToString()`` orders the feature map differently from one process to
 the next (two runs over the same data were seen to write different bytes),
-which would make every run's shards differ.
-
-Wire format (all fields length-delimited unless noted)::
-
-    Example   { 1: Features }
-    Features  { 1: repeated MapEntry { 1: key (string), 2: Feature } }
-    Feature   { 1: BytesList { 1: repeated bytes }
-              | 2: FloatList { 1: packed float32 }
-              | 3: Int64List { 1: packed varint } }
-
-Decoding lives in :mod:`tfshards.exampleparser` and is re-exported here.
+which would make every run's shards differ. The wire format is in
+:mod:`tfshards.format.wire`; parsing lives in
+:mod:`tfshards.format.exampleparser` and is re-exported here.
 """
 
 from __future__ import annotations
@@ -26,7 +18,8 @@ from typing import cast
 
 import numpy as np
 
-from tfshards.exampleparser import (  # re-exported: encode and decode in one place for callers
+from tfshards.format import wire
+from tfshards.format.exampleparser import (  # re-exported: encode and decode in one place
     DecodeError,
     Outline,
     conformance_problem,
@@ -34,7 +27,7 @@ from tfshards.exampleparser import (  # re-exported: encode and decode in one pl
     outline,
     outline_problem,
 )
-from tfshards.schema import (  # re-exported: the schema travels with the encoding
+from tfshards.format.schema import (  # re-exported: the schema travels with the encoding
     DTYPES,
     Dtype,
     FeatureSpec,
@@ -69,10 +62,9 @@ __all__ = [
 
 Piece = bytes | memoryview
 
-_TAG1 = b"\x0a"  # field 1, length-delimited
-_TAG2 = b"\x12"  # field 2, length-delimited
-_TAG3 = b"\x1a"  # field 3, length-delimited
-_KIND_TAG: dict[str, bytes] = {"bytes": _TAG1, "float": _TAG2, "int64": _TAG3}
+_TAG1 = bytes([wire.TAG1])
+_TAG2 = bytes([wire.TAG2])
+_KIND_TAG = {dtype: bytes([tag]) for dtype, tag in wire.KIND_TAG.items()}
 
 
 # ----------------------------------------------------------------------------- encode
@@ -123,7 +115,7 @@ def _feature_pieces(dtype: Dtype, values: Values) -> tuple[list[Piece], int]:
             inner += len(head) + len(v)
     else:
         if dtype == "float":
-            packed = np.asarray(values, dtype="<f4").tobytes()
+            packed = np.asarray(values, dtype=wire.FLOAT32).tobytes()
         else:
             packed = b"".join([varint(int(v)) for v in values])
         pieces = [_TAG1 + varint(len(packed)), packed] if len(packed) else []

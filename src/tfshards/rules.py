@@ -1,0 +1,359 @@
+"""Validation rules: named functions over one record's parsed fields, or over a whole shard set.
+
+A record rule takes the :class:`Shard` being checked and one :class:`Record`
+(its fields as :func:`tfshards.format.exampleparser.outline` finds them,
+whichever path, C or Python, parsed it) and returns a problem or None;
+:func:`tfshards.recordcheck.check_records` applies :data:`RECORD_RULES` in
+order to every record. The first, :func:`conforms_to_schema`, gates the
+others: they read the fields it vouched for. A set rule takes the
+:class:`ShardSet` and returns its problems; :func:`tfshards.validation.validate.validate`
+applies :data:`SET_RULES`. A new rule is one function listed in one of the
+two tuples, plus its test.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import io
+import posixpath
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, NamedTuple
+
+from tfshards import storage
+from tfshards.format.exampleparser import Outline, outline_problem
+from tfshards.format.imageformat import HEAD_BYTES, claims_image, image_format, not_an_image
+from tfshards.format.schema import FeatureSpec
+from tfshards.validation.duplicates import Duplicates
+from tfshards.writing import grouping, layout
+from tfshards.writing.manifest import Manifest
+
+
+@dataclass(frozen=True)
+class Problem:
+    """One thing wrong: in file ``where``, at record ``index`` (byte ``offset``) if any."""
+
+    where: str
+    what: str
+    index: int | None = None
+    offset: int | None = None
+
+    def __str__(self) -> str:
+        if self.index is None:
+            return f"{self.where}: {self.what}"
+        return f"{self.where}: record {self.index} at byte {self.offset}: {self.what}"
+
+
+# ----------------------------------------------------------------------------- records
+
+
+@dataclass(frozen=True)
+class Shard:
+    """What the record rules know of one shard: its schema and what to check.
+
+    Attributes:
+        schema: the features each record must hold, as the manifest lists them.
+        image_feature: the feature holding the raw file bytes.
+        num_labels: labels in the manifest.
+        check_sha: compare the stored ``sha256`` feature with the payload's
+            (false for a set written with a transform: the digest is of the
+            original file, which the transform may have replaced).
+        decode_images: also decode each payload with Pillow.
+        group_by: the manifest's grouping: each record's ``path`` must name a group.
+    """
+
+    schema: tuple[FeatureSpec, ...]
+    image_feature: str
+    num_labels: int
+    check_sha: bool = True
+    decode_images: bool = False
+    group_by: grouping.GroupBy | None = None
+
+    def scalar(self, name: str, dtype: str) -> bool:
+        """Whether the schema holds ``name`` as one value of ``dtype``."""
+        return any(s.name == name and s.dtype == dtype and s.size == 1 for s in self.schema)
+
+    # What the schema holds, looked up once per shard rather than once per record.
+    @functools.cached_property
+    def has_payload(self) -> bool:
+        return self.scalar(self.image_feature, "bytes")
+
+    @functools.cached_property
+    def has_label(self) -> bool:
+        return self.scalar("label", "int64")
+
+    @functools.cached_property
+    def has_sha256(self) -> bool:
+        return self.scalar("sha256", "bytes")
+
+    @functools.cached_property
+    def has_path(self) -> bool:
+        return self.scalar("path", "bytes")
+
+
+class Record(NamedTuple):
+    """One record's parsed fields (the features the schema names), and where it is."""
+
+    index: int  # type: ignore[assignment]  # shadows tuple.index on purpose: record number
+    offset: int
+    fields: Mapping[str, Outline]
+
+    def first(self, name: str, default: Any) -> Any:
+        """The value of a one-value feature, else ``default``."""
+        feature = self.fields.get(name)
+        return feature.first if feature is not None and feature.size == 1 else default
+
+
+RecordRule = Callable[[Shard, Record], "str | None"]
+
+
+def conforms_to_schema(shard: Shard, record: Record) -> str | None:
+    """Every feature of the schema is there, of its dtype and size."""
+    return outline_problem(record.fields, shard.schema)
+
+
+def label_in_range(shard: Shard, record: Record) -> str | None:
+    """A ``label`` indexes the manifest's labels."""
+    if not shard.has_label:
+        return None
+    label, n = record.first("label", 0), shard.num_labels
+    if 0 <= label < n:
+        return None
+    return f"label out of range: expected 0..{n - 1} ({n} labels), found {label}"
+
+
+def path_names_a_group(shard: Shard, record: Record) -> str | None:
+    """With the manifest's ``group_by``: the pattern matches the record's ``path``."""
+    if shard.group_by is None or not shard.has_path:
+        return None
+    name = bytes(record.first("path", b"")).decode("utf-8", "replace")
+    if shard.group_by.key(name) is not None:
+        return None
+    return (
+        f"path {name!r}: expected a match of the manifest's group_by "
+        f"'{shard.group_by.pattern}', found none"
+    )
+
+
+def sha256_matches_payload(shard: Shard, record: Record) -> str | None:
+    """The stored ``sha256`` feature is the hex SHA-256 of the payload."""
+    if not (shard.check_sha and shard.has_payload and shard.has_sha256):
+        return None
+    stored = record.first("sha256", b"")
+    digest = hashlib.sha256(record.first(shard.image_feature, b"")).hexdigest().encode()
+    if digest == stored:
+        return None
+    return (
+        f"feature 'sha256' does not match the sha256 of feature {shard.image_feature!r}: "
+        f"expected {digest.decode()}, found {bytes(stored).decode('ascii', 'backslashreplace')}"
+    )
+
+
+def payload_is_known_image(shard: Shard, record: Record) -> str | None:
+    """A payload whose ``path`` names an image starts like a known image format.
+
+    The writer's own rule (:mod:`tfshards.format.imageformat`), for shards
+    from anywhere; a header costs nothing to look at, unlike a decode. It
+    holds whatever transform wrote the set: the loader decodes the payload
+    feature as an image, so bytes of another kind belong in another feature.
+    """
+    if not (shard.has_payload and shard.has_path):
+        return None
+    name = bytes(record.first("path", b"")).decode("utf-8", "replace")
+    payload = record.first(shard.image_feature, b"")
+    if not claims_image(name) or image_format(payload[:HEAD_BYTES]) is not None:
+        return None
+    return f"feature {shard.image_feature!r} of {name}: {not_an_image(bytes(payload[:HEAD_BYTES]))}"
+
+
+def payload_decodes(shard: Shard, record: Record) -> str | None:
+    """With ``decode_images``: Pillow decodes the payload."""
+    if not (shard.decode_images and shard.has_payload):
+        return None
+    from PIL import Image  # only with --decode
+
+    try:
+        with Image.open(io.BytesIO(record.first(shard.image_feature, b""))) as img:
+            img.load()
+    # What Pillow raises for bad image bytes; anything else is a bug and propagates.
+    except (OSError, SyntaxError, ValueError, EOFError, Image.DecompressionBombError) as exc:
+        why = f"{type(exc).__name__}: {exc}"
+        return f"feature {shard.image_feature!r} does not decode as an image: {why}"
+    return None
+
+
+RECORD_RULES: tuple[RecordRule, ...] = (
+    conforms_to_schema,
+    label_in_range,
+    path_names_a_group,
+    sha256_matches_payload,
+    payload_is_known_image,
+    payload_decodes,
+)
+
+
+# ----------------------------------------------------------------------------- sets
+
+
+@dataclass(frozen=True)
+class ShardSet:
+    """What the set rules know: the manifest, its version directory, what the shards held."""
+
+    manifest: Manifest
+    source: str  # the manifest's URL, as given
+    fs: Any
+    root: str  # the version directory on ``fs``
+    records: int  # found in all shards
+    duplicates: Duplicates
+    fail_on_leakage: bool = False
+    groups: grouping.Spread | None = None  # None: the set was written without group_by
+
+
+class Findings(NamedTuple):
+    """A set rule's problems, and how many it counts (a rule may show fewer than it counts)."""
+
+    problems: list[Problem]
+    total: int
+
+
+SetRule = Callable[[ShardSet], Findings]
+
+
+def _each(problems: list[Problem]) -> Findings:
+    return Findings(problems, len(problems))
+
+
+def _manifest_name(shards: ShardSet) -> str:
+    return posixpath.basename(shards.source.rstrip("/")) or shards.source
+
+
+def total_records_match(shards: ShardSet) -> Findings:
+    """The shards hold the records the manifest counts."""
+    want = shards.manifest.records
+    if shards.records == want:
+        return _each([])
+    what = f"total record count mismatch: expected {want}, found {shards.records}"
+    return _each([Problem(_manifest_name(shards), what)])
+
+
+def inputs_add_up(shards: ShardSet) -> Findings:
+    """The manifest's own accounting: every listed input was written or rejected."""
+    m = shards.manifest
+    if m.listed == m.records + len(m.rejected):
+        return _each([])
+    what = (
+        f"inputs do not add up: expected {m.listed} listed = records + rejected, "
+        f"found {m.records} + {len(m.rejected)}"
+    )
+    return _each([Problem(_manifest_name(shards), what)])
+
+
+def no_unlisted_files(shards: ShardSet) -> Findings:
+    """Nothing in the version directory that the manifest does not account for."""
+    return _each(unlisted_files(shards.fs, shards.root, shards.manifest))
+
+
+def metadata_files_match(shards: ShardSet) -> Findings:
+    """The version directory's other files (tfds metadata) match their sha256 in the manifest."""
+    return _each(metadata_problems(shards.fs, shards.root, shards.manifest))
+
+
+def groups_in_one_shard(shards: ShardSet) -> Findings:
+    """A set written with ``group_by`` holds each group in one shard."""
+    spread = shards.groups
+    if spread is None or spread.example is None:
+        return _each([])
+    key, a, b = spread.example
+    pattern = shards.manifest.params["group_by"]
+    what = (
+        f"groups across shards: expected 0 under group_by '{pattern}', "
+        f"found {spread.spanning} (group {key!r} is in {a} and {b})"
+    )
+    return _each([Problem(_manifest_name(shards), what)])
+
+
+def no_leakage_across_splits(shards: ShardSet) -> Findings:
+    """With ``fail_on_leakage``: no payload in both training and validation records."""
+    dups = shards.duplicates
+    if not (shards.fail_on_leakage and dups.across_splits):
+        return _each([])
+    shown = [
+        Problem(d.first[0], f"{d.what} (fail_on_leakage is true)")
+        for d in dups.examples
+        if d.across_splits
+    ]
+    return Findings(shown, dups.across_splits)
+
+
+SET_RULES: tuple[SetRule, ...] = (
+    total_records_match,
+    inputs_add_up,
+    no_unlisted_files,
+    metadata_files_match,
+    groups_in_one_shard,
+    no_leakage_across_splits,
+)
+
+
+def unlisted_files(fs: Any, root: str, manifest: Manifest) -> list[Problem]:
+    """Files in the version directory that the manifest does not account for.
+
+    What may be there is declared once, in :mod:`tfshards.writing.layout` (the
+    manifest, the shards and their bookkeeping files in its subfolders); a
+    temp file of :class:`~tfshards.storage.AtomicSink` is reported as stale.
+    """
+    try:
+        entries = fs.find(root, withdirs=True, detail=True)
+    except FileNotFoundError:
+        return []  # every shard reports itself missing
+    expected = layout.expected_paths(s.name for s in manifest.shards)
+    base = root.rstrip("/") + "/"
+    out = []
+    foreign: list[str] = []  # unexpected folders: reported once, not file by file
+    for name in sorted(entries):
+        if not str(name).startswith(base):
+            continue  # the version directory itself
+        rel = str(name)[len(base) :].rstrip("/")
+        if not rel or rel in expected or rel in layout.FOLDERS:
+            continue
+        if any(rel.startswith(folder) for folder in foreign):
+            continue
+        if storage.is_temp_name(posixpath.basename(rel)):
+            what = "stale temp file (a writer stopped before publishing it)"
+        elif entries[name].get("type") == "directory":
+            what = "directory not listed in the manifest"
+            foreign.append(rel + "/")
+        else:
+            what = "file not listed in the manifest"
+        out.append(Problem(rel, what))
+    return out
+
+
+def metadata_problems(fs: Any, root: str, manifest: Manifest) -> list[Problem]:
+    """The version directory's other files (tfds metadata) against their sha256 in the manifest."""
+    out = []
+    for rel, want in sorted(manifest.metadata_files.items()):
+        try:
+            data = storage.read_bytes(fs, storage.join(root, rel))
+        except FileNotFoundError:
+            out.append(Problem(rel, "missing: expected a file the manifest lists"))
+            continue
+        except OSError as exc:
+            out.append(Problem(rel, f"cannot read: {exc.strerror or exc}"))
+            continue
+        found = hashlib.sha256(data).hexdigest()
+        if found != want:
+            out.append(Problem(rel, f"sha256 mismatch: expected {want}, found {found}"))
+    return out
+
+
+def apply_set_rules(shards: ShardSet, rules: Sequence[SetRule] = SET_RULES) -> Findings:
+    """Every set rule's problems, in rule order, and their count."""
+    problems: list[Problem] = []
+    count = 0
+    for rule in rules:
+        found = rule(shards)
+        problems += found.problems
+        count += found.total
+    return Findings(problems, count)
