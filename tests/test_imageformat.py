@@ -11,12 +11,12 @@ import pytest
 from PIL import Image
 from typer.testing import CliRunner
 
-from tfshards import recordcheck
 from tfshards.cli import app
 from tfshards.format import native, tfrecord
 from tfshards.format.example import FeatureSpec, encode_bytes
 from tfshards.format.imageformat import image_format
 from tfshards.listing.listing import list_files, write_listing
+from tfshards.validation import recordcheck
 from tfshards.writing.manifest import Manifest
 
 TEXT = b"just some notes, saved under the wrong name\n"

@@ -8,10 +8,10 @@ from collections.abc import Sequence
 
 import pytest
 
-from tfshards import recordcheck, rules
 from tfshards.format import native
 from tfshards.format.example import FeatureSpec, encode, varint
 from tfshards.format.tfrecord import frame, scan
+from tfshards.validation import recordcheck, rules
 
 BASE = (
     FeatureSpec("image", "bytes", ()),

@@ -8,9 +8,9 @@ from typing import Any
 import fsspec
 import pytest
 
-from tfshards import rules
 from tfshards.format.exampleparser import Outline
 from tfshards.format.schema import FeatureSpec
+from tfshards.validation import rules
 from tfshards.validation.duplicates import Duplicate, Duplicates
 from tfshards.writing import grouping
 from tfshards.writing.grouping import GroupBy

@@ -23,8 +23,8 @@ from tfshards import storage
 from tfshards.format.example import FeatureSpec
 from tfshards.format.tfrecord import FrameCounter, decompress, inflate, read_header, record_starts
 from tfshards.format.wire import FOOTER_BYTES, HEADER_BYTES
-from tfshards.recordcheck import RecordChecker, check_records
-from tfshards.rules import Problem
+from tfshards.validation.recordcheck import RecordChecker, check_records
+from tfshards.validation.rules import Problem
 from tfshards.writing import layout
 from tfshards.writing.grouping import GroupBy
 from tfshards.writing.manifest import Manifest, ShardInfo
@@ -313,7 +313,7 @@ def _check_windows(
     the checks see whole records and report what a check of the whole file
     would, in the same order: the file's size and sha256 first, then its
     records. Once the framing breaks (a length CRC that does not hold), the
-    rest is only hashed, as :func:`~tfshards.recordcheck.check_records` stops
+    rest is only hashed, as :func:`~tfshards.validation.recordcheck.check_records` stops
     there. Returns the records found and the bytes read.
     """
     in_records = _Found(task.name, task.max_problems)

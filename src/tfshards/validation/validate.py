@@ -6,8 +6,8 @@ problem is counted, and the first ``max_problems`` of each shard kept, with
 where it is (shard, record index, byte offset; offsets count in the
 decompressed stream for gzip/zlib shards) and what was expected and found.
 Memory does not grow with what a shard holds (see :mod:`tfshards.validation.shardcheck`).
-The records go through the record rules (:func:`tfshards.recordcheck.check_records`),
-the whole set through the set rules (:data:`tfshards.rules.SET_RULES`).
+The records go through the record rules (:func:`tfshards.validation.recordcheck.check_records`),
+the whole set through the set rules (:data:`tfshards.validation.rules.SET_RULES`).
 """
 
 from __future__ import annotations
@@ -19,15 +19,16 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from tfshards import jsonfile, rules, storage
+from tfshards import jsonfile, storage
 from tfshards.errors import ConfigError, ValidationError
 from tfshards.format import native
 from tfshards.progress import Progress
 from tfshards.reading import splits
-from tfshards.rules import Problem
 from tfshards.run import executor as executors
 from tfshards.run.cluster import Needs
+from tfshards.validation import rules
 from tfshards.validation.duplicates import DigestStore, Duplicates, with_paths
+from tfshards.validation.rules import Problem
 from tfshards.validation.shardcheck import MAX_PROBLEMS, ShardCheck, ShardReport, validate_shard
 from tfshards.writing import grouping
 from tfshards.writing.manifest import Manifest, load

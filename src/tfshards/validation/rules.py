@@ -3,7 +3,7 @@
 A record rule takes the :class:`Shard` being checked and one :class:`Record`
 (its fields as :func:`tfshards.format.exampleparser.outline` finds them,
 whichever path, C or Python, parsed it) and returns a problem or None;
-:func:`tfshards.recordcheck.check_records` applies :data:`RECORD_RULES` in
+:func:`tfshards.validation.recordcheck.check_records` applies :data:`RECORD_RULES` in
 order to every record. The first, :func:`conforms_to_schema`, gates the
 others: they read the fields it vouched for. A set rule takes the
 :class:`ShardSet` and returns its problems; :func:`tfshards.validation.validate.validate`

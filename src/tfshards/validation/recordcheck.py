@@ -5,9 +5,9 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Callable, Sequence
 
-from tfshards import rules
 from tfshards.format.records import parse_records
 from tfshards.format.schema import FeatureSpec
+from tfshards.validation import rules
 from tfshards.writing.grouping import GroupBy
 
 
@@ -16,7 +16,7 @@ def check_records(buf: bytes, checker: RecordChecker) -> int:
 
     The records are walked and parsed by :func:`tfshards.format.records.parse_records`
     (C where built, else the Python reference; both find the same fields and
-    problems), then each goes through :data:`tfshards.rules.RECORD_RULES`.
+    problems), then each goes through :data:`tfshards.validation.rules.RECORD_RULES`.
     Problems come in record order; offsets count in the decompressed stream.
     """
     records = 0
