@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import hashlib
 import os
 import subprocess
 import sys
@@ -12,11 +11,11 @@ from pathlib import Path
 
 import pytest
 
+from linktree import link_tree_listing
 from tfshards.errors import InputError
 from tfshards.listing import storedlisting
-from tfshards.listing.listing import Listing, list_files, open_stored, read_listing, write_listing
+from tfshards.listing.listing import list_files, open_stored, read_listing, write_listing
 from tfshards.listing.storedlisting import OFFSETS_NAME
-from tfshards.listing.walker import Entry
 from tfshards.writing.writer import WriteConfig, write
 
 
@@ -104,22 +103,7 @@ _CHILD = textwrap.dedent(
 
 def _tree_listing(tmp_path: Path, files: int) -> str:
     """``files`` hard links to 10 real 16-byte files, listed without hashing each link."""
-    root = tmp_path / f"raw{files}"
-    entries = []
-    for label in range(10):
-        folder = root / f"l{label}"
-        folder.mkdir(parents=True)
-        data = b"\xff\xd8\xff" + bytes([label]) * 13  # a JPEG's first bytes
-        (folder / ".stub").write_bytes(data)
-        token = "sha256:" + hashlib.sha256(data).hexdigest()
-        for i in range(label, files, 10):
-            name = f"{i:07d}.jpg"
-            os.link(folder / ".stub", folder / name)
-            entries.append(Entry(f"l{label}/{name}", len(data), label, token))
-    labels = tuple(f"l{label}" for label in range(10))
-    out = str(tmp_path / f"listing{files}")
-    write_listing(Listing(str(root), labels, tuple(sorted(entries))), out)
-    return out
+    return link_tree_listing(tmp_path, files)
 
 
 def _peak_kb(listing: str, out: str) -> int:

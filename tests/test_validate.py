@@ -15,12 +15,13 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
+from linktree import link_tree_listing
 from tfshards import storage
 from tfshards.cli import app
 from tfshards.errors import ConfigError, InputError, ValidationError
 from tfshards.format import tfrecord
 from tfshards.format.example import encode_bytes, varint
-from tfshards.listing.listing import Entry, Listing, list_files, write_listing
+from tfshards.listing.listing import list_files
 from tfshards.project.sample import write_synthetic
 from tfshards.validation.validate import ValidateConfig, ValidationReport, validate, write_metrics
 from tfshards.writing.manifest import Manifest
@@ -634,21 +635,7 @@ def _many_records_set(tmp_path: Path, files: int, file_bytes: int) -> str:
     Each label's files are hard links to one file, so the set holds 10
     distinct payloads, each repeated: 10 groups of duplicates to look up.
     """
-    root = tmp_path / f"raw{files}"
-    entries = []
-    for label in range(10):
-        folder = root / f"l{label}"
-        folder.mkdir(parents=True)
-        data = b"\xff\xd8\xff" + bytes([label]) * (file_bytes - 3)  # a JPEG's first bytes
-        (folder / ".stub").write_bytes(data)
-        token = "sha256:" + hashlib.sha256(data).hexdigest()
-        for i in range(label, files, 10):
-            name = f"{i:07d}.jpg"
-            os.link(folder / ".stub", folder / name)
-            entries.append(Entry(f"l{label}/{name}", len(data), label, token))
-    labels = tuple(f"l{label}" for label in range(10))
-    listed = str(tmp_path / f"listing{files}")
-    write_listing(Listing(str(root), labels, tuple(sorted(entries))), listed)
+    listed = link_tree_listing(tmp_path, files, file_bytes)
     out = str(tmp_path / f"shards{files}")
     config = WriteConfig(out=out, num_shards=4, workers=2, manifest_copy=out + ".json")
     write(config, listed, progress=False)

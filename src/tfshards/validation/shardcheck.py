@@ -15,7 +15,7 @@ import builtins
 import hashlib
 import posixpath
 import zlib
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -380,7 +380,20 @@ def _check_window(
     def add(what: str, index: int, at: int) -> None:
         found.add(what, first + index, offset + at)
 
-    checker = RecordChecker(
+    count = check_records(window, _checker(task, labels, add, here, groups))
+    digests += here[: 32 * min(count, wanted)]
+    return count
+
+
+def _checker(
+    task: ShardCheck,
+    labels: list[int],
+    add: Callable[[str, int, int], None],
+    digests: bytearray,
+    groups: set[str],
+) -> RecordChecker:
+    """The record checker of ``task``'s shard: problems to ``add``, counts in place."""
+    return RecordChecker(
         task.schema,
         task.image_feature,
         num_labels=task.num_labels,
@@ -388,13 +401,10 @@ def _check_window(
         decode_images=task.decode_images,
         labels=labels,
         add=add,
-        digests=here,
+        digests=digests,
         group_by=GroupBy.parse(task.group_by),
         groups=groups,
     )
-    count = check_records(window, checker)
-    digests += here[: 32 * min(count, wanted)]
-    return count
 
 
 def _check_records(
@@ -408,18 +418,7 @@ def _check_records(
     """Every record of a shard held in memory (a compressed one only when it matched)."""
     # A record takes at least 16 bytes, so a manifest claiming more records cannot inflate this.
     digests.extend(bytes(32 * min(task.records, len(buf) // 16)))
-    checker = RecordChecker(
-        task.schema,
-        task.image_feature,
-        num_labels=task.num_labels,
-        check_sha=task.check_sha,
-        decode_images=task.decode_images,
-        labels=labels,
-        add=found.add,
-        digests=digests,
-        group_by=GroupBy.parse(task.group_by),
-        groups=groups,
-    )
+    checker = _checker(task, labels, found.add, digests, groups)
     return check_records(buf, checker)
 
 
