@@ -483,7 +483,7 @@ def _example(**features: tuple[str, list]) -> bytes:  # type: ignore[type-arg]
                 path=("bytes", [b"a.jpg"]),
                 sha256=("bytes", [hashlib.sha256(b"\xff\xd8\xff plain text").hexdigest().encode()]),
             ),
-            "feature 'image' does not decode as an image",
+            "feature 'image' of a.jpg does not decode as an image",
         ),
         (  # text under an image name: its first bytes already tell
             _example(

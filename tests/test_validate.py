@@ -340,7 +340,8 @@ def test_decode_option_reports_undecodable_images(shard_set):
     assert _check(manifest_path).ok
     (line,) = _lines(_check(manifest_path, decode_images=True))
     assert line.startswith(
-        f"{SHARD[2]}: record 10 at byte {offset}: feature 'image' does not decode as an image: "
+        f"{SHARD[2]}: record 10 at byte {offset}: feature 'image' of 01/crafted.bin "
+        "does not decode as an image: "
         "UnidentifiedImageError: "
     )
 

@@ -179,7 +179,9 @@ def payload_decodes(shard: Shard, record: Record) -> str | None:
     # What Pillow raises for bad image bytes; anything else is a bug and propagates.
     except (OSError, SyntaxError, ValueError, EOFError, Image.DecompressionBombError) as exc:
         why = f"{type(exc).__name__}: {exc}"
-        return f"feature {shard.image_feature!r} does not decode as an image: {why}"
+        source = bytes(record.first("path", b"")).decode("utf-8", "replace")
+        of = f" of {source}" if source else ""  # the raw file it came from, when recorded
+        return f"feature {shard.image_feature!r}{of} does not decode as an image: {why}"
     return None
 
 
