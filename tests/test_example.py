@@ -7,7 +7,7 @@ import tracemalloc
 
 import pytest
 
-from tfshards.format import example
+from tfshards.format import example, exampleparser, schema
 
 CASES = {
     "image": ("bytes", [b"\xff\xd8" + bytes(range(256)) * 20]),
@@ -70,7 +70,7 @@ def test_tensorflow_parses_our_encoding():
 
 
 def test_decode_round_trips():
-    decoded = example.decode(example.encode_bytes(CASES))
+    decoded = exampleparser.decode(example.encode_bytes(CASES))
     assert set(decoded) == set(CASES)
     for name, (dtype, values) in CASES.items():
         got_dtype, got = decoded[name]
@@ -80,23 +80,30 @@ def test_decode_round_trips():
 
 
 def test_decode_rejects_garbage():
-    with pytest.raises(example.DecodeError):
-        example.decode(b"\x0a\xff\xff\xff\x0f")
+    with pytest.raises(exampleparser.DecodeError):
+        exampleparser.decode(b"\x0a\xff\xff\xff\x0f")
 
 
 def test_conformance_names_missing_and_wrong_features():
-    schema = (
-        example.FeatureSpec("image", "bytes", ()),
-        example.FeatureSpec("label", "int64", ()),
-        example.FeatureSpec("vec", "float", (2,)),
+    specs = (
+        schema.FeatureSpec("image", "bytes", ()),
+        schema.FeatureSpec("label", "int64", ()),
+        schema.FeatureSpec("vec", "float", (2,)),
     )
     ok = {"image": ("bytes", [b"x"]), "label": ("int64", [1]), "vec": ("float", [1.0, 2.0])}
-    assert example.conformance_problem(example.decode(example.encode_bytes(ok)), schema) is None
+    assert (
+        exampleparser.conformance_problem(exampleparser.decode(example.encode_bytes(ok)), specs)
+        is None
+    )
     missing = {k: v for k, v in ok.items() if k != "label"}
-    problem = example.conformance_problem(example.decode(example.encode_bytes(missing)), schema)
+    problem = exampleparser.conformance_problem(
+        exampleparser.decode(example.encode_bytes(missing)), specs
+    )
     assert problem == "feature 'label' missing"
     short = {**ok, "vec": ("float", [1.0])}
-    problem = example.conformance_problem(example.decode(example.encode_bytes(short)), schema)
+    problem = exampleparser.conformance_problem(
+        exampleparser.decode(example.encode_bytes(short)), specs
+    )
     assert problem is not None and "expected 2 values" in problem and "found 1" in problem
 
 
@@ -104,13 +111,13 @@ def _verdict(data: bytes, names: set[str], use_outline: bool) -> object:
     """What decode or outline makes of ``data``: each named feature's kind, count, first value."""
     try:
         if use_outline:
-            found = example.outline(data, names)
+            found = exampleparser.outline(data, names)
             return {
                 k: (o.dtype, o.size, o.first if o.dtype != "float" else None)
                 for k, o in found.items()
             }
-        decoded = example.decode(data)
-    except (example.DecodeError, UnicodeDecodeError) as exc:
+        decoded = exampleparser.decode(data)
+    except (exampleparser.DecodeError, UnicodeDecodeError) as exc:
         return f"{type(exc).__name__}: {exc}"
     return {
         k: (dtype, len(values), values[0] if values and dtype != "float" else None)
@@ -138,7 +145,7 @@ def test_outline_of_many_fields_holds_no_list_of_them():
     many = b"\x0a\x00" * 200_000  # as a list of (number, memoryview): ~40 MB
     tracemalloc.start()
     try:
-        assert example.outline(many, {"image"}) == {}
+        assert exampleparser.outline(many, {"image"}) == {}
         assert tracemalloc.get_traced_memory()[1] < 1 << 20  # peak of Python allocations
     finally:
         tracemalloc.stop()

@@ -13,8 +13,9 @@ from typer.testing import CliRunner
 
 from tfshards.cli import app
 from tfshards.format import native, tfrecord
-from tfshards.format.example import FeatureSpec, encode_bytes
+from tfshards.format.example import encode_bytes
 from tfshards.format.imageformat import image_format
+from tfshards.format.schema import FeatureSpec
 from tfshards.listing.listing import list_files, write_listing
 from tfshards.validation import recordcheck
 from tfshards.writing.manifest import Manifest

@@ -16,7 +16,8 @@ import pytest
 
 from tfshards.errors import ConfigError, RecordError, ShardError
 from tfshards.format import tfrecord
-from tfshards.format.example import FeatureSpec, encode_bytes
+from tfshards.format.example import encode_bytes
+from tfshards.format.schema import FeatureSpec
 from tfshards.listing.listing import list_files
 from tfshards.project.sample import write_synthetic
 from tfshards.reading import corruption, gate, loader, splits

@@ -9,7 +9,8 @@ from collections.abc import Sequence
 import pytest
 
 from tfshards.format import native
-from tfshards.format.example import FeatureSpec, encode, varint
+from tfshards.format.example import encode, varint
+from tfshards.format.schema import FeatureSpec
 from tfshards.format.tfrecord import frame, scan
 from tfshards.validation import recordcheck, rules
 

@@ -11,7 +11,7 @@ from typer.testing import CliRunner
 
 from tfshards.cli import app
 from tfshards.errors import TransformError
-from tfshards.format.example import decode
+from tfshards.format.exampleparser import decode
 from tfshards.format.schema import normalize
 from tfshards.format.tfrecord import scan
 from tfshards.listing.listing import list_files, write_listing

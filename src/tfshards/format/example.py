@@ -7,7 +7,7 @@ order, so its bytes equal ``Example.SerializeToString(deterministic=True)``
 the next (two runs over the same data were seen to write different bytes),
 which would make every run's shards differ. The wire format is in
 :mod:`tfshards.format.wire`; parsing lives in
-:mod:`tfshards.format.exampleparser` and is re-exported here.
+:mod:`tfshards.format.exampleparser`, feature specs in :mod:`tfshards.format.schema`.
 """
 
 from __future__ import annotations
@@ -19,44 +19,16 @@ from typing import cast
 import numpy as np
 
 from tfshards.format import wire
-from tfshards.format.exampleparser import (  # re-exported: encode and decode in one place
-    DecodeError,
-    Outline,
-    conformance_problem,
-    decode,
-    outline,
-    outline_problem,
-)
-from tfshards.format.schema import (  # re-exported: the schema travels with the encoding
-    DTYPES,
+from tfshards.format.schema import (
     Dtype,
-    FeatureSpec,
     Values,
-    merge_specs,
-    normalize,
-    schema_from_json,
-    schema_to_json,
 )
 
 __all__ = [
-    "DTYPES",
-    "DecodeError",
-    "Dtype",
-    "FeatureSpec",
-    "Outline",
-    "Values",
     "bytes_entry_head",
-    "conformance_problem",
-    "decode",
     "encode",
     "encode_bytes",
     "int64_entry",
-    "merge_specs",
-    "normalize",
-    "outline",
-    "outline_problem",
-    "schema_from_json",
-    "schema_to_json",
     "varint",
 ]
 

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from tfshards import storage
-from tfshards.format.example import FeatureSpec
+from tfshards.format.schema import FeatureSpec
 from tfshards.format.tfrecord import FrameCounter, decompress, inflate, read_header, record_starts
 from tfshards.format.wire import FOOTER_BYTES, HEADER_BYTES
 from tfshards.validation.recordcheck import RecordChecker, check_records
