@@ -151,6 +151,26 @@ def test_second_run_reuses_every_shard(listing, tmp_path):
     assert first.manifest.to_json() == second.manifest.to_json()
 
 
+def test_a_killed_writers_temps_are_swept_from_every_folder_of_the_version(listing, tmp_path):
+    # A writer killed mid-shard leaves temps where it was writing: a shard's in _work/, its
+    # record index's in index/. The next run over the same version removes all of them.
+    config = WriteConfig(out=str(tmp_path / "out"), num_shards=4, executor="serial")
+    version = Path(write(config, listing, progress=False).manifest.root)
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], text=True,
+                          capture_output=True, check=True)  # fmt: skip
+    host = __import__("socket").gethostname().replace("-", "_") or "host"
+    tail = f".tmp-{host}-{dead.stdout.strip()}-0123abcd"
+    planted = [
+        version / folder / f".data-00001-of-00004.tfrecord{suffix}{tail}"
+        for folder, suffix in [(".", ""), ("_work", ".done"), ("index", ".idx")]
+    ]
+    for temp in planted:
+        assert storage.is_temp_name(temp.name)
+        temp.write_bytes(b"half written by a dead process")
+    assert write(config, listing, progress=False).reused == 4
+    assert [t for t in planted if t.exists()] == []
+
+
 def test_a_tampered_finished_shard_is_rewritten_on_resume(listing, tmp_path):
     config = WriteConfig(out=str(tmp_path / "out"), num_shards=4, executor="serial")
     manifest = write(config, listing, progress=False).manifest

@@ -388,8 +388,9 @@ def write(config: WriteConfig, listing: Listing | str, *, progress: bool = True)
     _publish(fs_out, storage.join(version_path, MANIFEST_NAME), manifest)
     if config.manifest_copy:
         _publish(*storage.open_url(config.manifest_copy), manifest)
-    storage.remove_stale_temps(fs_out, version_path)
-    storage.remove_stale_temps(fs_out, layout.work_dir(version_path))
+    folders = (storage.join(version_path, folder) for folder in sorted(layout.FOLDERS))
+    for directory in (version_path, *folders):  # a killed writer's temps, wherever it wrote
+        storage.remove_stale_temps(fs_out, directory)
     return WriteResult(manifest, sum(r.reused for r in done), time.monotonic() - start)
 
 
