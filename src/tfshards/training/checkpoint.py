@@ -68,12 +68,7 @@ class Checkpoint:
         prefix = f"epoch-{epochs:05d}"
         tf.train.Checkpoint(**self.trackables).write(os.path.join(self.directory, prefix))
         state = {"epochs": epochs, "history": history, "key": self.key, "prefix": prefix}
-        tmp = os.path.join(self.directory, STATE + ".tmp")
-        with open(tmp, "w", encoding="utf-8") as f:
-            json.dump(state, f, sort_keys=True, indent=1)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, os.path.join(self.directory, STATE))
+        jsonfile.save(state, os.path.join(self.directory, STATE))  # durable, then visible
         for name in os.listdir(self.directory):
             if name.startswith("epoch-") and not name.startswith(prefix + "."):
                 os.remove(os.path.join(self.directory, name))

@@ -176,12 +176,6 @@ def load(url: str, **storage_options: Any) -> Manifest:
     return Manifest.from_json(data, source=url)
 
 
-def save(manifest: Manifest, url: str, **storage_options: Any) -> None:
-    """Write a manifest atomically (readers see the old one or the new one)."""
-    fs, path = storage.open_url(url, **storage_options)
-    storage.write_atomic(fs, path, [manifest.to_json()])
-
-
 def sidecar_json(
     info: ShardInfo, rejected: Sequence[Reject], schema: Sequence[FeatureSpec]
 ) -> bytes:
