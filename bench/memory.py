@@ -16,13 +16,11 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import subprocess
 import sys
-import time
 from collections.abc import Sequence
 from typing import Any
 
-from bench.timing import RssSampler, spread, tree_cpu_seconds
+from bench.timing import run_sampled, spread, tree_cpu_seconds
 from tfshards.listing.listing import Listing, read_listing, write_listing
 
 KINDS = {
@@ -35,18 +33,8 @@ KINDS = {
 def run_child(kind: str, listing_dir: str, out: str) -> dict[str, float]:
     """One write in a fresh interpreter; wall and CPU seconds, peak RSS in MB."""
     env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"}
-    start = time.perf_counter()
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "bench.memory", kind, listing_dir, out],
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-    )
-    with RssSampler(proc.pid) as sampler:
-        out_text, err = proc.communicate()
-    wall = time.perf_counter() - start
-    if proc.returncode != 0:
-        raise RuntimeError(f"bench.memory {kind} failed ({proc.returncode}):\n{err.decode()}")
+    cmd = [sys.executable, "-m", "bench.memory", kind, listing_dir, out]
+    wall, out_text, sampler = run_sampled(cmd, env, f"bench.memory {kind}")
     return {
         "wall": wall,
         "cpu": float(json.loads(out_text.decode().strip().splitlines()[-1])["cpu"]),

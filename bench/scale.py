@@ -25,7 +25,6 @@ import json
 import os
 import resource
 import shutil
-import subprocess
 import sys
 import tempfile
 import time
@@ -33,7 +32,7 @@ from typing import Any
 
 from bench.bound import WRITE, _per_record
 from bench.list_scale import make_tree
-from bench.timing import RssSampler
+from bench.timing import run_sampled
 
 
 def run_step(args: list[str], src: str | None = None) -> dict[str, float]:
@@ -45,18 +44,8 @@ def run_step(args: list[str], src: str | None = None) -> dict[str, float]:
     if src:
         env["PYTHONPATH"] = src
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
-    start = time.perf_counter()
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "tfshards", *args],
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-    )
-    with RssSampler(proc.pid) as sampler:
-        _, err = proc.communicate()
-    wall = time.perf_counter() - start
-    if proc.returncode != 0:
-        raise RuntimeError(f"tfshards {args[0]} failed ({proc.returncode}):\n{err.decode()}")
+    cmd = [sys.executable, "-m", "tfshards", *args]
+    wall, _, sampler = run_sampled(cmd, env, f"tfshards {args[0]}")
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     cpu = after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime
     return {"wall": wall, "cpu": cpu, "rss_mb": sampler.peak_sum / 2**20}

@@ -15,6 +15,7 @@ import os
 import resource
 import shutil
 import statistics
+import subprocess
 import tempfile
 import threading
 import time
@@ -41,6 +42,21 @@ def tree_cpu_seconds() -> float:
             continue  # gone: its time is now in its reaper's children times
         total += t.user + t.system + t.children_user + t.children_system
     return total
+
+
+def run_sampled(cmd: list[str], env: dict[str, str], what: str) -> tuple[float, bytes, RssSampler]:
+    """Run ``cmd`` to its end, sampling the RSS of its process tree: wall s, stdout, sampler.
+
+    A non-zero exit raises ``RuntimeError`` naming ``what``, with the child's stderr.
+    """
+    start = time.perf_counter()
+    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    with RssSampler(proc.pid) as sampler:
+        out, err = proc.communicate()
+    wall = time.perf_counter() - start
+    if proc.returncode != 0:
+        raise RuntimeError(f"{what} failed ({proc.returncode}):\n{err.decode()}")
+    return wall, out, sampler
 
 
 class RssSampler:
