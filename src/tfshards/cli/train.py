@@ -203,8 +203,9 @@ def train_command(
     checkpoint_dir: Annotated[
         str,
         typer.Option(
-            help="Local folder for per-epoch checkpoints: a killed run resumes from it; "
-            "removed when the run finishes. '' for none."
+            help="Local folder for per-epoch checkpoints: a killed run resumes from it. "
+            "It must be new, empty or made by tfshards, and hold no other output; "
+            "its checkpoint files are removed when the run finishes. '' for none."
         ),
     ] = "",
 ) -> None:

@@ -3,25 +3,39 @@
 A checkpoint holds the model's and optimizer's variables (random-layer seed
 states included) and the input iterator's position, written with
 ``tf.train.Checkpoint`` after every epoch, plus ``state.json``: the epochs
-done, their metrics, and a key naming the settings they were trained with.
-``state.json`` is replaced atomically after the variables are written, so a
-kill at any moment leaves the previous epoch's checkpoint whole. A checkpoint
-made with other settings is not resumed but removed. The iterator's state
-includes its shuffle buffer (up to ~64 MB of records by default).
+done, their metrics, a key naming the settings they were trained with, and the
+size and SHA-256 of each file of the checkpoint. The files are fsynced, then
+``state.json`` is replaced atomically, so a kill or power loss at any moment
+leaves the previous epoch's checkpoint whole. The iterator's state includes its
+shuffle buffer (up to ~64 MB of records by default).
+
+The folder is the tool's own: the first save writes a marker file
+(:data:`MARKER`) into a folder that is new or empty, and nothing is ever saved
+into, resumed from or deleted from a folder without it. Only the files this
+module names (the marker, ``state.json``, ``epoch-*``) are ever deleted; the
+folder itself only when that leaves it empty. A checkpoint made with other
+settings, or one whose files do not match ``state.json`` (truncated, replaced,
+missing), is discarded with one line through ``log`` and training starts over:
+its files are checked before TensorFlow reads any of them.
 """
 
 from __future__ import annotations
 
+import contextlib
+import hashlib
 import json
 import os
-import shutil
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from tfshards import jsonfile
+from tfshards import jsonfile, storage
+from tfshards.errors import ConfigError
 
 STATE = "state.json"
+MARKER = ".tfshards-checkpoint"  # says the folder is tfshards' own (made by its first save)
+_PREFIX = "epoch-"
+Log = Callable[[str], None]
 
 
 @dataclass
@@ -39,48 +53,163 @@ class Checkpoint:
     key: str
     trackables: dict[str, Any] = field(default_factory=dict)
 
-    def restore(self, log: Callable[[str], None] | None = None) -> tuple[int, list[dict[str, Any]]]:
+    def claim(self) -> None:
+        """Check the folder is absent, empty or marked as tfshards' own.
+
+        Raises:
+            ConfigError: it is a file, or a folder holding files tfshards did not make.
+        """
+        if os.path.isdir(self.directory) and os.path.exists(self._path(MARKER)):
+            return
+        if os.path.exists(self.directory) and not os.path.isdir(self.directory):
+            raise ConfigError(
+                f"{self.directory}: expected a folder for checkpoints, found a file; "
+                "pass another --checkpoint-dir",
+                option="checkpoint_dir",
+                path=self.directory,
+            )
+        names = sorted(os.listdir(self.directory)) if os.path.isdir(self.directory) else []
+        if names:
+            raise ConfigError(
+                f"{self.directory}: expected an empty folder or one tfshards made for "
+                f"checkpoints (with {MARKER}), found {len(names)} entries it did not make "
+                f"(first: {names[0]!r}); pass another --checkpoint-dir",
+                option="checkpoint_dir",
+                path=self.directory,
+            )
+
+    def restore(self, log: Log | None = None) -> tuple[int, list[dict[str, Any]]]:
         """Load the last finished epoch into the trackables: ``(epochs done, their metrics)``.
 
-        ``(0, [])`` when there is no checkpoint, or one made with other
-        settings (which is removed, and said through ``log``).
+        ``(0, [])`` when there is no checkpoint, or one made with other settings
+        or with damaged files (which is discarded, and said through ``log``).
+
+        Raises:
+            ConfigError: the folder is not tfshards' own (:meth:`claim`), or the
+                checkpoint's files are whole but do not fit the model (it is
+                discarded first, so the next run starts over).
         """
-        state = _read_state(os.path.join(self.directory, STATE))
+        self.claim()
+        state = _read_state(self._path(STATE))
         if state is None:
             return 0, []
-        if state.get("key") != self.key:
+        problem = self._problem(state)
+        if problem is not None:
             if log is not None:
-                log(f"checkpoint in {self.directory} was made with other settings; starting over")
+                log(f"checkpoint in {self.directory} {problem}; starting over")
             self.remove()
             return 0, []
         import tensorflow as tf
 
-        tf.train.Checkpoint(**self.trackables).read(
-            os.path.join(self.directory, state["prefix"])
-        ).assert_consumed()
+        try:
+            tf.train.Checkpoint(**self.trackables).read(
+                self._path(state["prefix"])
+            ).assert_consumed()
+        except (tf.errors.OpError, ValueError, AssertionError) as exc:
+            # Whole files that do not fit: a user model changed its layers under the
+            # same name. Some variables may already hold restored values, so only a
+            # new run can start clean.
+            self.remove()
+            why = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+            raise ConfigError(
+                f"{self.directory}: checkpoint {state['prefix']} does not fit this model "
+                f"({why[:200]}); it was discarded, run again to start from epoch 1",
+                option="checkpoint_dir",
+                path=self.directory,
+            ) from None
         return int(state["epochs"]), list(state["history"])
 
     def save(self, epochs: int, history: list[dict[str, Any]]) -> None:
         """Write the trackables after epoch ``epochs``, then drop the previous checkpoint."""
         import tensorflow as tf
 
-        os.makedirs(self.directory, exist_ok=True)
-        prefix = f"epoch-{epochs:05d}"
-        tf.train.Checkpoint(**self.trackables).write(os.path.join(self.directory, prefix))
-        state = {"epochs": epochs, "history": history, "key": self.key, "prefix": prefix}
-        jsonfile.save(state, os.path.join(self.directory, STATE))  # durable, then visible
+        self.claim()
+        storage.make_dirs(self.directory)
+        if not os.path.exists(self._path(MARKER)):
+            mark = {"made_by": "tfshards", "holds": "training checkpoints"}
+            jsonfile.save(mark, self._path(MARKER))
+        prefix = f"{_PREFIX}{epochs:05d}"
+        tf.train.Checkpoint(**self.trackables).write(self._path(prefix))
+        files = {}
+        for name in sorted(os.listdir(self.directory)):
+            if name.startswith(prefix + "."):
+                files[name] = _fsynced_digest(self._path(name))
+        storage.fsync_dir(self.directory)
+        state = {
+            "epochs": epochs,
+            "files": files,
+            "history": history,
+            "key": self.key,
+            "prefix": prefix,
+        }
+        jsonfile.save(state, self._path(STATE))  # durable, then visible
         for name in os.listdir(self.directory):
-            if name.startswith("epoch-") and not name.startswith(prefix + "."):
-                os.remove(os.path.join(self.directory, name))
+            if name.startswith(_PREFIX) and not name.startswith(prefix + "."):
+                os.remove(self._path(name))
 
     def remove(self) -> None:
-        """Delete the checkpoint folder (a finished run needs it no more)."""
-        shutil.rmtree(self.directory, ignore_errors=True)
+        """Delete the checkpoint's own files (a finished run needs them no more).
+
+        Only in a folder marked as tfshards' own, and only the files this module
+        makes; the folder goes too when that leaves it empty.
+        """
+        if not os.path.exists(self._path(MARKER)):
+            return
+        for name in os.listdir(self.directory):
+            if name == STATE or name.startswith(_PREFIX) or storage.is_temp_name(name):
+                os.remove(self._path(name))
+        os.remove(self._path(MARKER))
+        with contextlib.suppress(OSError):  # something else lives there: it stays, and the folder
+            os.rmdir(self.directory)
+
+    def _path(self, name: str) -> str:
+        return os.path.join(self.directory, name)
+
+    def _problem(self, state: dict[str, Any]) -> str | None:
+        """Why the checkpoint described by ``state`` cannot be resumed, or None."""
+        if not state:
+            return f"has an unreadable {STATE}"
+        if state.get("key") != self.key:
+            return "was made with other settings"
+        files, prefix = state.get("files"), state.get("prefix")
+        if not isinstance(files, dict) or not files or not isinstance(prefix, str):
+            return f"has an unreadable {STATE}"
+        for name, expected in sorted(files.items()):
+            if not name.startswith(prefix + ".") or os.sep in name:
+                return f"has an unreadable {STATE}"
+            try:
+                found = _digest(self._path(name))
+            except FileNotFoundError:
+                return f"misses {name}"
+            if found != expected:
+                return f"has a damaged {name} (expected {expected}, found {found})"
+        return None
 
 
 def settings_key(settings: dict[str, Any]) -> str:
     """A short hash of the settings a run's epochs depend on (sorted JSON, SHA-256)."""
     return jsonfile.digest(settings)[:16]
+
+
+def _digest(path: str) -> str:
+    """``"<size>:<sha256>"`` of a file."""
+    sha = hashlib.sha256()
+    size = 0
+    with open(path, "rb") as f:
+        while chunk := f.read(1 << 20):
+            sha.update(chunk)
+            size += len(chunk)
+    return f"{size}:{sha.hexdigest()}"
+
+
+def _fsynced_digest(path: str) -> str:
+    """:func:`_digest` of a file just written, after making its bytes durable."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    return _digest(path)
 
 
 def _read_state(path: str) -> dict[str, Any] | None:
@@ -90,5 +219,5 @@ def _read_state(path: str) -> dict[str, Any] | None:
     except FileNotFoundError:
         return None
     except (OSError, ValueError):
-        return {}  # unreadable: treated as made with other settings, so removed
+        return {}  # unreadable: discarded
     return state if isinstance(state, dict) else {}

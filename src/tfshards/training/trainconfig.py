@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -52,8 +53,9 @@ class TrainConfig:
         model_out: where the trained model goes (``.keras``), or None.
         split_out: where the split (shards and records per side) goes, or None.
         export_out: local folder for a SavedModel serving image bytes, or None.
-        checkpoint_dir: local folder for per-epoch checkpoints (removed when
-            the run finishes), or None for none.
+        checkpoint_dir: local folder for per-epoch checkpoints, or None for none:
+            new, empty or made by tfshards (:mod:`tfshards.training.checkpoint`),
+            overlapping no other output; its files are removed when the run finishes.
     """
 
     manifest: str = "data/manifest.json"
@@ -119,11 +121,34 @@ class TrainConfig:
             raise ConfigError(f"warmup_epochs must be < epochs ({self.epochs})")
         if self.model_out is not None and not self.model_out.endswith(".keras"):
             raise ConfigError(f"model_out must end with .keras, got {self.model_out!r}")
+        self._check_checkpoint_dir()
         models.model_spec(self.model, self.image_size)
         if self.model_args and not models.is_user_model(self.model):
             raise ConfigError(f"model {self.model!r} is built in and takes no model_args")
+
+    def _check_checkpoint_dir(self) -> None:
+        """The checkpoint folder holds no output and lies in none: its files are removed."""
+        if not self.checkpoint_dir:
+            return
+        folder = os.path.abspath(self.checkpoint_dir)
+        for name in _OUTPUTS:
+            value = getattr(self, name)
+            if name == "checkpoint_dir" or not value or "://" in value:
+                continue
+            path = os.path.abspath(value)
+            if path == folder or _inside(path, folder) or _inside(folder, path):
+                raise ConfigError(
+                    f"checkpoint_dir: expected a folder of its own, found {name} "
+                    f"{value!r} overlapping {self.checkpoint_dir!r} (a finished run removes "
+                    "its checkpoint files); pass another --checkpoint-dir",
+                    option="checkpoint_dir",
+                )
 
     def settings(self) -> dict[str, Any]:
         """Everything the epochs depend on (outputs left out): a checkpoint's key."""
         values = dataclasses.asdict(self)
         return {k: v for k, v in values.items() if k not in _OUTPUTS}
+
+
+def _inside(path: str, folder: str) -> bool:
+    return path.startswith(folder.rstrip(os.sep) + os.sep)
