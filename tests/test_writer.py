@@ -246,6 +246,23 @@ def test_skip_records_rejects_and_counts_reconcile(raw, tmp_path):
     assert manifest.listed == manifest.records + len(manifest.rejected) == 103
 
 
+def test_a_transient_reject_is_retried_by_the_next_write_not_reused(raw, tmp_path):
+    listing = list_files(str(raw))
+    victim = raw / listing.entries[7].path
+    good = victim.read_bytes()
+    victim.write_bytes(b"")  # briefly unreadable as listed
+    first = _write(listing, tmp_path / "out", num_shards=3, on_error="skip")
+    assert [r.path for r in first.rejected] == [listing.entries[7].path]
+    with pytest.raises(InputError, match=re.escape(f"{victim}: empty file")):
+        _write(listing, tmp_path / "out", num_shards=3, on_error="fail")  # still bad: fails
+    victim.write_bytes(good)  # back as listed
+    again = _write(listing, tmp_path / "out", num_shards=3, on_error="fail")
+    assert again.fingerprint == first.fingerprint and again.rejected == ()
+    assert again.records == again.listed == 103
+    fresh = _write(listing, tmp_path / "fresh", num_shards=3)
+    assert _shard_bytes(again) == _shard_bytes(fresh)
+
+
 @pytest.mark.timeout(60)  # opening a FIFO for reading waits for a writer, forever
 @pytest.mark.parametrize("transform", [None, "tx_mod:nothing"])
 def test_a_listed_file_replaced_by_a_fifo_is_rejected_never_opened(

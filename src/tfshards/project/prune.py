@@ -5,15 +5,19 @@ A shard location fills up with one version directory per content and params
 manifest, and optionally by the manifest as it was in the last N git commits
 (read through DVC, so a DVC-tracked manifest is found in its cache), are kept.
 Of the others, only finished ones are candidates: a version without
-``manifest.json``, with a writer's temp file, or with a file modified within
-``min_age`` seconds may be being written, and is never touched. Only folders
+``manifest.json``, with a writer's temp file or live lease
+(:mod:`tfshards.writing.lease`: a writer re-writing a finished version holds
+one while it reuses the old shards), or with a file modified within
+``min_age`` seconds may be being written, and is never touched. Deleting starts
+with the manifest, then looks for a lease again before removing the rest, so a
+writer that starts in between keeps its shards (and writes the manifest anew). Only folders
 named like a fingerprint (16 hex digits) are considered; anything else under
 the location is left alone.
 """
 
 from __future__ import annotations
 
-import datetime
+import dataclasses
 import os
 import posixpath
 import re
@@ -25,6 +29,7 @@ from typing import Any, Literal
 
 from tfshards import storage
 from tfshards.errors import ConfigError, InputError
+from tfshards.writing import lease
 from tfshards.writing.manifest import MANIFEST_NAME, Manifest, load
 
 DEFAULT_MIN_AGE_S = 3600.0  # a writer rewrites a shard well within an hour of its last one
@@ -131,16 +136,19 @@ def prune(config: PruneConfig, *, now: float | None = None) -> PruneReport:
     for name in names:
         path = storage.join(base, name)
         files = fs.find(path, detail=True)
-        state = _decide(name, files, referenced.get(name), clock - config.min_age_s)
+        state = _decide(name, files, referenced.get(name), clock, config.min_age_s)
         if state.action == "delete" and config.delete:
-            _delete(fs, path)
-            state = VersionState(name, "deleted", state.reason, state.files, state.bytes)
+            state = _delete(fs, path, state)
         states.append(state)
     return PruneReport(out, tuple(states))
 
 
 def _decide(
-    name: str, files: Mapping[str, Mapping[str, Any]], reference: str | None, cutoff: float
+    name: str,
+    files: Mapping[str, Mapping[str, Any]],
+    reference: str | None,
+    now: float,
+    min_age_s: float,
 ) -> VersionState:
     count = len(files)
     size = sum(int(info.get("size") or 0) for info in files.values())
@@ -153,34 +161,40 @@ def _decide(
     names = {posixpath.basename(str(p)) for p in files}
     if MANIFEST_NAME not in names:
         return state("keep", "no manifest.json: being written, or interrupted (rerun write)")
+    holders = lease.live_holders(files, now=now)
+    if holders:
+        return state("keep", f"a writer ({holders[0]}) holds a lease on it")
     if any(storage.is_temp_name(n) for n in names):
         return state("keep", "holds a temp file: a writer may be working in it")
-    newest = max((_mtime(info) for info in files.values()), default=0.0)
-    if newest > cutoff:
+    newest = max(
+        (
+            lease.modified(info)
+            for path, info in files.items()
+            # a lease is judged by its holder above, not by when it was last refreshed
+            if not lease.is_lease(str(path))
+        ),
+        default=0.0,
+    )
+    if newest > now - min_age_s:
         return state("keep", "modified recently: a writer may be working in it")
     return state("delete", "not referenced")
 
 
-def _delete(fs: Any, path: str) -> None:
-    """The manifest first: a half-deleted version never looks finished."""
-    manifest = storage.join(path, MANIFEST_NAME)
-    fs.rm(manifest)
+def _delete(fs: Any, path: str, state: VersionState) -> VersionState:
+    """The manifest first (a half-deleted version never looks finished), then the rest.
+
+    A writer that took a lease between the decision and here keeps the shards:
+    it re-writes the manifest it needs, and a later prune deletes the version
+    if it is still unreferenced then.
+    """
+    fs.rm(storage.join(path, MANIFEST_NAME))
+    holders = lease.live_holders(fs.find(path, detail=True))
+    if holders:
+        return dataclasses.replace(
+            state, action="keep", reason=f"a writer ({holders[0]}) took a lease on it"
+        )
     fs.rm(path, recursive=True)
-
-
-def _mtime(info: Mapping[str, Any]) -> float:
-    for key in ("mtime", "LastModified", "last_modified", "updated", "created"):
-        value = info.get(key)
-        if isinstance(value, datetime.datetime):
-            return value.timestamp()
-        if isinstance(value, (int, float)):
-            return float(value)
-        if isinstance(value, str) and value:
-            try:
-                return datetime.datetime.fromisoformat(value.replace("Z", "+00:00")).timestamp()
-            except ValueError:
-                continue
-    return time.time()  # unknown: treat as new, so it is kept
+    return dataclasses.replace(state, action="deleted")
 
 
 def history(manifest: str, commits: int) -> list[tuple[str, Manifest]]:

@@ -26,7 +26,7 @@ from tfshards.format.exampleparser import Outline, outline_problem
 from tfshards.format.imageformat import HEAD_BYTES, claims_image, image_format, not_an_image
 from tfshards.format.schema import FeatureSpec
 from tfshards.validation.duplicates import Duplicates
-from tfshards.writing import grouping, layout
+from tfshards.writing import grouping, layout, lease
 from tfshards.writing.manifest import Manifest
 
 
@@ -317,8 +317,8 @@ def unlisted_files(fs: Any, root: str, manifest: Manifest) -> list[Problem]:
         if not str(name).startswith(base):
             continue  # the version directory itself
         rel = str(name)[len(base) :].rstrip("/")
-        if not rel or rel in expected or rel in layout.FOLDERS:
-            continue
+        if not rel or rel in expected or rel in layout.FOLDERS or lease.is_lease(rel):
+            continue  # a lease: a writer is re-writing the set (or was killed doing so)
         if any(rel.startswith(folder) for folder in foreign):
             continue
         if storage.is_temp_name(posixpath.basename(rel)):

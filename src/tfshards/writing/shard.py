@@ -394,6 +394,8 @@ def _reuse(fs: Any, out_dir: str, task: ShardTask) -> ShardResult | None:
         return None
     if len(data) != info.bytes or hashlib.sha256(data).hexdigest() != info.sha256:
         return None
+    if rejected:  # written with files left out: read them again (a reject may be transient,
+        return None  # and under on_error "fail" one that persists must fail the write)
     index_sha = None
     if task.compression == "none":
         try:

@@ -22,13 +22,14 @@ import dataclasses
 import hashlib
 import itertools
 import operator
+import posixpath
 import time
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from tfshards import jsonfile, storage
-from tfshards.errors import ConfigError, InputError, TransformError
+from tfshards.errors import ConfigError, InputError, ShardError, TransformError
 from tfshards.format import native
 from tfshards.format.schema import FeatureSpec, merge_specs
 from tfshards.format.tfrecord import COMPRESSIONS
@@ -45,7 +46,7 @@ from tfshards.listing.walker import Entry
 from tfshards.progress import Progress
 from tfshards.run import executor as executors
 from tfshards.run.cluster import Needs
-from tfshards.writing import datasetinfo, grouping, layout, sharding
+from tfshards.writing import datasetinfo, grouping, layout, lease, sharding
 from tfshards.writing import transform as transforms
 from tfshards.writing.manifest import (
     FORMAT_VERSION,
@@ -355,43 +356,85 @@ def write(config: WriteConfig, listing: Listing | str, *, progress: bool = True)
         groups = read_groups(loaded, config.group_by)
         version, params, tasks = plan(loaded, config, transforms.identity(config.transform), groups)
         listed = loaded.files if isinstance(loaded, StoredListing) else len(loaded.entries)
-        with Progress("write", total=listed, enabled=progress) as bar:
-            done = executors.in_order(
-                pool.map(
-                    write_shard,
-                    tasks,
-                    describe=lambda t: t.name,
-                    needs=Needs(
-                        locations=(tasks[0].source, tasks[0].out),
-                        inputs=(tasks[0].source,),
-                        transform=config.transform,
-                        transform_identity=params["transform"],
-                    ),
-                    note=bar.note,
-                ),
-                len(tasks),
-                on_result=lambda r: bar.update(r.info.records + len(r.rejected), r.info.bytes),
+        fs_out, version_path = storage.open_url(version, **config.out_options)
+        # Held from before the first shard is reused until the manifest is out: prune
+        # leaves the version alone meanwhile (tfshards.writing.lease).
+        with lease.hold(fs_out, version_path):
+            done = _write_shards(pool, tasks, params, config.transform, listed, progress)
+            manifest = Manifest(
+                root=version,
+                fingerprint=version.rstrip("/").rsplit("/", 1)[-1],
+                params=params,
+                schema=_merge_schema(done, tasks),
+                labels=loaded.labels,
+                compression=config.compression,
+                shards=tuple(r.info for r in done),
+                rejected=tuple(rej for r in done for rej in r.rejected),
+                listed=listed,
             )
-    fs_out, version_path = storage.open_url(version, **config.out_options)
-    manifest = Manifest(
-        root=version,
-        fingerprint=version.rstrip("/").rsplit("/", 1)[-1],
-        params=params,
-        schema=_merge_schema(done, tasks),
-        labels=loaded.labels,
-        compression=config.compression,
-        shards=tuple(r.info for r in done),
-        rejected=tuple(rej for r in done for rej in r.rejected),
-        listed=listed,
-    )
-    manifest = _write_metadata(fs_out, version_path, manifest)
-    _publish(fs_out, storage.join(version_path, MANIFEST_NAME), manifest)
+            manifest = _write_metadata(fs_out, version_path, manifest)
+            _check_shards_present(fs_out, version_path, manifest)
+            _publish(fs_out, storage.join(version_path, MANIFEST_NAME), manifest)
     if config.manifest_copy:
         _publish(*storage.open_url(config.manifest_copy), manifest)
     folders = (storage.join(version_path, folder) for folder in sorted(layout.FOLDERS))
     for directory in (version_path, *folders):  # a killed writer's temps, wherever it wrote
         storage.remove_stale_temps(fs_out, directory)
     return WriteResult(manifest, sum(r.reused for r in done), time.monotonic() - start)
+
+
+def _write_shards(
+    pool: executors.Executor,
+    tasks: Sequence[ShardTask],
+    params: Mapping[str, Any],
+    transform: str | None,
+    listed: int,
+    progress: bool,
+) -> list[ShardResult]:
+    """Run every shard task on ``pool``, with a progress bar; the results in task order."""
+    with Progress("write", total=listed, enabled=progress) as bar:
+        return executors.in_order(
+            pool.map(
+                write_shard,
+                tasks,
+                describe=lambda t: t.name,
+                needs=Needs(
+                    locations=(tasks[0].source, tasks[0].out),
+                    inputs=(tasks[0].source,),
+                    transform=transform,
+                    transform_identity=params["transform"],
+                ),
+                note=bar.note,
+            ),
+            len(tasks),
+            on_result=lambda r: bar.update(r.info.records + len(r.rejected), r.info.bytes),
+        )
+
+
+def _check_shards_present(fs: Any, version_path: str, manifest: Manifest) -> None:
+    """Every shard the manifest lists is in place with its size (one listing call).
+
+    Raises:
+        ShardError: a shard went away while this write ran (a concurrent
+            ``prune`` from another host, or a user): no manifest is published.
+    """
+    try:
+        found = {
+            posixpath.basename(str(p)): int(info.get("size") or 0)
+            for p, info in fs.find(version_path, maxdepth=1, detail=True).items()
+        }
+    except FileNotFoundError:
+        found = {}
+    for shard in manifest.shards:
+        size = found.get(shard.name)
+        if size != shard.bytes:
+            what = "missing" if size is None else f"{size} bytes"
+            raise ShardError(
+                f"{storage.join(version_path, shard.name)}: expected the shard just written "
+                f"({shard.bytes} bytes), found it {what}: something deleted it while this "
+                "write ran; no manifest was published, run write again",
+                shard=shard.name,
+            )
 
 
 def _publish(fs: Any, path: str, manifest: Manifest) -> None:
