@@ -210,6 +210,27 @@ def test_symlinked_files_and_folders_are_followed(local_tree: Make, tmp_path: Pa
     assert listing.skipped["not-a-file"] == 1
 
 
+def test_a_link_to_another_label_folder_is_refused_naming_both_labels(
+    local_tree: Make, tmp_path: Path
+) -> None:
+    root = Path(local_tree({"circle/1.jpg": b"c", "triangle/1.jpg": b"t"}))
+    (root / "triangle" / "loop").symlink_to("../circle", target_is_directory=True)
+    with pytest.raises(InputError) as info:
+        list_files(str(root))
+    assert str(info.value).startswith(
+        f"{root / 'triangle' / 'loop'}: linked folder: expected a folder of label 'triangle', "
+        "found a link to label folder 'circle'"
+    )
+    (root / "triangle" / "loop").unlink()
+    (root / "square").symlink_to(root / "circle", target_is_directory=True)
+    with pytest.raises(InputError, match="expected a folder of label 'square'"):
+        list_files(str(root))
+    (root / "square").unlink()
+    (root / "triangle" / "all").symlink_to(root, target_is_directory=True)
+    with pytest.raises(InputError, match="found a link to the root itself"):
+        list_files(str(root))
+
+
 def test_symlink_loop_is_an_error_naming_the_link(local_tree: Make) -> None:
     root = Path(local_tree({"cat/1.jpg": b"1"}))
     (root / "cat" / "loop").symlink_to(root / "cat", target_is_directory=True)

@@ -229,6 +229,8 @@ def _walk_local(
     # afterwards, and the hash reports the size of the bytes it read. With one,
     # each kept file is stat'ed (following links) and only the files whose stat
     # the cache does not know are read.
+    if os.path.islink(base.rstrip(os.sep)):
+        _check_link_label(base.rstrip(os.sep), base, prefix)
     top = os.stat(base)
     Frame = tuple[str, str, tuple[tuple[int, int], ...]]
     stack: list[Frame] = [(base, prefix, ((top.st_dev, top.st_ino),))]
@@ -264,6 +266,8 @@ def _walk_local(
                             "found a link to one of its own parents",
                             path=entry.path,
                         )
+                    if entry.is_symlink():
+                        _check_link_label(entry.path, base, prefix)
                     stack.append((entry.path, rel + "/", (*ancestors, key)))
                     continue
                 skip = reason(rel)
@@ -278,6 +282,29 @@ def _walk_local(
     if cache is None:
         return list(contenthash.hash_local(batches, threads))
     return list(contenthash.hash_local_cached(batches, threads, cache))
+
+
+def _check_link_label(path: str, base: str, prefix: str) -> None:
+    """A linked folder may not bring another label's files under this label.
+
+    Links are followed (data sets are often assembled from them), but a link
+    to the root or into another label folder would list that label's images
+    under this one: ``raw/triangle/loop -> ../circle`` made 101 circles triangles.
+    """
+    root = os.path.realpath(os.path.dirname(base.rstrip(os.sep)))
+    target = os.path.realpath(path)
+    if target != root and not target.startswith(root + os.sep):
+        return  # outside the root: images kept elsewhere, linked in
+    inside = target[len(root) + 1 :].split(os.sep, 1)[0]
+    label = prefix.split("/", 1)[0]
+    if inside != label:
+        found = "the root itself" if target == root else f"label folder {inside!r}"
+        raise InputError(
+            f"{path}: linked folder: expected a folder of label {label!r}, found a link to "
+            f"{found}; its files would be listed under {label!r}. Remove the link, or "
+            "link the files into their own label's folder",
+            path=path,
+        )
 
 
 def info_name(info: dict[str, Any]) -> str:
