@@ -33,23 +33,40 @@ def test_a_label_missing_from_validation_is_named():
     counts = {"train": {"cat": 50, "dog": 50}, "val": {"cat": 10, "dog": 0}}
     assert balance_warnings(counts) == [
         "label 'cat': 100.0% of validation records but 50.0% of training records "
-        "(more than 5% apart)",
+        "(more than 49.5% apart: 5% and 3 standard errors)",
         "label 'dog': missing from validation (50 training records)",
     ]
 
 
 def test_shares_further_apart_than_the_tolerance_warn_and_closer_ones_do_not():
-    train = {"cat": 500, "dog": 500}
+    train = {"cat": 5000, "dog": 5000}
     off = 0.5 + BALANCE_TOLERANCE + 0.01  # cat's share of validation
     near = 0.5 + BALANCE_TOLERANCE - 0.01
-    far = {"cat": round(off * 1000), "dog": 1000 - round(off * 1000)}
-    close = {"cat": round(near * 1000), "dog": 1000 - round(near * 1000)}
+    far = {"cat": round(off * 5000), "dog": 5000 - round(off * 5000)}
+    close = {"cat": round(near * 5000), "dog": 5000 - round(near * 5000)}
     assert balance_warnings({"train": train, "val": close}) == []
     assert balance_warnings({"train": train, "val": far}) == [
         "label 'cat': 56.0% of validation records but 50.0% of training records "
-        "(more than 5% apart)",
+        "(more than 5.0% apart: 5% and 3 standard errors)",
         "label 'dog': 44.0% of validation records but 50.0% of training records "
-        "(more than 5% apart)",
+        "(more than 5.0% apart: 5% and 3 standard errors)",
+    ]
+
+
+def test_sampling_noise_of_a_small_set_does_not_warn():
+    # 300 images of 3 labels, 60 held out: shares 10 points apart happen by chance alone.
+    train = {"circle": 80, "square": 80, "triangle": 80}
+    assert (
+        balance_warnings({"train": train, "val": {"circle": 20, "square": 14, "triangle": 26}})
+        == []
+    )
+    # A rare label expected twice in validation may well be missing from it.
+    rare = {"train": {"a": 150, "b": 140, "c": 10}, "val": {"a": 32, "b": 28, "c": 0}}
+    assert balance_warnings(rare) == []
+    # A label twice as frequent in validation is past the noise even so.
+    skewed = {"circle": 40, "square": 10, "triangle": 10}
+    assert [w.split(":")[0] for w in balance_warnings({"train": train, "val": skewed})] == [
+        "label 'circle'"
     ]
 
 

@@ -219,6 +219,30 @@ def test_stage_script_help_runs_in_a_real_process_without_tensorflow() -> None:
     assert imported.stdout.split() == ["False", "False"], imported.stderr
 
 
+MISSING_MANIFEST = """
+import sys
+from tfshards.cli import main
+sys.argv = ["tfshards", "train", "--manifest", "nowhere/manifest.json"]
+try:
+    main()
+except SystemExit as exit:
+    print("exit", exit.code, "tensorflow" in sys.modules, file=sys.stderr)
+"""
+
+
+def test_missing_manifest_is_said_before_tensorflow_is_imported(tmp_path: Path) -> None:
+    done = subprocess.run(
+        [sys.executable, "-c", MISSING_MANIFEST],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    lines = done.stderr.strip().splitlines()
+    assert lines[-1] == "exit 1 False", done.stderr
+    assert "nowhere/manifest.json" in lines[-2] and "Traceback" not in done.stderr
+
+
 # ----------------------------------------------------------------------------- training runs
 
 

@@ -151,7 +151,15 @@ Executor = Annotated[
     str,
     typer.Option(
         help="auto | process | thread | serial | dask. auto: threads when the per-record "
-        "loop runs in the compiled tfshards.format._native (no transform), else processes."
+        "loop runs in the compiled tfshards.format._native (no transform, no resize, local "
+        "files), threads for memory://, else processes."
+    ),
+]
+ValidateExecutor = Annotated[
+    str,
+    typer.Option(
+        help="auto | process | thread | serial | dask. auto: processes (every record goes "
+        "through the rules in Python, which holds the GIL), threads for memory://."
     ),
 ]
 DaskAddress = Annotated[

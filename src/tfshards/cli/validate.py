@@ -9,9 +9,9 @@ import typer
 
 from tfshards.cli._common import (
     DaskAddress,
-    Executor,
     SharedFs,
     ShowProgress,
+    ValidateExecutor,
     Workers,
     default_workers,
     one_line_errors,
@@ -63,7 +63,7 @@ def validate_command(
         ),
     ] = None,
     workers: Workers = default_workers(),
-    executor: Executor = "auto",
+    executor: ValidateExecutor = "auto",
     dask_address: DaskAddress = None,
     shared_fs: SharedFs = False,
     progress: ShowProgress = True,

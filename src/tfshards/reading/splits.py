@@ -17,9 +17,16 @@ from tfshards.writing.manifest import Manifest, ShardInfo
 
 SPLIT_TOLERANCE = 0.1  # warn when the effective val fraction is off by more than 10% of the ask
 # Warn when a label's share of validation records differs from its share of training
-# records by more than 5 percentage points: with 10 balanced labels and ~340 validation
-# records (the digits demo), sampling alone moves a share by ~1.6 points (one sigma).
+# records by more than 5 percentage points AND by more than sampling explains
+# (BALANCE_SIGMAS standard errors of the difference of the two shares). With 10
+# balanced labels and ~340 validation records (the digits demo), sampling alone moves
+# a share by ~1.6 points (one sigma); on 300 images of 3 labels with 60 held out, by
+# ~6.8 points, so a 5-point rule alone warned on nearly every small set.
 BALANCE_TOLERANCE = 0.05
+BALANCE_SIGMAS = 3.0
+# A label missing from validation is worth a warning only when it was expected there
+# at least this many times (its chance to be missing by luck is then under e^-5, 0.7%).
+MISSING_EXPECTED = 5.0
 
 
 class SplitWarning(UserWarning):
@@ -236,8 +243,11 @@ def balance_warnings(
     """One line per label missing from validation, or whose share there is off train's.
 
     A share is the label's records over the side's records; "off" means more
-    than ``tolerance`` apart (0.05: five percentage points). Nothing when
-    validation is empty (``val_fraction`` 0).
+    than ``tolerance`` apart (0.05: five percentage points) and more than
+    :data:`BALANCE_SIGMAS` standard errors apart, so sampling noise in a small
+    validation side does not warn. A missing label warns when it was expected
+    at least :data:`MISSING_EXPECTED` times. Nothing when validation is empty
+    (``val_fraction`` 0).
     """
     train, val = counts["train"], counts["val"]
     train_total, val_total = sum(train.values()), sum(val.values())
@@ -246,13 +256,19 @@ def balance_warnings(
     out = []
     for label, n in train.items():
         v = val.get(label, 0)
-        if v == 0:
-            out.append(f"label {label!r}: missing from validation ({n} training records)")
-            continue
         ours, theirs = v / val_total, n / train_total
-        if abs(ours - theirs) > tolerance:
+        if v == 0:
+            if theirs * val_total >= MISSING_EXPECTED:
+                out.append(f"label {label!r}: missing from validation ({n} training records)")
+            continue
+        pooled = (n + v) / (train_total + val_total)
+        noise = BALANCE_SIGMAS * math.sqrt(
+            pooled * (1 - pooled) * (1 / val_total + 1 / train_total)
+        )
+        if abs(ours - theirs) > max(tolerance, noise):
             out.append(
                 f"label {label!r}: {ours:.1%} of validation records but {theirs:.1%} of "
-                f"training records (more than {tolerance:.0%} apart)"
+                f"training records (more than {max(tolerance, noise):.1%} apart: "
+                f"{tolerance:.0%} and {BALANCE_SIGMAS:g} standard errors)"
             )
     return out

@@ -70,20 +70,21 @@ def train(config: TrainConfig, *, log: Callable[[str], None] | None = None) -> T
         config: what to train.
         log: called with one line per epoch (None: silent).
     """
-    import tensorflow as tf
-
-    from tfshards.reading import loader
-    from tfshards.reading.corruption import shard_errors
-
     started = time.perf_counter()
-    if models.is_user_model(config.model):
-        models.load_builder(config.model)  # a bad module fails before any data is read
+    # The manifest first: a wrong path is said before TensorFlow's 3-5 s import.
     manifest = manifests.load(config.manifest)
     labels = manifest.labels
     if len(labels) < 2:
         raise ConfigError(
             f"{config.manifest}: a classifier needs at least 2 labels, found {len(labels)}"
         )
+    import tensorflow as tf
+
+    from tfshards.reading import loader
+    from tfshards.reading.corruption import shard_errors
+
+    if models.is_user_model(config.model):
+        models.load_builder(config.model)  # a bad module fails before any data is read
     split_seed = config.seed if config.split_seed is None else config.split_seed
     parts = split(manifest, config.val_fraction, split_seed)
     device = device_name()
