@@ -22,7 +22,13 @@ from tfshards.listing.listing import list_files
 from tfshards.project.sample import write_digits
 from tfshards.training.checkpoint import Checkpoint
 from tfshards.training.confusion import class_accuracy, confusion_matrix, to_csv
-from tfshards.training.history import MODEL_METRICS, EpochResult, stop_early, summarize
+from tfshards.training.history import (
+    MODEL_METRICS,
+    EpochResult,
+    early_stop_note,
+    stop_early,
+    summarize,
+)
 from tfshards.training.models import MODELS, model_spec
 from tfshards.training.optim import balanced_class_weights, learning_rate
 from tfshards.training.stall import LoopTiming, timed_loop
@@ -45,6 +51,7 @@ METRIC_KEYS = {
     "model",
     "replicas",
     "seconds",
+    "strategy",
     "train_records",
     "val_accuracy",
     "val_class_accuracy",
@@ -487,6 +494,26 @@ def test_early_stopping_waits_patience_epochs_for_a_better_val_loss() -> None:
     assert stop_early(history, 2, "val_loss")  # 2 epochs, none better than 0.5
     assert not stop_early(history, 0, "val_loss")  # off
     assert not stop_early([*history, _epoch(5, 0.4)], 2, "val_loss")
+
+
+def test_early_stop_says_why_and_which_weights_are_kept() -> None:
+    history = [_epoch(i + 1, v) for i, v in enumerate([1.0, 0.5, 0.6, 0.7])]
+    assert early_stop_note(history, 2, "val_loss", 10) == (
+        "stopped early after epoch 4/10: val_loss not better than 0.5000 (epoch 2) for 2 "
+        "epochs; the model keeps the weights of epoch 4, the last trained, not those of epoch 2"
+    )
+
+
+def test_mirrored_on_one_device_says_so_and_the_metrics_name_the_strategy(
+    digits: str, tmp_path: Path
+) -> None:
+    lines: list[str] = []
+    config = TrainConfig(
+        manifest=digits, image_size=8, epochs=1, strategy="mirrored", **_outputs(tmp_path)
+    )  # type: ignore[arg-type]
+    result = train(config, log=lines.append)
+    assert lines[0] == "strategy mirrored: one device found (CPU), so one replica trains"
+    assert (result.metrics["strategy"], result.metrics["replicas"]) == ("mirrored", 1)
 
 
 def test_confusion_matrix_rows_are_actual_labels_and_accuracy_is_per_class() -> None:

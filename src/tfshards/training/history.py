@@ -82,3 +82,15 @@ def stop_early(results: Sequence[EpochResult], patience: int, metric: str) -> bo
     sign = -1.0 if name == "val_accuracy" else 1.0  # lower is better after the sign
     scores = [sign * float(v) for v in values if v is not None]
     return min(scores[-patience:]) >= min(scores[:-patience])
+
+
+def early_stop_note(results: Sequence[EpochResult], patience: int, metric: str, epochs: int) -> str:
+    """Why :func:`stop_early` stopped, and which weights the model keeps: one line."""
+    sign = -1.0 if metric == "val_accuracy" else 1.0
+    scores = [(sign * float(r.metrics()[metric]), r.epoch) for r in results]
+    best_score, best_epoch = min(scores)
+    return (
+        f"stopped early after epoch {len(results)}/{epochs}: {metric} not better than "
+        f"{sign * best_score:.4f} (epoch {best_epoch}) for {patience} epochs; the model keeps "
+        f"the weights of epoch {len(results)}, the last trained, not those of epoch {best_epoch}"
+    )

@@ -22,7 +22,13 @@ from tfshards.training import confusion, models, optim
 from tfshards.training.checkpoint import Checkpoint, settings_key
 from tfshards.training.devices import device_name, make_strategy, tf_state
 from tfshards.training.export import export_serving, save_model
-from tfshards.training.history import MODEL_METRICS, EpochResult, stop_early, summarize
+from tfshards.training.history import (
+    MODEL_METRICS,
+    EpochResult,
+    early_stop_note,
+    stop_early,
+    summarize,
+)
 from tfshards.training.stall import (
     timed_loop,
 )
@@ -90,6 +96,8 @@ def train(config: TrainConfig, *, log: Callable[[str], None] | None = None) -> T
     device = device_name()
     mixed = config.mixed_precision == "on" or (config.mixed_precision == "auto" and device != "CPU")
     strategy = make_strategy(config.strategy)
+    if config.strategy == "mirrored" and strategy.num_replicas_in_sync == 1 and log is not None:
+        log(f"strategy mirrored: one device found ({device}), so one replica trains")
     # Seeds first: tf.data ops take the global seed into theirs when they are made.
     with tf_state(config.seed, deterministic=config.deterministic, mixed=mixed):
         train_ds = _dataset(loader, parts.train, manifest, config, training=True)
@@ -165,6 +173,15 @@ def train(config: TrainConfig, *, log: Callable[[str], None] | None = None) -> T
             with shard_errors(manifest, parts.train + parts.val):
                 for epoch in range(len(results) + 1, config.epochs + 1):
                     if stop_early(results, config.early_stopping, config.early_stopping_metric):
+                        if log is not None:
+                            rate = float(steps.optimizer.learning_rate)
+                            note = early_stop_note(
+                                results,
+                                config.early_stopping,
+                                config.early_stopping_metric,
+                                config.epochs,
+                            )
+                            log(f"{note}; learning rate at the stop {rate:.3g}")
                         break
                     timing = timed_loop(
                         iterator,
@@ -213,6 +230,7 @@ def train(config: TrainConfig, *, log: Callable[[str], None] | None = None) -> T
             mixed_precision=mixed,
             jit_compile=config.jit_compile,
             replicas=strategy.num_replicas_in_sync,
+            strategy=config.strategy,
             seconds=round(time.perf_counter() - started, 2),
         )
         if predictions is not None:
