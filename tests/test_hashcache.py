@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import errno
+import hashlib
 import os
 import signal
 import sqlite3
@@ -10,17 +11,17 @@ import subprocess
 import sys
 import textwrap
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import pytest
 from typer.testing import CliRunner
 
 from tfshards.cli import list as list_cli
-from tfshards.errors import InputError
-from tfshards.listing import contenthash, hashcache
+from tfshards.errors import InputError, StaleListingError
+from tfshards.listing import cachefile, contenthash, hashcache
 from tfshards.listing.hashcache import HashCache
-from tfshards.listing.listing import list_files, write_listing
+from tfshards.listing.listing import Listing, list_files, write_listing
 
 TREE = {
     "cat/001.jpg": b"cat one",
@@ -172,20 +173,114 @@ def test_files_changed_within_the_racy_window_of_listing_are_not_remembered(
     assert len(reads) == 8
 
 
+def _many_folders(root: Path, folders: int = 200) -> None:
+    """Enough rows for a cache of ~30 pages, so damage can land in its middle."""
+    for i in range(folders):
+        (root / "cat" / f"d{i:03d}").mkdir()
+        for j in range(4):
+            (root / "cat" / f"d{i:03d}" / f"{j}.jpg").write_bytes(b"%d-%d" % (i, j))
+
+
+def _damage_middle_page(cache: Path) -> None:
+    size = cache.stat().st_size
+    page = size // 4096 // 2
+    assert page > 2
+    with open(cache, "r+b") as f:
+        f.seek(page * 4096)
+        f.write(b"\xff" * 4096)
+
+
+def _damage_page_size(cache: Path) -> None:
+    with open(cache, "r+b") as f:  # SQLite then calls the whole file "not a database"
+        f.seek(16)
+        f.write(b"\x00\x07")
+
+
 @pytest.mark.usefixtures("no_racy_window")
-def test_damaged_cache_is_rebuilt_with_one_warning_line(
-    tree: Path, tmp_path: Path, reads: list[str], capsys: pytest.CaptureFixture[str]
+@pytest.mark.parametrize("damage", [_damage_middle_page, _damage_page_size])
+def test_damaged_cache_is_rebuilt_once_and_the_next_list_is_warm(
+    tree: Path,
+    tmp_path: Path,
+    reads: list[str],
+    capsys: pytest.CaptureFixture[str],
+    damage: Callable[[Path], None],
 ) -> None:
+    _many_folders(tree)
     cache = tmp_path / "hashes.sqlite"
-    cache.write_bytes(b"this is not a database" * 100)
     expected = list_files(str(tree))
+    list_files(str(tree), hash_cache=str(cache))
+    damage(cache)
+    capsys.readouterr()
+    del reads[:]
     assert list_files(str(tree), hash_cache=str(cache)) == expected
     err = capsys.readouterr().err
-    assert err.count("\n") == 1 and "damaged" in err and str(cache) in err
+    assert err.count("\n") == 1 and f"hash cache {cache}: damaged (" in err
+    assert len(reads) == len(expected.entries)
     del reads[:]
     assert list_files(str(tree), hash_cache=str(cache)) == expected
     assert reads == []
     assert capsys.readouterr().err == ""
+    db = sqlite3.connect(cache)
+    assert db.execute("PRAGMA quick_check").fetchone() == ("ok",)
+    db.close()
+    assert cache.read_bytes()[68:72] == cachefile.APPLICATION_ID.to_bytes(4, "big")
+
+
+@pytest.mark.usefixtures("no_racy_window")
+def test_entry_whose_digest_was_overwritten_on_disk_is_not_used(
+    tree: Path, tmp_path: Path, reads: list[str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    cache = tmp_path / "hashes.sqlite"
+    expected = list_files(str(tree), hash_cache=str(cache))
+    db = sqlite3.connect(cache, isolation_level=None)  # SQLite keeps no checksum of a row
+    db.execute("UPDATE folders SET sha256 = zeroblob(length(sha256)) WHERE path LIKE '%/dog'")
+    db.close()
+    del reads[:]
+    assert list_files(str(tree), hash_cache=str(cache)) == expected
+    assert sorted(os.path.basename(r) for r in reads) == ["001.jpg", "002.jpg"]
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "dog fails its CRC (damaged); reading its files again" in err
+    del reads[:]
+    assert list_files(str(tree), hash_cache=str(cache)) == expected
+    assert reads == []
+
+
+_LOCKER = """
+import sqlite3, sys, time
+db = sqlite3.connect(sys.argv[1], isolation_level=None)
+if sys.argv[2] == "exclusive-mode":  # readers are shut out too, WAL or not
+    db.execute("PRAGMA locking_mode=EXCLUSIVE")
+db.execute("BEGIN EXCLUSIVE")
+db.execute("DELETE FROM folders WHERE path = 'none'")
+print("locked", flush=True)
+time.sleep(120)
+"""
+
+
+@pytest.mark.usefixtures("no_racy_window")
+@pytest.mark.parametrize("mode", ["transaction", "exclusive-mode"])
+def test_cache_locked_by_another_process_lists_in_seconds_without_it(
+    tree: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], mode: str
+) -> None:
+    cache = tmp_path / "hashes.sqlite"
+    list_files(str(tree), hash_cache=str(cache))
+    (tree / "cat/003.jpg").write_bytes(b"new")  # something to remember
+    locker = subprocess.Popen(
+        [sys.executable, "-c", _LOCKER, str(cache), mode], stdout=subprocess.PIPE
+    )
+    try:
+        assert locker.stdout is not None and locker.stdout.readline() == b"locked\n"
+        capsys.readouterr()
+        started = time.monotonic()
+        listing = list_files(str(tree), hash_cache=str(cache))
+        took = time.monotonic() - started
+    finally:
+        locker.kill()
+        locker.wait()
+    assert took < 5, f"{took:.1f} s"
+    assert listing == list_files(str(tree))
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "database is locked" in err
 
 
 def test_cache_in_an_unwritable_place_lists_anyway_with_a_warning(
@@ -285,3 +380,58 @@ def test_default_path_follows_the_environment(monkeypatch: pytest.MonkeyPatch) -
     monkeypatch.delenv("TFSHARDS_CACHE")
     monkeypatch.setenv("XDG_CACHE_HOME", "/x")
     assert hashcache.default_path() == "/x/tfshards/listing-hashes.sqlite"
+
+
+@pytest.mark.usefixtures("no_racy_window")
+@pytest.mark.parametrize("on_error", ["fail", "skip"])
+def test_entry_poisoned_with_right_stats_fails_write_once_and_the_next_list_is_right(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, loop: str, on_error: str
+) -> None:
+    from tfshards.writing.writer import WriteConfig, write
+
+    root = tmp_path / "raw"
+    for rel in ("cat/001.jpg", "dog/001.jpg", "dog/002.jpg"):
+        (root / rel).parent.mkdir(parents=True, exist_ok=True)
+        (root / rel).write_bytes(b"\xff\xd8\xff" + rel.encode())
+    cache = tmp_path / "hashes.sqlite"
+    monkeypatch.setenv(hashcache.ENV, str(cache))  # where write looks, as list does
+    good = list_files(str(root), hash_cache=str(cache))
+    folder, names = str(root / "dog"), ["001.jpg", "002.jpg"]
+    poison = HashCache(str(cache), racy_ns=0)  # the stats the files have, digests they do not
+    wrong = hashlib.sha256(b"another image").digest()
+    poison.store(folder, names, contenthash.stat_local(folder, names), wrong * 2)
+    poison.close()
+    poisoned = list_files(str(root), hash_cache=str(cache))
+    assert poisoned.entries[1].token == "sha256:" + wrong.hex()
+
+    def write_to(out: str, listing: Listing) -> None:
+        config = WriteConfig(out=str(tmp_path / out), executor="serial", on_error=on_error)
+        write(config, listing, progress=False)
+
+    with pytest.raises(StaleListingError) as info:
+        write_to("out", poisoned)
+    name = os.path.basename(str(info.value.path))  # the first the shuffled shards reach
+    found = hashlib.sha256(b"\xff\xd8\xffdog/" + name.encode()).hexdigest()
+    assert str(info.value) == (
+        f"{root}/dog/{name}: listed sha256 {wrong.hex()} came from the hash cache {cache}, but "
+        f"the file, unchanged since (same stat), has sha256 {found}: that entry was wrong and "
+        "is dropped; re-run `tfshards list`"
+    )
+    assert info.value.cache == str(cache)
+    assert list_files(str(root), hash_cache=str(cache)) == good
+    write_to("again", good)
+
+
+@pytest.mark.usefixtures("no_racy_window")
+def test_file_changed_since_listed_is_still_reported_as_changed(
+    tree: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    cache = tmp_path / "hashes.sqlite"
+    monkeypatch.setenv(hashcache.ENV, str(cache))
+    list_files(str(tree), hash_cache=str(cache))
+    path = tree / "dog/001.jpg"
+    listed = hashlib.sha256(path.read_bytes()).digest()
+    path.write_bytes(b"DOG ONE")  # same size, new ctime: the cache did no wrong
+    assert hashcache.stale_listing("dog/001.jpg", str(path), listed, "ff" * 32) is None
+    row = sqlite3.connect(cache).execute("SELECT count(*) FROM folders").fetchone()
+    assert row == (3,)  # nothing dropped

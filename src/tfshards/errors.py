@@ -3,8 +3,9 @@
     TfshardsError                  base; the CLI prints the message on one line and exits 1
     ├── ConfigError                an option, parameter or spec is invalid
     ├── InputError                 a raw input is bad: root, index file, a listed file
-    │   └── TransformError         a user transform failed on one file
-    │       └── TransformOutputError  what it returns can never be written: never skipped
+    │   ├── TransformError         a user transform failed on one file
+    │   │   └── TransformOutputError  what it returns can never be written: never skipped
+    │   └── StaleListingError      the listing gives a file a digest its hash cache got wrong
     ├── ShardError                 a shard cannot be written, read or trusted (names the shard)
     │   └── RecordError            one record inside a shard is corrupt (shard, index, offset)
     ├── StorageError               remote storage cannot be reached or refuses access
@@ -80,6 +81,13 @@ class TransformError(InputError):
 class TransformOutputError(TransformError):
     """The transform returns what no file can make right (not a dict, a reserved name,
     a feature whose type changes): every file would fail, so it is never skipped."""
+
+
+class StaleListingError(InputError):
+    """The listing gives a file a SHA-256 that the hash cache remembered wrongly: the file did
+    not change since it was listed (same stat), the listing did. Never skipped: re-run list."""
+
+    cache: str | None = None  # the hash cache file that held the wrong digest
 
 
 class ShardError(TfshardsError):

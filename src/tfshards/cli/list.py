@@ -58,7 +58,8 @@ def list_files_command(
             "--hash-cache",
             help="SQLite file remembering each local file's SHA-256 by its stat, so an "
             "unchanged file is not read again; 'none' reads every file. Default: "
-            "$TFSHARDS_HASH_CACHE, else ~/.cache/tfshards/listing-hashes.sqlite.",
+            "$TFSHARDS_HASH_CACHE, else ~/.cache/tfshards/listing-hashes.sqlite. "
+            "A file there that tfshards did not make is refused and left as it is.",
             show_default=False,
         ),
     ] = None,

@@ -14,7 +14,7 @@ from collections.abc import Collection, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from tfshards import storage
+from tfshards import errors, storage
 from tfshards.errors import InputError, ShardError, TransformError, TransformOutputError
 from tfshards.format.example import encode
 from tfshards.format.imageformat import (
@@ -34,6 +34,7 @@ from tfshards.format.recordbuffer import (
 from tfshards.format.schema import Dtype, FeatureSpec, Values, merge_specs, normalize
 from tfshards.format.tfrecord import Compressor, frame
 from tfshards.listing.contenthash import expected_md5, expected_sha256
+from tfshards.listing.hashcache import stale_listing
 from tfshards.listing.storedlisting import ListedRows
 from tfshards.writing import layout
 from tfshards.writing import transform as transforms
@@ -114,7 +115,9 @@ def write_shard(task: ShardTask) -> ShardResult:
     records = len(task.listed) if task.listed is not None else len(task.entries)
 
     def reject(exc: OSError | InputError, rel: str) -> None:
-        if task.on_error == "fail" or isinstance(exc, TransformOutputError):
+        if task.on_error == "fail" or isinstance(
+            exc, (TransformOutputError, errors.StaleListingError)
+        ):
             raise _as_input_error(exc, task.source, rel) from exc
         rejected.append(Reject(rel, _reason(exc)))
 
@@ -136,7 +139,7 @@ def write_shard(task: ShardTask) -> ShardResult:
                 expected = b"".join(expected_sha256(t) or bytes(32) for t in tokens)
                 for i, problem in buffer.add_local_files(prefix, entries, expected):
                     rel, _, listed_size = entries[i]
-                    reject(_file_problem(problem, rel, listed_size), rel)
+                    reject(_file_problem(problem, rel, listed_size, prefix + rel), rel)
             else:
                 for (rel, label, listed_size), token in zip(entries, tokens, strict=True):
                     try:
@@ -150,7 +153,8 @@ def write_shard(task: ShardTask) -> ShardResult:
                             if len(data) == listed_size:  # else the size error says more
                                 _check_md5(data, token, rel)
                             want = expected_sha256(token)
-                            _add(buffer, rel, label, listed_size, copy_into, data, want)
+                            at = prefix + rel if local else None
+                            _add(buffer, rel, label, listed_size, copy_into, data, want, at)
                     except (OSError, InputError) as exc:
                         reject(exc, rel)
             if len(entries) < len(batch):  # rejects in listing order, whatever found them first
@@ -218,6 +222,7 @@ def _add(
     read_into: ReadInto,
     source: Any,
     expected: bytes | None = None,
+    local_path: str | None = None,
 ) -> None:
     """One file, no transform: straight into the buffer (the hot path)."""
     try:
@@ -225,17 +230,20 @@ def _add(
             listed_size, label, rel.encode(), read_into, source, expected, claims_image(rel)
         )
     except (FileChanged, ContentChanged, NotAnImage) as exc:
-        raise _file_problem(exc, rel, listed_size) from None
+        raise _file_problem(exc, rel, listed_size, local_path) from None
 
 
 def _file_problem(
-    problem: OSError | FileChanged | ContentChanged | NotAnImage, rel: str, listed_size: int
+    problem: OSError | FileChanged | ContentChanged | NotAnImage,
+    rel: str,
+    listed_size: int,
+    local_path: str | None = None,
 ) -> OSError | InputError:
     """What the framing reported about one file, as the error its reject or failure names."""
     if isinstance(problem, FileChanged):
         return _size_error(rel, listed_size, problem.found)
     if isinstance(problem, ContentChanged):
-        return _content_error(rel, "sha256", problem.expected.hex(), problem.found.hex())
+        return _content_error(rel, problem.expected, problem.found.hex(), local_path)
     if isinstance(problem, NotAnImage):
         return InputError(not_an_image(problem.head), path=rel)
     return problem
@@ -272,7 +280,8 @@ def _features(
     sha = hashlib.sha256(data)
     want = expected_sha256(token)
     if want is not None and sha.digest() != want:
-        raise _content_error(rel, "sha256", want.hex(), sha.hexdigest())
+        local_path = storage.join(root, rel) if storage.is_local(fs) else None
+        raise _content_error(rel, want, sha.hexdigest(), local_path)
     if claims_image(rel) and image_format(data[:HEAD_BYTES]) is None:
         raise _file_problem(NotAnImage(data[:HEAD_BYTES]), rel, listed_size)
     payload = data
@@ -342,9 +351,12 @@ def _size_error(rel: str, listed: int, found: int) -> InputError:
     )
 
 
-def _content_error(rel: str, kind: str, listed: str, found: str) -> InputError:
-    return InputError(
-        f"file changed since it was listed: expected {kind} {listed}, found {found}", path=rel
+def _content_error(rel: str, listed: bytes, found: str, local_path: str | None) -> InputError:
+    """The file's bytes do not have the listed SHA-256: it changed, or the listing is wrong."""
+    stale = stale_listing(rel, local_path, listed, found) if local_path is not None else None
+    return stale or InputError(
+        f"file changed since it was listed: expected sha256 {listed.hex()}, found {found}",
+        path=rel,
     )
 
 
