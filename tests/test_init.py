@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import os
 import re
+import stat
 import subprocess
 import sys
 from pathlib import Path
@@ -12,6 +14,7 @@ import pytest
 import yaml
 from typer.testing import CliRunner
 
+from test_yamlfile import billion_laughs
 from tfshards import __version__
 from tfshards.cli import app
 from tfshards.project import pipeline, scaffold, yamlfile
@@ -296,4 +299,112 @@ def test_a_shard_url_without_its_filesystem_installed_is_refused(repo):
     result = _init("--shards", "nosuchfs://bucket/shards")
     assert result.exit_code == 1 and result.output.count("\n") == 1
     assert "nosuchfs://bucket/shards: no filesystem for nosuchfs://" in result.output
+    assert not (repo / "dvc.yaml").exists()
+
+
+# --- what init must not change ------------------------------------------------------
+
+
+def _refused(repo: Path, name: str, content: bytes, *args: str) -> str:
+    """Plant ``content`` as ``name``, run init, check it failed in one line and wrote nothing."""
+    (repo / name).write_bytes(content)
+    result = _init(*args)
+    assert result.exit_code == 1 and result.output.count("\n") == 1, result.output
+    assert (repo / name).read_bytes() == content
+    assert not (repo / ("params.yaml" if name == "dvc.yaml" else "dvc.yaml")).exists()
+    return str(result.output)
+
+
+def test_a_section_shared_through_an_anchor_is_refused_saying_how_to_split_it(repo):
+    output = _refused(repo, "params.yaml", b"base: &base\n  lr: 1\ntrain: *base\nother: *base\n")
+    assert "'train' is anchor &base, shared by 3 places" in output
+    assert "`train: {<<: *base}` keeps the shared keys" in output
+
+
+def test_stages_shared_through_an_anchor_are_refused(repo):
+    shared = b"common: &s\n  prepare:\n    cmd: python prepare.py\nstages: *s\n"
+    assert "'stages' is anchor &s, shared by 2 places" in _refused(repo, "dvc.yaml", shared)
+
+
+def test_a_section_that_merges_an_anchor_gets_the_keys_and_the_anchor_stays(repo):
+    (repo / "params.yaml").write_text("base: &base\n  lr: 1\ntrain:\n  <<: *base\n")
+    assert _init().exit_code == 0
+    text = (repo / "params.yaml").read_text()
+    assert text.startswith("base: &base\n  lr: 1\ntrain:\n  <<: *base\n  model: ")
+    values = _load(repo / "params.yaml")
+    assert values["base"] == {"lr": 1} and values["train"]["lr"] == 1
+
+
+@pytest.mark.parametrize("name", ["params.yaml", "dvc.yaml"])
+def test_a_recursive_alias_is_refused_not_written_back_as_null(repo, name):
+    output = _refused(repo, name, b"prepare: &p\n  x: 1\n  self: *p\n")
+    assert f"{name}: anchor &p contains an alias of itself" in output
+
+
+def test_a_latin1_params_file_is_one_line_naming_the_offset(repo):
+    output = _refused(repo, "params.yaml", "prepare:\n  name: café\n".encode("latin-1"))
+    assert "params.yaml: expected UTF-8 text, found byte 0xe9 at offset 20 (line 2)" in output
+
+
+def test_a_symlinked_params_file_is_written_through_and_stays_a_link(repo):
+    (repo / "conf").mkdir()
+    (repo / "conf/params.yaml").write_text("prepare:\n  x: 1\n")
+    (repo / "params.yaml").symlink_to("conf/params.yaml")
+    assert _init().exit_code == 0
+    assert os.readlink(repo / "params.yaml") == "conf/params.yaml"
+    assert _load(repo / "conf/params.yaml")["write"]["out"] == "data/shards"
+
+
+def test_init_keeps_the_permission_bits_of_the_files_it_rewrites(repo):
+    for name, mode in (("params.yaml", 0o600), ("dvc.yaml", 0o664)):
+        (repo / name).write_text("{}\n")
+        (repo / name).chmod(mode)
+    assert _init().exit_code == 0
+    assert stat.S_IMODE((repo / "params.yaml").stat().st_mode) == 0o600
+    assert stat.S_IMODE((repo / "dvc.yaml").stat().st_mode) == 0o664
+    assert "write" in _load(repo / "params.yaml")
+
+
+def test_a_hard_linked_params_file_is_refused_before_anything_is_written(repo):
+    (repo / "shared.yaml").write_text("prepare:\n  x: 1\n")
+    os.link(repo / "shared.yaml", repo / "params.yaml")
+    output = _refused(repo, "params.yaml", b"prepare:\n  x: 1\n")
+    assert "expected 1 link to the file, found 2 (hard links)" in output
+
+
+MEASURED_INIT = """
+import resource, subprocess, sys, time
+
+def cap():  # a runaway expansion fails at 2 GiB instead of taking the machine's memory
+    resource.setrlimit(resource.RLIMIT_AS, (2 << 30, 2 << 30))
+
+started = time.perf_counter()
+try:
+    done = subprocess.run(
+        [sys.executable, "-m", "tfshards", "init"],
+        capture_output=True, text=True, timeout=30, preexec_fn=cap,
+    )
+    code, stderr = done.returncode, done.stderr
+except subprocess.TimeoutExpired:  # the child is killed
+    code, stderr = "timeout", ""
+peak_mb = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
+print(code, round(time.perf_counter() - started, 1), round(peak_mb))
+print(stderr, end="")
+"""
+
+
+def test_an_alias_bomb_is_refused_in_one_line_in_bounded_time_and_memory(repo):
+    (repo / "params.yaml").write_text(billion_laughs() + "list:\n  root: *a9\n")
+    done = subprocess.run(
+        [sys.executable, "-c", MEASURED_INIT],
+        cwd=repo,
+        capture_output=True,
+        text=True,
+        timeout=60,  # unbounded before: 6.5 GB after 9 minutes, still running
+    )
+    measured, *lines = done.stdout.splitlines()
+    code, seconds, peak_mb = measured.split()
+    assert code == "1" and len(lines) == 1, done.stdout + done.stderr
+    assert "params.yaml: aliases expand its 33 nodes to 8335593970 " in lines[0]
+    assert float(seconds) < 20 and int(peak_mb) < 200, (seconds, peak_mb)
     assert not (repo / "dvc.yaml").exists()

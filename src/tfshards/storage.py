@@ -187,12 +187,13 @@ def read_rest(fd: int) -> bytes:
     return b"".join(parts)
 
 
-def write_atomic(fs: Any, path: str, chunks: Iterable[Chunk]) -> int:
+def write_atomic(fs: Any, path: str, chunks: Iterable[Chunk], *, mode: int | None = None) -> int:
     """Publish ``chunks`` as ``path`` so that readers see all of it or nothing.
 
-    Returns the number of bytes written. See :class:`AtomicSink`.
+    Returns the number of bytes written. See :class:`AtomicSink` (``mode``: a
+    local file's permission bits, e.g. those of the file it replaces).
     """
-    sink = AtomicSink(fs, path)
+    sink = AtomicSink(fs, path, mode=mode)
     try:
         sink.write(chunks)
     except BaseException:
@@ -210,10 +211,14 @@ class AtomicSink:
     later run can tell a dead writer's leftovers from a live one's) and
     ``os.replace`` moves it into place. Object stores and ``memory://``:
     chunks are kept in memory and uploaded in one call, and an object appears
-    only once its upload completes.
+    only once its upload completes. ``mode`` sets a local file's permission
+    bits exactly (umask aside) before it becomes visible; the default is 0644
+    less the umask.
     """
 
-    def __init__(self, fs: Any, path: str, temp_dir: str | None = None) -> None:
+    def __init__(
+        self, fs: Any, path: str, temp_dir: str | None = None, *, mode: int | None = None
+    ) -> None:
         self.fs, self.path, self.size = fs, path, 0
         self._fd: int | None = None
         self._chunks: list[Chunk] = []
@@ -225,6 +230,12 @@ class AtomicSink:
                 os.makedirs(temp_dir, exist_ok=True)
             self._tmp = os.path.join(temp_dir or directory, _tmp_name(os.path.basename(path)))
             self._fd = os.open(self._tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+            if mode is not None:
+                try:
+                    os.fchmod(self._fd, mode)
+                except BaseException:
+                    self.abort()
+                    raise
 
     def write(self, chunks: Iterable[Chunk]) -> None:
         if self._fd is not None:
@@ -282,6 +293,25 @@ def fsync_dir(directory: str) -> None:
         os.fsync(fd)
     finally:
         os.close(fd)
+
+
+def fsync_tree(directory: str) -> None:
+    """Flush every file and folder under a local ``directory`` (itself included) to disk.
+
+    For a folder written by a library that does not fsync (a SavedModel), before it
+    is renamed into place: files first, then each folder's entries, deepest first.
+    """
+    for folder, _, files in os.walk(directory, topdown=False):
+        for name in files:
+            path = os.path.join(folder, name)
+            if os.path.islink(path):  # a link's target is not part of the tree
+                continue
+            fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+        fsync_dir(folder)
 
 
 # .NAME.tmp-HOST-PID.START-RANDOM; START (the writer's start time in clock ticks since

@@ -3,8 +3,10 @@
 Both files go through a round-trip YAML parser, so the user's stages, params,
 comments and key order survive. What ``tfshards init`` may replace is only what
 it wrote: a stage whose command runs ``tfshards``, and (with ``force``) the
-params the user named on its command line. Everything is checked before
-anything is written, and each file is replaced atomically.
+params the user named on its command line. A mapping or list shared through
+a YAML anchor is never changed (the change would show under every alias).
+Everything is checked before anything is written, and each file is replaced
+atomically and durably, through a symlink, with its permission bits kept.
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ import fsspec.utils
 from ruamel.yaml.comments import CommentedMap, CommentedSeq
 
 from tfshards.errors import ConfigError
-from tfshards.project import pipeline
+from tfshards.project import pipeline, yamlfile
 from tfshards.project.yamlfile import dump, load, plain, save, to_yaml
 
 PROGRAM = "tfshards"
@@ -90,6 +92,28 @@ def is_ours(stage: Any) -> bool:
     return isinstance(cmd, str) and cmd.split()[:1] == [PROGRAM]
 
 
+def check_own(document: CommentedMap, node: Any, name: str, *, path: str) -> None:
+    """Refuse to change ``node`` (the value of ``name``) when aliases share it.
+
+    Keys added to an anchored mapping appear under every alias of it; the
+    user's anchor is theirs to split, so the line says how.
+    """
+    places = yamlfile.references(document, node)
+    if places < 2:
+        return
+    label = yamlfile.anchor(node) or "?"
+    own = (
+        f"a mapping of its own (`{name}: {{<<: *{label}}}` keeps the shared keys)"
+        if isinstance(node, CommentedMap)
+        else "a list of its own (a copy)"
+    )
+    raise ConfigError(
+        f"{path}: {name!r} is anchor &{label}, shared by {places} places; tfshards init "
+        f"would change all of them: give {name!r} {own}, then run tfshards init again",
+        path=path,
+    )
+
+
 def merge_stages(
     document: CommentedMap, wanted: Mapping[str, Any], *, force: bool, path: str
 ) -> Changes:
@@ -119,6 +143,8 @@ def merge_stages(
             )
         else:
             changes.replaced.append(name)
+    if changes.added or changes.replaced:
+        check_own(document, stages, "stages", path=path)
     for name in changes.added + changes.replaced:
         stages[name] = to_yaml(wanted[name])
     if document.get("plots") is None:
@@ -127,10 +153,12 @@ def merge_stages(
     if not isinstance(plots, CommentedSeq):
         raise ConfigError(f"{path}: 'plots' must be a list, found {type(plots).__name__}")
     have = {key for entry in plots for key in (entry if isinstance(entry, Mapping) else [entry])}
-    for key, spec in pipeline.PLOTS.items():
-        if key not in have:
-            plots.append(to_yaml({key: spec}))
-            changes.added.append(f"plots ({key})")
+    missing = [key for key in pipeline.PLOTS if key not in have]
+    if missing:
+        check_own(document, plots, "plots", path=path)
+    for key in missing:
+        plots.append(to_yaml({key: pipeline.PLOTS[key]}))
+        changes.added.append(f"plots ({key})")
     return changes
 
 
@@ -156,10 +184,11 @@ def merge_params(
         existing = document[section]
         if not isinstance(existing, CommentedMap):
             raise ConfigError(f"{path}: {section!r} must be a mapping to hold tfshards params")
+        updates: dict[str, Any] = {}
         for key, value in values.items():
             name = f"{section}.{key}"
             if key not in existing:
-                existing[key] = value
+                updates[key] = value
                 changes.added.append(name)
             elif key in explicit.get(section, {}) and existing[key] != value:
                 if not force:
@@ -168,8 +197,11 @@ def merge_params(
                         "pass --force to replace it",
                         param=name,
                     )
-                existing[key] = value
+                updates[key] = value
                 changes.replaced.append(name)
+        if updates:
+            check_own(document, existing, section, path=path)
+        existing.update(updates)
     return changes
 
 
@@ -219,10 +251,16 @@ def init(directory: Path, explicit: Mapping[str, Any], *, force: bool, version: 
     )
     stages = pipeline.stages(remote=spec.remote, program=program(version))
     stage_changes = merge_stages(dvc_doc, stages, force=force, path=str(dvc_path))
-    for path, document, changes in (
-        (params_path, params_doc, param_changes),
-        (dvc_path, dvc_doc, stage_changes),
-    ):
-        if changes.added or changes.replaced:  # else leave the file's bytes alone
-            save(path, dump(document))
+    writes = [
+        (path, document)
+        for path, document, changes in (
+            (params_path, params_doc, param_changes),
+            (dvc_path, dvc_doc, stage_changes),
+        )
+        if changes.added or changes.replaced  # else leave the file's bytes alone
+    ]
+    for path, _ in writes:
+        yamlfile.target(path)  # a file it must not replace fails before either is written
+    for path, document in writes:
+        save(path, dump(document))
     return InitResult(spec=spec, stages=stage_changes, params=param_changes)

@@ -41,8 +41,9 @@ def export_serving(
 ) -> None:
     """Write a SavedModel serving raw image bytes to the local ``directory``.
 
-    Written next to ``directory`` and renamed into place, so a reader never
-    sees half an export; an older export there is replaced.
+    Written next to ``directory``, flushed to disk (each file and folder) and
+    renamed into place, so a reader never sees half an export, even after a
+    power loss; an older export there is replaced.
 
     Args:
         model: the trained Keras model (images of ``image_dtype`` in).
@@ -75,15 +76,20 @@ def export_serving(
     )
     target = os.path.abspath(directory)
     parent = os.path.dirname(target)
-    os.makedirs(parent, exist_ok=True)
+    storage.make_dirs(parent)  # a new folder's entry is flushed too
     tmp = tempfile.mkdtemp(prefix=".export-", dir=parent)
     try:
-        archive.write_out(os.path.join(tmp, "model"), verbose=False)
+        written = os.path.join(tmp, "model")
+        archive.write_out(written, verbose=False)
+        # Keras writes without fsync: without it a power loss after the rename can
+        # leave the export's name on empty or missing files.
+        storage.fsync_tree(written)
         old = target + ".old"
         shutil.rmtree(old, ignore_errors=True)
         if os.path.exists(target):
             os.replace(target, old)
-        os.replace(os.path.join(tmp, "model"), target)
+        os.replace(written, target)
+        storage.fsync_dir(parent)  # the rename itself lasts
         shutil.rmtree(old, ignore_errors=True)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)

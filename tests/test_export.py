@@ -1,0 +1,45 @@
+"""The serving export: every file and folder flushed to disk before its rename, the rename after."""
+
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+
+import pytest
+
+
+def test_every_file_and_folder_of_the_export_is_fsynced_and_then_its_rename(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import keras
+
+    from tfshards.training.export import export_serving
+
+    model = keras.Sequential(
+        [
+            keras.Input((8, 8, 1)),
+            keras.layers.Flatten(),
+            keras.layers.Dense(2, activation="softmax"),
+        ]
+    )
+    target = tmp_path / "models" / "export"
+    target.mkdir(parents=True)
+    (target / "stale.txt").write_text("an older export")
+    synced: list[tuple[str, bool]] = []  # (what was fsynced, whether the new export was visible)
+    real_fsync = os.fsync
+
+    def recording_fsync(fd: int) -> None:
+        synced.append((os.readlink(f"/proc/self/fd/{fd}"), not (target / "stale.txt").exists()))
+        real_fsync(fd)
+
+    monkeypatch.setattr(os, "fsync", recording_fsync)
+    export_serving(
+        model, str(target), image_size=8, channels=1, image_dtype="float32", labels=["a", "b"]
+    )
+    staged = re.compile(rf"{re.escape(str(target.parent))}/\.export-[^/]+/model(?:/(.*))?$")
+    before = {m[1] or "." for path, visible in synced if not visible if (m := staged.match(path))}
+    tree = {str(p.relative_to(target)) for p in target.rglob("*")} | {"."}
+    assert not (target / "stale.txt").exists() and "saved_model.pb" in tree
+    assert tree - before == set(), "written but not fsynced before the rename"
+    assert synced[-1] == (str(target.parent), True), "the rename itself is not fsynced"
