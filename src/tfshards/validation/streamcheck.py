@@ -1,16 +1,17 @@
-"""Check a TFRecord stream as it inflates, a window of whole records at a time, never held whole.
+"""Check a TFRecord stream in windows of whole records, or walk its framing, never holding it.
 
 A gzip/zlib shard inflates up to ~1,000-fold (a 1 MB gzip member holds 1 GiB
 of zeros), so even a shard whose bytes the manifest vouches for is checked
-while :func:`tfshards.format.tfrecord.inflate` hands out its stream: memory
-holds one window, or the one record longer than it.
+while :func:`tfshards.format.tfrecord.inflate` hands out its stream, and an
+uncompressed one as its file is read: memory holds one window and the piece
+read after it, or the one record longer than the window.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator
 
-from tfshards.format.tfrecord import read_header, record_starts, truncated_record
+from tfshards.format.tfrecord import FrameCounter, read_header, record_starts, truncated_record
 from tfshards.format.wire import FOOTER_BYTES, HEADER_BYTES
 
 # (whole records, the first one's index, its byte offset in the stream) -> how many it holds
@@ -22,13 +23,13 @@ Report = Callable[[str, int, int], None]  # (what, record index, byte offset)
 MAX_RECORD_BYTES = (1 << 31) - 1
 
 
-def whole_records(window: bytes | bytearray | memoryview) -> tuple[int, int]:
+def _whole_records(window: bytes | bytearray | memoryview) -> tuple[int, int]:
     """Bytes of the whole records that start ``window`` (walking lengths only), and their count."""
     starts, end = record_starts(window)
     return end, len(starts)
 
 
-def frame_size(window: bytes | bytearray | memoryview) -> int | None:
+def _frame_size(window: bytes | bytearray | memoryview) -> int | None:
     """Bytes of the record starting ``window`` (None: its length CRC does not hold)."""
     length, problem = read_header(window[:HEADER_BYTES])
     return None if problem is not None else HEADER_BYTES + length + FOOTER_BYTES
@@ -91,9 +92,9 @@ def check_stream(
         buf = stream.buf
         if not buf:
             return records
-        end, walked = (len(buf), -1) if stream.ended else whole_records(buf)
+        end, walked = (len(buf), -1) if stream.ended else _whole_records(buf)
         if end == 0:  # its first record is longer than what is held
-            need = frame_size(buf)
+            need = _frame_size(buf)
             if need is not None:
                 if _gather(stream, need, report, records, pos):
                     continue
@@ -129,3 +130,14 @@ def _gather(stream: _Stream, need: int, report: Report, index: int, offset: int)
         report(f"cannot hold the record to check it: {says}", index, offset)
         return False
     return True
+
+
+def walk_framing(pieces: Iterable[bytes]) -> FrameCounter:
+    """Walk the framing of a stream given in pieces, stopping at its first problem."""
+    walk = FrameCounter()
+    for piece in pieces:
+        walk.feed(piece)
+        if walk.problem is not None:
+            return walk
+    walk.finish()
+    return walk
