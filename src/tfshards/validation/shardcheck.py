@@ -23,9 +23,10 @@ from typing import Any
 from tfshards import storage
 from tfshards.format.schema import FeatureSpec
 from tfshards.format.tfrecord import inflate
+from tfshards.format.wire import HEADER_BYTES
 from tfshards.validation.recordcheck import RecordChecker, check_records
 from tfshards.validation.rules import Problem
-from tfshards.validation.streamcheck import WindowCheck, check_stream, walk_framing
+from tfshards.validation.streamcheck import check_stream, frame_size, walk_framing, whole_records
 from tfshards.writing import layout
 from tfshards.writing.grouping import GroupBy
 from tfshards.writing.manifest import Manifest, ShardInfo
@@ -319,37 +320,36 @@ def _check_windows(
     """
     in_records = _Found(task.name, task.max_problems)
     digest = hashlib.sha256()
-    read = 0
-
-    def pieces() -> Iterator[bytes]:
-        nonlocal read
-        while read < size:
-            piece = f.read(min(WINDOW_BYTES, size - read))
-            if not piece:
-                return  # the file shrank while being read
-            digest.update(piece)
-            read += len(piece)
-            yield piece
-
-    stream = pieces()
-    check = _window_check(task, in_records, labels, digests, groups)
-    records = check_stream(stream, check, in_records.add, WINDOW_BYTES)
-    for _ in stream:  # hash what the checks left
-        pass
-    _compare_file(read, digest.hexdigest(), task, found)
+    pos = records = 0
+    checking = True
+    want = WINDOW_BYTES
+    while pos < size:
+        f.seek(pos)
+        window = f.read(min(want, size - pos))
+        if not window:
+            break  # the file shrank while being read
+        last = pos + len(window) >= size or len(window) < HEADER_BYTES  # short: it shrank
+        end, walked = (len(window), -1) if last or not checking else whole_records(window)
+        if end == 0:  # its first record is longer than the window
+            need = frame_size(window)
+            if need is not None:
+                want = need
+                continue  # read it whole
+            end, walked = len(window), -1  # its length CRC fails: checked (and reported), last
+        want = WINDOW_BYTES
+        part = memoryview(window)[:end]
+        digest.update(part)
+        if checking:
+            whole = window if end == len(window) else window[:end]
+            found_here = _check_window(
+                whole, task, in_records, labels, digests, groups, records, pos
+            )
+            checking = found_here == walked  # fewer: the framing broke inside this window
+            records += found_here
+        pos += end
+    _compare_file(pos, digest.hexdigest(), task, found)
     found.absorb(in_records)
-    return records, read
-
-
-def _window_check(
-    task: ShardCheck, found: _Found, labels: list[int], digests: bytearray, groups: set[str]
-) -> WindowCheck:
-    """``check_stream``'s check of ``task``'s records: problems to ``found``, counts in place."""
-
-    def check(window: memoryview, first: int, offset: int) -> int:
-        return _check_window(window, task, found, labels, digests, groups, first, offset)
-
-    return check
+    return records, pos
 
 
 def _check_window(
@@ -414,7 +414,10 @@ def _check_inflating(
     counted (None).
     """
     in_records = _Found(task.name, task.max_problems)
-    check = _window_check(task, in_records, labels, digests, groups)
+
+    def check(window: memoryview, first: int, offset: int) -> int:
+        return _check_window(window, task, in_records, labels, digests, groups, first, offset)
+
     records: int | None
     try:
         records = check_stream(inflate(held, task.compression), check, in_records.add, WINDOW_BYTES)

@@ -1,10 +1,10 @@
-"""Check a TFRecord stream in windows of whole records, or walk its framing, never holding it.
+"""Check a TFRecord stream as it inflates, in windows of whole records, or walk its framing.
 
 A gzip/zlib shard inflates up to ~1,000-fold (a 1 MB gzip member holds 1 GiB
 of zeros), so even a shard whose bytes the manifest vouches for is checked
-while :func:`tfshards.format.tfrecord.inflate` hands out its stream, and an
-uncompressed one as its file is read: memory holds one window and the piece
-read after it, or the one record longer than the window.
+while :func:`tfshards.format.tfrecord.inflate` hands out its stream: memory
+holds one window and the piece inflated after it, or the one record longer
+than the window.
 """
 
 from __future__ import annotations
@@ -23,13 +23,13 @@ Report = Callable[[str, int, int], None]  # (what, record index, byte offset)
 MAX_RECORD_BYTES = (1 << 31) - 1
 
 
-def _whole_records(window: bytes | bytearray | memoryview) -> tuple[int, int]:
+def whole_records(window: bytes | bytearray | memoryview) -> tuple[int, int]:
     """Bytes of the whole records that start ``window`` (walking lengths only), and their count."""
     starts, end = record_starts(window)
     return end, len(starts)
 
 
-def _frame_size(window: bytes | bytearray | memoryview) -> int | None:
+def frame_size(window: bytes | bytearray | memoryview) -> int | None:
     """Bytes of the record starting ``window`` (None: its length CRC does not hold)."""
     length, problem = read_header(window[:HEADER_BYTES])
     return None if problem is not None else HEADER_BYTES + length + FOOTER_BYTES
@@ -92,9 +92,9 @@ def check_stream(
         buf = stream.buf
         if not buf:
             return records
-        end, walked = (len(buf), -1) if stream.ended else _whole_records(buf)
+        end, walked = (len(buf), -1) if stream.ended else whole_records(buf)
         if end == 0:  # its first record is longer than what is held
-            need = _frame_size(buf)
+            need = frame_size(buf)
             if need is not None:
                 if _gather(stream, need, report, records, pos):
                     continue
