@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+import hashlib
 from collections.abc import Callable
 from pathlib import Path
 
@@ -10,6 +12,7 @@ import pytest
 from tfshards.format import tfrecord
 from tfshards.format.example import encode_bytes
 from tfshards.format.exampleparser import decode
+from tfshards.format.tfrecord import Compressor
 from tfshards.listing.listing import list_files
 from tfshards.project.sample import write_synthetic
 from tfshards.validation import shardcheck
@@ -121,3 +124,58 @@ def test_a_record_longer_than_the_window_is_read_whole(
     assert (found.records, found.problem_count, found.bytes) == (RECORDS, 0, len(data))
     assert len(found.digests) == 32 * RECORDS
     assert bytes(32) not in {found.digests[32 * i : 32 * i + 32] for i in range(RECORDS)}
+
+
+def _vouched(task: ShardCheck, folder: Path, data: bytes, compression: str) -> ShardCheck:
+    """``task`` for ``data`` written in ``folder``, the manifest entry matching its bytes."""
+    folder.mkdir()
+    (folder / task.name).write_bytes(data)
+    sha256 = hashlib.sha256(data).hexdigest()
+    return dataclasses.replace(
+        task, root=str(folder), bytes=len(data), sha256=sha256, compression=compression
+    )
+
+
+def _packed(data: bytes, compression: str) -> bytes:
+    packer = Compressor(compression)
+    return b"".join([*packer.feed([data]), *packer.finish()])
+
+
+@pytest.mark.parametrize("compression", ["gzip", "zlib"])
+@pytest.mark.parametrize("damage", DAMAGE)
+def test_compressed_shard_checked_as_it_inflates_reports_what_the_uncompressed_one_does(
+    one_shard: tuple[Manifest, bytes],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    loop: str,
+    damage: str,
+    compression: str,
+) -> None:
+    manifest, data = one_shard
+    damaged = DAMAGE[damage](data)
+    task = ShardCheck.of(manifest, manifest.shards[0], path="x/" + manifest.shards[0].name)
+    task = dataclasses.replace(task, max_problems=5)
+    plain = _report(_vouched(task, tmp_path / "plain", damaged, "none"), 1 << 30, monkeypatch)
+    packed = _packed(damaged, compression)
+    vouched = _vouched(task, tmp_path / "packed", packed, compression)
+    for window in (64, 1000, 3000, 1 << 30):  # smaller than a record, one record, a few, all
+        found = _report(vouched, window, monkeypatch)
+        assert found.bytes == len(packed)
+        assert dataclasses.replace(found, bytes=len(damaged)) == plain, window
+
+
+def test_a_stream_that_stops_inflating_is_reported_before_its_records(
+    one_shard: tuple[Manifest, bytes], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    manifest, data = one_shard
+    damaged = _label_out_of_range(data)  # record 7's problem comes before the stream breaks
+    task = ShardCheck.of(manifest, manifest.shards[0], path="x/cut")
+    cut = _vouched(task, tmp_path / "cut", _packed(damaged, "gzip")[:-9], "gzip")
+    found = _report(cut, 1000, monkeypatch)
+    assert [str(p) for p in found.problems] == [
+        "cut: cannot decompress (gzip): Error -5 while decompressing data: "
+        "incomplete or truncated stream",
+        f"cut: record 7 at byte {_offsets(damaged)[7]}: label out of range: "
+        "expected 0..2 (3 labels), found 9",
+    ]
+    assert found.records == 0  # unknown: no count mismatch is reported

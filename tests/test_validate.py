@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import os
@@ -474,12 +475,12 @@ print(json.dumps({
 """
 
 
-def _validate_in_child(manifest_path: str, loop: str) -> dict:  # type: ignore[type-arg]
+def _validate_in_child(manifest_path: str, loop: str, address_space: int = _ADDRESS_SPACE) -> dict:  # type: ignore[type-arg]
     """Validate in a fresh process under an address-space limit; its peak RSS and problems."""
     env = {**os.environ, "OPENBLAS_NUM_THREADS": "1"}
     env["TFSHARDS_PURE_PYTHON"] = "1" if loop == "python" else "0"
     result = subprocess.run(
-        [sys.executable, "-c", _MEASURE, manifest_path, str(_ADDRESS_SPACE)],
+        [sys.executable, "-c", _MEASURE, manifest_path, str(address_space)],
         capture_output=True,
         text=True,
         env=env,
@@ -500,23 +501,33 @@ def _replace_shard(manifest_path: str, manifest: Manifest, shard: int, data: byt
     _edit_manifest(manifest_path, fix)
 
 
-def _gzip_of_zeros(gib: int) -> bytes:
-    """A gzip member of ``gib`` GiB of zeros in ~1 KB per MiB: full-flush blocks repeat."""
+@functools.lru_cache(maxsize=4)
+def _of_zeros(gib: int, compression: str = "gzip", head: bytes = b"") -> bytes:
+    """A gzip or zlib stream of ``head``, then ``gib`` GiB of zeros in ~1 KB per MiB.
+
+    Blocks that end in a full flush refer to nothing before them, so one
+    block of 1 MiB of zeros can be repeated.
+    """
     deflate = zlib.compressobj(9, zlib.DEFLATED, -15)
     block = deflate.compress(bytes(1 << 20)) + deflate.flush(zlib.Z_FULL_FLUSH)
+    lead = zlib.compressobj(9, zlib.DEFLATED, -15)
+    first = lead.compress(head) + lead.flush(zlib.Z_FULL_FLUSH) if head else b""
     final = zlib.compressobj(9, zlib.DEFLATED, -15).flush()  # an empty last block
-    crc = 0
+    crc, adler = zlib.crc32(head), zlib.adler32(head)
     zeros = bytes(1 << 20)
     for _ in range(gib << 10):
-        crc = zlib.crc32(zeros, crc)
-    header = b"\x1f\x8b\x08\x00\x00\x00\x00\x00\x00\xff"
-    return header + block * (gib << 10) + final + struct.pack("<II", crc, (gib << 30) & 0xFFFFFFFF)
+        crc, adler = zlib.crc32(zeros, crc), zlib.adler32(zeros, adler)
+    body = first + block * (gib << 10) + final
+    if compression == "zlib":
+        return b"\x78\xda" + body + struct.pack(">I", adler)
+    size = (len(head) + (gib << 30)) & 0xFFFFFFFF
+    return b"\x1f\x8b\x08\x00\x00\x00\x00\x00\x00\xff" + body + struct.pack("<II", crc, size)
 
 
 @pytest.mark.slow
 def test_gzip_bomb_shard_is_reported_in_bounded_memory(tmp_path, loop):
     manifest_path, manifest = _make_set(tmp_path, compression="gzip")
-    bomb = _gzip_of_zeros(4)  # 4 GiB of zeros in ~4 MB
+    bomb = _of_zeros(4)  # 4 GiB of zeros in ~4 MB
     assert len(bomb) < 5 << 20
     _path(manifest, 1).write_bytes(bomb)
     found = _validate_in_child(manifest_path, loop)
@@ -529,6 +540,59 @@ def test_gzip_bomb_shard_is_reported_in_bounded_memory(tmp_path, loop):
         f"computed {tfrecord.masked_crc(bytes(8)):#010x})",
         f"{SHARD[1]}: record count mismatch: expected {info.records}, found 0",
     ]
+    assert found["rss_mb"] < PEAK_RSS_MB
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("compression", ["gzip", "zlib"])
+def test_bomb_its_manifest_vouches_for_is_checked_as_it_inflates(tmp_path, loop, compression):
+    """Size and sha256 match, so its records are checked: in windows, never inflated whole.
+
+    Inflated whole, it ended in MemoryError under the child's 2 GiB limit
+    (unlimited: 4.1 GB of RSS and 71 s).
+    """
+    manifest_path, manifest = _make_set(tmp_path, compression=compression)
+    _replace_shard(manifest_path, manifest, 1, _of_zeros(4, compression))
+    found = _validate_in_child(manifest_path, loop)
+    records = manifest.shards[1].records
+    assert found["problems"] == [
+        f"{SHARD[1]}: record 0 at byte 0: length CRC mismatch (stored 0x00000000, "
+        f"computed {tfrecord.masked_crc(bytes(8)):#010x})",
+        f"{SHARD[1]}: record count mismatch: expected {records}, found 0",
+        f"manifest.json: total record count mismatch: expected {COUNT}, found {COUNT - records}",
+    ]
+    assert found["rss_mb"] < PEAK_RSS_MB
+
+
+@pytest.mark.slow
+def test_record_longer_than_the_process_may_hold_is_reported_not_raised(tmp_path, loop):
+    manifest_path, manifest = _make_set(tmp_path, compression="gzip")
+    length = (1 << 30) - 4  # its CRC holds, and the stream holds its 1 GiB: only memory lacks
+    _replace_shard(manifest_path, manifest, 2, _of_zeros(1, "gzip", tfrecord.header(length)))
+    found = _validate_in_child(manifest_path, loop, address_space=512 << 20)
+    assert found["problems"][:2] == [
+        f"{SHARD[2]}: record 0 at byte 0: cannot hold the record to check it: "
+        f"length field says {length} bytes",
+        f"{SHARD[2]}: record count mismatch: expected {manifest.shards[2].records}, found 0",
+    ]
+
+
+@pytest.mark.slow
+def test_gzip_shard_of_compressible_records_passes_in_bounded_memory(tmp_path, loop):
+    """40 records of 8 MiB (320 MB inflated) in one gzip shard: held whole, it peaked at 687 MB."""
+    listed = link_tree_listing(tmp_path, 40, 8 << 20)
+    out = str(tmp_path / "shards")
+    config = WriteConfig(
+        out=out,
+        num_shards=1,
+        workers=1,
+        executor="serial",
+        compression="gzip",
+        manifest_copy=out + ".json",
+    )
+    write(config, listed, progress=False)
+    found = _validate_in_child(out + ".json", loop)
+    assert found["problems"] == []
     assert found["rss_mb"] < PEAK_RSS_MB
 
 

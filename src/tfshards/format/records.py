@@ -37,7 +37,7 @@ class Parsed(NamedTuple):
 BATCH_RECORDS = 1 << 14  # records parsed per C call: their fields' arrays stay a few MB
 
 
-def parse_records(buf: bytes, names: Collection[str]) -> Iterator[Parsed]:
+def parse_records(buf: bytes | memoryview, names: Collection[str]) -> Iterator[Parsed]:
     """The records of an uncompressed TFRecord buffer, each parsed for the features ``names``.
 
     Finds what :func:`tfshards.format.tfrecord.scan` and

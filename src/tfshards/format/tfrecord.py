@@ -189,7 +189,7 @@ def truncated_record(length: int, left: int) -> str:
     )
 
 
-def record_starts(buf: bytes | memoryview) -> tuple[np.ndarray, int]:
+def record_starts(buf: bytes | bytearray | memoryview) -> tuple[np.ndarray, int]:
     """Where each whole record of ``buf`` starts (int64), walking the length fields only.
 
     No CRC is checked: for bytes just framed, or to cut a stream at record

@@ -11,7 +11,7 @@ from tfshards.validation import rules
 from tfshards.writing.grouping import GroupBy
 
 
-def check_records(buf: bytes, checker: RecordChecker) -> int:
+def check_records(buf: bytes | memoryview, checker: RecordChecker) -> int:
     """Check every record of the decompressed shard ``buf``; returns how many the framing holds.
 
     The records are walked and parsed by :func:`tfshards.format.records.parse_records`

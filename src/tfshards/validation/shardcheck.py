@@ -3,10 +3,11 @@
 :func:`validate_shard` is the unit of work of :func:`tfshards.validation.validate.validate`
 (and of the scan :func:`tfshards.reading.corruption.find_corrupt_record` runs), on
 plain values any executor can carry. Memory does not grow with what the file
-holds: an uncompressed shard is checked ``WINDOW_BYTES`` of whole records at
-a time, a compressed one is held (decompressed) only within its manifest size,
-a compressed stream that differs from the manifest is inflated piece by piece,
-and problems past ``max_problems`` are counted, not kept.
+holds: a shard is checked ``WINDOW_BYTES`` of whole records at a time (a
+compressed one as its stream inflates, when its bytes match the manifest), a
+compressed stream that differs from the manifest is inflated piece by piece
+and only its framing walked, and problems past ``max_problems`` are counted,
+not kept.
 """
 
 from __future__ import annotations
@@ -15,16 +16,17 @@ import builtins
 import hashlib
 import posixpath
 import zlib
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from tfshards import storage
 from tfshards.format.schema import FeatureSpec
-from tfshards.format.tfrecord import FrameCounter, decompress, inflate, read_header, record_starts
-from tfshards.format.wire import FOOTER_BYTES, HEADER_BYTES
+from tfshards.format.tfrecord import inflate
+from tfshards.format.wire import HEADER_BYTES
 from tfshards.validation.recordcheck import RecordChecker, check_records
 from tfshards.validation.rules import Problem
+from tfshards.validation.streamcheck import check_stream, frame_size, walk_framing, whole_records
 from tfshards.writing import layout
 from tfshards.writing.grouping import GroupBy
 from tfshards.writing.manifest import Manifest, ShardInfo
@@ -131,9 +133,10 @@ def validate_shard(task: ShardCheck) -> ShardReport:
     Memory stays bounded by the manifest's shard size whatever the file holds
     (measured in the README): an uncompressed shard is read and checked in
     windows of whole records, a file larger than the manifest says is hashed
-    and its framing walked in pieces, and a gzip/zlib shard is decompressed
-    whole only when its size and sha256 match the manifest; otherwise its
-    stream is inflated piece by piece and only its framing is walked.
+    and its framing walked in pieces, and a gzip/zlib shard whose size and
+    sha256 match the manifest has its records checked in such windows as its
+    stream inflates; otherwise its stream is inflated piece by piece and only
+    its framing is walked.
     """
     found = _Found(task.name, task.max_problems)
     labels = [0] * task.num_labels
@@ -260,22 +263,21 @@ def _check_read(
     """Report the file's size and hash, then its records; how many records (None: unknown)."""
     if read.fits:
         _compare_file(read.size, read.sha256, task, found)
-        if task.compression == "none" or (read.size, read.sha256) == (task.bytes, task.sha256):
+        if task.compression == "none":  # a file that cannot seek, within its manifest size
             held, read.held = read.held, b""
-            try:
-                buf = decompress(held, task.compression)
-            except zlib.error as exc:
-                found.add(f"cannot decompress ({task.compression}): {exc}")
-                return None
-            del held  # a compressed shard: only its decompressed stream stays
-            return _check_records(buf, task, found, labels, digests, groups)
+            return _check_records(held, task, found, labels, digests, groups)
+        if (read.size, read.sha256) == (task.bytes, task.sha256):
+            held, read.held = read.held, b""
+            return _check_inflating(held, task, found, labels, digests, groups)
         pieces: Iterator[bytes] = iter([read.held])
     else:
         pieces = read.rest()
     # Untrusted and compressed, or too large to hold: inflate and walk the framing in pieces.
     records, problem = None, None
     try:
-        walk = _walk(pieces if task.compression == "none" else inflate(pieces, task.compression))
+        walk = walk_framing(
+            pieces if task.compression == "none" else inflate(pieces, task.compression)
+        )
     except zlib.error as exc:
         problem = f"cannot decompress ({task.compression}): {exc}"
     else:
@@ -327,9 +329,9 @@ def _check_windows(
         if not window:
             break  # the file shrank while being read
         last = pos + len(window) >= size or len(window) < HEADER_BYTES  # short: it shrank
-        end, walked = (len(window), -1) if last or not checking else _whole_records(window)
+        end, walked = (len(window), -1) if last or not checking else whole_records(window)
         if end == 0:  # its first record is longer than the window
-            need = _frame_size(window)
+            need = frame_size(window)
             if need is not None:
                 want = need
                 continue  # read it whole
@@ -350,20 +352,8 @@ def _check_windows(
     return records, pos
 
 
-def _whole_records(window: bytes) -> tuple[int, int]:
-    """Bytes of the whole records that start ``window`` (walking lengths only), and their count."""
-    starts, end = record_starts(window)
-    return end, len(starts)
-
-
-def _frame_size(window: bytes) -> int | None:
-    """Bytes of the record starting ``window`` (None: its length CRC does not hold)."""
-    length, problem = read_header(window[:HEADER_BYTES])
-    return None if problem is not None else HEADER_BYTES + length + FOOTER_BYTES
-
-
 def _check_window(
-    window: bytes,
+    window: bytes | memoryview,
     task: ShardCheck,
     found: _Found,
     labels: list[int],
@@ -407,6 +397,37 @@ def _checker(
     )
 
 
+def _check_inflating(
+    held: bytes,
+    task: ShardCheck,
+    found: _Found,
+    labels: list[int],
+    digests: bytearray,
+    groups: set[str],
+) -> int | None:
+    """A compressed shard whose bytes match the manifest: its records, checked as it inflates.
+
+    Windows of ``WINDOW_BYTES`` of whole records, as for an uncompressed
+    shard, so a stream that inflates to GBs (a 1 MB gzip member of 1 GiB of
+    zeros) is never held. A stream that does not inflate is reported before
+    the problems of the records read up to there, and its records are not
+    counted (None).
+    """
+    in_records = _Found(task.name, task.max_problems)
+
+    def check(window: memoryview, first: int, offset: int) -> int:
+        return _check_window(window, task, in_records, labels, digests, groups, first, offset)
+
+    records: int | None
+    try:
+        records = check_stream(inflate(held, task.compression), check, in_records.add, WINDOW_BYTES)
+    except zlib.error as exc:
+        found.add(f"cannot decompress ({task.compression}): {exc}")
+        records = None
+    found.absorb(in_records)
+    return records
+
+
 def _check_records(
     buf: bytes,
     task: ShardCheck,
@@ -415,19 +436,8 @@ def _check_records(
     digests: bytearray,
     groups: set[str],
 ) -> int:
-    """Every record of a shard held in memory (a compressed one only when it matched)."""
+    """Every record of a shard held in memory (one that cannot seek, within its manifest size)."""
     # A record takes at least 16 bytes, so a manifest claiming more records cannot inflate this.
     digests.extend(bytes(32 * min(task.records, len(buf) // 16)))
     checker = _checker(task, labels, found.add, digests, groups)
     return check_records(buf, checker)
-
-
-def _walk(pieces: Iterable[bytes]) -> FrameCounter:
-    """Walk the framing of a stream given in pieces, stopping at its first problem."""
-    walk = FrameCounter()
-    for piece in pieces:
-        walk.feed(piece)
-        if walk.problem is not None:
-            return walk
-    walk.finish()
-    return walk
