@@ -31,7 +31,7 @@ def test_repeats_are_counted_within_and_across_the_split():
     third = _digest("b") + _digest("y") + _digest("b")
     found = find_duplicates(["s0", "s1", "s2"], [first, second, third], val={"s1"})
     # "a" twice (s0 train, s1 val): across; "b" three times, all in training.
-    assert found.metrics() == {"across_splits": 1, "groups": 2, "records": 3}
+    assert found.metrics() == {"across_splits": 1, "groups": 2, "label_conflicts": 0, "records": 3}
     assert [(d.first, d.second, d.across_splits) for d in found.examples] == [
         (("s0", 0), ("s1", 1), True),
         (("s0", 1), ("s2", 0), False),
@@ -44,14 +44,14 @@ def test_repeats_are_counted_within_and_across_the_split():
 def test_unread_digests_match_nothing_and_distinct_payloads_find_nothing():
     zeros = bytes(32 * 3)
     found = find_duplicates(["s0", "s1"], [zeros, _digest("a") + _digest("b")], val={"s1"})
-    assert found.metrics() == {"across_splits": 0, "groups": 0, "records": 0}
+    assert found.metrics() == {"across_splits": 0, "groups": 0, "label_conflicts": 0, "records": 0}
     assert found.examples == ()
 
 
 def test_digests_sharing_their_first_8_bytes_are_told_apart():
     a, b = bytes(8) + b"\x01" * 24, bytes(8) + b"\x02" * 24
     found = find_duplicates(["s0", "s1"], [a + b + a, b + a], val={"s1"})
-    assert found.metrics() == {"across_splits": 2, "groups": 2, "records": 3}
+    assert found.metrics() == {"across_splits": 2, "groups": 2, "label_conflicts": 0, "records": 3}
     assert {(d.first, d.second) for d in found.examples} == {
         (("s0", 0), ("s1", 1)),
         (("s0", 1), ("s1", 0)),
@@ -62,7 +62,12 @@ def test_examples_are_bounded_and_cross_split_pairs_come_first():
     train = b"".join(_digest(f"t{i}") * 2 for i in range(30))
     val = _digest("t29")
     found = find_duplicates(["a", "b"], [train, val], val={"b"}, limit=5)
-    assert found.metrics() == {"across_splits": 1, "groups": 30, "records": 31}
+    assert found.metrics() == {
+        "across_splits": 1,
+        "groups": 30,
+        "label_conflicts": 0,
+        "records": 31,
+    }
     assert len(found.examples) == 5 and found.examples[0].across_splits
     assert found.examples[0].second == ("b", 0)
 
@@ -158,9 +163,17 @@ def test_image_copied_under_other_names_is_reported_across_the_split(copied_imag
 
     code, stderr, metrics = _validate(tmp_path)
     assert code == 0, stderr
-    assert metrics["duplicates"] == {"across_splits": 1, "groups": 1, "records": 8}
+    assert metrics["duplicates"] == {
+        "across_splits": 1,
+        "groups": 1,
+        "label_conflicts": 0,
+        "records": 8,
+    }
     assert metrics["ok"] is True
-    assert "warning: 8 records repeat another's payload (1 payloads, 1 across the split)" in stderr
+    assert (
+        "warning: 8 records repeat another's payload (1 payloads, 1 across the split, "
+        "0 under two labels)" in stderr
+    )
     assert "in training and validation" in stderr
 
 
@@ -184,6 +197,54 @@ def test_fail_on_leakage_accepts_only_true_or_false(copied_image):
     assert "expected true or false, got 'maybe'" in result.output
 
 
+def test_label_conflicts_are_counted_apart_from_plain_duplicates():
+    a, b, c = _digest("a"), _digest("b"), _digest("c")
+    labels = [np.array(ids, np.int32).tobytes() for ids in ([0, 1, 2], [1, 2])]
+    found = find_duplicates(["s0", "s1"], [a + b + c, a + c], labels=labels)
+    assert found.metrics() == {"across_splits": 0, "groups": 2, "label_conflicts": 1, "records": 2}
+    first = found.examples[0]
+    assert first.conflict == (0, 1) and first.first == ("s0", 0) and first.second == ("s1", 0)
+    assert "label conflict: record 0: same payload" in first.what
+    assert "labelled both id 0 and id 1" in first.what
+    assert found.examples[1].conflict is None  # c: label 2 twice, a plain duplicate
+
+
+@pytest.fixture
+def image_under_two_labels(tmp_path: Path) -> tuple[Path, str, str]:
+    """40 JPEGs in 4 classes; one of class 00 also copied into class 01."""
+    raw = tmp_path / "raw"
+    write_synthetic(str(raw), 40, 16, classes=4, workers=1)
+    original = sorted((raw / "00").iterdir())[0]
+    shutil.copyfile(original, raw / "01" / "also-me.jpg")
+    runner = CliRunner()
+    listed = runner.invoke(app, ["list", str(raw), "--out", str(tmp_path / "listing")])
+    assert listed.exit_code == 0, listed.output
+    args = ["write", str(tmp_path / "listing"), "--out", str(tmp_path / "shards")]
+    args += ["--manifest", str(tmp_path / "manifest.json"), "--num-shards", "4"]
+    wrote = runner.invoke(app, [*args, "--workers", "1", "--no-progress"])
+    assert wrote.exit_code == 0, wrote.output
+    return tmp_path, original.relative_to(raw).as_posix(), "01/also-me.jpg"
+
+
+def test_the_same_image_under_two_labels_fails_validate_naming_both(image_under_two_labels):
+    tmp_path, first, second = image_under_two_labels
+    code, stderr, metrics = _validate(tmp_path)
+    assert code == 1
+    assert metrics["duplicates"]["label_conflicts"] == 1 and metrics["problems"] == 1
+    lines = [line for line in stderr.splitlines() if "label conflict" in line]
+    assert len(lines) == 1, stderr
+    assert first in lines[0] and second in lines[0]
+    assert "labelled both '00' and '01' (fail_on_label_conflict is true)" in lines[0]
+
+
+def test_label_conflicts_can_be_only_counted(image_under_two_labels):
+    tmp_path, _, _ = image_under_two_labels
+    code, stderr, metrics = _validate(tmp_path, "--fail-on-label-conflict", "false")
+    assert code == 0, stderr
+    assert metrics["ok"] is True and metrics["duplicates"]["label_conflicts"] == 1
+    assert "1 under two labels" in stderr and "warning: " in stderr and "label conflict" in stderr
+
+
 @pytest.mark.parametrize("decode_images", [False, True], ids=["bulk", "per-record"])
 def test_every_record_path_reads_the_same_digests(copied_image, loop, decode_images):
     tmp_path, _ = copied_image
@@ -195,7 +256,12 @@ def test_every_record_path_reads_the_same_digests(copied_image, loop, decode_ima
     )
     report = validate(config)
     assert report.ok
-    assert report.duplicates.metrics() == {"across_splits": 1, "groups": 1, "records": 8}
+    assert report.duplicates.metrics() == {
+        "across_splits": 1,
+        "groups": 1,
+        "label_conflicts": 0,
+        "records": 8,
+    }
     assert all(all(p) for p in (d.paths for d in report.duplicates.examples))
 
 

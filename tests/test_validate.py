@@ -126,7 +126,7 @@ def test_clean_set_passes_with_exact_metrics(shard_set):
     per_label = {"00": 10, "01": 10, "02": 10, "03": 10}
     assert report.metrics() == {
         "bytes": manifest.bytes,
-        "duplicates": {"across_splits": 0, "groups": 0, "records": 0},
+        "duplicates": {"across_splits": 0, "groups": 0, "label_conflicts": 0, "records": 0},
         "ok": True,
         "problems": 0,
         "records": COUNT,

@@ -55,6 +55,13 @@ def validate_command(
             help="true: a payload held by both a training and a validation record is a problem."
         ),
     ] = "false",
+    fail_on_label_conflict: Annotated[
+        str,
+        typer.Option(
+            help="true: a payload whose records carry different labels (the same image "
+            "labelled twice) is a problem; false only counts them in the metrics."
+        ),
+    ] = "true",
     balance: Annotated[
         str | None,
         typer.Option(
@@ -81,16 +88,14 @@ def validate_command(
     Records with byte-identical payloads (the same stored sha256) are counted
     in the metrics, within the set and across the training split that
     --val-fraction and --split-seed give, and the first pairs printed; with
-    --fail-on-leakage true, those across the split are problems. A label
-    missing from validation, or whose share there is more than 5 percentage
-    points off its share of training, gets a warning line.
+    --fail-on-leakage true, those across the split are problems. A payload
+    whose records carry different labels is a label conflict, counted apart
+    and, unless --fail-on-label-conflict false, a problem. A label missing
+    from validation, or whose share there is off its share of training by more
+    than 5 percentage points and sampling noise, gets a warning line.
     """
-    try:
-        leakage_fails = click.BOOL.convert(fail_on_leakage, None, None)
-    except click.BadParameter:
-        raise typer.BadParameter(
-            f"expected true or false, got {fail_on_leakage!r}", param_hint="--fail-on-leakage"
-        ) from None
+    leakage_fails = _flag(fail_on_leakage, "--fail-on-leakage")
+    conflict_fails = _flag(fail_on_label_conflict, "--fail-on-label-conflict")
     config = ValidateConfig(
         manifest=manifest,
         decode_images=decode,
@@ -102,6 +107,7 @@ def validate_command(
         val_fraction=val_fraction,
         split_seed=seed if (picked := optional_int(split_seed, "--split-seed")) is None else picked,
         fail_on_leakage=leakage_fails,
+        fail_on_label_conflict=conflict_fails,
     )
     report = validate(config, progress=progress)
     write_metrics(report, metrics)
@@ -111,11 +117,14 @@ def validate_command(
     if dups.records:
         typer.echo(
             f"warning: {dups.records} records repeat another's payload ({dups.groups} payloads, "
-            f"{dups.across_splits} across the split)",
+            f"{dups.across_splits} across the split, {dups.label_conflicts} under two labels)",
             err=True,
         )
-        if not (config.fail_on_leakage and dups.across_splits):
-            for dup in dups.examples:
+        for dup in dups.examples:
+            fails = (config.fail_on_label_conflict and dup.conflict is not None) or (
+                config.fail_on_leakage and dup.across_splits
+            )
+            if not fails:  # a problem is printed below
                 typer.echo(f"warning: {dup}", err=True)
     for line in report.warnings:
         typer.echo(f"warning: {line}", err=True)
@@ -127,3 +136,13 @@ def validate_command(
             typer.echo(f"... and {report.problem_count - len(shown)} more problems", err=True)
         report.raise_for_problems()
     typer.echo(report.summary())
+
+
+def _flag(value: str, option: str) -> bool:
+    """A ``true``/``false`` option as DVC renders a params boolean."""
+    try:
+        return bool(click.BOOL.convert(value, None, None))
+    except click.BadParameter:
+        raise typer.BadParameter(
+            f"expected true or false, got {value!r}", param_hint=option
+        ) from None

@@ -30,10 +30,11 @@ be written is skipped with one warning line.
 A wrong digest is never handed out twice. A row whose CRC does not match
 (its bytes damaged on disk, where SQLite keeps no checksum of its own) is not
 used: its files are read again and the row replaced, with one warning line.
-Damage SQLite reports while the cache is in use rebuilds it. A digest that was wrong when stored (a file
-changed without any change to its stat) is caught by ``tfshards write``,
-which checks every file's bytes against the listing: :func:`forget_wrong_digest`
-then drops the folder's row, so the next list reads those files again.
+Damage SQLite reports while the cache is in use rebuilds it. A digest that was
+wrong when stored (a file changed without any change to its stat) is caught by
+``tfshards write``, which checks every file's bytes against the listing:
+:func:`forget_wrong_digest` then drops the folder's row, so the next list reads
+those files again.
 The cache never changes what is listed, only whether a file is read.
 """
 

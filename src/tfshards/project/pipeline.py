@@ -86,6 +86,7 @@ PARAM_COMMENTS = {
     },
     "validate": {
         "fail_on_leakage": "true: a payload in both training and validation records fails",
+        "fail_on_label_conflict": "true: the same payload under two labels fails (false: counted)",
     },
     "write": {
         "out": "version directories go here (local path or fsspec URL)",
@@ -182,7 +183,7 @@ def params(spec: PipelineSpec) -> dict[str, dict[str, Any]]:
             "resize": 0,
             "resize_format": "jpeg",
         },
-        "validate": {"fail_on_leakage": False},
+        "validate": {"fail_on_leakage": False, "fail_on_label_conflict": True},
         "train": {
             f.name: _param(getattr(train, f.name))
             for f in dataclasses.fields(TrainConfig)
@@ -226,7 +227,8 @@ def stages(*, remote: bool, program: Callable[[str], str]) -> dict[str, dict[str
             "cmd": f"{program('validate')} {MANIFEST} --metrics {VALIDATE_METRICS} "
             f"--balance {BALANCE} --val-fraction ${{train.val_fraction}} "
             "--seed ${train.seed} --split-seed ${train.split_seed} "
-            "--fail-on-leakage ${validate.fail_on_leakage}",
+            "--fail-on-leakage ${validate.fail_on_leakage} "
+            "--fail-on-label-conflict ${validate.fail_on_label_conflict}",
             "deps": [MANIFEST, *shard_deps],
             "params": ["validate", "train.val_fraction", "train.seed", "train.split_seed"],
             "metrics": [{VALIDATE_METRICS: {"cache": False}}],

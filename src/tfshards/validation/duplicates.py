@@ -35,11 +35,10 @@ ADD_RECORDS = (
     1 << 13
 )  # records sorted into spill files at a time  # at most 256 spill files open at once
 # A payload's tally: its digest, records, records in validation shards, the first two
-# records and the first on each side of the split (each as shard << 32 | record).
-_ROW = np.dtype(
-    [("key", np.uint64, (4,))]
-    + [(name, np.int64) for name in ("count", "val", "first", "second", "first_train", "first_val")]
-)
+# records and the first on each side of the split (each as shard << 32 | record), and
+# the smallest and largest label id its records carry (a label conflict when they differ).
+_FIELDS = ("count", "val", "first", "second", "first_train", "first_val", "label_min", "label_max")
+_ROW = np.dtype([("key", np.uint64, (4,))] + [(name, np.int64) for name in _FIELDS])
 _NONE = np.iinfo(np.int64).max  # no such record
 
 
@@ -52,6 +51,9 @@ class Duplicate:
     second: tuple[str, int]
     across_splits: bool  # one record is in training, the other in validation
     paths: tuple[str, str] = ("", "")  # their ``path`` features, when read
+    # A label conflict: two label ids the payload's records carry (smallest, largest).
+    conflict: tuple[int, int] | None = None
+    label_names: tuple[str, str] = ("", "")  # the conflict's labels by name, when known
 
     @property
     def what(self) -> str:
@@ -60,7 +62,15 @@ class Duplicate:
         p, q = (f" ({path})" if path else "" for path in self.paths)
         where = "in training and validation" if self.across_splits else "in one split"
         digest = self.sha256[:16]
-        return f"record {i}{p}: same payload (sha256 {digest}...) as {b}: record {j}{q}, {where}"
+        said = f"record {i}{p}: same payload (sha256 {digest}...) as {b}: record {j}{q}, {where}"
+        if self.conflict is None:
+            return said
+        a, z = (
+            (repr(n) for n in self.label_names)
+            if all(self.label_names)
+            else (f"id {n}" for n in self.conflict)
+        )
+        return f"label conflict: {said}, labelled both {a} and {z}"
 
     def __str__(self) -> str:
         return f"{self.first[0]}: {self.what}"
@@ -75,18 +85,23 @@ class Duplicates:
             (records minus distinct payloads).
         groups: distinct payloads held by more than one record.
         across_splits: of those, payloads held by records on both sides of the split.
-        examples: up to ``EXAMPLES`` pairs, those across the split first.
+        label_conflicts: of those, payloads whose records carry different labels
+            (the same image labelled twice: worse than a duplicate).
+        examples: up to ``EXAMPLES`` pairs: label conflicts first, then those
+            across the split.
     """
 
     records: int = 0
     groups: int = 0
     across_splits: int = 0
+    label_conflicts: int = 0
     examples: tuple[Duplicate, ...] = ()
 
     def metrics(self) -> dict[str, int]:
         return {
             "across_splits": self.across_splits,
             "groups": self.groups,
+            "label_conflicts": self.label_conflicts,
             "records": self.records,
         }
 
@@ -96,6 +111,7 @@ def find_duplicates(
     digests: Sequence[bytes],
     val: Collection[str] = (),
     *,
+    labels: Sequence[bytes] = (),
     limit: int = EXAMPLES,
 ) -> Duplicates:
     """Records of shards ``names`` whose 32-byte digests (``digests[k]`` of shard k) are equal.
@@ -103,10 +119,11 @@ def find_duplicates(
     Record ``i`` of shard ``k`` has digest ``digests[k][32 * i : 32 * i + 32]``;
     an all-zero digest means none was read and matches nothing. Shards named
     in ``val`` are the validation side of the split, the others training.
+    ``labels[k]`` holds shard k's label ids as int32 (see :meth:`DigestStore.add`).
     """
     with DigestStore(names, val, sum(len(d) // 32 for d in digests)) as store:
         for k, shard in enumerate(digests):
-            store.add(k, shard)
+            store.add(k, shard, labels[k] if k < len(labels) else b"")
         return store.find(limit=limit)
 
 
@@ -170,17 +187,27 @@ class DigestStore:
             self._dir = None
         self._held.clear()
 
-    def add(self, shard: int, digests: bytes) -> None:
-        """Shard number ``shard``'s digests: record ``i``'s at ``[32 * i : 32 * i + 32]``."""
+    def add(self, shard: int, digests: bytes, labels: bytes = b"") -> None:
+        """Shard number ``shard``'s digests: record ``i``'s at ``[32 * i : 32 * i + 32]``.
+
+        ``labels``: record ``i``'s label id as an int32 at ``[4 * i : 4 * i + 4]``
+        (-1, or past the end: none read), for label conflicts.
+        """
         whole = len(digests) - len(digests) % 32
         keys = np.frombuffer(digests, dtype=np.uint64, count=whole // 8).reshape(-1, 4)
+        ids = np.full(len(keys), -1, dtype=np.int64)
+        known = np.frombuffer(labels, dtype=np.int32, count=min(len(labels) // 4, len(keys)))
+        ids[: len(known)] = known
         for lo in range(0, len(keys), ADD_RECORDS):  # temporaries stay small
-            self._add(shard, lo, keys[lo : lo + ADD_RECORDS])
+            self._add(shard, lo, keys[lo : lo + ADD_RECORDS], ids[lo : lo + ADD_RECORDS])
 
-    def _add(self, shard: int, first: int, keys: np.ndarray) -> None:
+    def _add(self, shard: int, first: int, keys: np.ndarray, ids: np.ndarray) -> None:
         present = np.flatnonzero(keys.any(axis=1))  # zeros: no digest was read
         rows = np.empty(len(present), dtype=_ROW)
         rows["key"] = keys[present]
+        label = ids[present]
+        rows["label_min"] = np.where(label >= 0, label, _NONE)
+        rows["label_max"] = label
         where = (shard << 32) | (first + present)
         in_val = shard in self._val
         rows["count"] = 1
@@ -232,29 +259,39 @@ class DigestStore:
         Payloads are taken in digest order and records in (shard, record)
         order, so the result does not depend on the order shards were added in.
         """
-        records = groups = across_splits = 0
-        across: list[Duplicate] = []
-        within: list[Duplicate] = []
+        records = groups = across_splits = conflicts = 0
+        shown: tuple[list[Duplicate], list[Duplicate], list[Duplicate]] = ([], [], [])
         for rows in self._buckets():
             t = _tally(rows)
             repeated = t["count"] > 1
             crossing = repeated & (t["val"] > 0) & (t["val"] < t["count"])
+            conflicting = repeated & (t["label_max"] >= 0) & (t["label_min"] < t["label_max"])
             records += int(t["count"][repeated].sum() - repeated.sum())
             groups += int(repeated.sum())
             across_splits += int(crossing.sum())
-            for row in t[crossing][: limit - len(across)]:
-                a, b = sorted((int(row["first_train"]), int(row["first_val"])))
-                across.append(self._example(row, a, b, True))
-            for row in t[repeated & ~crossing][: limit - len(within)]:
-                within.append(self._example(row, int(row["first"]), int(row["second"]), False))
-        return Duplicates(records, groups, across_splits, tuple((across + within)[:limit]))
+            conflicts += int(conflicting.sum())
+            kinds = (conflicting, crossing & ~conflicting, repeated & ~crossing & ~conflicting)
+            for kept, kind in zip(shown, kinds, strict=True):
+                for row in t[kind][: limit - len(kept)]:
+                    kept.append(self._example(row))
+        examples = tuple((shown[0] + shown[1] + shown[2])[:limit])
+        return Duplicates(records, groups, across_splits, conflicts, examples)
 
-    def _example(self, row: np.ndarray, first: int, second: int, crossing: bool) -> Duplicate:
+    def _example(self, row: np.ndarray) -> Duplicate:
+        """The pair to show for one tally: across the split if it is, else its first two."""
+        crossing = 0 < int(row["val"]) < int(row["count"])
+        if crossing:
+            first, second = sorted((int(row["first_train"]), int(row["first_val"])))
+        else:
+            first, second = int(row["first"]), int(row["second"])
+        low, high = int(row["label_min"]), int(row["label_max"])
+        conflict = (low, high) if 0 <= low < high else None
+
         def where(w: int) -> tuple[str, int]:
             return self.names[w >> 32], w & 0xFFFFFFFF
 
         digest = row["key"].tobytes().hex()
-        return Duplicate(digest, where(first), where(second), crossing)
+        return Duplicate(digest, where(first), where(second), crossing, conflict=conflict)
 
 
 def _tally(rows: np.ndarray) -> np.ndarray:
@@ -276,6 +313,8 @@ def _tally(rows: np.ndarray) -> np.ndarray:
     out["second"] = np.minimum.reduceat(second, at)
     out["first_train"] = np.minimum.reduceat(rows["first_train"], at)
     out["first_val"] = np.minimum.reduceat(rows["first_val"], at)
+    out["label_min"] = np.minimum.reduceat(rows["label_min"], at)
+    out["label_max"] = np.maximum.reduceat(rows["label_max"], at)
     return out
 
 
@@ -315,6 +354,17 @@ def with_paths(
         for d in found.examples
     )
     return dataclasses.replace(found, examples=examples)
+
+
+def with_label_names(found: Duplicates, labels: Sequence[str]) -> Duplicates:
+    """``found`` with each label conflict's ids named (ids outside ``labels`` stay ids)."""
+
+    def named(d: Duplicate) -> Duplicate:
+        if d.conflict is None or not all(0 <= i < len(labels) for i in d.conflict):
+            return d
+        return dataclasses.replace(d, label_names=(labels[d.conflict[0]], labels[d.conflict[1]]))
+
+    return dataclasses.replace(found, examples=tuple(named(d) for d in found.examples))
 
 
 READ_CHUNK = 1 << 20  # shard bytes read at a time when looking up paths

@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import contextlib
+import struct
 from collections.abc import Callable, Sequence
 
 from tfshards.format.records import parse_records
 from tfshards.format.schema import FeatureSpec
 from tfshards.validation import rules
 from tfshards.writing.grouping import GroupBy
+
+_INT32 = struct.Struct("=i")  # a record's label id, as numpy reads np.int32
 
 
 def check_records(buf: bytes | memoryview, checker: RecordChecker) -> int:
@@ -46,6 +49,8 @@ class RecordChecker:
         digests: when given, record ``i``'s stored ``sha256`` (64 hex digits) is
             kept as 32 bytes at ``digests[32 * i : 32 * i + 32]`` (zeros where a
             record has none, or lies past the buffer's end).
+        record_labels: when given, record ``i``'s label id is kept as a native
+            int32 at ``record_labels[4 * i : 4 * i + 4]`` (in range only).
         group_by: when given, each record's ``path`` feature names its group,
             added to ``groups``; a path the pattern does not match is a problem.
         groups: the group keys found, added to in place.
@@ -63,6 +68,7 @@ class RecordChecker:
         labels: list[int],
         add: Callable[[str, int, int], None],
         digests: bytearray | None = None,
+        record_labels: bytearray | None = None,
         group_by: GroupBy | None = None,
         groups: set[str] | None = None,
         record_rules: Sequence[rules.RecordRule] = rules.RECORD_RULES,
@@ -77,6 +83,7 @@ class RecordChecker:
         self.labels, self.add = labels, add
         self.count_labels = self.shard.has_label
         self.digests = digests if self.shard.has_sha256 else None
+        self.record_labels = record_labels
         self.groups: set[str] = groups if groups is not None else set()
         self.group_by = group_by if self.shard.has_path else None
 
@@ -90,6 +97,9 @@ class RecordChecker:
             label = record.first("label", -1)
             if 0 <= label < len(self.labels):
                 self.labels[label] += 1
+                kept = self.record_labels
+                if kept is not None and 4 * record.index + 4 <= len(kept):
+                    _INT32.pack_into(kept, 4 * record.index, label)
         if self.digests is not None:
             self.keep_digest(record.index, record.first("sha256", b""))
         if self.group_by is not None:

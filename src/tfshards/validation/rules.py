@@ -209,6 +209,7 @@ class ShardSet:
     records: int  # found in all shards
     duplicates: Duplicates
     fail_on_leakage: bool = False
+    fail_on_label_conflict: bool = True
     groups: grouping.Spread | None = None  # None: the set was written without group_by
 
 
@@ -288,6 +289,19 @@ def no_leakage_across_splits(shards: ShardSet) -> Findings:
     return Findings(shown, dups.across_splits)
 
 
+def one_label_per_payload(shards: ShardSet) -> Findings:
+    """With ``fail_on_label_conflict``: no payload carries two labels (the same image twice)."""
+    dups = shards.duplicates
+    if not (shards.fail_on_label_conflict and dups.label_conflicts):
+        return _each([])
+    shown = [
+        Problem(d.first[0], f"{d.what} (fail_on_label_conflict is true)")
+        for d in dups.examples
+        if d.conflict is not None
+    ]
+    return Findings(shown, dups.label_conflicts)
+
+
 SET_RULES: tuple[SetRule, ...] = (
     total_records_match,
     inputs_add_up,
@@ -295,6 +309,7 @@ SET_RULES: tuple[SetRule, ...] = (
     metadata_files_match,
     groups_in_one_shard,
     no_leakage_across_splits,
+    one_label_per_payload,
 )
 
 

@@ -17,7 +17,7 @@ import hashlib
 import posixpath
 import zlib
 from collections.abc import Callable, Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from tfshards import storage
@@ -101,6 +101,25 @@ class ShardReport:
     # Record i's stored sha256 at [32 * i : 32 * i + 32] (zeros: none read), for duplicates.
     digests: builtins.bytes = b""
     groups: tuple[str, ...] = ()  # sorted group keys of its records (with a group_by)
+    # Record i's label id as an int32 at [4 * i : 4 * i + 4] (-1: none), for label conflicts.
+    record_labels: builtins.bytes = b""
+
+
+@dataclass
+class _Kept:
+    """What each record leaves for the set's duplicate search, in record order.
+
+    ``digests``: its stored sha256, 32 bytes (zeros: none read); ``labels``:
+    its label id as a native int32 (-1: none read).
+    """
+
+    digests: bytearray = field(default_factory=bytearray)
+    labels: bytearray = field(default_factory=bytearray)
+
+    def make_room(self, records: int) -> None:
+        """Add ``records`` empty slots, filled in place by the record checker."""
+        self.digests.extend(bytes(32 * records))
+        self.labels.extend(b"\xff" * (4 * records))
 
 
 class _Found:
@@ -140,10 +159,10 @@ def validate_shard(task: ShardCheck) -> ShardReport:
     """
     found = _Found(task.name, task.max_problems)
     labels = [0] * task.num_labels
-    digests = bytearray()  # sized once the records are in memory
+    kept = _Kept()  # sized once the records are in memory
     groups: set[str] = set()
     fs, root = storage.open_url(task.root, **task.storage_options)
-    records, size = _check_shard(fs, root, task, found, labels, digests, groups)
+    records, size = _check_shard(fs, root, task, found, labels, kept, groups)
     if task.index_sha256 is not None:
         _check_index(fs, root, task, found)
     return ShardReport(
@@ -153,8 +172,9 @@ def validate_shard(task: ShardCheck) -> ShardReport:
         tuple(labels),
         tuple(found.kept),
         found.count,
-        bytes(digests),
+        bytes(kept.digests),
         tuple(sorted(groups)),
+        bytes(kept.labels),
     )
 
 
@@ -164,7 +184,7 @@ def _check_shard(
     task: ShardCheck,
     found: _Found,
     labels: list[int],
-    digests: bytearray,
+    kept: _Kept,
     groups: set[str],
 ) -> tuple[int, int]:
     """The shard file's checks; its records and bytes as found."""
@@ -174,10 +194,10 @@ def _check_shard(
             size = _size(f)
             records: int | None
             if task.compression == "none" and size is not None and size <= hold:
-                records, read_size = _check_windows(f, size, task, found, labels, digests, groups)
+                records, read_size = _check_windows(f, size, task, found, labels, kept, groups)
             else:
                 read = _Read(f, hold)
-                records = _check_read(read, task, found, labels, digests, groups)
+                records = _check_read(read, task, found, labels, kept, groups)
                 read_size = read.size
     except FileNotFoundError:
         found.add(f"missing: expected {task.bytes} bytes holding {task.records} records")
@@ -257,7 +277,7 @@ def _check_read(
     task: ShardCheck,
     found: _Found,
     labels: list[int],
-    digests: bytearray,
+    kept: _Kept,
     groups: set[str],
 ) -> int | None:
     """Report the file's size and hash, then its records; how many records (None: unknown)."""
@@ -265,10 +285,10 @@ def _check_read(
         _compare_file(read.size, read.sha256, task, found)
         if task.compression == "none":  # a file that cannot seek, within its manifest size
             held, read.held = read.held, b""
-            return _check_records(held, task, found, labels, digests, groups)
+            return _check_records(held, task, found, labels, kept, groups)
         if (read.size, read.sha256) == (task.bytes, task.sha256):
             held, read.held = read.held, b""
-            return _check_inflating(held, task, found, labels, digests, groups)
+            return _check_inflating(held, task, found, labels, kept, groups)
         pieces: Iterator[bytes] = iter([read.held])
     else:
         pieces = read.rest()
@@ -306,7 +326,7 @@ def _check_windows(
     task: ShardCheck,
     found: _Found,
     labels: list[int],
-    digests: bytearray,
+    kept: _Kept,
     groups: set[str],
 ) -> tuple[int, int]:
     """An uncompressed shard of ``size`` bytes, read and checked ``WINDOW_BYTES`` at a time.
@@ -341,9 +361,7 @@ def _check_windows(
         digest.update(part)
         if checking:
             whole = window if end == len(window) else window[:end]
-            found_here = _check_window(
-                whole, task, in_records, labels, digests, groups, records, pos
-            )
+            found_here = _check_window(whole, task, in_records, labels, kept, groups, records, pos)
             checking = found_here == walked  # fewer: the framing broke inside this window
             records += found_here
         pos += end
@@ -357,7 +375,7 @@ def _check_window(
     task: ShardCheck,
     found: _Found,
     labels: list[int],
-    digests: bytearray,
+    kept: _Kept,
     groups: set[str],
     first: int,
     offset: int,
@@ -365,13 +383,15 @@ def _check_window(
     """Check whole records ``window`` (record ``first`` at byte ``offset``); how many it holds."""
     wanted = max(0, task.records - first)  # records past the manifest's count keep no digest
     # A record takes at least 16 bytes, so a manifest claiming more records cannot inflate this.
-    here = bytearray(32 * min(wanted, len(window) // 16))
+    here = _Kept()
+    here.make_room(min(wanted, len(window) // 16))
 
     def add(what: str, index: int, at: int) -> None:
         found.add(what, first + index, offset + at)
 
     count = check_records(window, _checker(task, labels, add, here, groups))
-    digests += here[: 32 * min(count, wanted)]
+    kept.digests += here.digests[: 32 * min(count, wanted)]
+    kept.labels += here.labels[: 4 * min(count, wanted)]
     return count
 
 
@@ -379,7 +399,7 @@ def _checker(
     task: ShardCheck,
     labels: list[int],
     add: Callable[[str, int, int], None],
-    digests: bytearray,
+    kept: _Kept,
     groups: set[str],
 ) -> RecordChecker:
     """The record checker of ``task``'s shard: problems to ``add``, counts in place."""
@@ -391,7 +411,8 @@ def _checker(
         decode_images=task.decode_images,
         labels=labels,
         add=add,
-        digests=digests,
+        digests=kept.digests,
+        record_labels=kept.labels,
         group_by=GroupBy.parse(task.group_by),
         groups=groups,
     )
@@ -402,7 +423,7 @@ def _check_inflating(
     task: ShardCheck,
     found: _Found,
     labels: list[int],
-    digests: bytearray,
+    kept: _Kept,
     groups: set[str],
 ) -> int | None:
     """A compressed shard whose bytes match the manifest: its records, checked as it inflates.
@@ -416,7 +437,7 @@ def _check_inflating(
     in_records = _Found(task.name, task.max_problems)
 
     def check(window: memoryview, first: int, offset: int) -> int:
-        return _check_window(window, task, in_records, labels, digests, groups, first, offset)
+        return _check_window(window, task, in_records, labels, kept, groups, first, offset)
 
     records: int | None
     try:
@@ -433,11 +454,11 @@ def _check_records(
     task: ShardCheck,
     found: _Found,
     labels: list[int],
-    digests: bytearray,
+    kept: _Kept,
     groups: set[str],
 ) -> int:
     """Every record of a shard held in memory (one that cannot seek, within its manifest size)."""
     # A record takes at least 16 bytes, so a manifest claiming more records cannot inflate this.
-    digests.extend(bytes(32 * min(task.records, len(buf) // 16)))
-    checker = _checker(task, labels, found.add, digests, groups)
+    kept.make_room(min(task.records, len(buf) // 16))
+    checker = _checker(task, labels, found.add, kept, groups)
     return check_records(buf, checker)

@@ -26,7 +26,7 @@ from tfshards.reading import splits
 from tfshards.run import executor as executors
 from tfshards.run.cluster import Needs
 from tfshards.validation import rules
-from tfshards.validation.duplicates import DigestStore, Duplicates, with_paths
+from tfshards.validation.duplicates import DigestStore, Duplicates, with_label_names, with_paths
 from tfshards.validation.rules import Problem
 from tfshards.validation.shardcheck import MAX_PROBLEMS, ShardCheck, ShardReport, validate_shard
 from tfshards.writing import grouping
@@ -64,6 +64,8 @@ class ValidateConfig:
             duplicates across the split.
         split_seed: the training split's seed.
         fail_on_leakage: a payload in both training and validation records is a problem.
+        fail_on_label_conflict: a payload whose records carry different labels
+            (the same image labelled twice) is a problem; False only counts them.
     """
 
     manifest: str
@@ -77,6 +79,7 @@ class ValidateConfig:
     val_fraction: float = 0.0
     split_seed: int = 0
     fail_on_leakage: bool = False
+    fail_on_label_conflict: bool = True
 
     def __post_init__(self) -> None:
         if not 0.0 <= self.val_fraction < 1.0:
@@ -194,8 +197,8 @@ def validate(config: ValidateConfig, *, progress: bool = False) -> ValidationRep
                 note=bar.note,
             ):
                 bar.update(report.records, report.bytes)
-                store.add(i, report.digests)  # spilled: never all shards' digests at once
-                arrived[i] = dataclasses.replace(report, digests=b"")
+                store.add(i, report.digests, report.record_labels)  # spilled, never all held
+                arrived[i] = dataclasses.replace(report, digests=b"", record_labels=b"")
         done = [arrived[i] for i in range(len(tasks))]
         dups = store.find()
     problems = [p for r in done for p in r.problems]
@@ -204,6 +207,7 @@ def validate(config: ValidateConfig, *, progress: bool = False) -> ValidationRep
     if dups.examples:
         sound = [r.name for r in done if not r.problem_count]
         dups = with_paths(dups, manifest.root, manifest.compression, sound, config.storage_options)
+        dups = with_label_names(dups, manifest.labels)
     spread = None
     if manifest.params.get("group_by") is not None:
         spread = grouping.spread([r.name for r in done], [r.groups for r in done])
@@ -215,6 +219,7 @@ def validate(config: ValidateConfig, *, progress: bool = False) -> ValidationRep
         records=sum(r.records for r in done),
         duplicates=dups,
         fail_on_leakage=config.fail_on_leakage,
+        fail_on_label_conflict=config.fail_on_label_conflict,
         groups=spread,
     )
     extra = rules.apply_set_rules(shard_set)
