@@ -614,7 +614,8 @@ def test_a_record_whose_path_misses_the_group_by_is_a_problem(tmp_path):
     (line,) = _lines(_check(manifest_path))
     assert line == (
         f"{SHARD[1]}: record {manifest.shards[1].records} at byte {offset}: path "
-        "'01/crafted.bin': expected a match of the manifest's group_by '(\\d)\\.jpg$', found none"
+        "'01/crafted.bin': expected a match of the manifest's group_by '(\\d)\\.jpg$', "
+        "found no match"
     )
 
 

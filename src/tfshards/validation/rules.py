@@ -132,7 +132,7 @@ def path_names_a_group(shard: Shard, record: Record) -> str | None:
         return None
     return (
         f"path {name!r}: expected a match of the manifest's group_by "
-        f"'{shard.group_by.pattern}', found none"
+        f"'{shard.group_by.pattern}', {shard.group_by.miss(name)}"
     )
 
 
