@@ -95,21 +95,29 @@ class GroupBy:
         group 1 did not take part in the match.
 
         Raises:
-            InputError: the match took over :data:`MATCH_SECONDS`.
+            InputError: the match took over :data:`MATCH_SECONDS` (asked again for
+                the same path, at once).
         """
         last = self._last
         if last[0][0] == path:
-            return last[0][1]
-        found = self.match(path)
-        key = None if found is None else found.group(1) if found.re.groups else found.group(0)
+            found = last[0][1]
+            if isinstance(found, InputError):
+                raise found
+            return found
+        try:
+            match = self.match(path)
+        except InputError as exc:
+            last[0] = (path, exc)
+            raise
+        key = None if match is None else match.group(1) if match.re.groups else match.group(0)
         last[0] = (path, key)
         return key
 
     @functools.cached_property
-    def _last(self) -> list[tuple[str | None, str | None]]:
-        """The last path asked and its key: validate asks twice per record (its group
-        tally and the rule that it has one), and a match costs ~3 us (``regex`` with a
-        timeout; ``re`` without: 0.6 us)."""
+    def _last(self) -> list[tuple[str | None, str | InputError | None]]:
+        """The last path asked and its key (or its timeout): validate asks twice per
+        record (its group tally and the rule that it has one), and a match costs ~3 us
+        (``regex`` with a timeout; ``re`` without: 0.6 us)."""
         return [(None, None)]
 
     def miss(self, path: str) -> str:
