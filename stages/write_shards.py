@@ -4,7 +4,8 @@ Same options as ``tfshards write``; run ``python stages/write_shards.py --help``
 """
 
 from tfshards.cli._common import run_command
-from tfshards.cli.write import write_command
+from tfshards.cli.write import CONTEXT, write_command
 
 if __name__ == "__main__":
-    run_command(write_command)
+    # Options spelled as params.yaml keys (--num_shards) too: DVC passes ${write} so.
+    run_command(write_command, CONTEXT)

@@ -56,15 +56,15 @@ def _stop(procs: list[subprocess.Popen[bytes]]) -> None:
         proc.wait()
 
 
-@pytest.fixture(scope="module")
-def scheduler(tmp_path_factory: pytest.TempPathFactory, s3_env: dict[str, str]) -> Iterator[str]:
-    """Address of a `dask scheduler` with two single-threaded worker processes."""
+@contextlib.contextmanager
+def _cluster(
+    elsewhere: Path, env: dict[str, str], nworkers: int
+) -> Iterator[tuple[str, list[subprocess.Popen[bytes]]]]:
+    """A `dask scheduler` (the first process) and ``nworkers`` single-threaded workers
+    started in ``elsewhere``: its address and the processes, stopped on leaving."""
     from distributed import Client
 
-    elsewhere = tmp_path_factory.mktemp("cluster")
     info = elsewhere / "scheduler.json"
-    env = {k: v for k, v in s3_env.items() if k != "PYTHONPATH"}
-    env["TFSHARDS_PURE_PYTHON"] = "1"
     procs: list[subprocess.Popen[bytes]] = []
     logs = contextlib.ExitStack()
 
@@ -89,23 +89,37 @@ def scheduler(tmp_path_factory: pytest.TempPathFactory, s3_env: dict[str, str]) 
             *("--idle-timeout", "300"),  # gone even if pytest is killed before `finally`
         )
         deadline = time.monotonic() + 30
-        while not info.exists() and time.monotonic() < deadline:
+        while not (info.exists() and info.read_text().strip()) and time.monotonic() < deadline:
             time.sleep(0.1)
         assert info.exists(), (elsewhere / "scheduler.log").read_text()
         address = json.loads(info.read_text())["address"]
         start(
             "worker",
             address,
-            *("--nworkers", "2", "--nthreads", "1"),
+            *("--nworkers", str(nworkers), "--nthreads", "1"),
             *("--host", "127.0.0.1", "--no-dashboard"),
             *("--death-timeout", "30"),  # and the workers 30 s after their scheduler
         )
         with Client(address, timeout="30s") as client:
-            client.wait_for_workers(2, timeout=60)
-        yield address
+            client.wait_for_workers(nworkers, timeout=60)
+        yield address, procs
     finally:
         _stop(procs)
         logs.close()
+
+
+def _worker_env(s3_env: dict[str, str]) -> dict[str, str]:
+    """The workers' environment: the installed tfshards, its pure-Python loops."""
+    env = {k: v for k, v in s3_env.items() if k != "PYTHONPATH"}
+    env["TFSHARDS_PURE_PYTHON"] = "1"
+    return env
+
+
+@pytest.fixture(scope="module")
+def scheduler(tmp_path_factory: pytest.TempPathFactory, s3_env: dict[str, str]) -> Iterator[str]:
+    """Address of a `dask scheduler` with two single-threaded worker processes."""
+    with _cluster(tmp_path_factory.mktemp("cluster"), _worker_env(s3_env), 2) as (address, _):
+        yield address
 
 
 @pytest.fixture
@@ -244,3 +258,41 @@ def test_a_local_cluster_imports_a_transform_from_the_working_directory(project)
     assert "dask, local cluster tcp://127.0.0.1:" in ran.stderr
     assert f"compiled loops (tfshards.format._native) on {compiled}/2" in ran.stderr
     assert _shards(project / "data/shards") == local_shards
+
+
+def test_a_scheduler_killed_mid_write_is_one_line_naming_the_unfinished_shards(
+    project, tmp_path_factory, s3_env
+):
+    elsewhere = tmp_path_factory.mktemp("doomed")
+    started = project / "started"
+    transform = (  # the client and the worker each import it from their working directory
+        "import pathlib, time\n"
+        "def features(path, data, label):\n"
+        f"    pathlib.Path({str(started)!r}).touch()\n"
+        "    time.sleep(0.5)\n"
+        "    return {'size': len(data)}\n"
+    )
+    for folder in (project, elsewhere):
+        (folder / "slowtransform.py").write_text(transform)
+    with _cluster(elsewhere, _worker_env(s3_env), 1) as (address, procs):
+        dask = ("--dask-address", address, "--shared-fs", "--no-progress")
+        write = subprocess.Popen(
+            [*CLI, *WRITE, "--transform", "slowtransform:features", *dask],
+            cwd=project,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        deadline = time.monotonic() + 60
+        while not started.exists() and write.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert started.exists(), write.communicate()  # a worker is writing a shard
+        os.killpg(procs[0].pid, signal.SIGKILL)  # the scheduler, 48 files x 0.5 s from done
+        killed = time.monotonic()
+        _, stderr = write.communicate(timeout=60)
+    assert write.returncode == 1
+    assert stderr.count("\n") == 1, stderr
+    assert stderr.startswith(f"error: dask, {address}: lost the scheduler (it stopped or cannot")
+    assert "while working on data-00000-of-00004.tfrecord" in stderr
+    assert stderr.rstrip().endswith("finished shards are kept: run again to resume")
+    assert time.monotonic() - killed < 10  # not the client's 10 s of reconnecting first

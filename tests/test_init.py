@@ -154,6 +154,27 @@ def test_every_train_option_in_the_command_is_a_train_cli_option():
     assert used <= declared, f"not options of tfshards train: {sorted(used - declared)}"
 
 
+def test_every_write_param_is_a_write_option_as_dvc_unpacks_it():
+    from tfshards.cli.write import write_command
+
+    cmd = pipeline.stages(remote=False, program=lambda s: s)["write"]["cmd"]
+    assert cmd.endswith(" ${write}")  # DVC's dict unpacking: `--key 'value'` per key
+    declared = set(write_command.__annotations__)
+    keys = set(pipeline.params(pipeline.PipelineSpec())["write"])
+    assert keys <= declared, f"write params that are no write option: {sorted(keys - declared)}"
+
+
+def test_write_reads_options_spelled_as_params_keys(tmp_path: Path):
+    (tmp_path / "listing").mkdir()
+    args = ["write", str(tmp_path / "listing"), "--num_shards", "oops", "--group_by", "x"]
+    said = subprocess.run(
+        [sys.executable, "-m", "tfshards", *args], capture_output=True, text=True, timeout=120
+    )
+    assert said.returncode == 2  # --num_shards was taken as --num-shards, then its value refused
+    assert said.stderr.startswith("error: Invalid value for '--num-shards': ")
+    assert "found 'oops'" in said.stderr and said.stderr.count("\n") == 1
+
+
 def test_a_bad_name_is_refused_naming_the_option():
     with pytest.raises(ValueError, match="name must be a plain file prefix"):
         pipeline.PipelineSpec(name="a/b")

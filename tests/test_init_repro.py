@@ -135,3 +135,23 @@ def test_group_by_param_reaches_the_write_stage_through_dvc_and_the_shell(tmp_pa
     assert manifest.params["group_by"] == r"(\d)\.jpg$" and len(manifest.shards) == 4
     metrics = json.loads((root / "results/validate/metrics.json").read_text())
     assert metrics["grouping"] == {"groups": 10, "spanning_shards": 0}
+
+
+def test_a_group_by_with_quotes_and_substitutions_reaches_write_literally_and_runs_nothing(
+    tmp_path,
+):
+    root = tmp_path / "project"
+    env = {"TFSHARDS_CACHE": str(tmp_path / "cache")}
+    _new_repo(root, env)
+    # The first branch groups by the last digit; the second never matches a path,
+    # and holds every way out of shell quoting: ' ends a '...' word, " and $(...)
+    # and `...` run in a "..." one, ; and $VAR in a bare one.
+    planted = r"""(\d)\.jpg$|x'; touch PWNED1; echo '"$(touch PWNED2)"`touch PWNED3`;$HOME"""
+    params = root / "params.yaml"
+    text = params.read_text().replace("group_by: none", f"group_by: {json.dumps(planted)}", 1)
+    params.write_text(text.replace("num_shards: 0", "num_shards: 4", 1))
+    assert _ran(_run(["dvc", "repro", "write"], root, env)) == ["list", "write"]
+    assert not list(root.rglob("PWNED*")) and not list(Path.cwd().glob("PWNED*"))
+    manifest = Manifest.from_json((root / "data/manifest.json").read_bytes())
+    assert manifest.params["group_by"] == planted
+    assert len(manifest.shards) == 4 and manifest.records == 48

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import json
+import re
 from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
 from pathlib import Path
 
@@ -115,7 +116,7 @@ def raw_tree(tmp_path_factory: pytest.TempPathFactory) -> str:
 
 
 def _write(raw: str, out: Path, **options: object) -> Manifest:
-    config = WriteConfig(out=str(out), num_shards=4, **options)  # type: ignore[arg-type]
+    config = WriteConfig(out=str(out), **{"num_shards": 4, **options})  # type: ignore[arg-type]
     return write(config, list_files(raw), progress=False).manifest
 
 
@@ -240,3 +241,156 @@ def test_cli_write_resize_writes_the_stored_size_and_rejects_a_bad_format(raw_tr
     assert "Traceback" not in bad.output
     help_text = runner.invoke(app, ["write", "--help"]).output
     assert "--resize" in help_text and "--resize-format" in help_text
+
+
+# ----------------------------------------------------------------------------- 16-bit and odd modes
+
+
+def _png16(samples: np.ndarray) -> bytes:
+    """A real 16-bit PNG of ``samples`` (uint16, H x W x C), encoded by TensorFlow."""
+    import tensorflow as tf
+
+    return tf.io.encode_png(tf.constant(samples, tf.uint16)).numpy()
+
+
+def _tf_uint8(data: bytes) -> np.ndarray:
+    import tensorflow as tf
+
+    return tf.io.decode_png(data, dtype=tf.uint8).numpy()
+
+
+def _ramp(height: int, width: int, channels: int) -> np.ndarray:
+    """Every 16-bit value from 0 to 65535, in H x W x C."""
+    total = height * width * channels
+    values = np.linspace(0, 0xFFFF, total).round().astype(np.uint16)
+    return np.random.default_rng(1).permutation(values).reshape(height, width, channels)
+
+
+def test_a_16_bit_grey_png_by_pillow_is_stored_as_tensorflow_decodes_it():
+    ramp = np.linspace(0, 0xFFFF, 64 * 64).round().astype(np.uint16).reshape(64, 64)
+    source = _encoded(ramp)  # Pillow writes a uint16 array as a 16-bit grey PNG (mode I;16)
+    assert _decoded(source).mode == "I;16"
+    stored = _decoded(resize_image(source, Resize(64, "raw")))  # the same size: no filter
+    expected = _tf_uint8(source)[..., 0]
+    assert stored.mode == "L"
+    np.testing.assert_array_equal(np.asarray(stored), expected)
+    assert abs(np.asarray(stored).mean() - 127.5) < 0.6  # not near-white (a clipped 254.5)
+
+
+@pytest.mark.parametrize(("channels", "mode"), [(2, "L"), (3, "RGB"), (4, "RGB")])
+def test_16_bit_grey_alpha_rgb_and_rgba_pngs_are_stored_as_tensorflow_decodes_them(channels, mode):
+    source = _png16(_ramp(48, 40, channels))
+    stored = _decoded(resize_image(source, Resize(40, "raw")))  # stretched 48 -> 40 rows
+    expected = _tf_uint8(source)[..., : {2: 1, 3: 3, 4: 3}[channels]]  # alpha dropped
+    assert stored.mode == mode
+    want = Image.fromarray(expected.squeeze(-1) if mode == "L" else expected)
+    want = want.resize((40, 40), Image.Resampling.BILINEAR)
+    np.testing.assert_array_equal(np.asarray(stored), np.asarray(want))
+
+
+def _tiff(samples: np.ndarray) -> bytes:
+    buf = io.BytesIO()
+    Image.fromarray(samples).save(buf, "TIFF")
+    return buf.getvalue()
+
+
+def test_mode_i_pixels_are_taken_as_16_bit_samples():
+    samples = np.array([[0, 255, 256, 32895], [32896, 65280, 65535, 4660]], np.int32)
+    source = _tiff(samples)
+    assert _decoded(source).mode == "I"
+    stored = _decoded(resize_image(source, Resize(4, "raw")))  # 2 rows stretched to 4
+    assert stored.mode == "L"
+    want = Image.fromarray((samples >> 8).astype(np.uint8)).resize(
+        (4, 4), Image.Resampling.BILINEAR
+    )
+    np.testing.assert_array_equal(np.asarray(stored), np.asarray(want))
+
+
+@pytest.mark.parametrize(
+    ("samples", "found"),
+    [
+        (
+            np.array([[-1, 5], [7, 9]], np.int32),
+            "mode I: expected 16-bit samples 0..65535, found -1..9",
+        ),
+        (np.array([[0.5, 1.0], [0.0, 0.25]], np.float32), "mode F (float pixels)"),
+    ],
+)
+def test_pixels_with_no_8_bit_scale_are_refused_naming_the_mode(samples, found):
+    with pytest.raises(InputError, match=re.escape(found)):
+        resize_image(_tiff(samples), Resize(2, "raw"))
+
+
+def test_a_16_bit_png_written_resized_validates_and_holds_tensorflows_pixels(tmp_path):
+    raw = tmp_path / "raw" / "scans"
+    raw.mkdir(parents=True)
+    ramp = np.linspace(0, 0xFFFF, 32 * 32).round().astype(np.uint16).reshape(32, 32)
+    (raw / "a.png").write_bytes(_encoded(ramp))
+    (raw / "b.png").write_bytes(_png16(_ramp(32, 32, 3)))
+    m = _write(
+        str(tmp_path / "raw"), tmp_path / "out", resize=32, resize_format="raw", num_shards=1
+    )
+    assert m.records == 2 and not m.rejected
+    import tensorflow as tf
+
+    for record in tf.data.TFRecordDataset(m.shard_url(m.shards[0])):
+        feature = tf.train.Example.FromString(record.numpy()).features.feature
+        path = feature["path"].bytes_list.value[0].decode()
+        stored = tf.io.decode_image(feature["image"].bytes_list.value[0]).numpy()
+        expected = _tf_uint8((tmp_path / "raw" / path).read_bytes())
+        np.testing.assert_array_equal(stored, expected)
+    report = validate(
+        ValidateConfig(manifest=str(Path(m.root, "manifest.json")), decode_images=True)
+    )
+    assert report.ok
+
+
+def test_a_float_tiff_is_refused_in_one_line_naming_the_file_and_its_mode(tmp_path):
+    raw = tmp_path / "raw" / "scans"
+    raw.mkdir(parents=True)
+    (raw / "depth.tif").write_bytes(_tiff(np.zeros((8, 8), np.float32)))
+    runner = CliRunner()
+    listing = tmp_path / "listing"
+    listed = runner.invoke(
+        app, ["list", str(tmp_path / "raw"), "--out", str(listing), "--extensions", ".tif"]
+    )
+    assert listed.exit_code == 0, listed.output
+    done = runner.invoke(
+        app,
+        [
+            "write",
+            str(listing),
+            "--out",
+            str(tmp_path / "s"),
+            "--manifest",
+            str(tmp_path / "m.json"),
+            "--resize",
+            "8",
+            "--no-progress",
+        ],
+    )
+    assert done.exit_code == 1
+    lines = done.output.strip().splitlines()
+    assert len(lines) == 1 and "Traceback" not in done.output
+    assert "scans/depth.tif: cannot resize an image of mode F (float pixels)" in lines[0]
+
+
+def test_an_image_over_pillows_bomb_limit_is_refused_without_printing_a_warning(
+    tmp_path, monkeypatch, capfd
+):
+    monkeypatch.setattr(Image, "MAX_IMAGE_PIXELS", 40 * 40 - 1)  # Pillow's check, a lower limit
+    raw = tmp_path / "raw" / "photos"
+    raw.mkdir(parents=True)
+    (raw / "big.png").write_bytes(_encoded(np.zeros((40, 40, 3), np.uint8)))
+    (raw / "small.png").write_bytes(_encoded(np.zeros((39, 40, 3), np.uint8)))
+    m = _write(
+        str(tmp_path / "raw"),
+        tmp_path / "out",
+        resize=8,
+        on_error="skip",
+        num_shards=1,
+        executor="serial",
+    )
+    assert m.records == 1 and [r.path for r in m.rejected] == ["photos/big.png"]
+    assert m.rejected[0].reason.startswith("image too large to resize: Image size (1600 pixels)")
+    assert "DecompressionBombWarning" not in capfd.readouterr().err

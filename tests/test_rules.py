@@ -149,9 +149,18 @@ def test_a_path_the_group_by_pattern_does_not_match_is_a_problem():
     assert rules.path_names_a_group(shard, _record(path="subject7/a.jpg")) is None
     assert rules.path_names_a_group(shard, _record(path="other/a.jpg")) == (
         "path 'other/a.jpg': expected a match of the manifest's group_by "
-        "'^(subject\\d+)/', found none"
+        "'^(subject\\d+)/', found no match"
     )
     assert rules.path_names_a_group(SHARD, _record(path="other/a.jpg")) is None
+
+
+def test_a_path_matched_without_the_capture_group_says_so():
+    shard = rules.Shard(BASE, "image", 3, group_by=GroupBy(r"^[^/]+/(s\d+_)?"))
+    assert rules.path_names_a_group(shard, _record(path="cat/s1_a.jpg")) is None
+    assert rules.path_names_a_group(shard, _record(path="cat/a.jpg")) == (
+        "path 'cat/a.jpg': expected a match of the manifest's group_by "
+        "'^[^/]+/(s\\d+_)?', matched 'cat/', but capture group 1 did not participate"
+    )
 
 
 def test_a_group_in_two_shards_is_one_set_problem_counting_every_such_group():

@@ -552,6 +552,93 @@ def test_missing_model_module_is_one_line_and_exit_1(tmp_path: Path) -> None:
     assert len(result.output.strip().splitlines()) == 1
 
 
+@pytest.mark.parametrize(
+    ("module", "source", "said"),
+    [
+        (
+            "syntax_error_model",
+            "def build(input_shape, classes):\n    return (\n",
+            "cannot import 'syntax_error_model': SyntaxError: '(' was never closed "
+            "(syntax_error_model.py, line 2)",
+        ),
+        (
+            "raising_import_model",
+            "import os\n\nSIZE = int(os.environ.get('NO_SUCH_SIZE', 'wide'))\n",
+            "cannot import 'raising_import_model': ValueError: invalid literal for int() "
+            "with base 10: 'wide' (raising_import_model.py:3)",
+        ),
+    ],
+)
+def test_a_model_module_that_fails_to_import_is_one_line_naming_its_line(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, module: str, source: str, said: str
+) -> None:
+    (tmp_path / f"{module}.py").write_text(source)
+    (tmp_path / "manifest.json").write_text("{}")  # never read: the module fails first
+    monkeypatch.chdir(tmp_path)
+    result = CliRunner().invoke(
+        app, ["train", "--manifest", "manifest.json", "--model", f"{module}:build"]
+    )
+    assert result.exit_code == 1
+    assert result.output == f"error: model '{module}:build': {said}\n"
+
+
+RAISING_BUILDER = """
+def build(input_shape, classes, units=16):
+    layers = {"dense": units}
+    return layers["conv"]
+"""
+
+
+def test_a_builder_that_raises_is_a_config_error_naming_the_call_and_its_line(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from tfshards.training.models import build_model
+
+    (tmp_path / "raising_builder_model.py").write_text(RAISING_BUILDER)
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(ConfigError) as caught:
+        build_model(
+            "raising_builder_model:build",
+            image_size=8,
+            channels=1,
+            classes=3,
+            model_args={"units": 4},
+        )
+    assert str(caught.value) == (
+        "model 'raising_builder_model:build': build((8, 8, 1), 3, units=4) raised "
+        "KeyError: 'conv' (raising_builder_model.py:4)"
+    )
+    with pytest.raises(ConfigError, match=r"model_args \{'depth': 2\}: .*'depth'"):
+        build_model(
+            "raising_builder_model:build",
+            image_size=8,
+            channels=1,
+            classes=3,
+            model_args={"depth": 2},
+        )
+
+
+@pytest.mark.slow
+def test_a_builder_that_raises_stops_the_stage_in_one_line(digits: str, tmp_path: Path) -> None:
+    (tmp_path / "raising_builder_model.py").write_text(RAISING_BUILDER)
+    done = subprocess.run(
+        [
+            *(sys.executable, str(REPO / "stages/train.py"), "--manifest", digits),
+            *("--model", "raising_builder_model:build", "--image-size", "8", "--epochs", "1"),
+        ],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 1
+    assert done.stderr.endswith(
+        "error: model 'raising_builder_model:build': build((8, 8, 1), 10) raised "
+        "KeyError: 'conv' (raising_builder_model.py:4)\n"
+    ), done.stderr[-3000:]
+    assert "Traceback" not in done.stderr
+
+
 USER_MODEL = """
 import keras
 

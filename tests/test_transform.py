@@ -30,6 +30,15 @@ def huge_uint64(path, data, label):
 def huge_uint64_array(path, data, label):
     return {"ids": np.array([1, 2**64 - 1], dtype=np.uint64)}
 
+def huge_float(path, data, label):
+    return {"score": 1e300}
+
+def huge_float_list(path, data, label):
+    return {"scores": [0.5, -1e39]}
+
+def huge_float_array(path, data, label):
+    return {"grid": np.array([[0.0, 1.0], [np.inf, 3.5e38]])}
+
 def nested(path, data, label):
     return {"grid": [[1, 2], [3, 4], [5, 6]]}
 
@@ -162,6 +171,41 @@ def test_a_transform_module_that_raises_on_import_is_one_line(listing_dir):
     code, _, stderr = _write(listing_dir, "tx_raises:f")
     line = _one_line_error(code, stderr)
     assert line.endswith("cannot import module 'tx_raises' (RuntimeError: no GPU)")
+
+
+F32 = "expected a float32 (magnitude below 3.4028236e+38; floats are stored as float32)"
+
+
+@pytest.mark.parametrize(
+    ("transform", "found"),
+    [
+        ("huge_float", f"feature 'score': {F32}, found 1e+300"),
+        ("huge_float_list", f"feature 'scores': {F32}, found -1e+39"),
+        ("huge_float_array", f"feature 'grid': {F32}, found 3.5e+38 at index 3 of shape [2, 2]"),
+    ],
+)
+@pytest.mark.filterwarnings("error::RuntimeWarning")  # numpy's overflow warning is no answer
+def test_a_float_outside_float32_is_refused_naming_file_feature_and_value(
+    listing_dir, transform, found
+):
+    code, _, stderr = _write(listing_dir, f"tx_hostile:{transform}")
+    line = _one_line_error(code, stderr)
+    assert line.startswith(f"error: {listing_dir.parent / 'raw'}/0") and ".jpg: " in line
+    assert line.endswith(found)
+    assert not (listing_dir.parent / "m.json").exists()
+
+
+def test_floats_up_to_float32s_rounding_edge_are_kept_and_inf_and_nan_pass():
+    largest = float(np.finfo(np.float32).max)
+    below_edge = np.nextafter(2.0**128 - 2.0**103, 0.0)  # still rounds to the largest float32
+    _, values, _ = normalize("f", [largest, float(below_edge), float("inf"), float("nan")])
+    stored = np.asarray(values, np.float32)
+    assert list(stored[:3]) == [largest, largest, np.inf] and np.isnan(stored[3])
+    _, array, _ = normalize("f", np.array([below_edge, -np.inf]))
+    assert list(array) == [largest, -np.inf]
+    for edge in (2.0**128 - 2.0**103, np.array([0.0, -(2.0**128)])):
+        with pytest.raises(TransformError, match=r"feature 'f': expected a float32"):
+            normalize("f", edge)
 
 
 @pytest.mark.parametrize(

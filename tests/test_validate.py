@@ -10,6 +10,7 @@ import re
 import struct
 import subprocess
 import sys
+import time
 import zlib
 from pathlib import Path
 
@@ -680,8 +681,23 @@ def test_a_record_whose_path_misses_the_group_by_is_a_problem(tmp_path):
     (line,) = _lines(_check(manifest_path))
     assert line == (
         f"{SHARD[1]}: record {manifest.shards[1].records} at byte {offset}: path "
-        "'01/crafted.bin': expected a match of the manifest's group_by '(\\d)\\.jpg$', found none"
+        "'01/crafted.bin': expected a match of the manifest's group_by '(\\d)\\.jpg$', "
+        "found no match"
     )
+
+
+def test_a_record_path_the_group_by_backtracks_on_is_a_problem_within_the_time_limit(tmp_path):
+    manifest_path, manifest = _make_set(tmp_path, group_by=r"^[^/]+/(\d+|(.*?,){11}P)")
+    crafted = "01/P" + "1," * 40 + ".bin"  # a file name the writer never saw
+    features = {**_good_features(b"x"), "path": ("bytes", [crafted.encode()])}
+    offset = _append_record(manifest_path, manifest, 1, features)
+    started = time.monotonic()
+    (line,) = _lines(_check(manifest_path))
+    assert time.monotonic() - started < 20  # 1 s for the crafted path, not minutes
+    assert line.startswith(
+        f"{SHARD[1]}: record {manifest.shards[1].records} at byte {offset}: {crafted}: "
+        "group_by '^[^/]+/(\\d+|(.*?,){11}P)' took over 1 s to match"
+    ), line
 
 
 # ----------------------------------------------------------------------------- many records

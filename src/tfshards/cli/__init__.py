@@ -19,6 +19,7 @@ from tfshards.cli.prune import prune_command
 from tfshards.cli.sample import sample_app
 from tfshards.cli.train import CONTEXT, train_command
 from tfshards.cli.validate import validate_command
+from tfshards.cli.write import CONTEXT as WRITE_CONTEXT
 from tfshards.cli.write import write_command
 
 app = typer.Typer(
@@ -70,7 +71,7 @@ app.command("init")(init_command)
 # In pipeline order: sample -> list -> write -> validate -> train.
 app.add_typer(sample_app, name="sample")
 app.command("list")(list_files_command)
-app.command("write")(write_command)
+app.command("write", context_settings=WRITE_CONTEXT)(write_command)
 app.command("validate")(validate_command)
 app.command("train", context_settings=CONTEXT)(train_command)
 app.command("prune")(prune_command)

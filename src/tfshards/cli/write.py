@@ -21,6 +21,16 @@ from tfshards.writing import sharding
 from tfshards.writing.writer import WriteConfig, write
 
 
+def dashed(token: str) -> str:
+    """An option spelled as a ``params.yaml`` key (``--num_shards``), as declared."""
+    return token.replace("_", "-")
+
+
+# The write stage passes its params section through DVC's dict unpacking, which
+# spells each option as its key (`--group_by`); click normalizes option names with this.
+CONTEXT = {"token_normalize_func": dashed}
+
+
 @one_line_errors
 def write_command(
     listing: Annotated[str, typer.Argument(help="Listing directory written by `tfshards list`.")],

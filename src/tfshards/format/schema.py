@@ -83,6 +83,9 @@ def merge_specs(a: FeatureSpec, b: FeatureSpec) -> FeatureSpec:
 
 
 INT64_MIN, INT64_MAX = -(1 << 63), (1 << 63) - 1
+# Floats are stored as float32: a finite value at or above this magnitude (half a step
+# past the largest float32, 3.4028235e38) rounds to inf; smaller ones round to a float32.
+FLOAT32_OVERFLOW = 2.0**128 - 2.0**103
 
 
 def normalize(name: str, value: Any) -> tuple[Dtype, Values, tuple[int, ...]]:
@@ -101,7 +104,7 @@ def normalize(name: str, value: Any) -> tuple[Dtype, Values, tuple[int, ...]]:
     if isinstance(value, (bool, int, np.integer, np.bool_)):
         return "int64", [_int64(name, int(value))], ()
     if isinstance(value, (float, np.floating)):
-        return "float", [float(value)], ()
+        return "float", [_float32(name, float(value))], ()
     if isinstance(value, np.ndarray):
         return _array(name, value)
     if isinstance(value, (list, tuple)):
@@ -133,6 +136,16 @@ def _int64(name: str, value: int) -> int:
     return value
 
 
+def _float32(name: str, value: float, where: str = "") -> float:
+    if abs(value) >= FLOAT32_OVERFLOW and math.isfinite(value):
+        raise TransformError(
+            f"feature {name!r}: expected a float32 (magnitude below {FLOAT32_OVERFLOW:.8g}; "
+            f"floats are stored as float32), found {value!r}{where}",
+            feature=name,
+        )
+    return value
+
+
 def _array(name: str, value: np.ndarray) -> tuple[Dtype, Values, tuple[int, ...]]:
     kind = value.dtype.kind
     if kind in "iub":
@@ -140,7 +153,17 @@ def _array(name: str, value: np.ndarray) -> tuple[Dtype, Values, tuple[int, ...]
             _int64(name, int(value.max()))  # raises: uint64 values above int64 would wrap
         return "int64", value.astype(np.int64).ravel(), value.shape
     if kind == "f":
-        return "float", value.astype(wire.FLOAT32).ravel(), value.shape
+        if value.dtype.itemsize <= 4:  # float16 and float32 fit
+            return "float", value.astype(wire.FLOAT32).ravel(), value.shape
+        with np.errstate(over="ignore"):  # an overflow is refused below, not warned about
+            flat = value.astype(wire.FLOAT32).ravel()
+        if not np.isfinite(flat).all():
+            wide = value.ravel()
+            overflowed = np.flatnonzero(np.isinf(flat) & np.isfinite(wide))
+            if overflowed.size:
+                i = int(overflowed[0])
+                _float32(name, float(wide[i]), f" at index {i} of shape {list(value.shape)}")
+        return "float", flat, value.shape
     if kind in "SO" and all(isinstance(v, bytes) for v in value.ravel()):
         return "bytes", list(value.ravel()), value.shape
     raise TransformError(

@@ -212,12 +212,11 @@ def stages(*, remote: bool, program: Callable[[str], str]) -> dict[str, dict[str
             "metrics": [{LIST_METRICS: {"cache": False}}],
         },
         "write": {
-            "cmd": f"{program('write')} {LISTING} --out ${{write.out}} --manifest {MANIFEST} "
-            "--name ${write.name} --num-shards ${write.num_shards} "
-            "--target-shard-mb ${write.target_shard_mb} --seed ${write.seed} "
-            "--group-by '${write.group_by}' --compression ${write.compression} "
-            "--on-error ${write.on_error} "
-            "--resize ${write.resize} --resize-format ${write.resize_format}",
+            # DVC unpacks the section into `--key value` words, each string through
+            # shlex.quote: a group_by regex reaches the command as written, whatever
+            # quotes or `$(...)` it holds (`'${write.group_by}'` let a quote end it).
+            # The command reads `--num_shards` as `--num-shards` (cli.write.CONTEXT).
+            "cmd": f"{program('write')} {LISTING} --manifest {MANIFEST} ${{write}}",
             "deps": [LISTING],
             "params": ["write"],
             "outs": [MANIFEST, *shard_outs],

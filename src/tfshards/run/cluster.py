@@ -10,7 +10,9 @@ one line naming the worker.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import logging
 import os
 import socket
 from collections.abc import Callable, Iterator, Sequence
@@ -19,7 +21,7 @@ from typing import Any, TypeVar
 
 import fsspec
 
-from tfshards.errors import ConfigError, TransformError
+from tfshards.errors import ConfigError, ShardError, TransformError
 from tfshards.run.executor import Executor, register
 
 T = TypeVar("T")
@@ -190,11 +192,17 @@ def run(
     address: str | None,
     needs: Needs,
     note: Callable[[str], object] | None = None,
+    name: Callable[[T], str] = str,
 ) -> Iterator[tuple[int, R]]:
     """Yield ``(task index, result)`` as tasks finish on the cluster at ``address``.
 
     ``address`` None (or ``"local"``) starts a cluster of ``workers`` processes
-    on 127.0.0.1 for this run. ``note`` receives the line saying what ran.
+    on 127.0.0.1 for this run. ``note`` receives the line saying what ran;
+    ``name`` names a task in errors.
+
+    Raises:
+        ShardError: the scheduler went away mid-run (its client cancels every
+            task); names the tasks that had not finished.
     """
     check_locations(address, needs)
     try:
@@ -232,6 +240,7 @@ def run(
         )
         client = Client(cluster)
         shown = f"local cluster {cluster.scheduler_address}"
+    lost = False
     try:
         reports = check_workers(client, needs)
         if note is not None:
@@ -239,15 +248,55 @@ def run(
         # pure=False: with the default, Dask runs identical calls only once.
         futures = client.map(fn, list(tasks), pure=False)
         index = {f.key: i for i, f in enumerate(futures)}
+        unfinished = set(index.values())
         try:
             for future, result in as_completed(futures, with_results=True):
+                if future.status == "cancelled":  # result: the FutureCancelledError
+                    lost = True
+                    names = [name(tasks[i]) for i in sorted(unfinished)]
+                    raise lost_scheduler(shown, result, names)
+                unfinished.discard(index[future.key])
                 yield index[future.key], result
         finally:
-            client.cancel(futures)
+            if client.status == "running":  # else its IO loop is gone: nothing to cancel on
+                client.cancel(futures)
     finally:
-        client.close()
-        if cluster is not None:
-            cluster.close()
+        with quiet_logging(lost):
+            client.close()
+            if cluster is not None:
+                cluster.close()
+
+
+def lost_scheduler(shown: str, cancelled: BaseException, names: Sequence[str]) -> ShardError:
+    """The one-line error for tasks the client saw cancelled: their scheduler went away."""
+    reason = getattr(cancelled, "reason", None) or type(cancelled).__name__
+    what = (
+        "lost the scheduler (it stopped or cannot be reached)"
+        if reason == "scheduler-connection-lost"
+        else f"the cluster cancelled the tasks ({reason})"
+    )
+    return ShardError(
+        f"dask, {shown}: {what} while working on "
+        f"{', '.join(names[:4])}{' ...' if len(names) > 4 else ''}; "
+        "finished shards are kept: run again to resume",
+        shards=list(names),
+    )
+
+
+@contextlib.contextmanager
+def quiet_logging(quiet: bool) -> Iterator[None]:
+    """With ``quiet``, no log records while the block runs: a client closed after losing
+    its scheduler logs the reconnection it abandons as ERROR tracebacks (CancelledError),
+    which would bury the one line that says what happened."""
+    if not quiet:
+        yield
+        return
+    previous = logging.root.manager.disable
+    logging.disable(logging.CRITICAL)
+    try:
+        yield
+    finally:
+        logging.disable(previous)
 
 
 @register
@@ -272,4 +321,4 @@ class DaskExecutor(Executor):
         needs = needs or Needs()
         if self.options.shared_fs:  # the user's word for this run, whatever the caller's needs
             needs = dataclasses.replace(needs, shared_fs=True)
-        yield from run(fn, tasks, self.options.workers, self.options.address, needs, note)
+        yield from run(fn, tasks, self.options.workers, self.options.address, needs, note, describe)

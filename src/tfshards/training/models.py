@@ -11,9 +11,11 @@ keeps the last activation in float32).
 from __future__ import annotations
 
 import importlib
+import inspect
 import os
 import re
 import sys
+import traceback
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -101,7 +103,8 @@ def load_builder(name: str) -> Callable[..., Any]:
     module in the repository root is found when DVC runs the stage there.
 
     Raises:
-        ConfigError: the module cannot be imported, or has no such callable.
+        ConfigError: the module cannot be imported (not found, does not
+            compile, or its code raises), or has no such callable.
     """
     model_spec(name, 1)
     module_name, _, attr = name.partition(":")
@@ -113,12 +116,48 @@ def load_builder(name: str) -> Callable[..., Any]:
         raise ConfigError(
             f"model {name!r}: cannot import {module_name!r}: {exc}", model=name
         ) from exc
+    except SyntaxError as exc:  # IndentationError too: the file is named, not a frame
+        where = f"{os.path.basename(exc.filename or '?')}, line {exc.lineno}"
+        raise ConfigError(
+            f"model {name!r}: cannot import {module_name!r}: {type(exc).__name__}: "
+            f"{exc.msg} ({where})",
+            model=name,
+        ) from None
+    except Exception as exc:  # the module's own code can raise anything; we report it, not hide it
+        raise ConfigError(
+            f"model {name!r}: cannot import {module_name!r}: {described(exc)}", model=name
+        ) from None
     builder = getattr(module, attr, None)
     if not callable(builder):
         raise ConfigError(
             f"model {name!r}: module {module_name!r} has no function {attr!r}", model=name
         )
     return builder  # type: ignore[no-any-return]
+
+
+MESSAGE_CHARS = 300  # Keras errors run to dozens of lines (the call's arguments); the head says it
+
+
+# Where installed code lives: a frame there is Keras' or Python's, not the user's module.
+_INSTALLED = tuple({sys.prefix, sys.base_prefix, sys.exec_prefix})
+_TFSHARDS = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def described(exc: BaseException) -> str:
+    """``Type: message (file.py:line)`` on one line: the message's head, and the innermost
+    frame of the user's own code (else of any code but tfshards' and importlib's)."""
+    message = " ".join(str(exc).split())
+    if len(message) > MESSAGE_CHARS:
+        message = message[: MESSAGE_CHARS - 3] + "..."
+    frames = [
+        f
+        for f in traceback.extract_tb(exc.__traceback__)
+        if not f.filename.startswith(("<", _TFSHARDS))
+    ]
+    mine = [f for f in frames if not f.filename.startswith(_INSTALLED)]
+    last = (mine or frames)[-1:]
+    where = "".join(f" ({os.path.basename(f.filename)}:{f.lineno})" for f in last)
+    return f"{type(exc).__name__}: {message}{where}"
 
 
 def build_model(
@@ -142,6 +181,10 @@ def build_model(
         channels: input channels (1 for grayscale, 3 for RGB).
         classes: number of output classes, >= 2.
         model_args: keyword arguments for a user's function (built-ins take none).
+
+    Raises:
+        ConfigError: a bad name, size or ``model_args``; a user's function that
+            raises (its exception and line, on one line) or returns no fitting model.
     """
     model_spec(name, image_size)
     if channels < 1:
@@ -158,10 +201,21 @@ def build_model(
     import keras
 
     shape = (image_size, image_size, channels)
+    builder = load_builder(name)
     try:
-        model = load_builder(name)(shape, classes, **args)
+        inspect.signature(builder).bind(shape, classes, **args)
     except TypeError as exc:  # a missing or unexpected model_args key
-        raise ConfigError(f"model {name!r}: model_args {args}: {exc}", model=name) from exc
+        raise ConfigError(f"model {name!r}: model_args {args}: {exc}", model=name) from None
+    except ValueError:  # no signature to check (a builtin): the call says
+        pass
+    call = ", ".join([repr(shape), str(classes), *(f"{k}={v!r}" for k, v in args.items())])
+    try:
+        model = builder(shape, classes, **args)
+    except Exception as exc:  # a user's code can raise anything; we report it, not hide it
+        raise ConfigError(
+            f"model {name!r}: {name.partition(':')[2]}({call}) raised {described(exc)}",
+            model=name,
+        ) from None
     if not isinstance(model, keras.Model):
         raise ConfigError(
             f"model {name!r} must return a keras.Model, got {type(model).__name__}", model=name

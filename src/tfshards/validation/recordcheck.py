@@ -6,6 +6,7 @@ import contextlib
 import struct
 from collections.abc import Callable, Sequence
 
+from tfshards.errors import InputError
 from tfshards.format.records import parse_records
 from tfshards.format.schema import FeatureSpec
 from tfshards.validation import rules
@@ -104,7 +105,10 @@ class RecordChecker:
             self.keep_digest(record.index, record.first("sha256", b""))
         if self.group_by is not None:
             path = bytes(record.first("path", b"")).decode("utf-8", "replace")
-            key = self.group_by.key(path)
+            try:
+                key = self.group_by.key(path)
+            except InputError:  # a match past its time limit: the group rule reports it
+                key = None
             if key is not None:  # none: the group rule reports it
                 self.groups.add(key)
         for rule in self.rules:

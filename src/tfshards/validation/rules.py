@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from typing import Any, NamedTuple
 
 from tfshards import storage
+from tfshards.errors import InputError
 from tfshards.format.exampleparser import Outline, outline_problem
 from tfshards.format.imageformat import HEAD_BYTES, claims_image, image_format, not_an_image
 from tfshards.format.schema import FeatureSpec
@@ -128,11 +129,14 @@ def path_names_a_group(shard: Shard, record: Record) -> str | None:
     if shard.group_by is None or not shard.has_path:
         return None
     name = bytes(record.first("path", b"")).decode("utf-8", "replace")
-    if shard.group_by.key(name) is not None:
-        return None
+    try:
+        if shard.group_by.key(name) is not None:
+            return None
+    except InputError as exc:  # over the time limit: names the path and the pattern
+        return str(exc)
     return (
         f"path {name!r}: expected a match of the manifest's group_by "
-        f"'{shard.group_by.pattern}', found none"
+        f"'{shard.group_by.pattern}', {shard.group_by.miss(name)}"
     )
 
 
