@@ -225,9 +225,13 @@ CASES: dict[str, tuple[Edit, str]] = {
         lambda doc: doc.update(compression="lz4"),
         "compression: expected one of ('none', 'gzip', 'zlib'), found 'lz4'",
     ),
-    "root not the fingerprint": (
-        lambda doc: doc.update(root="/etc"),
-        "root: expected a version directory named ",
+    "fingerprint not hex": (
+        lambda doc: doc.update(fingerprint="../x"),
+        "fingerprint: expected 16 lowercase hex digits, found '../x'",
+    ),
+    "root missing": (
+        lambda doc: doc.pop("root"),
+        "root: expected the version directory's path or URL, found nothing",
     ),
     "listed negative": (
         lambda doc: doc["totals"].update(listed=-5),

@@ -269,7 +269,8 @@ def labels_match_label_file(shards: ShardSet) -> Findings:
 
     The file was written with the manifest and its sha256 is in it: labels
     edited in the manifest alone (another order, a renamed class) would give
-    every record another class's name.
+    every record another class's name. A file that no longer matches its
+    sha256 is no witness (:func:`metadata_files_match` reports it).
     """
     m = shards.manifest
     if LABEL_FILE not in m.metadata_files:
@@ -278,7 +279,10 @@ def labels_match_label_file(shards: ShardSet) -> Findings:
         data = storage.read_bytes(shards.fs, storage.join(shards.root, LABEL_FILE))
     except OSError:
         return _each([])  # reported by metadata_files_match
-    if data == "".join(f"{label}\n" for label in m.labels).encode():
+    if (
+        hashlib.sha256(data).hexdigest() != m.metadata_files[LABEL_FILE]
+        or data == "".join(f"{label}\n" for label in m.labels).encode()
+    ):
         return _each([])
     names, have = data.decode("utf-8", "replace").removesuffix("\n").split("\n"), list(m.labels)
     differ = (i for i, pair in enumerate(zip(names, have, strict=False)) if pair[0] != pair[1])

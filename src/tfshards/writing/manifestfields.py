@@ -70,11 +70,11 @@ def compression(source: str, value: Any) -> str:
 
 
 def root(source: str, value: Any, fingerprint: Any) -> tuple[str, str]:
-    """``(root, fingerprint)``: the version directory is named by the fingerprint."""
+    """``(root, fingerprint)``; the root may be any folder (a copied set names its own)."""
     if not isinstance(fingerprint, str) or not _FINGERPRINT.fullmatch(fingerprint):
         raise bad(source, "fingerprint", "16 lowercase hex digits", fingerprint)
-    if not isinstance(value, str) or value.rstrip("/").rsplit("/", 1)[-1] != fingerprint:
-        raise bad(source, "root", f"a version directory named {fingerprint}", value)
+    if not isinstance(value, str) or not value:
+        raise bad(source, "root", "the version directory's path or URL", value)
     return value, fingerprint
 
 
