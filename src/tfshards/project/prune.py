@@ -111,7 +111,7 @@ def prune(config: PruneConfig, *, now: float | None = None) -> PruneReport:
         InputError: the manifest, or one of the last ``keep_commits`` ones, cannot be read.
     """
     current = load(config.manifest)
-    out = config.out or posixpath.dirname(current.root.rstrip("/"))
+    out = config.out or posixpath.dirname(current.directory.rstrip("/"))
     referenced = {current.fingerprint: "current manifest"}
     for commit, manifest in history(config.manifest, config.keep_commits):
         referenced.setdefault(manifest.fingerprint, f"manifest at commit {commit[:10]}")

@@ -51,7 +51,7 @@ def default_cache_dir() -> str:
 
 def is_remote(manifest: Manifest, **storage_options: Any) -> bool:
     """True when the manifest's shards are not on local disk (they go through the cache)."""
-    fs, _ = storage.open_url(manifest.root, **storage_options)
+    fs, _ = storage.open_url(manifest.directory, **storage_options)
     return not storage.is_local(fs)
 
 
@@ -102,7 +102,7 @@ class ShardCache:
         Returns at once; :meth:`Fetch.wait` blocks until one shard is ready.
         """
         os.makedirs(self.directory, exist_ok=True)
-        fs, root = storage.open_url(manifest.root, **storage_options)
+        fs, root = storage.open_url(manifest.directory, **storage_options)
         pool = cf.ThreadPoolExecutor(max_workers=self.workers, thread_name_prefix="tfshards-fetch")
         futures: dict[str, cf.Future[str]] = {}
         for shard in shards:

@@ -84,7 +84,7 @@ def find_corrupt_record(
     """
     from tfshards.validation.shardcheck import ShardCheck, validate_shard
 
-    fs, root = storage.open_url(manifest.root, **storage_options)
+    fs, root = storage.open_url(manifest.directory, **storage_options)
     cache = None if storage.is_local(fs) else ShardCache(cache_dir)
     for shard in manifest.shards if shards is None else shards:
         path = storage.join(root, shard.name) if cache is None else cache.path(shard)

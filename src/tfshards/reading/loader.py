@@ -355,8 +355,8 @@ def resolve_paths(
     known = {s.name: s for s in manifest.shards}
     for shard in shards:
         if known.get(shard.name) != shard:
-            raise ConfigError(f"{shard.name}: not a shard of this manifest ({manifest.root})")
-    fs, root = storage.open_url(manifest.root, **storage_options)
+            raise ConfigError(f"{shard.name}: not a shard of this manifest ({manifest.directory})")
+    fs, root = storage.open_url(manifest.directory, **storage_options)
     if not storage.is_local(fs):
         cache = ShardCache(cache_dir)
         fetch = cache.fetch(manifest, shards, **storage_options)

@@ -266,6 +266,39 @@ def metadata_files_match(shards: ShardSet) -> Findings:
     return _each(metadata_problems(shards.fs, shards.root, shards.manifest))
 
 
+LABEL_FILE = "label.labels.txt"  # one name a line: tfshards.writing.datasetinfo writes it
+
+
+def labels_match_label_file(shards: ShardSet) -> Findings:
+    """The manifest's labels are the names, in order, of the version's tfds label file.
+
+    The file was written with the manifest and its sha256 is in it: labels
+    edited in the manifest alone (another order, a renamed class) would give
+    every record another class's name. A file that no longer matches its
+    sha256 is no witness (:func:`metadata_files_match` reports it).
+    """
+    m = shards.manifest
+    if LABEL_FILE not in m.metadata_files:
+        return _each([])
+    try:
+        data = storage.read_bytes(shards.fs, storage.join(shards.root, LABEL_FILE))
+    except OSError:
+        return _each([])  # reported by metadata_files_match
+    if (
+        hashlib.sha256(data).hexdigest() != m.metadata_files[LABEL_FILE]
+        or data == "".join(f"{label}\n" for label in m.labels).encode()
+    ):
+        return _each([])
+    names, have = data.decode("utf-8", "replace").removesuffix("\n").split("\n"), list(m.labels)
+    differ = (i for i, pair in enumerate(zip(names, have, strict=False)) if pair[0] != pair[1])
+    at = next(differ, min(len(names), len(have)))  # the first label that differs
+    what = (
+        f"labels: expected the {len(names)} names of {LABEL_FILE}, found {len(have)} "
+        f"(from label {at}: {names[at : at + 3]} in the file, {have[at : at + 3]} here)"
+    )
+    return _each([Problem(_manifest_name(shards), what)])
+
+
 def groups_in_one_shard(shards: ShardSet) -> Findings:
     """A set written with ``group_by`` holds each group in one shard."""
     spread = shards.groups
@@ -311,6 +344,7 @@ SET_RULES: tuple[SetRule, ...] = (
     inputs_add_up,
     no_unlisted_files,
     metadata_files_match,
+    labels_match_label_file,
     groups_in_one_shard,
     no_leakage_across_splits,
     one_label_per_payload,

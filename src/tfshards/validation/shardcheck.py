@@ -66,7 +66,7 @@ class ShardCheck:
         storage_options: Mapping[str, Any] | None = None,
     ) -> ShardCheck:
         """The check of ``shard`` as the manifest describes it (at ``path``, if given: no index)."""
-        where = path or storage.join(manifest.root, shard.name)
+        where = path or storage.join(manifest.directory, shard.name)
         return cls(
             root=storage.absolute(posixpath.dirname(where)),
             name=posixpath.basename(where),

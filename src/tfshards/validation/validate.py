@@ -149,7 +149,7 @@ class ValidationReport:
         """Raise :class:`ValidationError` (``problems``: each line) unless ``ok``."""
         if not self.ok:
             raise ValidationError(
-                f"{self.summary()} in {self.manifest.root}",
+                f"{self.summary()} in {self.manifest.directory}",
                 problems=[str(p) for p in self.problems],
                 problem_count=self.problem_count,
             )
@@ -167,7 +167,7 @@ def validate(config: ValidateConfig, *, progress: bool = False) -> ValidationRep
     """
     start = time.monotonic()
     manifest = load(config.manifest, **config.storage_options)
-    fs, root = storage.open_url(manifest.root, **config.storage_options)
+    fs, root = storage.open_url(manifest.directory, **config.storage_options)
     tasks = [
         ShardCheck.of(
             manifest,
@@ -191,8 +191,8 @@ def validate(config: ValidateConfig, *, progress: bool = False) -> ValidationRep
                 tasks,
                 describe=lambda t: t.name,
                 needs=Needs(
-                    locations=(storage.absolute(manifest.root),),
-                    inputs=(storage.absolute(manifest.root),),
+                    locations=(storage.absolute(manifest.directory),),
+                    inputs=(storage.absolute(manifest.directory),),
                 ),
                 note=bar.note,
             ):
@@ -206,7 +206,9 @@ def validate(config: ValidateConfig, *, progress: bool = False) -> ValidationRep
     per_label = [sum(r.label_counts[i] for r in done) for i in range(len(manifest.labels))]
     if dups.examples:
         sound = [r.name for r in done if not r.problem_count]
-        dups = with_paths(dups, manifest.root, manifest.compression, sound, config.storage_options)
+        dups = with_paths(
+            dups, manifest.directory, manifest.compression, sound, config.storage_options
+        )
         dups = with_label_names(dups, manifest.labels)
     spread = None
     if manifest.params.get("group_by") is not None:

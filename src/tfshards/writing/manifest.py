@@ -8,17 +8,26 @@ and a format ``version``, so the same shards always give the same bytes.
 from __future__ import annotations
 
 import builtins
+import dataclasses
+import functools
 import json
+import posixpath
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+import fsspec
+
 from tfshards import jsonfile, storage
-from tfshards.errors import ConfigError, InputError
+from tfshards.errors import InputError
 from tfshards.format.schema import FeatureSpec, schema_from_json, schema_to_json
+from tfshards.writing import manifestfields as fields
 
 FORMAT_VERSION = 1
 MANIFEST_NAME = "manifest.json"
+# Where the walk up from a manifest copy stops looking for its version directory:
+# the writer ran inside the project (a DVC stage runs in the folder of dvc.yaml).
+_PROJECT_MARKERS = (".dvc", ".git")
 
 
 @dataclass(frozen=True)
@@ -74,8 +83,10 @@ class Manifest:
     """Everything a reader or validator needs to trust and parse a shard set.
 
     Attributes:
-        root: URL of the version directory holding the shards (as the user gave
-            the output location, so relative paths stay relative).
+        root: URL of the version directory holding the shards as the writer
+            spelled it: a relative path is relative to the writer's working
+            directory, so the bytes are the same in every clone. Reach files
+            through :attr:`directory`, never ``root``.
         fingerprint: hash of the inputs and parameters that named ``root``.
         params: the write parameters that shaped the bytes.
         schema: feature specs of every record.
@@ -86,6 +97,8 @@ class Manifest:
         listed: number of inputs in the listing (``listed == records + len(rejected)``).
         metadata_files: other files of the version directory (paths relative
             to it, e.g. the TensorFlow Datasets metadata) and their sha256.
+        resolved_root: where :func:`load` found the version directory; never
+            written. Empty: ``root`` as written (the writer's own manifest).
     """
 
     root: str
@@ -99,6 +112,12 @@ class Manifest:
     listed: int = 0
     version: int = field(default=FORMAT_VERSION)
     metadata_files: Mapping[str, str] = field(default_factory=dict)
+    resolved_root: str = field(default="", compare=False, repr=False)
+
+    @property
+    def directory(self) -> str:
+        """URL of the version directory: as :func:`load` resolved it, else ``root``."""
+        return self.resolved_root or self.root
 
     @property
     def records(self) -> int:
@@ -110,7 +129,7 @@ class Manifest:
 
     def shard_url(self, shard: ShardInfo | str) -> str:
         name = shard if isinstance(shard, str) else shard.name
-        return storage.join(self.root, name)
+        return storage.join(self.directory, name)
 
     def to_json(self) -> builtins.bytes:
         doc = {
@@ -137,9 +156,15 @@ class Manifest:
 
     @classmethod
     def from_json(cls, data: builtins.bytes | str, source: str = "manifest") -> Manifest:
+        """Parse and check a manifest (:mod:`tfshards.writing.manifestfields`); ``source`` names it.
+
+        Raises:
+            InputError: not JSON, another format version, or a field that is
+                missing or wrong (one line: the field, expected, found).
+        """
         try:
             doc = json.loads(data)
-        except json.JSONDecodeError as exc:
+        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
             raise InputError(f"{source}: not valid JSON ({exc})", path=source) from exc
         version = doc.get("version") if isinstance(doc, dict) else None
         if version != FORMAT_VERSION:
@@ -148,32 +173,81 @@ class Manifest:
                 f"(expected {FORMAT_VERSION})",
                 path=source,
             )
+        get = functools.partial(fields.get, doc)
+        params = fields.mapping(source, "params", get("params"))
         try:
-            return cls(
-                root=str(doc["root"]),
-                fingerprint=str(doc["fingerprint"]),
-                params=dict(doc["params"]),
-                schema=schema_from_json(doc["schema"]),
-                labels=tuple(str(x) for x in doc["labels"]),
-                compression=str(doc["compression"]),
-                shards=tuple(ShardInfo.from_json(s) for s in doc["shards"]),
-                rejected=tuple(Reject(str(r["path"]), str(r["reason"])) for r in doc["rejected"]),
-                listed=int(doc["totals"]["listed"]),
-                version=int(version),
-                metadata_files={str(k): str(v) for k, v in doc.get("metadata_files", {}).items()},
-            )
-        except (AttributeError, KeyError, TypeError, ValueError, ConfigError) as exc:
-            raise InputError(f"{source}: malformed manifest ({exc!r})", path=source) from exc
+            schema = schema_from_json(fields.mapping(source, "schema", get("schema")))
+        except (AttributeError, TypeError, ValueError) as exc:  # ConfigError is a ValueError
+            what = f"{source}: schema: expected feature specs, found {exc}"
+            raise InputError(what, path=source) from exc
+        root, fingerprint = fields.root(source, get("root"), get("fingerprint"))
+        totals = fields.mapping(source, "totals", get("totals"))
+        return cls(
+            root=root,
+            fingerprint=fingerprint,
+            params=params,
+            schema=schema,
+            labels=fields.labels(source, get("labels")),
+            compression=fields.compression(source, get("compression")),
+            shards=tuple(
+                ShardInfo(*s) for s in fields.shards(source, get("shards"), params.get("name"))
+            ),
+            rejected=tuple(Reject(*r) for r in fields.rejected(source, get("rejected"))),
+            listed=fields.count(source, "totals.listed", fields.get(totals, "listed")),
+            version=FORMAT_VERSION,
+            metadata_files=fields.metadata_files(source, get("metadata_files")),
+        )
 
 
 def load(url: str, **storage_options: Any) -> Manifest:
-    """Read a manifest from a local path or any fsspec URL."""
+    """Read and check a manifest from a local path or any fsspec URL; find its version directory.
+
+    The result's :attr:`Manifest.directory` is where the shards are, resolved
+    from where the manifest itself is (:func:`locate`), never from the
+    caller's working directory.
+    """
     fs, path = storage.open_url(url, **storage_options)
     try:
         data = storage.read_bytes(fs, path)
     except FileNotFoundError:
         raise InputError(f"{url}: manifest not found", path=url) from None
-    return Manifest.from_json(data, source=url)
+    manifest = Manifest.from_json(data, source=url)
+    return dataclasses.replace(manifest, resolved_root=locate(manifest, fs, path, url))
+
+
+def locate(manifest: Manifest, fs: Any, path: str, url: str) -> str:
+    """The version directory of the manifest at ``path`` on ``fs`` (``url``, for errors).
+
+    A URL or absolute ``root`` is itself. A relative one is relative to the
+    writer's working directory, which the manifest's own place recovers: a
+    manifest inside a folder named by its fingerprint is in its version
+    directory; a copy elsewhere (the DVC-tracked ``data/manifest.json``) has
+    ``root`` under its own folder or a folder above it, looked up to the
+    project's top (the first folder holding ``.dvc`` or ``.git``).
+
+    Raises:
+        InputError: a relative ``root`` that is under none of those folders.
+    """
+    root = manifest.root
+    if fsspec.core.split_protocol(root)[0] is not None or posixpath.isabs(root):
+        return root
+    folder = posixpath.dirname(posixpath.normpath(path))
+    if posixpath.basename(folder) == manifest.fingerprint:
+        return storage.unstrip(fs, folder)
+    base = folder
+    while True:
+        candidate = posixpath.normpath(posixpath.join(base, root))
+        if fs.isdir(candidate):
+            return storage.unstrip(fs, candidate)
+        parent = posixpath.dirname(base)
+        if parent in ("", base) or any(fs.exists(storage.join(base, m)) for m in _PROJECT_MARKERS):
+            break
+        base = parent
+    raise InputError(
+        f"{url}: root: expected the version directory {root} under the manifest's folder or "
+        f"one above it, up to the project's top; found it under none of {folder} .. {base}",
+        path=url,
+    )
 
 
 def sidecar_json(
