@@ -9,6 +9,7 @@ from pathlib import Path
 
 import fsspec
 import pytest
+from PIL import Image
 from typer.testing import CliRunner
 
 from tfshards.cli import app
@@ -145,3 +146,30 @@ def test_stage_script_lists_in_a_real_process(raw: Path, tmp_path: Path) -> None
     bad = _run("stages/list_files.py", str(tmp_path / "nope"), "--out", str(tmp_path / "l"))
     assert bad.returncode == 1
     assert bad.stderr == f"error: {tmp_path / 'nope'}: root folder not found\n"
+
+
+def test_a_listing_made_in_the_project_folder_is_written_from_a_subfolder(
+    tmp_path: Path,
+) -> None:
+    project = tmp_path / "project"
+    (project / ".dvc").mkdir(parents=True)
+    for label in ("cat", "dog"):
+        (project / "data/raw" / label).mkdir(parents=True)
+        for i in range(3):
+            Image.new("L", (4, 4), 40 * i).save(project / "data/raw" / label / f"{i}.png")
+    tfshards = [sys.executable, "-m", "tfshards"]
+    listed = subprocess.run(
+        [*tfshards, "list", "data/raw", "--out", "data/listing", "--extensions", ".png"],
+        cwd=project, capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert listed.returncode == 0, listed.stderr
+    assert json.loads((project / "data/listing/meta.json").read_text())["root"] == "data/raw"
+    (project / "notebooks").mkdir()
+    wrote = subprocess.run(
+        [*tfshards, "write", "../data/listing", "--out", "../data/shards", "--num-shards", "2",
+         "--manifest", "../data/manifest.json", "--no-progress"],
+        cwd=project / "notebooks", capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert wrote.returncode == 0, wrote.stderr
+    manifest = json.loads((project / "data/manifest.json").read_text())
+    assert manifest["totals"]["records"] == 6

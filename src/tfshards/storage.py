@@ -110,6 +110,45 @@ def absolute(url: str) -> str:
     return url
 
 
+PROJECT_MARKERS = (".dvc", ".git")  # a folder holding one is a project's top
+
+
+def find_upward(fs: Any, folder: str, rel: str) -> str | None:
+    """The first existing ``rel`` under ``folder`` or a folder above it, on ``fs``.
+
+    The search stops at the project's top (the first folder holding one of
+    :data:`PROJECT_MARKERS`) or the filesystem's root. Used to find what a
+    relative path, written relative to the project folder, names when read
+    from a file in a subfolder (a manifest copy, a listing).
+    """
+    base = folder
+    while True:
+        candidate = posixpath.normpath(posixpath.join(base, rel))
+        if fs.exists(candidate):
+            return candidate
+        parent = posixpath.dirname(base)
+        if parent in ("", base) or any(fs.exists(join(base, m)) for m in PROJECT_MARKERS):
+            return None
+        base = parent
+
+
+def resolve_relative(url: str, near: str) -> str:
+    """``url`` as given if it is a URL, absolute, or exists from here; else found from ``near``.
+
+    ``near`` is the local folder of the file that named ``url`` (relative to
+    the project folder where it was written); :func:`find_upward` looks from
+    there. Unchanged when found nowhere: the caller's error names it.
+    """
+    protocol, path = fsspec.core.split_protocol(url)
+    if protocol is not None or os.path.isabs(url) or os.path.exists(url):
+        return url
+    fs, folder = open_url(near)
+    if not is_local(fs):
+        return url
+    found = find_upward(fs, folder, str(path))
+    return url if found is None else found
+
+
 def unstrip(fs: Any, path: str) -> str:
     """Turn an fs-internal path back into a URL a user (or another process) can open."""
     if is_local(fs):

@@ -342,7 +342,7 @@ def listing_root(out_dir: str) -> str:
     """The ``root`` a listing directory names, read from ``meta.json`` alone."""
     fs, base = storage.open_url(out_dir)
     root: str = _read_meta(fs, base)[0]["root"]
-    return root
+    return storage.resolve_relative(root, out_dir)
 
 
 def listing_counts(out_dir: str) -> tuple[int, int]:
@@ -406,7 +406,8 @@ def read_listing(out_dir: str) -> Listing:
             path=files_path,
         )
     try:
-        listing = Listing(meta["root"], tuple(labels), tuple(entries), dict(meta["skipped"]))
+        root = storage.resolve_relative(meta["root"], out_dir)
+        listing = Listing(root, tuple(labels), tuple(entries), dict(meta["skipped"]))
     except ConfigError as exc:
         raise InputError(f"{meta_path}: {exc}", path=meta_path) from None
     object.__setattr__(listing, _DIGEST, found)  # the bytes just hashed are canonical

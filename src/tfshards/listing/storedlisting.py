@@ -143,9 +143,8 @@ def open_listing(directory: str, meta: dict[str, Any]) -> StoredListing | None:
             f"found {idx_size} bytes ending with {end}: stale",
             path=idx_where,
         )
-    return StoredListing(
-        directory, meta["root"], tuple(meta["labels"]), lines, meta["bytes"], found
-    )
+    root = storage.resolve_relative(meta["root"], directory)  # written from the project folder
+    return StoredListing(directory, root, tuple(meta["labels"]), lines, meta["bytes"], found)
 
 
 @dataclass(frozen=True)

@@ -27,7 +27,6 @@ FORMAT_VERSION = 1
 MANIFEST_NAME = "manifest.json"
 # Where the walk up from a manifest copy stops looking for its version directory:
 # the writer ran inside the project (a DVC stage runs in the folder of dvc.yaml).
-_PROJECT_MARKERS = (".dvc", ".git")
 
 
 @dataclass(frozen=True)
@@ -234,18 +233,13 @@ def locate(manifest: Manifest, fs: Any, path: str, url: str) -> str:
     folder = posixpath.dirname(posixpath.normpath(path))
     if posixpath.basename(folder) == manifest.fingerprint:
         return storage.unstrip(fs, folder)
-    base = folder
-    while True:
-        candidate = posixpath.normpath(posixpath.join(base, root))
-        if fs.isdir(candidate):
-            return storage.unstrip(fs, candidate)
-        parent = posixpath.dirname(base)
-        if parent in ("", base) or any(fs.exists(storage.join(base, m)) for m in _PROJECT_MARKERS):
-            break
-        base = parent
+    found = storage.find_upward(fs, folder, root)
+    if found is not None and fs.isdir(found):
+        return storage.unstrip(fs, found)
     raise InputError(
         f"{url}: root: expected the version directory {root} under the manifest's folder or "
-        f"one above it, up to the project's top; found it under none of {folder} .. {base}",
+        f"one above it, up to the project's top (a folder with .dvc or .git); found it "
+        f"under none from {folder} up",
         path=url,
     )
 
