@@ -17,7 +17,7 @@ from typer.testing import CliRunner
 from test_yamlfile import billion_laughs
 from tfshards import __version__
 from tfshards.cli import app
-from tfshards.project import pipeline, scaffold, yamlfile
+from tfshards.project import ignores, pipeline, scaffold, yamlfile
 
 REPO = Path(__file__).resolve().parents[1]
 CODE_DEPS = ("stages/", "src/tfshards/")  # deps this repository adds: its own source files
@@ -429,3 +429,69 @@ def test_an_alias_bomb_is_refused_in_one_line_in_bounded_time_and_memory(repo):
     assert "params.yaml: aliases expand its 33 nodes to 8335593970 " in lines[0]
     assert float(seconds) < 20 and int(peak_mb) < 200, (seconds, peak_mb)
     assert not (repo / "dvc.yaml").exists()
+
+
+# --- raw data and checkpoints stay out of git -----------------------------------------
+
+
+def test_the_gitignore_block_is_the_only_part_init_rewrites():
+    user = "*.pyc\n# my notes\n/build/\n"
+    once = ignores.merge(user, ignores.wanted("data/raw"))
+    assert once.startswith(user)
+    assert once.endswith(f"\n{ignores.BEGIN}\n/data/raw/\n/checkpoints/\n{ignores.END}\n")
+    assert ignores.merge(once, ignores.wanted("data/raw")) == once
+    moved = ignores.merge(once + "/dist/\n", ignores.wanted("photos"))
+    assert "/photos/\n" in moved and "/data/raw/" not in moved and moved.endswith("/dist/\n")
+    assert ignores.wanted("s3://bucket/raw") == ["/checkpoints/"]  # not in the repository
+    assert ignores.wanted("../elsewhere") == ["/checkpoints/"]
+
+
+def test_init_with_no_raw_folder_yet_says_to_dvc_add_it(repo):
+    result = _init()
+    assert result.exit_code == 0, result.output
+    assert "then `dvc add data/raw` before `dvc repro`" in result.output
+    assert "/data/raw/" in (repo / ".gitignore").read_text()
+
+
+def _git(repo: Path, *args: str) -> str:
+    done = subprocess.run(["git", *args], cwd=repo, capture_output=True, text=True, check=True)
+    return done.stdout
+
+
+@pytest.fixture
+def real_repo(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A real `git init` + `dvc init` repository with 6 PNGs in data/raw."""
+    from PIL import Image
+
+    _git(tmp_path, "init", "--quiet")
+    subprocess.run([sys.executable, "-m", "dvc", "init", "--quiet"], cwd=tmp_path, check=True)
+    for label in ("circle", "square"):
+        (tmp_path / "data/raw" / label).mkdir(parents=True)
+        for i in range(3):
+            Image.new("L", (4, 4), 30 * i).save(tmp_path / "data/raw" / label / f"{i}.png")
+    monkeypatch.chdir(tmp_path)
+    return tmp_path
+
+
+@pytest.mark.slow
+def test_init_puts_raw_images_under_dvc_and_keeps_checkpoints_out_of_git(real_repo):
+    result = _init()
+    assert result.exit_code == 0, result.output
+    assert "dvc add data/raw: raw files tracked by DVC" in result.output
+    assert (real_repo / "data/raw.dvc").exists()
+    (real_repo / "checkpoints/train").mkdir(parents=True)  # what a killed run leaves
+    (real_repo / "checkpoints/train/state.json").write_text("{}")
+    _git(real_repo, "add", "-A")
+    tracked = _git(real_repo, "ls-files").split()
+    assert "data/raw.dvc" in tracked and ".gitignore" in tracked
+    assert not [p for p in tracked if p.startswith(("data/raw/", "checkpoints/"))], tracked
+    assert _init().exit_code == 0  # again: raw.dvc exists, nothing more to add
+
+
+@pytest.mark.slow
+def test_init_says_how_when_git_already_tracks_the_images(real_repo):
+    _git(real_repo, "add", "data/raw")
+    result = _init()
+    assert result.exit_code == 1
+    line = result.output.strip().splitlines()[-1]
+    assert "data/raw: dvc add failed" in line and "git rm -r --cached data/raw" in line

@@ -87,15 +87,24 @@ def init_command(
         "extensions": extensions,
     }
     explicit = {k: v for k, v in given.items() if v is not None}
-    from tfshards.project import scaffold  # the YAML round trip loads only when init runs
+    # The YAML round trip loads only when init runs.
+    from tfshards.project import ignores, rawdata, scaffold
 
     result = scaffold.init(Path.cwd(), explicit, force=force, version=__version__)
     variant = "remote-first: DVC tracks the manifest" if result.spec.remote else "local"
+    if ignores.update(Path.cwd(), result.spec.root):
+        typer.echo(".gitignore: raw data and checkpoints/ kept out of git")
     fs, raw = storage.open_url(result.spec.root)
     if storage.is_local(fs) and not fs.exists(raw):  # a remote root is not probed here
         typer.echo(
             f"note: {result.spec.root} does not exist yet: put the images there as "
-            f"{result.spec.root}/<label>/<file> before `dvc repro`"
+            f"{result.spec.root}/<label>/<file>, then `dvc add {result.spec.root}` "
+            "before `dvc repro`"
+        )
+    elif storage.is_local(fs) and rawdata.track(Path.cwd(), result.spec.root):
+        typer.echo(
+            f"dvc add {result.spec.root}: raw files tracked by DVC "
+            f"(commit {result.spec.root}.dvc; `dvc push` shares them)"
         )
     typer.echo(f"dvc.yaml: {result.stages.summary('stages') or 'unchanged'}")
     typer.echo(f"params.yaml: {result.params.summary('params') or 'unchanged'}")

@@ -1,0 +1,72 @@
+"""The block tfshards keeps in a repository's ``.gitignore``: raw data and checkpoints stay out.
+
+Raw images belong to DVC (``dvc add data/raw``), never to git: without this, the
+first ``git add -A`` after ``tfshards init`` committed every image. Training
+checkpoints are scratch that a killed run leaves behind. ``tfshards init``
+writes these lines between two marker comments and only ever rewrites that
+block; every other line of the file stays as it was.
+"""
+
+from __future__ import annotations
+
+import posixpath
+from pathlib import Path
+
+import fsspec
+
+from tfshards.errors import ConfigError
+from tfshards.project import yamlfile
+from tfshards.project.pipeline import CHECKPOINTS
+
+BEGIN = "# >>> tfshards init: raw data is tracked by DVC, checkpoints are scratch"
+END = "# <<< tfshards init"
+
+
+def wanted(root: str) -> list[str]:
+    """The lines to keep ignored: the raw root when it is a folder inside the repository."""
+    lines = []
+    protocol, path = fsspec.core.split_protocol(root)
+    rel = posixpath.normpath(str(path))
+    if protocol is None and not posixpath.isabs(rel) and not rel.startswith(".."):
+        lines.append(f"/{rel}/")
+    lines.append(f"/{CHECKPOINTS.split('/')[0]}/")
+    return lines
+
+
+def merge(text: str, lines: list[str]) -> str:
+    """``text`` with its tfshards block holding ``lines`` (appended when it has none)."""
+    block = [BEGIN, *lines, END]
+    rows = text.splitlines()
+    if BEGIN in rows and END in rows[rows.index(BEGIN) :]:
+        start = rows.index(BEGIN)
+        end = rows.index(END, start)
+        rows[start : end + 1] = block
+    else:
+        rows += ([""] if rows and rows[-1].strip() else []) + block
+    return "\n".join(rows) + "\n"
+
+
+def update(directory: Path, root: str) -> bool:
+    """Write the block into ``directory/.gitignore``; True when the file changed.
+
+    Raises:
+        ConfigError: the file is not UTF-8 text (named with the byte offset).
+    """
+    path = directory / ".gitignore"
+    try:
+        data = path.read_bytes()
+    except FileNotFoundError:
+        data = b""
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise ConfigError(
+            f"{path}: expected UTF-8 text, found byte {data[exc.start]:#04x} at offset "
+            f"{exc.start}; save the file as UTF-8",
+            path=str(path),
+        ) from None
+    new = merge(text, wanted(root))
+    if new == text:
+        return False
+    yamlfile.save(path, new)
+    return True

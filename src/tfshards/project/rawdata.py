@@ -1,0 +1,62 @@
+"""Put a repository's local raw folder under DVC (``dvc add``), so images never land in git."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from tfshards.errors import ConfigError
+from tfshards.project import yamlfile
+
+
+def track(directory: Path, root: str) -> bool:
+    """``dvc add root`` unless DVC already tracks it; True when it ran.
+
+    Skipped for a root outside ``directory``, one that a ``<root>.dvc`` file
+    already tracks, and one that a stage of ``dvc.yaml`` writes (a sample or
+    import stage: DVC tracks it as that stage's out).
+
+    Raises:
+        ConfigError: ``dvc add`` failed (e.g. git already tracks the images),
+            with DVC's reason and how to fix it.
+    """
+    rel = os.path.relpath(os.path.abspath(root), directory)
+    if rel.startswith(".."):
+        return False
+    if (directory / f"{rel}.dvc").exists() or rel in _stage_outs(directory / "dvc.yaml"):
+        return False
+    done = subprocess.run(
+        [sys.executable, "-m", "dvc", "add", "--quiet", rel],
+        cwd=directory,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    if done.returncode != 0:
+        lines = [line.strip() for line in done.stderr.splitlines() if line.strip()]
+        why = next((line for line in lines if line.startswith("ERROR")), lines[-1] if lines else "")
+        raise ConfigError(
+            f"{rel}: dvc add failed ({why.removeprefix('ERROR: ')[:300]}); if git tracks the "
+            f"images, run `git rm -r --cached {rel}`, then `dvc add {rel}`",
+            path=rel,
+            step="dvc add",
+        )
+    return True
+
+
+def _stage_outs(dvc_yaml: Path) -> set[str]:
+    """The paths the stages of ``dvc_yaml`` write (their ``outs``), normalized."""
+    if not dvc_yaml.exists():
+        return set()
+    stages = yamlfile.plain(yamlfile.load(dvc_yaml)).get("stages") or {}
+    outs: set[str] = set()
+    for stage in stages.values() if isinstance(stages, dict) else ():
+        for out in stage.get("outs", []) if isinstance(stage, dict) else ():
+            name = next(iter(out)) if isinstance(out, dict) else out
+            outs.add(os.path.normpath(str(name)))
+    return outs
+
+
+__all__ = ["track"]
