@@ -11,6 +11,7 @@ from typing import Any
 from tfshards import storage
 from tfshards.errors import RecordError, ShardError
 from tfshards.reading.cache import ShardCache
+from tfshards.reading.chunks import raised_in
 from tfshards.writing.manifest import Manifest, ShardInfo
 
 # Messages that mean "the bytes of a record are bad" (not a model or user error): TensorFlow's
@@ -41,7 +42,9 @@ def shard_errors(
     inside starts a scan of the local copies of ``shards`` (default: all),
     with every image decoded when the error was about one; the first bad
     record found is raised, chained to the original error, which is re-raised
-    when the scan finds nothing. Costs nothing while all is well.
+    when the scan finds nothing. An error the chunk reader raised
+    (:mod:`tfshards.reading.chunks`: a shard changed after it was verified)
+    is re-raised as it is, without a scan. Costs nothing while all is well.
     """
     import tensorflow as tf
 
@@ -49,6 +52,9 @@ def shard_errors(
         yield
     except (tf.errors.OpError, ValueError) as exc:
         message = str(exc)
+        checked = raised_in(message)
+        if checked is not None:  # found by the chunk reader itself: already names the record
+            raise checked from exc
         if not (
             isinstance(exc, (tf.errors.DataLossError, UnicodeDecodeError))
             or _RECORD_PROBLEM.search(message)
