@@ -3,17 +3,24 @@ verified is refused with an error naming it, never handed on (and no forged leng
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import os
 import random
+import re
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
 from tfshards.errors import RecordError, ShardError
 from tfshards.format import native, tfrecord
-from tfshards.reading import chunks, gate
-from tfshards.writing.manifest import ShardInfo
+from tfshards.listing.listing import list_files
+from tfshards.project.sample import write_synthetic
+from tfshards.reading import chunks, gate, loader
+from tfshards.writing.manifest import Manifest, ShardInfo
+from tfshards.writing.writer import WriteConfig, write
 
 CHUNK = 4096  # small chunks, so that a few dozen records make several
 
@@ -201,3 +208,148 @@ def test_shard_rewritten_before_it_is_opened_again_is_refused_by_its_sha256(tmp_
     with pytest.raises(ShardError, match="sha256 mismatch") as info:
         chunks.layout(shard, path)
     assert chunks.raised_in(str(info.value)) is info.value
+
+
+# ----------------------------------------------------------------------------- through the loader
+
+
+@pytest.fixture(scope="module")
+def large_shards(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Manifest]:
+    """240 synthetic 256 px JPEGs (~10 KB each) in 2 shards of ~2.4 MB: 3 chunks each."""
+    base = tmp_path_factory.mktemp("large")
+    write_synthetic(str(base / "img"), 240, 256, workers=1)
+    listing = list_files(str(base / "img"))
+    out = {}
+    for compression in ("none", "gzip"):
+        config = WriteConfig(
+            out=str(base / compression),
+            num_shards=2,
+            workers=1,
+            executor="serial",
+            compression=compression,
+        )
+        out[compression] = write(config, listing, progress=False).manifest
+    return out
+
+
+def _copy(manifest: Manifest, dest: Path) -> Manifest:
+    dest.mkdir()
+    for shard in manifest.shards:
+        (dest / shard.name).write_bytes(Path(manifest.shard_url(shard)).read_bytes())
+    return dataclasses.replace(manifest, root=str(dest))
+
+
+# The CLI's way: one line on stderr and exit 1 for a TfshardsError (TF_CPP_MIN_LOG_LEVEL=2).
+_TAMPERED_MID_EPOCH = """
+import os, sys
+from tfshards.errors import TfshardsError
+from tfshards.reading import corruption, loader
+from tfshards.writing.manifest import load
+
+manifest = load(sys.argv[1])
+path, offset, data = sys.argv[2], int(sys.argv[3]), bytes.fromhex(sys.argv[4])
+try:
+    with corruption.shard_errors(manifest):
+        batches = iter(loader.make_dataset(manifest.shards, manifest, batch_size=4, training=False))
+        next(batches)
+        st = os.stat(path)
+        with open(path, "r+b") as f:  # in place: the size stays
+            f.seek(offset)
+            f.write(data)
+        os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns))  # what a 1 s timestamp would show
+        for _ in batches:
+            pass
+except TfshardsError as exc:
+    print(f"error: {exc}", file=sys.stderr)
+    sys.exit(1)
+print("read to the end")
+"""
+
+
+def _run_tampered(manifest: Manifest, tmp_path: Path, path: str, offset: int, data: bytes):  # type: ignore[no-untyped-def]
+    (tmp_path / "manifest.json").write_bytes(manifest.to_json())
+    return subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            _TAMPERED_MID_EPOCH,
+            str(tmp_path / "manifest.json"),
+            path,
+            str(offset),
+            data.hex(),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"},
+    )
+
+
+def _one_error_line(result: subprocess.CompletedProcess[str]) -> str:
+    """The child's one error line, once it is sure it exited 1 (SIGSEGV is -11) with no traceback.
+
+    TensorFlow's own start-up lines (oneDNN, absl) come before it whatever the log level.
+    """
+    assert result.returncode == 1, (result.returncode, result.stdout, result.stderr[-3000:])
+    assert "Traceback" not in result.stderr, result.stderr[-3000:]
+    lines = result.stderr.splitlines()
+    assert [line for line in lines if line.startswith("error:")] == lines[-1:], result.stderr
+    return lines[-1]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("forged", ["length-2**36", "data-byte"])
+def test_record_overwritten_in_place_mid_epoch_stops_the_process_with_one_line_naming_it(
+    large_shards, tmp_path, forged
+):
+    manifest = _copy(large_shards["none"], tmp_path / "copy")
+    shard = manifest.shards[-1]
+    path = manifest.shard_url(shard)
+    clean = Path(path).read_bytes()
+    index = shard.records - 2  # in the last chunk: not read when the first batch is out
+    at = list(tfrecord.scan(clean))[index].offset
+    if forged == "length-2**36":  # what crashed TFRecordDataset with SIGSEGV
+        offset, data = at, tfrecord.header(1 << 36)
+        problem = rf"length field says {1 << 36} bytes \+ 4 CRC bytes, past byte {len(clean)}, "
+    else:
+        offset, data = at + 20, bytes([clean[at + 20] ^ 0xFF])
+        problem = "data CRC mismatch"
+    result = _run_tampered(manifest, tmp_path, path, offset, data)
+    assert re.fullmatch(
+        rf"error: {re.escape(path)}: record {index} at byte {at}: {problem}.*",
+        _one_error_line(result),
+    )
+
+
+@pytest.mark.slow
+def test_gzip_shard_damaged_in_place_mid_epoch_stops_the_process_with_one_line_naming_it(
+    large_shards, tmp_path
+):
+    manifest = _copy(large_shards["gzip"], tmp_path / "copy")
+    path = manifest.shard_url(manifest.shards[-1])
+    size = os.path.getsize(path)
+    result = _run_tampered(manifest, tmp_path, path, size - size // 8, bytes(64))
+    assert _one_error_line(result).startswith(f"error: {path}: ")
+
+
+@pytest.mark.parametrize("compression", ["none", "gzip"])
+def test_iterator_restored_from_a_checkpoint_mid_shard_reads_on_where_it_stopped(
+    large_shards, tmp_path, compression
+):
+    import tensorflow as tf
+
+    manifest = large_shards[compression]
+    options = tf.data.Options()  # what training sets: the py_functions hold no state to save
+    options.experimental_external_state_policy = tf.data.experimental.ExternalStatePolicy.IGNORE
+    ds = loader.make_dataset(
+        manifest.shards, manifest, batch_size=4, training=False, decode=False, features=["path"]
+    ).with_options(options)
+    running = iter(ds)
+    for _ in range(40):  # 160 of 240 records: into the second chunk of each shard
+        next(running)
+    saved = tf.train.Checkpoint(iterator=running).write(str(tmp_path / "ck"))
+    rest = [p for features, _ in running for p in features["path"].numpy().tolist()]
+    restored = iter(ds)
+    tf.train.Checkpoint(iterator=restored).read(saved).assert_consumed()
+    again = [p for features, _ in restored for p in features["path"].numpy().tolist()]
+    assert len(rest) == 80 and again == rest

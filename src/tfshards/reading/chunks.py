@@ -40,6 +40,9 @@ from tfshards.reading.gate import READ_BYTES, Gate
 from tfshards.writing.manifest import ShardInfo
 
 _KEEP_STREAMS = 64  # paused inflaters kept (an open file each); 16 files are read at once
+# Compressed bytes read at a time: a paused inflater holds what it has not inflated yet, so
+# 16 open gzip shards hold ~4 MB here where the gate's 4 MB reads would hold 64 MB.
+INFLATE_READ_BYTES = 256 << 10
 _KEEP_RAISED = 64  # errors kept for shard_errors to re-raise as they are
 
 _lock = threading.Lock()
@@ -262,7 +265,7 @@ class _Stream:
 
 def _inflate_file(path: str, compression: str) -> Generator[bytes, None, None]:
     with open(path, "rb", buffering=0) as f:  # local by construction
-        yield from tfrecord.inflate(iter(lambda: f.read(READ_BYTES), b""), compression)
+        yield from tfrecord.inflate(iter(lambda: f.read(INFLATE_READ_BYTES), b""), compression)
 
 
 def _inflated(
