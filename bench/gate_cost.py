@@ -1,12 +1,18 @@
-"""What verifying local shards before TensorFlow reads them adds to the first epoch.
+"""What verifying local shards, and reading them in checked chunks, costs the loader.
 
 ``python -m bench.gate_cost [IMAGES] [SIZE]`` writes IMAGES synthetic JPEGs of
 SIZE px (default: the small set, 20,000 x 96 px) into 16 shards in a temp
 directory, then times, median of 3 rounds with the page cache warm: the
 verification of every shard with nothing remembered (sha256, framing walk and
 record count: what the first ``make_dataset`` of a process pays), the same
-check once remembered (a ``stat`` per shard: every later open), and one
-decoded epoch of ``make_dataset(training=False)``.
+check once remembered (a ``stat`` per shard: every later open), and one epoch
+of ``make_dataset(training=False)``, decoded and not, read two ways in the
+same rounds: through :mod:`tfshards.reading.chunks` (what the loader does)
+and through ``TFRecordDataset`` (what it did before: it trusts a record's
+length, and a header overwritten in place after verification crashed it).
+The first epoch is verification plus an epoch; later epochs are an epoch.
+Wall and CPU seconds (this process, all threads) are both given: on a
+machine shared with other jobs the CPU figure moves less.
 """
 
 from __future__ import annotations
@@ -15,21 +21,84 @@ import statistics
 import sys
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from typing import Any
 
 from tfshards.listing.listing import list_files
 from tfshards.project.sample import write_synthetic
 from tfshards.reading import gate, loader
+from tfshards.writing.manifest import Manifest
 from tfshards.writing.writer import WriteConfig, write
 
+_KIND = {"none": "", "gzip": "GZIP", "zlib": "ZLIB"}
 
-def _median_seconds(fn: Callable[[], object], rounds: int = 3) -> float:
-    times = []
+
+def _seconds(fn: Callable[[], object]) -> float:
+    start = time.perf_counter()
+    fn()
+    return time.perf_counter() - start
+
+
+def _epoch(ds: Any) -> None:
+    for _ in ds:
+        pass
+
+
+def _tfrecord_records(
+    paths: Sequence[str],
+    local: gate.Gate,
+    *,
+    shuffle_files: bool = False,
+    seed: int = 0,
+    cycle_length: int | None = None,
+    parallel_reads: int | None = None,
+    deterministic: bool | None = None,
+) -> Any:
+    """``loader.records_dataset`` as it was: ``TFRecordDataset`` with a 1 MB buffer per file."""
+    import tensorflow as tf
+
+    files = tf.data.Dataset.from_tensor_slices(list(paths))
+    if shuffle_files and len(paths) > 1:
+        files = files.shuffle(len(paths), seed=seed, reshuffle_each_iteration=True)
+    return files.interleave(
+        lambda path: tf.data.TFRecordDataset(path, _KIND[local.compression], buffer_size=1 << 20),
+        cycle_length=min(len(paths), loader.DEFAULT_CYCLE_LENGTH)
+        if cycle_length is None
+        else cycle_length,
+        block_length=1,
+        num_parallel_calls=parallel_reads,
+        deterministic=deterministic if parallel_reads else None,
+    )
+
+
+def _epochs(manifest: Manifest, rounds: int = 3) -> dict[tuple[str, bool], tuple[float, float]]:
+    """Median epoch (wall, CPU) seconds by (reader, decoded), the readers' rounds interleaved.
+
+    CPU is this process's, all threads: on a shared machine it moves less than wall.
+    """
+    checked = loader.records_dataset
+    readers: dict[str, Any] = {"chunks": checked, "TFRecordDataset": _tfrecord_records}
+    datasets = {}
+    for name, reader in readers.items():
+        loader.records_dataset = reader  # make_dataset calls it by this name
+        try:
+            for decode in (True, False):
+                datasets[name, decode] = loader.make_dataset(
+                    manifest.shards, manifest, batch_size=128, training=False, decode=decode
+                )
+        finally:
+            loader.records_dataset = checked
+    walls: dict[tuple[str, bool], list[float]] = {key: [] for key in datasets}
+    cpus: dict[tuple[str, bool], list[float]] = {key: [] for key in datasets}
+    for ds in datasets.values():  # warm-up: graph building, page cache
+        _epoch(ds)
     for _ in range(rounds):
-        start = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - start)
-    return statistics.median(times)
+        for key, ds in datasets.items():
+            wall, cpu = time.perf_counter(), time.process_time()
+            _epoch(ds)
+            walls[key].append(time.perf_counter() - wall)
+            cpus[key].append(time.process_time() - cpu)
+    return {key: (statistics.median(walls[key]), statistics.median(cpus[key])) for key in datasets}
 
 
 def main(images: int = 20_000, size: int = 96) -> None:
@@ -38,24 +107,31 @@ def main(images: int = 20_000, size: int = 96) -> None:
         config = WriteConfig(out=f"{tmp}/shards", num_shards=16, workers=2)
         manifest = write(config, list_files(f"{tmp}/raw"), progress=False).manifest
         _, local = loader.resolve_paths(manifest, manifest.shards)
-        assert isinstance(local, gate.Gate)
 
         def cold() -> None:
             gate.forget()
             local.verify_all()
 
-        verify = _median_seconds(cold)
-        remembered = _median_seconds(local.verify_all)
-        ds = loader.make_dataset(manifest.shards, manifest, batch_size=128, training=False)
-        for _ in ds:  # warm-up: graph building, page cache
-            pass
-        epoch = _median_seconds(lambda: [None for _ in ds])
+        verify = statistics.median(_seconds(cold) for _ in range(3))
+        remembered = statistics.median(_seconds(local.verify_all) for _ in range(3))
+        epoch = _epochs(manifest)
     mb = manifest.bytes / 1e6
     print(
         f"{images} x {size} px, {mb:.1f} MB in 16 shards: verify {verify:.3f} s "
-        f"({mb / verify:.0f} MB/s), remembered {remembered * 1e3:.2f} ms, "
-        f"decoded epoch {epoch:.2f} s: first epoch +{100 * verify / epoch:.1f}%"
+        f"({mb / verify:.0f} MB/s), remembered {remembered * 1e3:.2f} ms"
     )
+    for decode, what in ((True, "decoded"), (False, "undecoded")):
+        for i, clock in enumerate(("wall", "CPU")):
+            new, old = epoch["chunks", decode][i], epoch["TFRecordDataset", decode][i]
+            print(
+                f"{what} epoch, {clock}: chunks {new:.2f} s, TFRecordDataset {old:.2f} s; "
+                f"later epochs {new / old:.3f}x"
+                + (
+                    f", first epoch (verify + epoch) {(verify + new) / (verify + old):.3f}x"
+                    if clock == "wall"
+                    else ""
+                )
+            )
 
 
 if __name__ == "__main__":

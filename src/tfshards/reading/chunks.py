@@ -110,22 +110,28 @@ def first_record(gate: Gate, path: str) -> bytes | None:
 def records(tf: Any, gate: Gate) -> Callable[[Any], Any]:
     """``path -> tf.data.Dataset`` of the serialized records of the shard at ``path``.
 
-    Each element of the file's layout is one ``py_function`` call (~1 MB
-    read and checked); tf.data cuts the records apart with one ``substr``.
+    Each row of the file's layout is one ``numpy_function`` call (~1 MB read
+    and checked); tf.data cuts the records apart with one ``substr``. CPU per
+    record against ``TFRecordDataset`` (5 MB of 4 KB records in 16 files,
+    interleaved, batched; median of 7, 2 busy cores): 0.19 s against 0.17 s
+    per 1,250 records; 0.57 against 0.67 s for 400 B records. A
+    ``py_function`` cost 0.28 s (eager tensors), records cut apart in Python
+    0.21 s.
     """
 
-    def rows_of(path: Any) -> np.ndarray:
-        return layout(gate, path.numpy().decode())
+    def rows_of(path: bytes) -> np.ndarray:
+        return layout(gate, path.decode())
 
-    def chunk(path: Any, row: Any) -> tuple[bytes, np.ndarray, np.ndarray]:
-        return read_chunk(gate, path.numpy().decode(), row.numpy().tolist())
+    def chunk(path: bytes, row: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        data, starts, lengths = read_chunk(gate, path.decode(), row.tolist())
+        return np.array(data, dtype=object), starts, lengths  # object: bytes kept whole
 
     def dataset(path: Any) -> Any:
-        rows = tf.py_function(rows_of, [path], tf.int64)
+        rows = tf.numpy_function(rows_of, [path], tf.int64)
         rows.set_shape([None, 4])
 
         def split(row: Any) -> Any:
-            data, starts, lengths = tf.py_function(
+            data, starts, lengths = tf.numpy_function(
                 chunk, [path, row], (tf.string, tf.int64, tf.int64)
             )
             data.set_shape([])
