@@ -266,22 +266,22 @@ print("read to the end")
 """
 
 
-def _run_tampered(manifest: Manifest, tmp_path: Path, path: str, offset: int, data: bytes):  # type: ignore[no-untyped-def]
-    (tmp_path / "manifest.json").write_bytes(manifest.to_json())
+def _run_child(script: str, *args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [
-            sys.executable,
-            "-c",
-            _TAMPERED_MID_EPOCH,
-            str(tmp_path / "manifest.json"),
-            path,
-            str(offset),
-            data.hex(),
-        ],
+        [sys.executable, "-c", script, *args],
         capture_output=True,
         text=True,
         timeout=300,
         env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"},
+    )
+
+
+def _run_tampered(
+    manifest: Manifest, tmp_path: Path, path: str, offset: int, data: bytes
+) -> subprocess.CompletedProcess[str]:
+    (tmp_path / "manifest.json").write_bytes(manifest.to_json())
+    return _run_child(
+        _TAMPERED_MID_EPOCH, str(tmp_path / "manifest.json"), path, str(offset), data.hex()
     )
 
 
@@ -330,6 +330,69 @@ def test_gzip_shard_damaged_in_place_mid_epoch_stops_the_process_with_one_line_n
     size = os.path.getsize(path)
     result = _run_tampered(manifest, tmp_path, path, size - size // 8, bytes(64))
     assert _one_error_line(result).startswith(f"error: {path}: ")
+
+
+# The same through the cache: the remote is memory:// of the child itself.
+_CACHED_COPY_TAMPERED_MID_EPOCH = """
+import dataclasses, os, sys
+from fsspec.implementations.memory import MemoryFileSystem
+from tfshards.errors import TfshardsError
+from tfshards.format import tfrecord
+from tfshards.reading import corruption, loader
+from tfshards.reading.cache import ShardCache
+from tfshards.writing.manifest import load
+
+local = load(sys.argv[1])
+cache_dir, offset = sys.argv[2], int(sys.argv[3])
+manifest = dataclasses.replace(local, root="memory://bucket/shards")
+for shard in local.shards:
+    with open(local.shard_url(shard), "rb") as f:
+        MemoryFileSystem().pipe_file(manifest.shard_url(shard).removeprefix("memory://"), f.read())
+copy = ShardCache(cache_dir).path(manifest.shards[-1])
+try:
+    with corruption.shard_errors(manifest, cache_dir=cache_dir):
+        batches = iter(
+            loader.make_dataset(
+                manifest.shards, manifest, batch_size=4, training=False, cache_dir=cache_dir
+            )
+        )
+        next(batches)
+        st = os.stat(copy)
+        with open(copy, "r+b") as f:
+            f.seek(offset)
+            f.write(tfrecord.header(1 << 36))
+        os.utime(copy, ns=(st.st_atime_ns, st.st_mtime_ns))
+        for _ in batches:
+            pass
+except TfshardsError as exc:
+    print(f"error: {exc}", file=sys.stderr)
+    sys.exit(1)
+print("read to the end")
+"""
+
+
+@pytest.mark.slow
+def test_cached_copy_overwritten_in_place_mid_epoch_stops_the_process_naming_the_remote_shard(
+    large_shards, tmp_path
+):
+    manifest = large_shards["none"]
+    shard = manifest.shards[-1]
+    clean = Path(manifest.shard_url(shard)).read_bytes()
+    index = shard.records - 2
+    at = list(tfrecord.scan(clean))[index].offset
+    (tmp_path / "manifest.json").write_bytes(manifest.to_json())
+    result = _run_child(
+        _CACHED_COPY_TAMPERED_MID_EPOCH,
+        str(tmp_path / "manifest.json"),
+        str(tmp_path / "cache"),
+        str(at),
+    )
+    url = f"memory://bucket/shards/{shard.name}"
+    assert _one_error_line(result) == (
+        f"error: {url}: record {index} at byte {at}: length field says {1 << 36} bytes + 4 CRC "
+        f"bytes, past byte {len(clean)}, where the verified records end "
+        "(rewritten since it was verified)"
+    )
 
 
 @pytest.mark.parametrize("compression", ["none", "gzip"])
