@@ -1,18 +1,19 @@
 """What verifying local shards, and reading them in checked chunks, costs the loader.
 
-``python -m bench.gate_cost [IMAGES] [SIZE]`` writes IMAGES synthetic JPEGs of
-SIZE px (default: the small set, 20,000 x 96 px) into 16 shards in a temp
-directory, then times, median of 3 rounds with the page cache warm: the
-verification of every shard with nothing remembered (sha256, framing walk and
-record count: what the first ``make_dataset`` of a process pays), the same
-check once remembered (a ``stat`` per shard: every later open), and one epoch
-of ``make_dataset(training=False)``, decoded and not, read two ways in the
-same rounds: through :mod:`tfshards.reading.chunks` (what the loader does)
+``python -m bench.gate_cost [IMAGES] [SIZE] [ROUNDS]`` writes IMAGES synthetic
+JPEGs of SIZE px (default: the small set, 20,000 x 96 px) into 16 shards in a
+temp directory, then times, page cache warm: the verification of every shard
+with nothing remembered (sha256, framing walk and record count: what the
+first ``make_dataset`` of a process pays), the same check once remembered (a
+``stat`` per shard: every later open), and one epoch of
+``make_dataset(training=False)``, decoded and not, read two ways in the same
+rounds: through :mod:`tfshards.reading.chunks` (what the loader does)
 and through ``TFRecordDataset`` (what it did before: it trusts a record's
 length, and a header overwritten in place after verification crashed it).
 The first epoch is verification plus an epoch; later epochs are an epoch.
-Wall and CPU seconds (this process, all threads) are both given: on a
-machine shared with other jobs the CPU figure moves less.
+Verification is the median of 3; epochs are ROUNDS (default 5) rounds in
+which the two readers take turns, reported as the median and range of the
+per-round ratios, in wall and CPU seconds (this process, all threads).
 """
 
 from __future__ import annotations
@@ -71,10 +72,12 @@ def _tfrecord_records(
     )
 
 
-def _epochs(manifest: Manifest, rounds: int = 3) -> dict[tuple[str, bool], tuple[float, float]]:
-    """Median epoch (wall, CPU) seconds by (reader, decoded), the readers' rounds interleaved.
+def _epochs(manifest: Manifest, rounds: int) -> dict[tuple[str, bool, str], list[float]]:
+    """Epoch seconds by (reader, decoded, clock), one per round.
 
-    CPU is this process's, all threads: on a shared machine it moves less than wall.
+    The readers take turns within each round (which goes first alternates),
+    so that a paired ratio compares epochs run under the same load. CPU is
+    this process's, all threads: on a shared machine it moves less than wall.
     """
     checked = loader.records_dataset
     readers: dict[str, Any] = {"chunks": checked, "TFRecordDataset": _tfrecord_records}
@@ -88,20 +91,19 @@ def _epochs(manifest: Manifest, rounds: int = 3) -> dict[tuple[str, bool], tuple
                 )
         finally:
             loader.records_dataset = checked
-    walls: dict[tuple[str, bool], list[float]] = {key: [] for key in datasets}
-    cpus: dict[tuple[str, bool], list[float]] = {key: [] for key in datasets}
+    times: dict[tuple[str, bool, str], list[float]] = {}
     for ds in datasets.values():  # warm-up: graph building, page cache
         _epoch(ds)
-    for _ in range(rounds):
-        for key, ds in datasets.items():
+    for i in range(rounds):
+        for name, decode in sorted(datasets, reverse=bool(i % 2)):
             wall, cpu = time.perf_counter(), time.process_time()
-            _epoch(ds)
-            walls[key].append(time.perf_counter() - wall)
-            cpus[key].append(time.process_time() - cpu)
-    return {key: (statistics.median(walls[key]), statistics.median(cpus[key])) for key in datasets}
+            _epoch(datasets[name, decode])
+            times.setdefault((name, decode, "wall"), []).append(time.perf_counter() - wall)
+            times.setdefault((name, decode, "CPU"), []).append(time.process_time() - cpu)
+    return times
 
 
-def main(images: int = 20_000, size: int = 96) -> None:
+def main(images: int = 20_000, size: int = 96, rounds: int = 5) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         write_synthetic(f"{tmp}/raw", images, size, workers=2)
         config = WriteConfig(out=f"{tmp}/shards", num_shards=16, workers=2)
@@ -114,25 +116,28 @@ def main(images: int = 20_000, size: int = 96) -> None:
 
         verify = statistics.median(_seconds(cold) for _ in range(3))
         remembered = statistics.median(_seconds(local.verify_all) for _ in range(3))
-        epoch = _epochs(manifest)
+        times = _epochs(manifest, rounds)
     mb = manifest.bytes / 1e6
     print(
         f"{images} x {size} px, {mb:.1f} MB in 16 shards: verify {verify:.3f} s "
-        f"({mb / verify:.0f} MB/s), remembered {remembered * 1e3:.2f} ms"
+        f"({mb / verify:.0f} MB/s), remembered {remembered * 1e3:.2f} ms; "
+        f"chunks / TFRecordDataset, median (range) of {rounds} paired rounds:"
     )
     for decode, what in ((True, "decoded"), (False, "undecoded")):
-        for i, clock in enumerate(("wall", "CPU")):
-            new, old = epoch["chunks", decode][i], epoch["TFRecordDataset", decode][i]
+        for clock in ("wall", "CPU"):
+            new, old = times["chunks", decode, clock], times["TFRecordDataset", decode, clock]
+            later = [n / o for n, o in zip(new, old, strict=True)]
+            first = [(verify + n) / (verify + o) for n, o in zip(new, old, strict=True)]
             print(
-                f"{what} epoch, {clock}: chunks {new:.2f} s, TFRecordDataset {old:.2f} s; "
-                f"later epochs {new / old:.3f}x"
-                + (
-                    f", first epoch (verify + epoch) {(verify + new) / (verify + old):.3f}x"
-                    if clock == "wall"
-                    else ""
-                )
+                f"  {what} epoch, {clock}: chunks {statistics.median(new):.2f} s, "
+                f"TFRecordDataset {statistics.median(old):.2f} s; "
+                f"later epochs {_spread(later)}, first epoch (verify + epoch) {_spread(first)}"
             )
 
 
+def _spread(ratios: list[float]) -> str:
+    return f"{statistics.median(ratios):.3f}x ({min(ratios):.3f}-{max(ratios):.3f})"
+
+
 if __name__ == "__main__":
-    main(*(int(a) for a in sys.argv[1:3]))
+    main(*(int(a) for a in sys.argv[1:4]))
