@@ -127,11 +127,18 @@ class FrameCounter:
     Checks each length's CRC and that each record fits in the stream; data
     CRCs are left to the reader. ``problem`` (with ``offset`` and ``records``,
     the records before it) is None while the framing holds.
+
+    With ``chunk_bytes``, ``cuts`` collects ``(offset, records)`` at the end of
+    the first record that ends at least ``chunk_bytes`` past the previous cut:
+    record-aligned pieces of about that size to read the stream back in.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, chunk_bytes: int = 0) -> None:
         self.records = self.offset = 0
         self.problem: str | None = None
+        self.cuts: list[tuple[int, int]] = []
+        self._chunk_bytes = chunk_bytes
+        self._cut = 0  # where the last cut is
         self._head = bytearray()  # the part of the current header seen so far
         self._skip = 0  # data and footer bytes of the current record still to come
         self._length = 0  # the current record's length field
@@ -148,6 +155,9 @@ class FrameCounter:
                     self.records += 1
                     self.offset += len(self._head) + self._length + FOOTER_BYTES
                     self._head.clear()
+                    if self._chunk_bytes and self.offset - self._cut >= self._chunk_bytes:
+                        self.cuts.append((self.offset, self.records))
+                        self._cut = self.offset
                 continue
             take = min(HEADER_BYTES - len(self._head), size - pos)
             self._head += view[pos : pos + take]

@@ -11,6 +11,7 @@ from typing import Any
 from tfshards import storage
 from tfshards.errors import RecordError, ShardError
 from tfshards.reading.cache import ShardCache
+from tfshards.reading.chunks import raised_in
 from tfshards.writing.manifest import Manifest, ShardInfo
 
 # Messages that mean "the bytes of a record are bad" (not a model or user error): TensorFlow's
@@ -41,7 +42,11 @@ def shard_errors(
     inside starts a scan of the local copies of ``shards`` (default: all),
     with every image decoded when the error was about one; the first bad
     record found is raised, chained to the original error, which is re-raised
-    when the scan finds nothing. Costs nothing while all is well.
+    when the scan finds nothing. An error the chunk reader raised about a
+    record (:mod:`tfshards.reading.chunks`: a shard changed after it was
+    verified) is re-raised as it is, without a scan; one about the whole
+    shard (its sha256 when opened again) is re-raised when the scan finds no
+    record at fault. Costs nothing while all is well.
     """
     import tensorflow as tf
 
@@ -49,7 +54,10 @@ def shard_errors(
         yield
     except (tf.errors.OpError, ValueError) as exc:
         message = str(exc)
-        if not (
+        checked = raised_in(message)  # the chunk reader's or the gate's own error
+        if isinstance(checked, RecordError):  # already names the record
+            raise checked from exc
+        if checked is None and not (
             isinstance(exc, (tf.errors.DataLossError, UnicodeDecodeError))
             or _RECORD_PROBLEM.search(message)
         ):
@@ -61,9 +69,11 @@ def shard_errors(
             decode_images=bool(_IMAGE_PROBLEM.search(message)),
             **storage_options,
         )
-        if found is None:
-            raise
-        raise found from exc
+        if found is not None:  # a sha256 mismatch: the scan says which record
+            raise found from exc
+        if checked is not None:
+            raise checked from exc
+        raise
 
 
 def find_corrupt_record(

@@ -1,16 +1,18 @@
-"""Let TensorFlow open only local shards verified against the manifest, remembered by stat.
+"""Verify local shards against the manifest before any record is read, remembered by stat.
 
-TensorFlow's TFRecord reader trusts a record's length once its CRC holds: a
-shard replaced by a same-size file whose first header declares 2**36 bytes
-(with a valid length CRC) killed the process with SIGSEGV. So before a local
-shard is opened, :func:`verify` reads it once in pieces (bounded memory): its
-size and sha256 must match the manifest, its framing (every length and length
-CRC, every record inside the file; gzip/zlib streams inflated piece by piece)
-must hold and its record count must match, so a shard cut at a record boundary
-cannot read short. A verified file is remembered by path, size, mtime, ctime
-and inode in this process: the check costs once, and each later open (every
-epoch) costs one ``stat``. Copies of remote shards in the cache, whose sha256
-the cache checks, get the same framing walk and count without a second hash.
+Before a local shard is read, :func:`verify` reads it once in pieces (bounded
+memory): its size and sha256 must match the manifest, its framing (every
+length and length CRC, every record inside the file; gzip/zlib streams
+inflated piece by piece) must hold and its record count must match, so a
+shard cut at a record boundary cannot read short. The walk also cuts the
+shard into record-aligned chunks of ~``CHUNK_BYTES`` (its *layout*), which
+:mod:`tfshards.reading.chunks` reads back, checking each chunk's framing and
+CRCs as it reads: a file that changes after it was verified (an edit in place
+within one timestamp tick leaves its stat unchanged) is never trusted, only
+refused. A verified file is remembered by path, size, mtime, ctime and inode
+in this process: the check costs once, and each later open (every epoch)
+costs one ``stat``. Copies of remote shards in the cache, whose sha256 the
+cache checks, get the same framing walk and count without a second hash.
 """
 
 from __future__ import annotations
@@ -22,14 +24,20 @@ import threading
 import zlib
 from collections.abc import Callable, Iterator, Mapping
 
+import numpy as np
+
 from tfshards.errors import RecordError, ShardError
 from tfshards.format.tfrecord import FrameCounter, inflate
 from tfshards.writing.manifest import ShardInfo
 
 READ_BYTES = 4 << 20  # read, hashed and walked at a time
+# Records are read back in record-aligned chunks of about this many (uncompressed) bytes:
+# TFRecordDataset's read buffer was 1 MB too; 16 files open at once hold ~16 MB.
+CHUNK_BYTES = 1 << 20
 
 _lock = threading.Lock()
-_verified: dict[str, tuple[int, ...]] = {}  # path -> what its stat and manifest entry were
+# path -> what its stat and manifest entry were, and its layout
+_verified: dict[str, tuple[tuple[int, ...], np.ndarray]] = {}
 
 
 def _key(st: os.stat_result, shard: ShardInfo) -> tuple[int, ...]:
@@ -46,8 +54,12 @@ def _key(st: os.stat_result, shard: ShardInfo) -> tuple[int, ...]:
 
 def verify(
     path: str, shard: ShardInfo, compression: str, where: str, *, check_sha: bool = True
-) -> None:
+) -> np.ndarray:
     """Raise unless the local file ``path`` is ``shard`` as the manifest describes it.
+
+    Returns its layout: one int64 row ``(start, end, first record, records)``
+    per record-aligned chunk, in (uncompressed) stream offsets, covering the
+    whole stream; no rows for a shard with no records.
 
     Args:
         path: the local file.
@@ -75,8 +87,9 @@ def verify(
         )
     key = _key(st, shard)
     with _lock:
-        if _verified.get(path) == key:
-            return
+        known = _verified.get(path)
+        if known is not None and known[0] == key:
+            return known[1]
     digest, walk, inflate_error = _read(path, compression, check_sha)
     if check_sha and digest != shard.sha256:
         raise ShardError(
@@ -106,14 +119,29 @@ def verify(
             shard=shard.name,
             path=path,
         )
+    layout = _layout(walk)
     with _lock:
-        _verified[path] = key
+        _verified[path] = (key, layout)
+    return layout
+
+
+def _layout(walk: FrameCounter) -> np.ndarray:
+    """The chunks the walk cut the stream into, the last one ending where the stream ends."""
+    cuts = list(walk.cuts)
+    if walk.records and (not cuts or cuts[-1][0] != walk.offset):
+        cuts.append((walk.offset, walk.records))
+    rows = np.zeros((len(cuts), 4), dtype=np.int64)
+    start = first = 0
+    for i, (end, records) in enumerate(cuts):
+        rows[i] = (start, end, first, records - first)
+        start, first = end, records
+    return rows
 
 
 def _read(path: str, compression: str, check_sha: bool) -> tuple[str, FrameCounter, str | None]:
     """The file's sha256 (if asked), its framing walk, and why its stream does not inflate."""
     digest = hashlib.sha256()
-    walk = FrameCounter()
+    walk = FrameCounter(CHUNK_BYTES)
 
     def pieces() -> Iterator[bytes]:
         with open(path, "rb", buffering=0) as f:  # local by construction
@@ -171,11 +199,19 @@ class Gate:
 
     def wait(self, path: str) -> str:
         """Verify the shard at ``path`` (a ``stat`` once verified); returns ``path``."""
+        self.layout(path)
+        return path
+
+    def layout(self, path: str) -> np.ndarray:
+        """Verify the shard at ``path`` (a ``stat`` once verified); returns its layout."""
         if self.before is not None:
             self.before(path)
         shard, where = self._entries[path]
-        verify(path, shard, self.compression, where, check_sha=self.check_sha)
-        return path
+        return verify(path, shard, self.compression, where, check_sha=self.check_sha)
+
+    def entry(self, path: str) -> tuple[ShardInfo, str]:
+        """The manifest entry of the shard at ``path``, and the URL errors name it by."""
+        return self._entries[path]
 
     def verify_all(self, workers: int = 4) -> None:
         """Verify every shard now, a few at a time; raise the first failure in order."""

@@ -21,15 +21,19 @@ batch's graph costs least (see :func:`decode_images`).
 TensorFlow is imported on first use, not with this module: :func:`split` is
 pure and runs where TensorFlow is absent or too slow to import (a DVC stage).
 
-Corrupt data is never skipped, and TensorFlow never opens a shard that was not
-verified. A local shard whose size, sha256, framing or record count differs
-from the manifest stops :func:`make_dataset` (:mod:`tfshards.reading.gate`: TensorFlow
-reads a shard cut at a record boundary as a shorter valid file, and a forged
-record length can crash it); remote shards are verified as they reach the
-cache. A bad record inside (a CRC, or content TensorFlow cannot parse or
-decode) stops the run with a TensorFlow error that does not say which file.
-Wrap the loop or ``model.fit`` in :func:`shard_errors` to have it re-raised as
-a :class:`~tfshards.errors.RecordError` naming the shard, record and byte offset.
+Corrupt data is never skipped, and TensorFlow never opens a shard file. A
+local shard whose size, sha256, framing or record count differs from the
+manifest stops :func:`make_dataset` (:mod:`tfshards.reading.gate`: TensorFlow
+reads a shard cut at a record boundary as a shorter valid file); remote
+shards are verified as they reach the cache. Records then reach tf.data in
+~1 MB chunks that :mod:`tfshards.reading.chunks` reads and checks (framing,
+both CRCs, record count) as it reads, in place of ``TFRecordDataset``, which
+trusts a record's length once the length's CRC holds: a header overwritten in
+place after verification, declaring 2**36 bytes, crashed it with SIGSEGV. A
+bad record (a file changed after it was verified, or content TensorFlow
+cannot parse or decode) stops the run with a TensorFlow error. Wrap the loop
+or ``model.fit`` in :func:`shard_errors` to have it re-raised as a
+:class:`~tfshards.errors.RecordError` naming the shard, record and byte offset.
 
 The split (:mod:`tfshards.reading.splits`), the parse and decode ops
 (:mod:`tfshards.reading.decode`) and the corrupt-record naming
@@ -39,12 +43,13 @@ The split (:mod:`tfshards.reading.splits`), the parse and decode ops
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from tfshards import storage
 from tfshards.errors import ConfigError, RecordError, ShardError
-from tfshards.reading.cache import Fetch, ShardCache
+from tfshards.reading import chunks
+from tfshards.reading.cache import ShardCache
 from tfshards.reading.corruption import find_corrupt_record
 from tfshards.reading.decode import (
     PER_RECORD_BYTES,
@@ -63,7 +68,6 @@ if TYPE_CHECKING:
 __all__ = [
     "AUTOTUNE",
     "DEFAULT_CYCLE_LENGTH",
-    "READ_BUFFER_BYTES",
     "SHUFFLE_BUFFER_BYTES",
     "make_dataset",
     "records_dataset",
@@ -72,9 +76,8 @@ __all__ = [
 
 AUTOTUNE = -1  # the value of tf.data.AUTOTUNE, without importing TensorFlow
 SHUFFLE_BUFFER_BYTES = 64 << 20  # default record shuffle buffer: ~64 MB of serialized records
-DEFAULT_CYCLE_LENGTH = 16  # files whose records mix in each batch; 16 x 1 MB read buffers
-READ_BUFFER_BYTES = 1 << 20  # TFRecordDataset read size: few syscalls, little memory per file
-_COMPRESSION = {"none": "", "gzip": "GZIP", "zlib": "ZLIB"}
+DEFAULT_CYCLE_LENGTH = 16  # files whose records mix in each batch; 16 x ~1 MB chunks
+_COMPRESSIONS = ("none", "gzip", "zlib")
 
 
 # ----------------------------------------------------------------------------- dataset
@@ -176,14 +179,14 @@ def make_dataset(
         raise ConfigError(f"image_size must be (height, width) >= 1, got {image_size}")
     repeat = training if repeat is None else repeat
     drop_remainder = repeat if drop_remainder is None else drop_remainder
-    paths, fetch = resolve_paths(manifest, shards, cache_dir=cache_dir, **(storage_options or {}))
+    paths, gate = resolve_paths(manifest, shards, cache_dir=cache_dir, **(storage_options or {}))
     stored = Resize.from_params(manifest.params)  # written at this size: decode only
     resize = image_size is not None and (stored is None or tuple(image_size) != (stored.size,) * 2)
     image_feature = str(manifest.params.get("image_feature", "image"))
     names = [image_feature] if features is None else list(features)
     shape: tuple[int, int, int] | None = None
     if decode and image_feature in names:
-        shape = _image_shape(manifest, shards, paths, fetch, image_feature, image_size, channels)
+        shape = _image_shape(shards, paths, gate, image_feature, image_size, channels)
 
     if per_record is None:
         per_record = manifest.bytes >= PER_RECORD_BYTES * max(1, manifest.records) or (
@@ -193,13 +196,12 @@ def make_dataset(
         parallel_reads = AUTOTUNE  # see parallel_reads above
     records = records_dataset(
         paths,
-        compression=manifest.compression,
+        gate,
         shuffle_files=training,
         seed=seed,
         cycle_length=cycle_length,
         parallel_reads=parallel_reads,
         deterministic=deterministic,
-        fetch=fetch,
     )
     if training:
         if shuffle_buffer is None:
@@ -246,36 +248,33 @@ def make_dataset(
 
 def records_dataset(
     paths: Sequence[str],
+    gate: Gate,
     *,
-    compression: str = "none",
     shuffle_files: bool = False,
     seed: int = 0,
     cycle_length: int | None = None,
     parallel_reads: int | None = None,
     deterministic: bool | None = None,
-    fetch: Fetch | Gate | None = None,
 ) -> tf.data.Dataset:
     """Serialized records of the local shard files ``paths``, interleaved record by record.
 
     ``shuffle_files`` reshuffles the file order every epoch from ``seed``.
-    With ``fetch``, each file is awaited (downloaded and verified, or for a
-    local file verified by :class:`~tfshards.reading.gate.Gate`) before it is opened,
-    so reading starts as soon as the first shard is in the cache.
+    Each file is awaited (downloaded and verified, or for a local file
+    verified by ``gate``) as it comes up, so reading starts as soon as the
+    first shard is in the cache, and read in chunks checked as they are read
+    (:mod:`tfshards.reading.chunks`).
     """
     import tensorflow as tf
 
-    if compression not in _COMPRESSION:
-        raise ConfigError(f"compression must be one of {tuple(_COMPRESSION)}, got {compression!r}")
+    if gate.compression not in _COMPRESSIONS:
+        raise ConfigError(f"compression must be one of {_COMPRESSIONS}, got {gate.compression!r}")
     if not paths:
         raise ConfigError("no shards to read")
     files = tf.data.Dataset.from_tensor_slices(list(paths))
     if shuffle_files and len(paths) > 1:
         files = files.shuffle(len(paths), seed=seed, reshuffle_each_iteration=True)
-    if fetch is not None:
-        files = files.map(_gate(tf, fetch))
-    kind = _COMPRESSION[compression]
     return files.interleave(
-        lambda path: tf.data.TFRecordDataset(path, kind, buffer_size=READ_BUFFER_BYTES),
+        chunks.records(tf, gate),
         cycle_length=min(len(paths), DEFAULT_CYCLE_LENGTH)
         if cycle_length is None
         else cycle_length,
@@ -285,18 +284,6 @@ def records_dataset(
     )
 
 
-def _gate(tf: Any, fetch: Fetch | Gate) -> Callable[[Any], Any]:
-    def wait(path: Any) -> Any:
-        return fetch.wait(path.numpy().decode())
-
-    def gate(path: Any) -> Any:
-        ready = tf.py_function(wait, [path], tf.string)
-        ready.set_shape([])
-        return ready
-
-    return gate
-
-
 def _default_buffer(manifest: Manifest, shards: Sequence[ShardInfo]) -> int:
     records = sum(s.records for s in shards)
     mean = max(1, manifest.bytes // max(1, manifest.records))
@@ -304,10 +291,9 @@ def _default_buffer(manifest: Manifest, shards: Sequence[ShardInfo]) -> int:
 
 
 def _image_shape(
-    manifest: Manifest,
     shards: Sequence[ShardInfo],
     paths: Sequence[str],
-    fetch: Fetch | Gate | None,
+    gate: Gate,
     image_feature: str,
     image_size: tuple[int, int] | None,
     channels: int | None,
@@ -318,10 +304,9 @@ def _image_shape(
     import tensorflow as tf
 
     nonempty = [p for s, p in zip(shards, paths, strict=True) if s.records]
-    if not nonempty:
+    first = chunks.first_record(gate, nonempty[0]) if nonempty else None
+    if first is None:
         raise ConfigError("the shards hold no records; nothing to read")
-    path = fetch.wait(nonempty[0]) if fetch is not None else nonempty[0]
-    first = next(iter(tf.data.TFRecordDataset(path, _COMPRESSION[manifest.compression]).take(1)))
     data = tf.io.parse_single_example(first, {image_feature: tf.io.FixedLenFeature([], tf.string)})[
         image_feature
     ]
@@ -346,7 +331,8 @@ def resolve_paths(
 
     Local shards are read in place once :mod:`tfshards.reading.gate` has verified
     them (size, sha256, framing and record count; once per file and process),
-    and again at each open by a ``stat``. Remote shards are fetched into the
+    and again at each open by a ``stat``; every chunk read is checked as it
+    is read (:mod:`tfshards.reading.chunks`). Remote shards are fetched into the
     cache in the background, in this order, verified by their sha256, and
     walked by the gate (framing, record count) when first opened.
     """

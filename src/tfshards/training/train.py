@@ -290,8 +290,10 @@ def _dataset(
         scaled_decode=config.scaled_decode,
         deterministic=config.deterministic,
     )
-    # The checkpointed iterator may hold a remote-cache gate (a py_function): its
-    # state is the files already fetched, which a resumed run fetches again.
+    # The checkpointed iterator holds the chunk reader's numpy_functions
+    # (tfshards.reading.chunks), which keep no state a resumed run needs: each
+    # call reads the chunk its arguments name (a gzip shard inflated from its
+    # start again), and a remote shard not yet in the cache is fetched again.
     options = tf.data.Options()
     options.experimental_external_state_policy = tf.data.experimental.ExternalStatePolicy.IGNORE
     return dataset.with_options(options)
