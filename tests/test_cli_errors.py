@@ -13,6 +13,7 @@ from typer.testing import CliRunner
 from tfshards.cli import app
 from tfshards.listing.listing import list_files, write_listing
 from tfshards.project.sample import write_synthetic
+from tfshards.writing.writer import WriteConfig, write
 
 SECRET = "wJalrXUtnFEMIK7MDENGbPxRfiCYEXAMPLEKEY"
 
@@ -256,8 +257,12 @@ def test_train_without_tensorflow_installed_is_one_line_naming_the_extra(tmp_pat
     (shadow / "__init__.py").write_text(
         "raise ModuleNotFoundError(\"No module named 'tensorflow'\", name='tensorflow')\n"
     )
-    manifest = tmp_path / "manifest.json"
-    manifest.write_text("{}")
+    manifest = tmp_path / "manifest.json"  # a real one: train reads it before importing TF
+    write_synthetic(str(tmp_path / "raw"), 20, 16, classes=2, workers=1)
+    config = WriteConfig(
+        out=str(tmp_path / "shards"), num_shards=2, executor="serial", manifest_copy=str(manifest)
+    )
+    write(config, list_files(str(tmp_path / "raw")), progress=False)
     out = _run(
         TFSHARDS,
         "train",
