@@ -11,7 +11,7 @@ from typing import Annotated
 
 import typer
 
-from tfshards import __version__
+from tfshards._version import __version__
 from tfshards.cli._common import run_app
 from tfshards.cli.init import init_command
 from tfshards.cli.list import list_files_command
