@@ -10,7 +10,7 @@ export DVC_NO_ANALYTICS := true
 export DVC_NO_UPDATE_CHECK := true
 export TF_CPP_MIN_LOG_LEVEL := 2
 
-.PHONY: install demo test test-fast lint bench clean
+.PHONY: install demo test test-fast lint bench dist lock clean
 
 install: $(BIN)/.installed
 
@@ -45,6 +45,18 @@ test-fast: install
 bench: install
 	$(BIN)/python -m bench.run --out bench/results
 
+# dist/: the sdist and a wheel that carries the compiled loops and the libcrypto they
+# hash with (auditwheel copies it in and retags the wheel manylinux_2_X, X = the newest
+# glibc symbol it or libcrypto needs), so it installs and runs without a compiler or
+# OpenSSL on any Linux with that glibc. `python -m build` makes the sdist, then the
+# wheel from it, so a file the sdist lacks fails here, not on a user's machine.
+dist: install
+	rm -rf dist build/wheel
+	TFSHARDS_REQUIRE_NATIVE=1 $(BIN)/python -m build --installer uv --outdir build/wheel .
+	PATH=$(abspath $(BIN)):$$PATH $(BIN)/auditwheel repair --wheel-dir dist build/wheel/*.whl
+	mv build/wheel/*.tar.gz dist/
+	ls -l dist
+
 # Refresh requirements/lock.txt after changing dependencies in pyproject.toml.
 lock: install
 	$(BIN)/uv pip compile pyproject.toml --extra cpu --extra s3 --extra dask --extra bench \
@@ -52,4 +64,4 @@ lock: install
 	  -o requirements/lock.txt
 
 clean:
-	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache
+	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache build dist
