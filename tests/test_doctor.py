@@ -122,8 +122,8 @@ def test_doctor_reports_versions_loops_caches_and_devices(tmp_path):
     assert found["shard cache"] == "/c"
     from tfshards.format import native
 
-    if native.NATIVE is not None:
-        assert found["loops"].startswith(f"compiled, from {SRC / 'tfshards' / 'format'}")
+    if native.NATIVE is not None:  # the same module this process loaded
+        assert found["loops"].startswith(f"compiled, from {native.NATIVE.__file__} (SHA-256: ")
     assert found["devices"].startswith(f"{len(os.sched_getaffinity(0))} CPUs usable")
     assert "TensorFlow sees CPU:0" in found["devices"]  # TensorFlow was imported to list them
     assert NOTE not in done.stderr
