@@ -69,7 +69,9 @@ def _loops() -> str:
 
 def _devices() -> str:
     """CPUs this process may use and, where TensorFlow is installed, what it sees."""
-    cpus = f"{len(os.sched_getaffinity(0))} CPUs usable of {os.cpu_count()}"
+    from tfshards.run.mpcontext import cpu_count
+
+    cpus = f"{cpu_count()} CPUs usable of {os.cpu_count()}"
     if not any(_version(d) for d in TENSORFLOW):
         return f"{cpus}; GPUs unknown (TensorFlow is not installed)"
     try:
