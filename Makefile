@@ -50,9 +50,14 @@ bench: install
 # glibc symbol it or libcrypto needs), so it installs and runs without a compiler or
 # OpenSSL on any Linux with that glibc. `python -m build` makes the sdist, then the
 # wheel from it, so a file the sdist lacks fails here, not on a user's machine.
+# DIST_PYTHONS: more interpreters to build a wheel for, from the same sdist, e.g.
+#   make dist DIST_PYTHONS="$(echo ~/.pyenv/versions/3.1[023].*/bin/python3)"
+DIST_PYTHONS ?=
 dist: install
 	rm -rf dist build/wheel
 	TFSHARDS_REQUIRE_NATIVE=1 $(BIN)/python -m build --installer uv --outdir build/wheel .
+	for py in $(DIST_PYTHONS); do TFSHARDS_REQUIRE_NATIVE=1 $(BIN)/uv build --quiet --wheel \
+	  --python $$py --out-dir build/wheel build/wheel/*.tar.gz || exit 1; done
 	PATH=$(abspath $(BIN)):$$PATH $(BIN)/auditwheel repair --wheel-dir dist build/wheel/*.whl
 	mv build/wheel/*.tar.gz dist/
 	ls -l dist
