@@ -10,13 +10,14 @@ export DVC_NO_ANALYTICS := true
 export DVC_NO_UPDATE_CHECK := true
 export TF_CPP_MIN_LOG_LEVEL := 2
 
-.PHONY: install demo test test-fast lint bench clean
+.PHONY: install demo test test-fast lint bench dist lock clean
 
 install: $(BIN)/.installed
 
 # The lock file is resolved in one pass (s3fs/aiobotocore/botocore/moto pin each
 # other tightly), so nothing installed later can upgrade one of them by accident.
-$(BIN)/.installed: pyproject.toml setup.py src/tfshards/format/_native.c requirements/lock.txt
+$(BIN)/.installed: pyproject.toml setup.py src/tfshards/_version.py src/tfshards/format/_native.c \
+		requirements/lock.txt
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --disable-pip-version-check uv==$(UV_VERSION)
 	$(BIN)/uv pip install --quiet --python $(BIN)/python -r requirements/lock.txt
@@ -44,6 +45,23 @@ test-fast: install
 bench: install
 	$(BIN)/python -m bench.run --out bench/results
 
+# dist/: the sdist and a wheel that carries the compiled loops and the libcrypto they
+# hash with (auditwheel copies it in and retags the wheel manylinux_2_X, X = the newest
+# glibc symbol it or libcrypto needs), so it installs and runs without a compiler or
+# OpenSSL on any Linux with that glibc. `python -m build` makes the sdist, then the
+# wheel from it, so a file the sdist lacks fails here, not on a user's machine.
+# DIST_PYTHONS: more interpreters to build a wheel for, from the same sdist, e.g.
+#   make dist DIST_PYTHONS="$(echo ~/.pyenv/versions/3.1[023].*/bin/python3)"
+DIST_PYTHONS ?=
+dist: install
+	rm -rf dist build/wheel
+	TFSHARDS_REQUIRE_NATIVE=1 $(BIN)/python -m build --installer uv --outdir build/wheel .
+	for py in $(DIST_PYTHONS); do TFSHARDS_REQUIRE_NATIVE=1 $(BIN)/uv build --quiet --wheel \
+	  --python $$py --out-dir build/wheel build/wheel/*.tar.gz || exit 1; done
+	PATH=$(abspath $(BIN)):$$PATH $(BIN)/auditwheel repair --wheel-dir dist build/wheel/*.whl
+	mv build/wheel/*.tar.gz dist/
+	ls -l dist
+
 # Refresh requirements/lock.txt after changing dependencies in pyproject.toml.
 lock: install
 	$(BIN)/uv pip compile pyproject.toml --extra cpu --extra s3 --extra dask --extra bench \
@@ -51,4 +69,4 @@ lock: install
 	  -o requirements/lock.txt
 
 clean:
-	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache
+	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache build dist

@@ -10,6 +10,7 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
+from tfshards._version import __version__
 from tfshards.errors import (
     ConfigError,
     InputError,
@@ -19,8 +20,6 @@ from tfshards.errors import (
     TransformError,
     ValidationError,
 )
-
-__version__ = "0.1.0"
 
 _LAZY = {
     # list

@@ -11,8 +11,9 @@ from typing import Annotated
 
 import typer
 
-from tfshards import __version__
+from tfshards._version import __version__
 from tfshards.cli._common import run_app
+from tfshards.cli.doctor import doctor_command
 from tfshards.cli.init import init_command
 from tfshards.cli.list import list_files_command
 from tfshards.cli.prune import prune_command
@@ -75,6 +76,7 @@ app.command("write", context_settings=WRITE_CONTEXT)(write_command)
 app.command("validate")(validate_command)
 app.command("train", context_settings=CONTEXT)(train_command)
 app.command("prune")(prune_command)
+app.command("doctor")(doctor_command)
 
 
 def main() -> None:

@@ -43,7 +43,8 @@ def one_line_errors(fn: Callable[P, R]) -> Callable[P, R]:
     So are an ``OSError`` that names its file (a full or read-only disk under
     an output the library does not wrap) and the exceptions of remote storage
     clients (endpoint down, no credentials). Anything else is a bug and keeps
-    its traceback.
+    its traceback. Missing compiled loops are said first, once
+    (:func:`announce_python_loops`).
     """
 
     params = inspect.signature(fn).parameters  # no default: an ARGUMENT, else an --option
@@ -54,6 +55,7 @@ def one_line_errors(fn: Callable[P, R]) -> Callable[P, R]:
 
     @functools.wraps(fn)
     def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
+        announce_python_loops()
         try:
             for name, value in kwargs.items():
                 if isinstance(value, str):
@@ -86,6 +88,31 @@ def one_line_errors(fn: Callable[P, R]) -> Callable[P, R]:
             raise typer.Exit(1) from None
 
     return wrapper
+
+
+_announced = False
+
+
+def announce_python_loops() -> None:
+    """Say once per process, on stderr, that the compiled loops are missing and how to get them.
+
+    Called as a command starts (after its options parsed, so never for
+    ``--help`` or ``--version``), not on import: a library user is not told,
+    and ``TFSHARDS_PURE_PYTHON=1`` (the Python loops asked for) silences it.
+    """
+    global _announced
+    from tfshards.format import native
+
+    if _announced or native.MISSING is None:
+        return
+    _announced = True
+    typer.echo(
+        f"note: tfshards' compiled loops (tfshards.format._native) are {native.MISSING}, so "
+        "the Python loops run, 1.5-3x slower: install the tfshards wheel, which carries them "
+        "(`make dist` in a clone, then pip install dist/tfshards-*.whl), or set "
+        "TFSHARDS_PURE_PYTHON=1 to keep the Python loops without this note",
+        err=True,
+    )
 
 
 INTERRUPTED = 130  # 128 + SIGINT, the shell's code for Ctrl-C

@@ -7,7 +7,8 @@ from typing import Annotated, Any
 
 import typer
 
-from tfshards import __version__, storage
+from tfshards import storage
+from tfshards._version import __version__
 from tfshards.cli._common import one_line_errors
 from tfshards.project import pipeline
 

@@ -7,6 +7,9 @@ pure-Python loop, which writes the same bytes and finds the same problems
 this process and in the worker processes it starts.
 
 The C loops release the GIL while they work, so threads run them in parallel.
+``MISSING`` says why they are not there (``None`` when they are, or when the
+Python loops were asked for); the command line says it once per run on stderr
+(:func:`tfshards.cli._common.announce_python_loops`), the library never does.
 """
 
 from __future__ import annotations
@@ -51,13 +54,16 @@ class Native(Protocol):
     def read_lines(self, idx_fd: int, lines_fd: int, indices: Buffer) -> tuple[bytes, int]: ...
 
 
-def _load() -> Native | None:
+def _load() -> tuple[Native | None, str | None]:
+    """The module, or None and why it is missing (none when the Python loops were asked for)."""
     if os.environ.get("TFSHARDS_PURE_PYTHON", "") not in ("", "0"):
-        return None
+        return None, None
     try:
-        return cast(Native, importlib.import_module("tfshards.format._native"))
-    except ImportError:
-        return None
+        return cast(Native, importlib.import_module("tfshards.format._native")), None
+    except ModuleNotFoundError:
+        return None, "not installed"
+    except ImportError as exc:  # built, but it cannot load here (a library it links is missing)
+        return None, f"installed but cannot be loaded ({' '.join(str(exc).split())})"
 
 
-NATIVE = _load()
+NATIVE, MISSING = _load()
