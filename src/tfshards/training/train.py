@@ -77,7 +77,9 @@ def train(config: TrainConfig, *, log: Callable[[str], None] | None = None) -> T
         log: called with one line per epoch (None: silent).
     """
     started = time.perf_counter()
-    # The manifest first: a wrong path is said before TensorFlow's 3-5 s import.
+    if models.is_user_model(config.model):
+        models.load_builder(config.model)  # a bad module fails before any data is read
+    # Then the manifest: a wrong path is said before TensorFlow's 3-5 s import.
     manifest = manifests.load(config.manifest)
     labels = manifest.labels
     if len(labels) < 2:
@@ -89,8 +91,6 @@ def train(config: TrainConfig, *, log: Callable[[str], None] | None = None) -> T
     from tfshards.reading import loader
     from tfshards.reading.corruption import shard_errors
 
-    if models.is_user_model(config.model):
-        models.load_builder(config.model)  # a bad module fails before any data is read
     split_seed = config.seed if config.split_seed is None else config.split_seed
     parts = split(manifest, config.val_fraction, split_seed)
     device = device_name()

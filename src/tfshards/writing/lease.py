@@ -53,9 +53,15 @@ def hold(fs: Any, version: str, *, refresh_s: float = REFRESH_S) -> Iterator[str
     name = f"{_host()}-{pid}.{storage.process_start(pid) or 0}{SUFFIX}"
     path = posixpath.join(layout.work_dir(version), name)
     doc = {"host": socket.gethostname(), "pid": pid}
-    if storage.is_local(fs):
-        storage.make_dirs(layout.work_dir(version))
-    fs.pipe_file(path, jsonfile.encode(doc))
+    created = _missing_folders(fs, layout.work_dir(version))
+    try:
+        if created:
+            storage.make_dirs(layout.work_dir(version))
+        fs.pipe_file(path, jsonfile.encode(doc))
+    except OSError as exc:  # read-only, disk full: one line naming where
+        from tfshards.writing.shard import write_error
+
+        raise write_error(fs, path, exc) from None
     stop = threading.Event()
 
     def refresh() -> None:
@@ -72,6 +78,23 @@ def hold(fs: Any, version: str, *, refresh_s: float = REFRESH_S) -> Iterator[str
         beat.join()
         with contextlib.suppress(FileNotFoundError):
             fs.rm_file(path)
+        for folder in created:  # deepest first; only if nothing was written into them
+            with contextlib.suppress(OSError):
+                os.rmdir(folder)
+
+
+def _missing_folders(fs: Any, folder: str) -> list[str]:
+    """The local folders up to ``folder`` that do not exist yet, deepest first."""
+    missing: list[str] = []
+    if not storage.is_local(fs):
+        return missing
+    while folder and not os.path.isdir(folder):
+        missing.append(folder)
+        parent = os.path.dirname(folder.rstrip("/"))
+        if parent == folder:
+            break
+        folder = parent
+    return missing
 
 
 def live_holders(files: Mapping[str, Mapping[str, Any]], *, now: float | None = None) -> list[str]:
