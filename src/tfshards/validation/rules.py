@@ -26,7 +26,7 @@ from tfshards.errors import InputError
 from tfshards.format.exampleparser import Outline, outline_problem
 from tfshards.format.imageformat import HEAD_BYTES, claims_image, image_format, not_an_image
 from tfshards.format.schema import FeatureSpec
-from tfshards.validation.duplicates import Duplicates
+from tfshards.validation.duplicates import Duplicate, Duplicates
 from tfshards.writing import grouping, layout, lease
 from tfshards.writing.manifest import Manifest
 
@@ -313,30 +313,29 @@ def groups_in_one_shard(shards: ShardSet) -> Findings:
     return _each([Problem(_manifest_name(shards), what)])
 
 
+def _failing_duplicates(
+    shards: ShardSet, option: str, count: int, shown: Callable[[Duplicate], bool]
+) -> Findings:
+    """The duplicates a ``fail_on_*`` option turns into problems: ``count``, the ``shown`` ones."""
+    if not (getattr(shards, option) and count):
+        return _each([])
+    dups = shards.duplicates.examples
+    kept = [Problem(d.first[0], f"{d.what} ({option} is true)") for d in dups if shown(d)]
+    return Findings(kept, count)
+
+
 def no_leakage_across_splits(shards: ShardSet) -> Findings:
     """With ``fail_on_leakage``: no payload in both training and validation records."""
-    dups = shards.duplicates
-    if not (shards.fail_on_leakage and dups.across_splits):
-        return _each([])
-    shown = [
-        Problem(d.first[0], f"{d.what} (fail_on_leakage is true)")
-        for d in dups.examples
-        if d.across_splits
-    ]
-    return Findings(shown, dups.across_splits)
+    across = shards.duplicates.across_splits
+    return _failing_duplicates(shards, "fail_on_leakage", across, lambda d: d.across_splits)
 
 
 def one_label_per_payload(shards: ShardSet) -> Findings:
     """With ``fail_on_label_conflict``: no payload carries two labels (the same image twice)."""
-    dups = shards.duplicates
-    if not (shards.fail_on_label_conflict and dups.label_conflicts):
-        return _each([])
-    shown = [
-        Problem(d.first[0], f"{d.what} (fail_on_label_conflict is true)")
-        for d in dups.examples
-        if d.conflict is not None
-    ]
-    return Findings(shown, dups.label_conflicts)
+    conflicts = shards.duplicates.label_conflicts
+    return _failing_duplicates(
+        shards, "fail_on_label_conflict", conflicts, lambda d: d.conflict is not None
+    )
 
 
 SET_RULES: tuple[SetRule, ...] = (
