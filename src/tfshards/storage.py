@@ -24,7 +24,7 @@ from typing import Any
 import fsspec
 from fsspec.implementations.local import LocalFileSystem
 
-from tfshards.errors import ConfigError, StorageError
+from tfshards.errors import ConfigError, ShardError, StorageError
 
 Chunk = bytes | bytearray | memoryview
 
@@ -147,6 +147,14 @@ def resolve_relative(url: str, near: str) -> str:
         return url
     found = find_upward(fs, folder, str(path))
     return url if found is None else found
+
+
+def write_error(fs: Any, path: str, exc: OSError) -> ShardError:
+    """A failed write of the shard set (disk full, file too large, read-only), located."""
+    where = unstrip(fs, path)
+    code = errno.errorcode.get(exc.errno or 0)
+    why = f"{exc.strerror or type(exc).__name__}" + (f" ({code})" if code else "")
+    return ShardError(f"{where}: cannot write: {why}", path=where, errno=exc.errno)
 
 
 def unstrip(fs: Any, path: str) -> str:

@@ -59,9 +59,7 @@ def hold(fs: Any, version: str, *, refresh_s: float = REFRESH_S) -> Iterator[str
             storage.make_dirs(layout.work_dir(version))
         fs.pipe_file(path, jsonfile.encode(doc))
     except OSError as exc:  # read-only, disk full: one line naming where
-        from tfshards.writing.shard import write_error
-
-        raise write_error(fs, path, exc) from None
+        raise storage.write_error(fs, path, exc) from None
     stop = threading.Event()
 
     def refresh() -> None:

@@ -112,11 +112,17 @@ class Manifest:
     version: int = field(default=FORMAT_VERSION)
     metadata_files: Mapping[str, str] = field(default_factory=dict)
     resolved_root: str = field(default="", compare=False, repr=False)
+    resolved_for: str = field(default="", compare=False, repr=False)  # the root it resolves
 
     @property
     def directory(self) -> str:
-        """URL of the version directory: as :func:`load` resolved it, else ``root``."""
-        return self.resolved_root or self.root
+        """URL of the version directory: as :func:`load` resolved it, else ``root``.
+
+        A copy with another ``root`` (``dataclasses.replace``) is read from that root.
+        """
+        if self.resolved_root and self.resolved_for == self.root:
+            return self.resolved_root
+        return self.root
 
     @property
     def records(self) -> int:
@@ -211,7 +217,8 @@ def load(url: str, **storage_options: Any) -> Manifest:
     except FileNotFoundError:
         raise InputError(f"{url}: manifest not found", path=url) from None
     manifest = Manifest.from_json(data, source=url)
-    return dataclasses.replace(manifest, resolved_root=locate(manifest, fs, path, url))
+    found = locate(manifest, fs, path, url)
+    return dataclasses.replace(manifest, resolved_root=found, resolved_for=manifest.root)
 
 
 def locate(manifest: Manifest, fs: Any, path: str, url: str) -> str:

@@ -8,14 +8,13 @@ runs it unchanged. A worker imports neither TensorFlow nor the listing code.
 from __future__ import annotations
 
 import dataclasses
-import errno
 import hashlib
 from collections.abc import Collection, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from tfshards import errors, storage
-from tfshards.errors import InputError, ShardError, TransformError, TransformOutputError
+from tfshards.errors import InputError, TransformError, TransformOutputError
 from tfshards.format.example import encode
 from tfshards.format.imageformat import (
     HEAD_BYTES,
@@ -107,7 +106,7 @@ def write_shard(task: ShardTask) -> ShardResult:
         try:
             sink.write(chunks)
         except OSError as exc:  # not a reject of the file being read: the shard itself fails
-            raise write_error(fs_out, shard_path, exc) from None
+            raise storage.write_error(fs_out, shard_path, exc) from None
 
     buffer = RecordBuffer(flush, task.image_feature)
     prefix = storage.join(root, "")  # + a listed (relative) path: no join per record
@@ -124,7 +123,7 @@ def write_shard(task: ShardTask) -> ShardResult:
     try:
         sink = storage.AtomicSink(fs_out, shard_path, temp_dir=layout.work_dir(out_dir))
     except OSError as exc:
-        raise write_error(fs_out, shard_path, exc) from None
+        raise storage.write_error(fs_out, shard_path, exc) from None
     try:
         for batch, batch_tokens in _batches(task):
             first_reject = len(rejected)
@@ -171,7 +170,7 @@ def write_shard(task: ShardTask) -> ShardResult:
         sink.commit()
     except OSError as exc:  # reading a file became a reject above: this is the sink's last write
         sink.abort()
-        raise write_error(fs_out, shard_path, exc) from None
+        raise storage.write_error(fs_out, shard_path, exc) from None
     except BaseException:
         sink.abort()
         raise
@@ -184,16 +183,8 @@ def write_shard(task: ShardTask) -> ShardResult:
     try:
         storage.write_atomic(fs_out, sidecar, [sidecar_json(info, rejected, schema)])
     except OSError as exc:
-        raise write_error(fs_out, sidecar, exc) from None
+        raise storage.write_error(fs_out, sidecar, exc) from None
     return ShardResult(info, tuple(rejected), schema, reused=False)
-
-
-def write_error(fs: Any, path: str, exc: OSError) -> ShardError:
-    """A failed write of the shard set (disk full, file too large, read-only), located."""
-    where = storage.unstrip(fs, path)
-    code = errno.errorcode.get(exc.errno or 0)
-    why = f"{exc.strerror or type(exc).__name__}" + (f" ({code})" if code else "")
-    return ShardError(f"{where}: cannot write: {why}", path=where, errno=exc.errno)
 
 
 def _too_large(rel: str, size: int) -> InputError:
@@ -387,7 +378,7 @@ def _write_index(fs: Any, out_dir: str, name: str, data: bytes) -> str:
     try:
         storage.write_atomic(fs, path, [data])
     except OSError as exc:
-        raise write_error(fs, path, exc) from None
+        raise storage.write_error(fs, path, exc) from None
     return hashlib.sha256(data).hexdigest()
 
 

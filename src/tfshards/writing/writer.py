@@ -54,7 +54,7 @@ from tfshards.writing.manifest import (
     Manifest,
 )
 from tfshards.writing.resize import Resize
-from tfshards.writing.shard import ShardResult, ShardTask, keys_differ, write_error, write_shard
+from tfshards.writing.shard import ShardResult, ShardTask, keys_differ, write_shard
 
 BASE_FEATURES = ("label", "path", "sha256")
 # Bump whenever a change to tfshards changes the shard bytes written for the same
@@ -441,7 +441,7 @@ def _publish(fs: Any, path: str, manifest: Manifest) -> None:
     try:
         storage.write_atomic(fs, path, [manifest.to_json()])
     except OSError as exc:  # disk full, read-only: one line naming the file
-        raise write_error(fs, path, exc) from None
+        raise storage.write_error(fs, path, exc) from None
 
 
 def _write_metadata(fs: Any, version_path: str, manifest: Manifest) -> Manifest:
@@ -452,7 +452,7 @@ def _write_metadata(fs: Any, version_path: str, manifest: Manifest) -> Manifest:
         try:
             storage.write_atomic(fs, path, [data])
         except OSError as exc:  # disk full, read-only: one line naming the file
-            raise write_error(fs, path, exc) from None
+            raise storage.write_error(fs, path, exc) from None
     digests = {name: hashlib.sha256(data).hexdigest() for name, data in files.items()}
     return dataclasses.replace(manifest, metadata_files=digests)
 
