@@ -5,8 +5,8 @@ from __future__ import annotations
 import os
 
 from bench.timing import Work
+from tfshards.shardset.manifest import Manifest
 from tfshards.validation.validate import ValidateConfig, validate
-from tfshards.writing.manifest import Manifest
 
 
 def tfshards_validate(manifest_url: str, workers: int = 2, executor: str = "process") -> Work:

@@ -28,7 +28,7 @@ from typing import Any
 from tfshards.listing.listing import list_files
 from tfshards.project.sample import write_synthetic
 from tfshards.reading import gate, loader
-from tfshards.writing.manifest import Manifest
+from tfshards.shardset.manifest import Manifest
 from tfshards.writing.writer import WriteConfig, write
 
 _KIND = {"none": "", "gzip": "GZIP", "zlib": "ZLIB"}

@@ -13,7 +13,7 @@ from typing import Any
 
 from tfshards.listing.listing import Listing
 from tfshards.reading.loader import make_dataset
-from tfshards.writing.manifest import Manifest
+from tfshards.shardset.manifest import Manifest
 
 BATCH = 128
 SEED_SHUFFLE = 1000  # the seed reader's shuffle buffer (records)

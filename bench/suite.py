@@ -16,7 +16,8 @@ from bench import checkers, memory, readers, report, writers
 from bench.data import LARGE, SMALL, DataSet, ensure, listing_of, subset
 from bench.timing import Contender, Epochs, compare, cpu_count, row
 from tfshards.listing.listing import Listing
-from tfshards.writing.manifest import MANIFEST_NAME, Manifest
+from tfshards.shardset.layout import MANIFEST_NAME
+from tfshards.shardset.manifest import Manifest
 from tfshards.writing.writer import WriteConfig, write
 
 WORKERS = 2  # tfshards' pool size in every job; the machine the README quotes has 2 cores

@@ -14,7 +14,8 @@ import random
 
 from bench.timing import Work
 from tfshards.listing.listing import Listing
-from tfshards.writing.sharding import shard_boundaries, shard_name
+from tfshards.shardset.layout import shard_name
+from tfshards.writing.sharding import shard_boundaries
 from tfshards.writing.writer import WriteConfig, write
 
 NUM_SHARDS = 16  # what tfshards picks for both data sets (docs/decisions.md)

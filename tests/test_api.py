@@ -55,7 +55,7 @@ def test_type_checkers_see_the_public_api_with_real_types(tmp_path):
     assert '"tfshards.writing.writer.WriteResult"' in revealed[0]
     assert revealed[1].endswith('"int"') and revealed[2].endswith('"int"'), revealed
     assert '"tfshards.validation.validate.ValidationReport"' in revealed[3]
-    assert "def (shards: typing.Sequence[tfshards.writing.manifest.ShardInfo]" in revealed[4]
+    assert "def (shards: typing.Sequence[tfshards.shardset.manifest.ShardInfo]" in revealed[4]
     assert not any("Any" in line for line in revealed[:4]), revealed
     assert 'Incompatible types in assignment (expression has type "int"' in out.stdout
 

@@ -17,7 +17,7 @@ from tfshards.listing.listing import list_files
 from tfshards.project.sample import write_synthetic
 from tfshards.reading import corruption, loader
 from tfshards.reading.cache import SIDECAR, ShardCache, default_cache_dir
-from tfshards.writing.manifest import Manifest
+from tfshards.shardset.manifest import Manifest
 from tfshards.writing.writer import WriteConfig, write
 
 

@@ -19,7 +19,7 @@ from tfshards.format import native, tfrecord
 from tfshards.listing.listing import list_files
 from tfshards.project.sample import write_synthetic
 from tfshards.reading import chunks, gate, loader
-from tfshards.writing.manifest import Manifest, ShardInfo
+from tfshards.shardset.manifest import Manifest, ShardInfo
 from tfshards.writing.writer import WriteConfig, write
 
 CHUNK = 4096  # small chunks, so that a few dozen records make several
@@ -244,7 +244,7 @@ _TAMPERED_MID_EPOCH = """
 import os, sys
 from tfshards.errors import TfshardsError
 from tfshards.reading import corruption, loader
-from tfshards.writing.manifest import load
+from tfshards.shardset.manifest import load
 
 manifest = load(sys.argv[1])
 path, offset, data = sys.argv[2], int(sys.argv[3]), bytes.fromhex(sys.argv[4])
@@ -340,7 +340,7 @@ from tfshards.errors import TfshardsError
 from tfshards.format import tfrecord
 from tfshards.reading import corruption, loader
 from tfshards.reading.cache import ShardCache
-from tfshards.writing.manifest import load
+from tfshards.shardset.manifest import load
 
 local = load(sys.argv[1])
 cache_dir, offset = sys.argv[2], int(sys.argv[3])

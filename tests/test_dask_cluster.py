@@ -24,7 +24,7 @@ import pytest
 
 from tfshards.format import native
 from tfshards.project.sample import write_synthetic
-from tfshards.writing.manifest import Manifest
+from tfshards.shardset.manifest import Manifest
 
 pytestmark = pytest.mark.slow
 DASK = str(Path(sys.executable).parent / "dask")

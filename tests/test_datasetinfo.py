@@ -14,10 +14,11 @@ from PIL import Image
 
 from tfshards.listing.listing import list_files
 from tfshards.project.sample import write_synthetic
+from tfshards.shardset import layout
+from tfshards.shardset.datasetinfo import tfds_files
+from tfshards.shardset.layout import MANIFEST_NAME
+from tfshards.shardset.manifest import Manifest
 from tfshards.validation.validate import ValidateConfig, validate
-from tfshards.writing import layout
-from tfshards.writing.datasetinfo import tfds_files
-from tfshards.writing.manifest import MANIFEST_NAME, Manifest
 from tfshards.writing.writer import WriteConfig, write
 
 tfds = pytest.importorskip("tensorflow_datasets")

@@ -15,10 +15,10 @@ from tfshards.cli import app
 from tfshards.format import tfrecord
 from tfshards.format.exampleparser import decode
 from tfshards.project.sample import write_synthetic
-from tfshards.reading import splits
+from tfshards.shardset import split as splits
+from tfshards.shardset.manifest import load
 from tfshards.validation.duplicates import DigestStore, find_duplicates
 from tfshards.validation.validate import ValidateConfig, validate
-from tfshards.writing.manifest import load
 
 
 def _digest(text: str) -> bytes:

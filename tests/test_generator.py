@@ -19,7 +19,7 @@ from tfshards.errors import ConfigError
 from tfshards.listing.listing import Listing, list_files
 from tfshards.listing.walker import Entry
 from tfshards.project.sample import write_synthetic
-from tfshards.reading import generator, splits
+from tfshards.reading import filesplit, generator
 from tfshards.run import pools
 
 SIZE = 16
@@ -87,8 +87,8 @@ def _same(a: list[tuple[np.ndarray[Any, Any], int]], b: list[tuple[Any, int]]) -
 
 
 def test_split_files_is_deterministic_disjoint_and_never_empty(listing):
-    a = splits.split_files(listing, 0.1, seed=4)
-    assert a == splits.split_files(listing, 0.1, seed=4)
+    a = filesplit.split_files(listing, 0.1, seed=4)
+    assert a == filesplit.split_files(listing, 0.1, seed=4)
     train = {e.path for e in a.train.entries}
     val = {e.path for e in a.val.entries}
     assert len(val) == 4 and not train & val and len(train | val) == 40
@@ -96,7 +96,7 @@ def test_split_files_is_deterministic_disjoint_and_never_empty(listing):
     doc = json.loads(a.to_json())
     assert doc["val"]["files"] == 4 and doc["train"]["files"] == 36
     with pytest.warns(UserWarning, match="effective fraction"):
-        tiny = splits.split_files(listing, 0.001, seed=0)
+        tiny = filesplit.split_files(listing, 0.001, seed=0)
     assert len(tiny.val.entries) == 1
 
 

@@ -12,7 +12,7 @@ from typer.testing import CliRunner
 from tfshards.cli import app
 from tfshards.errors import ConfigError, InputError
 from tfshards.project.sample import write_synthetic
-from tfshards.writing.grouping import MATCH_SECONDS, GroupBy, group_ids, spread
+from tfshards.shardset.grouping import MATCH_SECONDS, GroupBy, group_ids, spread
 
 # Nested quantifiers over a name of 40 commas, with the P the pattern needs (else the
 # regex module gives up at once): C(40, 11) = 2.3e9 splits to try. Python's re took

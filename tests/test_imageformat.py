@@ -17,8 +17,8 @@ from tfshards.format.example import encode_bytes
 from tfshards.format.imageformat import image_format
 from tfshards.format.schema import FeatureSpec
 from tfshards.listing.listing import list_files, write_listing
+from tfshards.shardset.manifest import Manifest
 from tfshards.validation import recordcheck
-from tfshards.writing.manifest import Manifest
 
 TEXT = b"just some notes, saved under the wrong name\n"
 NOT_AN_IMAGE = (

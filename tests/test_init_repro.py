@@ -10,7 +10,7 @@ import pytest
 
 from dvcrepo import run as _run
 from tfshards.project.sample import write_synthetic
-from tfshards.writing.manifest import Manifest
+from tfshards.shardset.manifest import Manifest
 
 pytestmark = pytest.mark.slow
 UP_TO_DATE = "Data and pipelines are up to date."

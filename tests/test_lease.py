@@ -17,9 +17,10 @@ from tfshards.listing.listing import list_files, write_listing
 from tfshards.project import prune as prunes
 from tfshards.project.prune import PruneConfig, prune
 from tfshards.project.sample import write_synthetic
+from tfshards.shardset import layout, lease
+from tfshards.shardset.layout import MANIFEST_NAME
+from tfshards.shardset.manifest import load
 from tfshards.validation.validate import ValidateConfig, validate
-from tfshards.writing import layout, lease
-from tfshards.writing.manifest import MANIFEST_NAME, load
 from tfshards.writing.writer import WriteConfig, write
 
 OLD = 1_000_000_000  # an mtime long past: older than any --min-age

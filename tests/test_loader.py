@@ -20,8 +20,9 @@ from tfshards.format.example import encode_bytes
 from tfshards.format.schema import FeatureSpec
 from tfshards.listing.listing import list_files
 from tfshards.project.sample import write_synthetic
-from tfshards.reading import corruption, gate, loader, splits
-from tfshards.writing.manifest import Manifest, ShardInfo
+from tfshards.reading import corruption, gate, loader
+from tfshards.shardset import split as splits
+from tfshards.shardset.manifest import Manifest, ShardInfo
 from tfshards.writing.writer import WriteConfig, write
 
 IMAGES = 200
@@ -361,7 +362,7 @@ _HOSTILE_CHILD = """
 import json, sys
 from tfshards.reading import corruption, loader
 from tfshards.errors import TfshardsError
-from tfshards.writing.manifest import load
+from tfshards.shardset.manifest import load
 manifest = load(sys.argv[1])
 out = []
 for forged in (False, True):

@@ -2,7 +2,7 @@
 
 Each case plants its fault in a real manifest file on disk and runs the real
 command (``python -m tfshards`` in another working directory, or the typer
-app) and :func:`tfshards.writing.manifest.load`, as the loader and training use it.
+app) and :func:`tfshards.shardset.manifest.load`, as the loader and training use it.
 """
 
 from __future__ import annotations
@@ -23,7 +23,8 @@ from tfshards.cli import app
 from tfshards.errors import InputError
 from tfshards.listing.listing import Listing, list_files
 from tfshards.project.sample import write_synthetic
-from tfshards.writing.manifest import MANIFEST_NAME, load
+from tfshards.shardset.layout import MANIFEST_NAME
+from tfshards.shardset.manifest import load
 from tfshards.writing.writer import WriteConfig, write
 
 OLD = 1_000_000_000  # an mtime long past: every version is old enough to prune

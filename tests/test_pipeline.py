@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from dvcrepo import run as _run
-from tfshards.writing.manifest import Manifest
+from tfshards.shardset.manifest import Manifest
 
 pytestmark = pytest.mark.slow
 REPO = Path(__file__).resolve().parents[1]

@@ -15,7 +15,8 @@ from tfshards.errors import ConfigError
 from tfshards.listing.listing import Listing, list_files
 from tfshards.project.prune import PruneConfig, prune
 from tfshards.project.sample import write_synthetic
-from tfshards.writing.manifest import MANIFEST_NAME, Manifest
+from tfshards.shardset.layout import MANIFEST_NAME
+from tfshards.shardset.manifest import Manifest
 from tfshards.writing.writer import WriteConfig, write
 
 OLD = 1_000_000_000  # an mtime long past: older than any --min-age

@@ -14,9 +14,10 @@ import pytest
 from tfshards.format.tfrecord import frame
 from tfshards.listing.listing import list_files
 from tfshards.project.sample import write_synthetic
+from tfshards.shardset import layout
+from tfshards.shardset.layout import MANIFEST_NAME
+from tfshards.shardset.manifest import Manifest
 from tfshards.validation.validate import ValidateConfig, validate
-from tfshards.writing import layout
-from tfshards.writing.manifest import MANIFEST_NAME, Manifest
 from tfshards.writing.recordindex import RecordIndex, index_bytes
 from tfshards.writing.writer import WriteConfig, write
 

@@ -18,9 +18,10 @@ from tfshards.errors import ConfigError, InputError
 from tfshards.listing.listing import list_files
 from tfshards.project.sample import SyntheticSpec, render_synthetic, write_synthetic
 from tfshards.reading import loader
+from tfshards.shardset.manifest import Manifest
+from tfshards.shardset.resize import JPEG_QUALITY, Resize
 from tfshards.validation.validate import ValidateConfig, validate
-from tfshards.writing.manifest import Manifest
-from tfshards.writing.resize import JPEG_QUALITY, Resize, resize_image
+from tfshards.writing.resize import resize_image
 from tfshards.writing.writer import WriteConfig, write
 
 

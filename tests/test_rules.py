@@ -10,11 +10,11 @@ import pytest
 
 from tfshards.format.exampleparser import Outline
 from tfshards.format.schema import FeatureSpec
+from tfshards.shardset import grouping
+from tfshards.shardset.grouping import GroupBy
+from tfshards.shardset.manifest import Manifest, ShardInfo
 from tfshards.validation import rules
 from tfshards.validation.duplicates import Duplicate, Duplicates
-from tfshards.writing import grouping
-from tfshards.writing.grouping import GroupBy
-from tfshards.writing.manifest import Manifest, ShardInfo
 
 BASE = (
     FeatureSpec("image", "bytes"),

@@ -14,7 +14,8 @@ import pytest
 from tfshards import storage
 from tfshards.listing.listing import list_files, write_listing
 from tfshards.project.sample import write_synthetic
-from tfshards.writing.manifest import MANIFEST_NAME, Manifest
+from tfshards.shardset.layout import MANIFEST_NAME
+from tfshards.shardset.manifest import Manifest
 from tfshards.writing.writer import WriteConfig, write
 
 pytestmark = pytest.mark.slow

@@ -15,7 +15,7 @@ from typer.testing import CliRunner
 from tfshards.cli import app
 from tfshards.listing.listing import list_files, write_listing
 from tfshards.project.sample import write_synthetic
-from tfshards.writing.manifest import Manifest
+from tfshards.shardset.manifest import Manifest
 from tfshards.writing.shard import MAX_FILE_BYTES
 
 

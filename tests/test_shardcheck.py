@@ -15,9 +15,9 @@ from tfshards.format.exampleparser import decode
 from tfshards.format.tfrecord import Compressor
 from tfshards.listing.listing import list_files
 from tfshards.project.sample import write_synthetic
+from tfshards.shardset.manifest import Manifest
 from tfshards.validation import shardcheck
 from tfshards.validation.shardcheck import ShardCheck, ShardReport, validate_shard
-from tfshards.writing.manifest import Manifest
 from tfshards.writing.writer import WriteConfig, write
 
 RECORDS = 30

@@ -8,6 +8,7 @@ from array import array
 import pytest
 
 from tfshards.errors import ConfigError
+from tfshards.shardset import layout
 from tfshards.writing import sharding
 
 
@@ -48,7 +49,7 @@ def test_auto_num_shards(records, total, target, expected):
 
 
 def test_shard_name():
-    assert sharding.shard_name("data", 3, 16) == "data-00003-of-00016.tfrecord"
+    assert layout.shard_name("data", 3, 16) == "data-00003-of-00016.tfrecord"
 
 
 # ----------------------------------------------------------------------------- by group

@@ -10,8 +10,8 @@ from tfshards.format import tfrecord
 from tfshards.format.exampleparser import decode
 from tfshards.listing.listing import list_files
 from tfshards.project.sample import write_synthetic
-from tfshards.reading.splits import BALANCE_TOLERANCE, Split, balance_warnings, label_counts, split
-from tfshards.writing.manifest import Manifest, ShardInfo
+from tfshards.shardset.manifest import Manifest, ShardInfo
+from tfshards.shardset.split import BALANCE_TOLERANCE, Split, balance_warnings, label_counts, split
 from tfshards.writing.writer import WriteConfig, write
 
 
@@ -75,7 +75,7 @@ def test_no_validation_side_gives_no_warning():
 
 
 @pytest.mark.filterwarnings(
-    "ignore::tfshards.reading.splits.SplitWarning"
+    "ignore::tfshards.shardset.split.SplitWarning"
 )  # whole groups: sizes vary
 def test_a_shard_split_of_a_group_by_set_keeps_each_group_on_one_side(tmp_path):
     raw = tmp_path / "raw"

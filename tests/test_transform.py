@@ -16,7 +16,7 @@ from tfshards.format.schema import normalize
 from tfshards.format.tfrecord import scan
 from tfshards.listing.listing import list_files, write_listing
 from tfshards.project.sample import write_synthetic
-from tfshards.writing.manifest import Manifest
+from tfshards.shardset.manifest import Manifest
 
 TRANSFORMS = """
 import numpy as np

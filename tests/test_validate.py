@@ -25,8 +25,8 @@ from tfshards.format import tfrecord
 from tfshards.format.example import encode_bytes, varint
 from tfshards.listing.listing import list_files
 from tfshards.project.sample import write_synthetic
+from tfshards.shardset.manifest import Manifest
 from tfshards.validation.validate import ValidateConfig, ValidationReport, validate, write_metrics
-from tfshards.writing.manifest import Manifest
 from tfshards.writing.writer import WriteConfig, write
 
 REPO = Path(__file__).resolve().parents[1]

@@ -20,8 +20,10 @@ from tfshards.listing.listing import (
     write_listing,
 )
 from tfshards.project.sample import write_synthetic
-from tfshards.writing import layout, writer
-from tfshards.writing.manifest import MANIFEST_NAME, Manifest
+from tfshards.shardset import layout
+from tfshards.shardset.layout import MANIFEST_NAME
+from tfshards.shardset.manifest import Manifest
+from tfshards.writing import writer
 from tfshards.writing.writer import WriteConfig, write
 
 

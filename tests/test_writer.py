@@ -27,8 +27,9 @@ from tfshards.listing.storedlisting import StoredListing
 from tfshards.project.sample import write_synthetic
 from tfshards.run.executor import RunOptions
 from tfshards.run.localexec import ProcessExecutor
+from tfshards.shardset.layout import MANIFEST_NAME
+from tfshards.shardset.manifest import Manifest
 from tfshards.writing import writer
-from tfshards.writing.manifest import MANIFEST_NAME, Manifest
 from tfshards.writing.writer import WriteConfig, write
 
 REPO = Path(__file__).resolve().parents[1]

@@ -31,9 +31,9 @@ _LAZY = {
     "WriteConfig": "tfshards.writing.writer",
     "WriteResult": "tfshards.writing.writer",
     "write": "tfshards.writing.writer",
-    "Manifest": "tfshards.writing.manifest",
-    "ShardInfo": "tfshards.writing.manifest",
-    "load_manifest": "tfshards.writing.manifest",
+    "Manifest": "tfshards.shardset.manifest",
+    "ShardInfo": "tfshards.shardset.manifest",
+    "load_manifest": "tfshards.shardset.manifest",
     # validate
     "ValidateConfig": "tfshards.validation.validate",
     "ValidationReport": "tfshards.validation.validate",
@@ -42,15 +42,15 @@ _LAZY = {
     "PruneConfig": "tfshards.project.prune",
     "prune_versions": "tfshards.project.prune",
     # read (TensorFlow)
-    "Split": "tfshards.reading.splits",
-    "SplitWarning": "tfshards.reading.splits",
-    "split": "tfshards.reading.splits",
+    "Split": "tfshards.shardset.split",
+    "SplitWarning": "tfshards.shardset.split",
+    "split": "tfshards.shardset.split",
     "find_corrupt_record": "tfshards.reading.corruption",
     "shard_errors": "tfshards.reading.corruption",
     "make_dataset": "tfshards.reading.loader",
     "ShardCache": "tfshards.reading.cache",
-    "FileSplit": "tfshards.reading.splits",
-    "split_files": "tfshards.reading.splits",
+    "FileSplit": "tfshards.reading.filesplit",
+    "split_files": "tfshards.reading.filesplit",
     "from_files": "tfshards.reading.generator",
     # sample data
     "write_digits": "tfshards.project.sample",
@@ -67,13 +67,14 @@ if TYPE_CHECKING:  # what type checkers see; at run time __getattr__ imports on 
     from tfshards.project.sample import write_digits, write_synthetic
     from tfshards.reading.cache import ShardCache
     from tfshards.reading.corruption import find_corrupt_record, shard_errors
+    from tfshards.reading.filesplit import FileSplit, split_files
     from tfshards.reading.generator import from_files
     from tfshards.reading.loader import make_dataset
-    from tfshards.reading.splits import FileSplit, Split, SplitWarning, split, split_files
+    from tfshards.shardset.manifest import Manifest, ShardInfo
+    from tfshards.shardset.manifest import load as load_manifest
+    from tfshards.shardset.split import Split, SplitWarning, split
     from tfshards.validation.validate import ValidateConfig, ValidationReport
     from tfshards.validation.validate import validate as validate_shards
-    from tfshards.writing.manifest import Manifest, ShardInfo
-    from tfshards.writing.manifest import load as load_manifest
     from tfshards.writing.writer import WriteConfig, WriteResult, write
 
 

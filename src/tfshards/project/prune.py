@@ -6,7 +6,7 @@ manifest, and optionally by the manifest as it was in the last N git commits
 (read through DVC, so a DVC-tracked manifest is found in its cache), are kept.
 Of the others, only finished ones are candidates: a version without
 ``manifest.json``, with a writer's temp file or live lease
-(:mod:`tfshards.writing.lease`: a writer re-writing a finished version holds
+(:mod:`tfshards.shardset.lease`: a writer re-writing a finished version holds
 one while it reuses the old shards), or with a file modified within
 ``min_age`` seconds may be being written, and is never touched. Deleting starts
 with the manifest, then looks for a lease again before removing the rest, so a
@@ -29,8 +29,9 @@ from typing import Any, Literal
 
 from tfshards import storage
 from tfshards.errors import ConfigError, InputError
-from tfshards.writing import lease
-from tfshards.writing.manifest import MANIFEST_NAME, Manifest, load
+from tfshards.shardset import lease
+from tfshards.shardset.layout import MANIFEST_NAME
+from tfshards.shardset.manifest import Manifest, load
 
 DEFAULT_MIN_AGE_S = 3600.0  # a writer rewrites a shard well within an hour of its last one
 _VERSION_NAME = re.compile(r"^[0-9a-f]{16}$")

@@ -32,7 +32,7 @@ from fsspec.implementations.local import LocalFileSystem
 
 from tfshards import jsonfile, storage
 from tfshards.errors import ShardError
-from tfshards.writing.manifest import Manifest, ShardInfo
+from tfshards.shardset.manifest import Manifest, ShardInfo
 
 CACHE_ENV = "TFSHARDS_CACHE"
 DEFAULT_WORKERS = 16  # object stores serve parallel GETs well; each thread mostly waits

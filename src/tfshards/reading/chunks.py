@@ -37,7 +37,7 @@ from tfshards.errors import RecordError, ShardError
 from tfshards.format import native, tfrecord
 from tfshards.format.wire import FOOTER_BYTES, HEADER_BYTES
 from tfshards.reading.gate import READ_BYTES, Gate
-from tfshards.writing.manifest import ShardInfo
+from tfshards.shardset.manifest import ShardInfo
 
 _KEEP_STREAMS = 64  # paused inflaters kept (an open file each); 16 files are read at once
 # Compressed bytes read at a time: a paused inflater holds what it has not inflated yet, so

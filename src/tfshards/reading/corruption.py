@@ -12,7 +12,7 @@ from tfshards import storage
 from tfshards.errors import RecordError, ShardError
 from tfshards.reading.cache import ShardCache
 from tfshards.reading.chunks import raised_in
-from tfshards.writing.manifest import Manifest, ShardInfo
+from tfshards.shardset.manifest import Manifest, ShardInfo
 
 # Messages that mean "the bytes of a record are bad" (not a model or user error): TensorFlow's
 # own, and tfshards.reading.gate's when a shard changed under a running loader.

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Any
 
 from tfshards.errors import ConfigError
 from tfshards.format.schema import FeatureSpec
-from tfshards.writing.manifest import Manifest
+from tfshards.shardset.manifest import Manifest
 
 if TYPE_CHECKING:
     import tensorflow as tf

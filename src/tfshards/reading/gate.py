@@ -28,7 +28,7 @@ import numpy as np
 
 from tfshards.errors import RecordError, ShardError
 from tfshards.format.tfrecord import FrameCounter, inflate
-from tfshards.writing.manifest import ShardInfo
+from tfshards.shardset.manifest import ShardInfo
 
 READ_BYTES = 4 << 20  # read, hashed and walked at a time
 # Records are read back in record-aligned chunks of about this many (uncompressed) bytes:

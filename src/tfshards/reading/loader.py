@@ -35,7 +35,7 @@ cannot parse or decode) stops the run with a TensorFlow error. Wrap the loop
 or ``model.fit`` in :func:`shard_errors` to have it re-raised as a
 :class:`~tfshards.errors.RecordError` naming the shard, record and byte offset.
 
-The split (:mod:`tfshards.reading.splits`), the parse and decode ops
+The split (:mod:`tfshards.shardset.split`), the parse and decode ops
 (:mod:`tfshards.reading.decode`) and the corrupt-record naming
 (:mod:`tfshards.reading.corruption`) live in their own modules.
 """
@@ -59,8 +59,8 @@ from tfshards.reading.decode import (
     parse_fn,
 )
 from tfshards.reading.gate import Gate
-from tfshards.writing.manifest import Manifest, ShardInfo
-from tfshards.writing.resize import Resize
+from tfshards.shardset.manifest import Manifest, ShardInfo
+from tfshards.shardset.resize import Resize
 
 if TYPE_CHECKING:
     import tensorflow as tf

@@ -17,7 +17,8 @@ from typing import Any
 
 from tfshards import jsonfile, storage
 from tfshards.errors import ConfigError
-from tfshards.reading.splits import split
+from tfshards.shardset import manifest as manifests
+from tfshards.shardset.split import split
 from tfshards.training import confusion, models, optim
 from tfshards.training.checkpoint import Checkpoint, settings_key
 from tfshards.training.devices import device_name, make_strategy, tf_state
@@ -34,7 +35,6 @@ from tfshards.training.stall import (
 )
 from tfshards.training.steps import TrainSteps
 from tfshards.training.trainconfig import TrainConfig
-from tfshards.writing import manifest as manifests
 
 __all__ = [
     "TrainResult",
@@ -49,7 +49,7 @@ class TrainResult:
 
     metrics: dict[str, Any]
     epochs: tuple[EpochResult, ...]
-    split: Any  # tfshards.reading.splits.Split
+    split: Any  # tfshards.shardset.split.Split
 
     def summary(self) -> str:
         m = self.metrics

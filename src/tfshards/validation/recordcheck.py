@@ -9,8 +9,8 @@ from collections.abc import Callable, Sequence
 from tfshards.errors import InputError
 from tfshards.format.records import parse_records
 from tfshards.format.schema import FeatureSpec
+from tfshards.shardset.grouping import GroupBy
 from tfshards.validation import rules
-from tfshards.writing.grouping import GroupBy
 
 _INT32 = struct.Struct("=i")  # a record's label id, as numpy reads np.int32
 

@@ -26,9 +26,9 @@ from tfshards.errors import InputError
 from tfshards.format.exampleparser import Outline, outline_problem
 from tfshards.format.imageformat import HEAD_BYTES, claims_image, image_format, not_an_image
 from tfshards.format.schema import FeatureSpec
+from tfshards.shardset import grouping, layout, lease
+from tfshards.shardset.manifest import Manifest
 from tfshards.validation.duplicates import Duplicate, Duplicates
-from tfshards.writing import grouping, layout, lease
-from tfshards.writing.manifest import Manifest
 
 
 @dataclass(frozen=True)
@@ -266,7 +266,7 @@ def metadata_files_match(shards: ShardSet) -> Findings:
     return _each(metadata_problems(shards.fs, shards.root, shards.manifest))
 
 
-LABEL_FILE = "label.labels.txt"  # one name a line: tfshards.writing.datasetinfo writes it
+LABEL_FILE = "label.labels.txt"  # one name a line: tfshards.shardset.datasetinfo writes it
 
 
 def labels_match_label_file(shards: ShardSet) -> Findings:
@@ -353,7 +353,7 @@ SET_RULES: tuple[SetRule, ...] = (
 def unlisted_files(fs: Any, root: str, manifest: Manifest) -> list[Problem]:
     """Files in the version directory that the manifest does not account for.
 
-    What may be there is declared once, in :mod:`tfshards.writing.layout` (the
+    What may be there is declared once, in :mod:`tfshards.shardset.layout` (the
     manifest, the shards and their bookkeeping files in its subfolders); a
     temp file of :class:`~tfshards.storage.AtomicSink` is reported as stale.
     """

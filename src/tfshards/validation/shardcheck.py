@@ -24,12 +24,12 @@ from tfshards import storage
 from tfshards.format.schema import FeatureSpec
 from tfshards.format.tfrecord import inflate
 from tfshards.format.wire import HEADER_BYTES
+from tfshards.shardset import layout
+from tfshards.shardset.grouping import GroupBy
+from tfshards.shardset.manifest import Manifest, ShardInfo
 from tfshards.validation.recordcheck import RecordChecker, check_records
 from tfshards.validation.rules import Problem
 from tfshards.validation.streamcheck import check_stream, frame_size, walk_framing, whole_records
-from tfshards.writing import layout
-from tfshards.writing.grouping import GroupBy
-from tfshards.writing.manifest import Manifest, ShardInfo
 
 MAX_PROBLEMS = 50  # kept per shard, and printed: enough to see a pattern, few enough to read
 

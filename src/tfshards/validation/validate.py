@@ -22,15 +22,15 @@ from typing import Any
 from tfshards import jsonfile, storage
 from tfshards.errors import ConfigError, ValidationError
 from tfshards.progress import Progress
-from tfshards.reading import splits
 from tfshards.run import executor as executors
 from tfshards.run.cluster import Needs
+from tfshards.shardset import grouping
+from tfshards.shardset import split as splits
+from tfshards.shardset.manifest import Manifest, load
 from tfshards.validation import rules
 from tfshards.validation.duplicates import DigestStore, Duplicates, with_label_names, with_paths
 from tfshards.validation.rules import Problem
 from tfshards.validation.shardcheck import MAX_PROBLEMS, ShardCheck, ShardReport, validate_shard
-from tfshards.writing import grouping
-from tfshards.writing.manifest import Manifest, load
 
 __all__ = [
     "ValidateConfig",
@@ -60,7 +60,7 @@ class ValidateConfig:
         storage_options: fsspec options for the manifest and the shards.
         val_fraction: the training split's ``val_fraction`` (0: no split); with
             ``split_seed`` it picks the validation shards as
-            :func:`tfshards.reading.splits.split` does, for the per-split counts and
+            :func:`tfshards.shardset.split.split` does, for the per-split counts and
             duplicates across the split.
         split_seed: the training split's seed.
         fail_on_leakage: a payload in both training and validation records is a problem.

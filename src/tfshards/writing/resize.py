@@ -36,62 +36,17 @@ from __future__ import annotations
 import io
 import threading
 import warnings
-from collections.abc import Mapping
-from dataclasses import dataclass
-from importlib import metadata
 from typing import Any
 
-from tfshards.errors import ConfigError, InputError
+from tfshards.errors import InputError
+from tfshards.shardset.resize import JPEG_QUALITY, Resize
 
-FORMATS = ("jpeg", "raw")
-JPEG_QUALITY = 90  # what photo data sets are stored at; 224 px synthetic images: ~9 KB
-MAX_SIZE = 8192  # sides above this are no training size; the cap keeps a typo from using GBs
 _GREY = ("1", "L", "LA")
 _GREY_16 = ("I;16", "I;16B", "I;16L", "I;16N", "I")  # shifted to their high byte
 _COLOUR = ("RGB", "RGBA", "RGBX", "RGBa", "P", "PA", "CMYK", "YCbCr", "LAB", "HSV")
 _PNG_GREY = (0, 4)  # IHDR colour types: grey, grey + alpha (16-bit: Pillow opens it as RGBA)
 _OPEN = threading.Lock()  # the warnings filters are process-wide: one open at a time
 _JPEG_OPTIONS = {"quality": JPEG_QUALITY, "subsampling": 2, "optimize": False, "progressive": False}
-
-
-@dataclass(frozen=True)
-class Resize:
-    """Store images as ``size`` x ``size`` pixels in ``format`` (``jpeg`` or ``raw``)."""
-
-    size: int
-    format: str = "jpeg"
-
-    def __post_init__(self) -> None:
-        if not 1 <= self.size <= MAX_SIZE:
-            raise ConfigError(
-                f"resize: expected a side of 1..{MAX_SIZE} pixels, got {self.size}", option="resize"
-            )
-        if self.format not in FORMATS:
-            raise ConfigError(
-                f"resize_format: expected one of {FORMATS}, got {self.format!r}",
-                option="resize_format",
-                valid=FORMATS,
-            )
-
-    def params(self) -> dict[str, Any]:
-        """What shapes the stored bytes, for the manifest and the version name."""
-        doc: dict[str, Any] = {
-            "encoder": f"pillow {metadata.version('pillow')}",
-            "filter": "bilinear",
-            "format": self.format,
-            "size": self.size,
-        }
-        if self.format == "jpeg":
-            doc["quality"] = JPEG_QUALITY
-        return doc
-
-    @classmethod
-    def from_params(cls, params: Mapping[str, Any]) -> Resize | None:
-        """The resize a manifest's ``params`` record, or None for images stored as listed."""
-        doc = params.get("resize")
-        if not isinstance(doc, Mapping):
-            return None
-        return cls(int(doc["size"]), str(doc["format"]))
 
 
 def resize_image(data: bytes, resize: Resize) -> bytes:

@@ -35,11 +35,12 @@ from tfshards.format.tfrecord import Compressor, frame
 from tfshards.listing.contenthash import expected_md5, expected_sha256
 from tfshards.listing.hashcache import stale_listing
 from tfshards.listing.storedlisting import ListedRows
-from tfshards.writing import layout
+from tfshards.shardset import layout
+from tfshards.shardset.manifest import Reject, ShardInfo, sidecar_from_json, sidecar_json
+from tfshards.shardset.resize import Resize
 from tfshards.writing import transform as transforms
-from tfshards.writing.manifest import Reject, ShardInfo, sidecar_from_json, sidecar_json
 from tfshards.writing.recordindex import RecordIndex, index_bytes
-from tfshards.writing.resize import Resize, resize_image
+from tfshards.writing.resize import resize_image
 
 # A file larger than this is refused before it is read: a worker holds one
 # whole file while framing it, and TensorFlow cannot parse an Example of 2 GiB

@@ -61,11 +61,6 @@ def auto_num_shards(num_records: int, total_bytes: int, target_shard_bytes: int)
     return max(1, min(num_records, max(MIN_SHARDS, by_size)))
 
 
-def shard_name(name: str, index: int, count: int) -> str:
-    """``<name>-00003-of-00016.tfrecord``, the layout TFDS made familiar."""
-    return f"{name}-{index:05d}-of-{count:05d}.tfrecord"
-
-
 def grouped_indices(
     groups: array[int], num_groups: int, num_shards: int, seed: int
 ) -> tuple[array[int], list[int]]:

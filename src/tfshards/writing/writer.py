@@ -5,9 +5,9 @@ listing and the parameters, so any number of workers on any executor writes
 the same bytes. Each shard is one task (:func:`write_shard`) on plain values.
 A shard (and, uncompressed, its record index file: :mod:`tfshards.writing.recordindex`)
 is published atomically, then recorded in a sidecar under
-``_work/`` (:mod:`tfshards.writing.layout`); a re-run after a crash re-hashes finished
+``_work/`` (:mod:`tfshards.shardset.layout`); a re-run after a crash re-hashes finished
 shards against their sidecars, keeps the good ones and writes the rest.
-The TensorFlow Datasets metadata (:mod:`tfshards.writing.datasetinfo`) comes next, and
+The TensorFlow Datasets metadata (:mod:`tfshards.shardset.datasetinfo`) comes next, and
 ``manifest.json``, written last with their sha256, commits the set.
 
 The version directory is named after the content (:func:`fingerprint`): the
@@ -46,14 +46,12 @@ from tfshards.listing.walker import Entry
 from tfshards.progress import Progress
 from tfshards.run import executor as executors
 from tfshards.run.cluster import Needs
-from tfshards.writing import datasetinfo, grouping, layout, lease, sharding
+from tfshards.shardset import datasetinfo, grouping, layout, lease
+from tfshards.shardset.layout import MANIFEST_NAME
+from tfshards.shardset.manifest import FORMAT_VERSION, Manifest
+from tfshards.shardset.resize import Resize
+from tfshards.writing import sharding
 from tfshards.writing import transform as transforms
-from tfshards.writing.manifest import (
-    FORMAT_VERSION,
-    MANIFEST_NAME,
-    Manifest,
-)
-from tfshards.writing.resize import Resize
 from tfshards.writing.shard import ShardResult, ShardTask, keys_differ, write_shard
 
 BASE_FEATURES = ("label", "path", "sha256")
@@ -271,7 +269,7 @@ def plan(
     for i, (rows, picked) in enumerate(contents):
         tasks.append(
             ShardTask(
-                name=sharding.shard_name(config.name, i, num_shards),
+                name=layout.shard_name(config.name, i, num_shards),
                 source=source,
                 out=out,
                 entries=tuple(map(_PATH_LABEL_SIZE, picked)),  # C loops: 20k files in ~3 ms
@@ -358,7 +356,7 @@ def write(config: WriteConfig, listing: Listing | str, *, progress: bool = True)
         listed = loaded.files if isinstance(loaded, StoredListing) else len(loaded.entries)
         fs_out, version_path = storage.open_url(version, **config.out_options)
         # Held from before the first shard is reused until the manifest is out: prune
-        # leaves the version alone meanwhile (tfshards.writing.lease).
+        # leaves the version alone meanwhile (tfshards.shardset.lease).
         with lease.hold(fs_out, version_path):
             done = _write_shards(pool, tasks, params, config.transform, listed, progress)
             manifest = Manifest(

@@ -21,10 +21,9 @@ import fsspec
 from tfshards import jsonfile, storage
 from tfshards.errors import InputError
 from tfshards.format.schema import FeatureSpec, schema_from_json, schema_to_json
-from tfshards.writing import manifestfields as fields
+from tfshards.shardset import manifestfields as fields
 
 FORMAT_VERSION = 1
-MANIFEST_NAME = "manifest.json"
 # Where the walk up from a manifest copy stops looking for its version directory:
 # the writer ran inside the project (a DVC stage runs in the folder of dvc.yaml).
 
@@ -45,7 +44,7 @@ class ShardInfo:
     """One complete shard: its name, record count, size and sha256 (of the file bytes).
 
     ``index_sha256`` is the sha256 of its record index file
-    (:data:`tfshards.writing.layout.INDEX`), or None when it has none (compressed).
+    (:data:`tfshards.shardset.layout.INDEX`), or None when it has none (compressed).
     """
 
     name: str
@@ -161,7 +160,7 @@ class Manifest:
 
     @classmethod
     def from_json(cls, data: builtins.bytes | str, source: str = "manifest") -> Manifest:
-        """Parse and check a manifest (:mod:`tfshards.writing.manifestfields`); ``source`` names it.
+        """Parse and check a manifest (:mod:`.manifestfields`); ``source`` names it.
 
         Raises:
             InputError: not JSON, another format version, or a field that is

@@ -17,8 +17,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from tfshards.errors import ConfigError
-from tfshards.writing.manifest import MANIFEST_NAME
 
+MANIFEST_NAME = "manifest.json"
 WORK_DIR = "_work"  # resume records and shard temp files (never a shard glob's match)
 
 
@@ -43,7 +43,7 @@ class Companion:
 SIDECAR = Companion(WORK_DIR, ".done")  # the JSON record of a finished, hashed shard
 INDEX = Companion("index", ".idx")  # "offset size" per record, as tfrecord2idx writes it
 COMPANIONS: tuple[Companion, ...] = (SIDECAR, INDEX)
-# What tfds.builder_from_directory reads (tfshards.writing.datasetinfo writes them).
+# What tfds.builder_from_directory reads (tfshards.shardset.datasetinfo writes them).
 TFDS_FILES = ("dataset_info.json", "features.json", "label.labels.txt")
 FOLDERS = frozenset(c.folder for c in COMPANIONS) | {WORK_DIR}
 
@@ -68,3 +68,8 @@ def sidecar_path(version: str, shard: str) -> str:
 def index_path(version: str, shard: str) -> str:
     """Where the record index of ``shard`` lives."""
     return posixpath.join(version.rstrip("/"), INDEX.path(shard))
+
+
+def shard_name(name: str, index: int, count: int) -> str:
+    """``<name>-00003-of-00016.tfrecord``, the layout TFDS made familiar."""
+    return f"{name}-{index:05d}-of-{count:05d}.tfrecord"

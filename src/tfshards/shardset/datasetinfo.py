@@ -5,7 +5,7 @@ JSON tfds 4.9 writes itself (``DatasetInfo.write_to_directory``), made from
 the manifest alone: no TensorFlow, same manifest => same bytes. The whole set
 is one split, ``train``, whose file template names the shards as they are
 (``<name>-{SHARD_X_OF_Y}.tfrecord``); the train/validation split is chosen
-later, from the shard list (:mod:`tfshards.reading.splits`), and tfds slices such as
+later, from the shard list (:mod:`tfshards.shardset.split`), and tfds slices such as
 ``train[:90%]`` split by record. tfds reads TFRecords only uncompressed, so a
 gzip or zlib set gets no metadata.
 """
@@ -16,7 +16,7 @@ from typing import Any
 
 from tfshards import jsonfile
 from tfshards.format.schema import FeatureSpec
-from tfshards.writing.manifest import Manifest
+from tfshards.shardset.manifest import Manifest
 
 SPLIT = "train"
 VERSION = "1.0.0"  # tfds needs one; the set's identity is its fingerprint

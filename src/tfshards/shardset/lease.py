@@ -29,7 +29,7 @@ from collections.abc import Iterator, Mapping
 from typing import Any
 
 from tfshards import jsonfile, storage
-from tfshards.writing import layout
+from tfshards.shardset import layout
 
 REFRESH_S = 60.0  # a lease file is rewritten this often while its writer works
 TTL_S = 15 * REFRESH_S  # a remote writer missing 15 refreshes in a row is taken as dead

@@ -16,7 +16,7 @@ from typing import Any
 
 from tfshards.errors import InputError
 from tfshards.format.tfrecord import COMPRESSIONS
-from tfshards.writing.sharding import shard_name
+from tfshards.shardset.layout import shard_name
 
 MISSING: Any = object()  # what ``get`` gives for an absent key: shown as "nothing"
 _SHA256 = re.compile(r"[0-9a-f]{64}")

@@ -1,0 +1,7 @@
+"""A shard set's contract: what every stage agrees a version directory is.
+
+The manifest and its fields, the directory layout and the writer's lease on
+it, grouping of related files, how images were resized, the interop files
+TensorFlow Datasets reads, and the train/validation split by shard file.
+Writing produces this; reading, validation and training consume it.
+"""
