@@ -40,7 +40,8 @@ from importlib.metadata import version
 
 from bench.data import SMALL, ensure, listing_of, subset
 from tfshards.listing.listing import Listing
-from tfshards.writing.writer import WriteConfig, write
+from tfshards.writing.config import WriteConfig
+from tfshards.writing.writer import write
 
 SHARDS = (2, 128)
 SHARD_SWEEP_FILES = 256

@@ -29,7 +29,8 @@ from tfshards.listing.listing import list_files
 from tfshards.project.sample import write_synthetic
 from tfshards.reading import gate, loader
 from tfshards.shardset.manifest import Manifest
-from tfshards.writing.writer import WriteConfig, write
+from tfshards.writing.config import WriteConfig
+from tfshards.writing.writer import write
 
 _KIND = {"none": "", "gzip": "GZIP", "zlib": "ZLIB"}
 

@@ -116,7 +116,8 @@ def compare(
 
 def _child(kind: str, listing_dir: str, out: str) -> None:
     if kind == "tfshards":
-        from tfshards.writing.writer import WriteConfig, write
+        from tfshards.writing.config import WriteConfig
+        from tfshards.writing.writer import write
 
         write(WriteConfig(out=out, workers=2), listing_dir, progress=False)
     elif kind == "tfds":

@@ -18,7 +18,8 @@ from bench.timing import Contender, Epochs, compare, cpu_count, row
 from tfshards.listing.listing import Listing
 from tfshards.shardset.layout import MANIFEST_NAME
 from tfshards.shardset.manifest import Manifest
-from tfshards.writing.writer import WriteConfig, write
+from tfshards.writing.config import WriteConfig
+from tfshards.writing.writer import write
 
 WORKERS = 2  # tfshards' pool size in every job; the machine the README quotes has 2 cores
 

@@ -15,8 +15,9 @@ import random
 from bench.timing import Work
 from tfshards.listing.listing import Listing
 from tfshards.shardset.layout import shard_name
+from tfshards.writing.config import WriteConfig
 from tfshards.writing.sharding import shard_boundaries
-from tfshards.writing.writer import WriteConfig, write
+from tfshards.writing.writer import write
 
 NUM_SHARDS = 16  # what tfshards picks for both data sets (docs/decisions.md)
 

@@ -18,7 +18,8 @@ from tfshards.project.sample import write_synthetic
 from tfshards.reading import corruption, loader
 from tfshards.reading.cache import SIDECAR, ShardCache, default_cache_dir
 from tfshards.shardset.manifest import Manifest
-from tfshards.writing.writer import WriteConfig, write
+from tfshards.writing.config import WriteConfig
+from tfshards.writing.writer import write
 
 
 @pytest.fixture

@@ -20,7 +20,8 @@ from tfshards.listing.listing import list_files
 from tfshards.project.sample import write_synthetic
 from tfshards.reading import chunks, gate, loader
 from tfshards.shardset.manifest import Manifest, ShardInfo
-from tfshards.writing.writer import WriteConfig, write
+from tfshards.writing.config import WriteConfig
+from tfshards.writing.writer import write
 
 CHUNK = 4096  # small chunks, so that a few dozen records make several
 

@@ -13,7 +13,8 @@ from typer.testing import CliRunner
 from tfshards.cli import app
 from tfshards.listing.listing import list_files, write_listing
 from tfshards.project.sample import write_synthetic
-from tfshards.writing.writer import WriteConfig, write
+from tfshards.writing.config import WriteConfig
+from tfshards.writing.writer import write
 
 SECRET = "wJalrXUtnFEMIK7MDENGbPxRfiCYEXAMPLEKEY"
 

@@ -16,7 +16,8 @@ from tfshards.project.sample import write_synthetic
 from tfshards.run import cluster, executor
 from tfshards.run.cluster import Needs, WorkerReport
 from tfshards.writing import transform
-from tfshards.writing.writer import WriteConfig, plan
+from tfshards.writing.config import WriteConfig
+from tfshards.writing.writer import plan
 
 
 def test_relative_local_paths_become_absolute_and_urls_stay(tmp_path, monkeypatch):

@@ -19,7 +19,8 @@ from tfshards.shardset.datasetinfo import tfds_files
 from tfshards.shardset.layout import MANIFEST_NAME
 from tfshards.shardset.manifest import Manifest
 from tfshards.validation.validate import ValidateConfig, validate
-from tfshards.writing.writer import WriteConfig, write
+from tfshards.writing.config import WriteConfig
+from tfshards.writing.writer import write
 
 tfds = pytest.importorskip("tensorflow_datasets")
 

@@ -12,7 +12,8 @@ from tfshards.listing.listing import list_files
 from tfshards.project.sample import SyntheticSpec, render_synthetic, write_synthetic
 from tfshards.reading import loader
 from tfshards.reading.decode import decode_image
-from tfshards.writing.writer import WriteConfig, write
+from tfshards.writing.config import WriteConfig
+from tfshards.writing.writer import write
 
 
 def _jpeg(size: int) -> bytes:

@@ -387,7 +387,8 @@ def test_default_path_follows_the_environment(monkeypatch: pytest.MonkeyPatch) -
 def test_entry_poisoned_with_right_stats_fails_write_once_and_the_next_list_is_right(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, loop: str, on_error: str
 ) -> None:
-    from tfshards.writing.writer import WriteConfig, write
+    from tfshards.writing.config import WriteConfig
+    from tfshards.writing.writer import write
 
     root = tmp_path / "raw"
     for rel in ("cat/001.jpg", "dog/001.jpg", "dog/002.jpg"):

@@ -21,7 +21,8 @@ from tfshards.shardset import layout, lease
 from tfshards.shardset.layout import MANIFEST_NAME
 from tfshards.shardset.manifest import load
 from tfshards.validation.validate import ValidateConfig, validate
-from tfshards.writing.writer import WriteConfig, write
+from tfshards.writing.config import WriteConfig
+from tfshards.writing.writer import write
 
 OLD = 1_000_000_000  # an mtime long past: older than any --min-age
 
@@ -30,7 +31,8 @@ OLD = 1_000_000_000  # an mtime long past: older than any --min-age
 PAUSED_WRITER = """
 import os, sys, time
 from tfshards.writing import writer
-from tfshards.writing.writer import WriteConfig, write
+from tfshards.writing.config import WriteConfig
+from tfshards.writing.writer import write
 
 listing, out, seed, pause, go = sys.argv[1:]
 real = writer._write_metadata

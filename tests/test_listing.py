@@ -479,7 +479,8 @@ def test_listing_paths_that_leave_the_root_are_refused_like_index_paths(
     tmp_path: Path, escape: str
 ) -> None:
     """A hand-edited files.jsonl (hashes updated to match) must not make write read other files."""
-    from tfshards.writing.writer import WriteConfig, write
+    from tfshards.writing.config import WriteConfig
+    from tfshards.writing.writer import write
 
     root = tmp_path / "raw"
     (root / "cat").mkdir(parents=True)

@@ -23,7 +23,8 @@ from tfshards.project.sample import write_synthetic
 from tfshards.reading import corruption, gate, loader
 from tfshards.shardset import split as splits
 from tfshards.shardset.manifest import Manifest, ShardInfo
-from tfshards.writing.writer import WriteConfig, write
+from tfshards.writing.config import WriteConfig
+from tfshards.writing.writer import write
 
 IMAGES = 200
 SIZE = 32

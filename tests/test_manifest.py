@@ -25,7 +25,8 @@ from tfshards.listing.listing import Listing, list_files
 from tfshards.project.sample import write_synthetic
 from tfshards.shardset.layout import MANIFEST_NAME
 from tfshards.shardset.manifest import load
-from tfshards.writing.writer import WriteConfig, write
+from tfshards.writing.config import WriteConfig
+from tfshards.writing.writer import write
 
 OLD = 1_000_000_000  # an mtime long past: every version is old enough to prune
 

@@ -20,7 +20,8 @@ from tfshards.listing.listing import list_files, write_listing
 from tfshards.project.sample import write_digits, write_synthetic
 from tfshards.run import executor
 from tfshards.run.executor import Executor
-from tfshards.writing.writer import WriteConfig, write
+from tfshards.writing.config import WriteConfig
+from tfshards.writing.writer import write
 
 # Any fixed mtime: a version name must not depend on it, but pinning it keeps
 # this test about bytes, not about how the name is derived.

@@ -17,7 +17,8 @@ from tfshards.project.prune import PruneConfig, prune
 from tfshards.project.sample import write_synthetic
 from tfshards.shardset.layout import MANIFEST_NAME
 from tfshards.shardset.manifest import Manifest
-from tfshards.writing.writer import WriteConfig, write
+from tfshards.writing.config import WriteConfig
+from tfshards.writing.writer import write
 
 OLD = 1_000_000_000  # an mtime long past: older than any --min-age
 

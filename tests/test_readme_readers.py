@@ -15,7 +15,8 @@ import pytest
 
 from tfshards.listing.listing import list_files
 from tfshards.project.sample import write_synthetic
-from tfshards.writing.writer import WriteConfig, write
+from tfshards.writing.config import WriteConfig
+from tfshards.writing.writer import write
 
 README = Path(__file__).resolve().parents[1] / "README.md"
 SECTION = "## Reading the shards elsewhere\n"

@@ -18,8 +18,9 @@ from tfshards.shardset import layout
 from tfshards.shardset.layout import MANIFEST_NAME
 from tfshards.shardset.manifest import Manifest
 from tfshards.validation.validate import ValidateConfig, validate
+from tfshards.writing.config import WriteConfig
 from tfshards.writing.recordindex import RecordIndex, index_bytes
-from tfshards.writing.writer import WriteConfig, write
+from tfshards.writing.writer import write
 
 # The tfrecord package and TensorFlow register the same protos (tensorflow.Example):
 # with protobuf's upb backend the second import fails ("duplicate symbol

@@ -21,8 +21,9 @@ from tfshards.reading import loader
 from tfshards.shardset.manifest import Manifest
 from tfshards.shardset.resize import JPEG_QUALITY, Resize
 from tfshards.validation.validate import ValidateConfig, validate
+from tfshards.writing.config import WriteConfig
 from tfshards.writing.resize import resize_image
-from tfshards.writing.writer import WriteConfig, write
+from tfshards.writing.writer import write
 
 
 def _encoded(pixels: np.ndarray, fmt: str = "PNG", mode: str | None = None) -> bytes:

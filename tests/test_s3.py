@@ -16,7 +16,8 @@ from tfshards.listing.listing import list_files, write_listing
 from tfshards.project.sample import write_synthetic
 from tfshards.shardset.layout import MANIFEST_NAME
 from tfshards.shardset.manifest import Manifest
-from tfshards.writing.writer import WriteConfig, write
+from tfshards.writing.config import WriteConfig
+from tfshards.writing.writer import write
 
 pytestmark = pytest.mark.slow
 REPO = Path(__file__).resolve().parents[1]

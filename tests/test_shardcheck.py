@@ -18,7 +18,8 @@ from tfshards.project.sample import write_synthetic
 from tfshards.shardset.manifest import Manifest
 from tfshards.validation import shardcheck
 from tfshards.validation.shardcheck import ShardCheck, ShardReport, validate_shard
-from tfshards.writing.writer import WriteConfig, write
+from tfshards.writing.config import WriteConfig
+from tfshards.writing.writer import write
 
 RECORDS = 30
 

@@ -12,7 +12,8 @@ from tfshards.listing.listing import list_files
 from tfshards.project.sample import write_synthetic
 from tfshards.shardset.manifest import Manifest, ShardInfo
 from tfshards.shardset.split import BALANCE_TOLERANCE, Split, balance_warnings, label_counts, split
-from tfshards.writing.writer import WriteConfig, write
+from tfshards.writing.config import WriteConfig
+from tfshards.writing.writer import write
 
 
 def _shard(name: str, records: int) -> ShardInfo:

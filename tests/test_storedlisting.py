@@ -16,7 +16,8 @@ from tfshards.errors import InputError
 from tfshards.listing import storedlisting
 from tfshards.listing.listing import list_files, open_stored, read_listing, write_listing
 from tfshards.listing.storedlisting import OFFSETS_NAME
-from tfshards.writing.writer import WriteConfig, write
+from tfshards.writing.config import WriteConfig
+from tfshards.writing.writer import write
 
 
 @pytest.fixture
@@ -93,7 +94,8 @@ def test_an_edited_files_jsonl_is_refused_before_any_shard(listed: Path, tmp_pat
 _CHILD = textwrap.dedent(
     """
     import sys
-    from tfshards.writing.writer import WriteConfig, write
+    from tfshards.writing.config import WriteConfig
+    from tfshards.writing.writer import write
     write(WriteConfig(out=sys.argv[2], workers=2), sys.argv[1], progress=False)
     with open("/proc/self/status") as f:
         print(next(int(line.split()[1]) for line in f if line.startswith("VmHWM:")))

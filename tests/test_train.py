@@ -34,7 +34,8 @@ from tfshards.training.optim import balanced_class_weights, learning_rate
 from tfshards.training.stall import LoopTiming, timed_loop
 from tfshards.training.train import train
 from tfshards.training.trainconfig import TrainConfig
-from tfshards.writing.writer import WriteConfig, write
+from tfshards.writing.config import WriteConfig
+from tfshards.writing.writer import write
 
 REPO = Path(__file__).resolve().parents[1]
 DIGITS, SHARDS = 1797, 16

@@ -27,7 +27,8 @@ from tfshards.listing.listing import list_files
 from tfshards.project.sample import write_synthetic
 from tfshards.shardset.manifest import Manifest
 from tfshards.validation.validate import ValidateConfig, ValidationReport, validate, write_metrics
-from tfshards.writing.writer import WriteConfig, write
+from tfshards.writing.config import WriteConfig
+from tfshards.writing.writer import write
 
 REPO = Path(__file__).resolve().parents[1]
 COUNT, CLASSES, SHARDS = 40, 4, 4

@@ -24,7 +24,8 @@ from tfshards.shardset import layout
 from tfshards.shardset.layout import MANIFEST_NAME
 from tfshards.shardset.manifest import Manifest
 from tfshards.writing import writer
-from tfshards.writing.writer import WriteConfig, write
+from tfshards.writing.config import WriteConfig
+from tfshards.writing.writer import write
 
 
 @pytest.fixture

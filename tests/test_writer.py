@@ -30,7 +30,8 @@ from tfshards.run.localexec import ProcessExecutor
 from tfshards.shardset.layout import MANIFEST_NAME
 from tfshards.shardset.manifest import Manifest
 from tfshards.writing import writer
-from tfshards.writing.writer import WriteConfig, write
+from tfshards.writing.config import WriteConfig
+from tfshards.writing.writer import write
 
 REPO = Path(__file__).resolve().parents[1]
 

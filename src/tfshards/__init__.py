@@ -28,7 +28,7 @@ _LAZY = {
     "read_listing": "tfshards.listing.listing",
     "write_listing": "tfshards.listing.listing",
     # write
-    "WriteConfig": "tfshards.writing.writer",
+    "WriteConfig": "tfshards.writing.config",
     "WriteResult": "tfshards.writing.writer",
     "write": "tfshards.writing.writer",
     "Manifest": "tfshards.shardset.manifest",
@@ -75,7 +75,8 @@ if TYPE_CHECKING:  # what type checkers see; at run time __getattr__ imports on 
     from tfshards.shardset.split import Split, SplitWarning, split
     from tfshards.validation.validate import ValidateConfig, ValidationReport
     from tfshards.validation.validate import validate as validate_shards
-    from tfshards.writing.writer import WriteConfig, WriteResult, write
+    from tfshards.writing.config import WriteConfig
+    from tfshards.writing.writer import WriteResult, write
 
 
 def __dir__() -> list[str]:

@@ -18,7 +18,8 @@ from tfshards.cli._common import (
 )
 from tfshards.errors import ConfigError
 from tfshards.writing import sharding
-from tfshards.writing.writer import WriteConfig, write
+from tfshards.writing.config import WriteConfig
+from tfshards.writing.writer import write
 
 
 def dashed(token: str) -> str:
