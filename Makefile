@@ -43,7 +43,7 @@ test-fast: install
 	$(BIN)/pytest -n 2 -m "not slow"
 
 bench: install
-	$(BIN)/python -m bench.run --out bench/results
+	$(BIN)/python -m bench.suite.run --out bench/results
 
 # dist/: the sdist and a wheel that carries the compiled loops and the libcrypto they
 # hash with (auditwheel copies it in and retags the wheel manylinux_2_X, X = the newest

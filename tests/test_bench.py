@@ -1,10 +1,11 @@
-"""Smoke test of the benchmark suite: every section runs at a tiny scale and reports sane rows.
+"""The benchmark suite and studies: their import graph, and a tiny run of every section.
 
-It checks the shape of the results (which rows, positive numbers), never a speed.
+The runs check the shape of the results (which rows, positive numbers), never a speed.
 """
 
 from __future__ import annotations
 
+import ast
 import json
 import os
 import re
@@ -16,6 +17,10 @@ from typing import Any
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
+BENCH = REPO / "bench"
+# What each part of bench/ may import from bench/ besides itself: the suite and every study
+# share only bench.common, and a study imports no other study.
+ALLOWED = {"common": {"common"}, "suite": {"suite", "common"}, "studies": {"common"}}
 SECTIONS = "bound,write,validate,read,generator,memory"
 
 WRITE = {
@@ -55,6 +60,103 @@ GRAPH = "tfshards from_files, graph (same work in TF ops)"  # only where the wor
 PIECES = {"read_file", "read_shard", "sha256", "crc32c", "decode_tf", "decode_pil"}
 
 
+def _module_name(path: Path) -> str:
+    parts = path.relative_to(REPO).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def _imported(node: ast.AST, package: str) -> list[str]:
+    """Dotted names an import statement may load (``from a import b``: ``a.b``, then ``a``)."""
+    if isinstance(node, ast.Import):
+        return [alias.name for alias in node.names]
+    if not isinstance(node, ast.ImportFrom):
+        return []
+    base = node.module or ""
+    if node.level:
+        anchor = package.split(".")[: len(package.split(".")) - node.level + 1]
+        base = ".".join([*anchor, base]) if base else ".".join(anchor)
+    return [f"{base}.{alias.name}" for alias in node.names]
+
+
+def bench_imports() -> dict[str, set[str]]:
+    """Each module under bench/ -> the bench modules it imports, lazy imports in functions too.
+
+    Importing ``a.b.c`` also runs ``a`` and ``a.b``, so those packages count as imported.
+    """
+    files = {_module_name(p): p for p in BENCH.rglob("*.py")}
+    graph: dict[str, set[str]] = {}
+    for name, path in files.items():
+        package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+        targets: set[str] = set()
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            for dotted in _imported(node, package):
+                while dotted and dotted not in files:  # ``from m import function``: m
+                    dotted = dotted.rpartition(".")[0]
+                while dotted:  # the module and the packages above it
+                    targets.add(dotted)
+                    dotted = dotted.rpartition(".")[0]
+        graph[name] = targets - {name, *_parents(name)}
+    return graph
+
+
+def _parents(name: str) -> list[str]:
+    parts = name.split(".")
+    return [".".join(parts[:i]) for i in range(1, len(parts))]
+
+
+def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
+    """One import circle of ``graph`` as ``[a, b, ..., a]``, or None."""
+    state: dict[str, str] = {}  # "open" while on the path, "done" after
+
+    def visit(node: str, path: list[str]) -> list[str] | None:
+        state[node] = "open"
+        for nxt in sorted(graph.get(node, ())):
+            if state.get(nxt) == "open":
+                return [*path[path.index(nxt) :], nxt]
+            if nxt not in state and (found := visit(nxt, [*path, nxt])):
+                return found
+        state[node] = "done"
+        return None
+
+    for start in sorted(graph):
+        if start not in state and (found := visit(start, [start])):
+            return found
+    return None
+
+
+def _part(name: str) -> str | None:
+    """``suite``, ``studies`` or ``common`` for a module under them; None for ``bench`` itself."""
+    parts = name.split(".")
+    return parts[1] if len(parts) > 1 else None
+
+
+def test_the_cycle_finder_finds_a_circle_through_lazy_imports() -> None:
+    assert find_cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
+    assert find_cycle({"a": {"b", "c"}, "b": {"c"}, "c": set()}) is None
+    graph = bench_imports()
+    # writers imports tfds_builder inside tfds_write only: the graph sees it
+    assert "bench.suite.tfds_builder" in graph["bench.suite.writers"]
+
+
+def test_bench_imports_form_no_circle() -> None:
+    assert find_cycle(bench_imports()) is None
+
+
+def test_suite_and_studies_share_only_the_common_package() -> None:
+    graph = bench_imports()
+    assert "bench.suite.run" in graph and "bench.studies.scale" in graph
+    for name, targets in graph.items():
+        part = _part(name)
+        if part is None:
+            continue  # bench/__init__.py
+        assert part in ALLOWED, f"{name}: every bench module is in one of {sorted(ALLOWED)}"
+        for target in targets:
+            other = _part(target)
+            if other is None:
+                continue
+            assert other in ALLOWED[part], f"{name} ({part}) imports {target} ({other})"
+
+
 @pytest.fixture(scope="module")
 def results(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict[str, Any], str]:
     tmp = tmp_path_factory.mktemp("bench")
@@ -62,7 +164,7 @@ def results(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict[str, Any], s
     args = ["--scale", "0.005", "--reps", "1", "--only", SECTIONS]
     args += ["--out", str(tmp / "results"), "--data", str(tmp / "data")]
     proc = subprocess.run(
-        [sys.executable, "-m", "bench.run", *args],
+        [sys.executable, "-m", "bench.suite.run", *args],
         cwd=REPO,
         env=env,
         capture_output=True,
@@ -152,7 +254,7 @@ def test_tiny_run_reports_every_contender_with_positive_numbers(
     headings = ("#### Write shards", "#### Validate shards", "#### Read one epoch of decoded")
     for heading in (*headings, "#### Read one epoch of the large images resized"):
         assert heading in stdout
-    assert "python -m bench.run --scale 0.005" in stdout
+    assert "python -m bench.suite.run --scale 0.005" in stdout
 
 
 @pytest.mark.slow
@@ -160,7 +262,7 @@ def test_durability_run_reports_each_writer_with_and_without_fsync(tmp_path: Pat
     env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2", "PYTHONPATH": str(REPO)}
     args = ["--scale", "0.002", "--reps", "1", "--data", str(tmp_path / "data")]
     proc = subprocess.run(
-        [sys.executable, "-m", "bench.durability", *args],
+        [sys.executable, "-m", "bench.studies.durability", *args],
         cwd=REPO,
         env=env,
         capture_output=True,

@@ -18,7 +18,7 @@ def test_scale_series_prints_a_row_per_size_with_memory_against_the_first(tmp_pa
     rows_path = tmp_path / "rows.json"
     args = ["--files", "300,600", "--file-bytes", "64", "--dir", str(tmp_path / "trees")]
     result = subprocess.run(
-        [sys.executable, "-m", "bench.scale", *args, "--json", str(rows_path)],
+        [sys.executable, "-m", "bench.studies.scale", *args, "--json", str(rows_path)],
         cwd=tmp_path,  # whatever it writes stays out of the checkout
         env={**os.environ, "PYTHONPATH": str(REPO)},
         capture_output=True,

@@ -1,4 +1,4 @@
-"""The arithmetic of ``bench.dask_cost``: costs from two runs, and where two lines meet."""
+"""The arithmetic of ``bench.studies.dask_cost``: costs from two runs, and where two lines meet."""
 
 from __future__ import annotations
 
@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-# bench/ runs as `python -m bench.<module>` from the repository root; it is not installed.
+# bench/ runs as `python -m bench.<package>.<module>` from the repository root; it is not installed.
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from bench.dask_cost import crossover, line, render
+from bench.studies.dask_cost import crossover, line, render
 
 
 def test_a_line_goes_through_the_first_and_last_runs():

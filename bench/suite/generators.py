@@ -1,6 +1,6 @@
 """Feeding tf.data from a per-item Python function: serial, the py_function recipe, tfshards.
 
-Three kinds of per-item work (in :mod:`bench.items`), each a function of a file path:
+Three kinds of per-item work (in :mod:`bench.suite.items`), each a function of a file path:
 
 * ``pil``: decode the JPEG with Pillow and resize it (C code that releases the GIL);
 * ``python``: ~0.5 ms of pure-Python arithmetic (holds the GIL throughout);
@@ -20,8 +20,8 @@ from collections.abc import Callable, Sequence
 from functools import partial
 from typing import Any
 
-from bench.items import RESIZE, pil_resize, python_loop, sleep_io, tf_resize
-from bench.timing import Contender, Epochs, compare, cpu_count, row
+from bench.suite.items import RESIZE, pil_resize, python_loop, sleep_io, tf_resize
+from bench.suite.rounds import Contender, Epochs, compare, cpu_count, row
 from tfshards.listing.listing import Listing
 
 BATCH = 64

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 
-from bench.timing import Work
+from bench.suite.rounds import Work
 from tfshards.shardset.manifest import Manifest
 from tfshards.validation.validate import ValidateConfig, validate
 

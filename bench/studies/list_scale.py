@@ -1,8 +1,8 @@
 """Time ``list_files`` on a large local tree against a plain walk: CPU, wall, peak memory.
 
-    python bench/list_scale.py --files 200000            # tree in a temp dir, removed after
-    python bench/list_scale.py --files 1000000 --dir /data/bench-tree --keep
-    python bench/list_scale.py --dir /tmp/tree --keep --repeat 5   # medians of 5
+    python -m bench.studies.list_scale --files 200000            # tree in a temp dir, removed after
+    python -m bench.studies.list_scale --files 1000000 --dir /data/bench-tree --keep
+    python -m bench.studies.list_scale --dir /tmp/tree --keep --repeat 5   # medians of 5
 
 Rows: the bound (``os.scandir`` + ``stat`` + sort in Python, no content read),
 ``list`` reading and hashing every file, ``list`` with a cold hash cache (hashes
@@ -31,25 +31,11 @@ import time
 from collections.abc import Callable
 from typing import TypeVar
 
+from bench.common.trees import make_tree
 from tfshards.listing import hashcache
 from tfshards.listing.listing import list_files, listing_digest, write_listing
 
 T = TypeVar("T")
-
-
-def make_tree(root: str, files: int, labels: int, per_dir: int, file_bytes: int = 16) -> None:
-    """Create ``files`` small files: ``root/label_XX/dir_XXXX/XXXXXXX.jpg``."""
-    made: set[str] = set()
-    for i in range(files):
-        label, leaf = i % labels, i // (labels * per_dir)
-        directory = os.path.join(root, f"label_{label:02d}", f"dir_{leaf:05d}")
-        if directory not in made:
-            os.makedirs(directory, exist_ok=True)
-            made.add(directory)
-            stub = os.path.join(directory, ".stub.jpg")  # hidden: the listing skips it
-            with open(stub, "wb") as f:
-                f.write(b"\xff\xd8\xff" + b"\0" * max(0, file_bytes - 3))
-        os.link(stub, os.path.join(directory, f"{i:07d}.jpg"))
 
 
 def plain_walk(root: str) -> list[tuple[str, int, int]]:

@@ -1,6 +1,6 @@
 """A whole write in a fresh process, as a DVC stage runs it: wall, CPU and peak memory.
 
-Each run is ``python -m bench.memory KIND LISTING_DIR OUT`` (what the write
+Each run is ``python -m bench.suite.memory KIND LISTING_DIR OUT`` (what the write
 stage does: read the listing, write the shards), at 1x and 10x the number of
 files, so the bench process and its TensorFlow stay out of the numbers and
 each contender pays its own imports (TensorFlow: seconds). Peak RSS is sampled
@@ -20,7 +20,7 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
-from bench.timing import run_sampled, spread, tree_cpu_seconds
+from bench.common.timing import run_sampled, spread, tree_cpu_seconds
 from tfshards.listing.listing import Listing, read_listing, write_listing
 
 KINDS = {
@@ -33,8 +33,8 @@ KINDS = {
 def run_child(kind: str, listing_dir: str, out: str) -> dict[str, float]:
     """One write in a fresh interpreter; wall and CPU seconds, peak RSS in MB."""
     env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"}
-    cmd = [sys.executable, "-m", "bench.memory", kind, listing_dir, out]
-    wall, out_text, sampler = run_sampled(cmd, env, f"bench.memory {kind}")
+    cmd = [sys.executable, "-m", "bench.suite.memory", kind, listing_dir, out]
+    wall, out_text, sampler = run_sampled(cmd, env, f"bench.suite.memory {kind}")
     return {
         "wall": wall,
         "cpu": float(json.loads(out_text.decode().strip().splitlines()[-1])["cpu"]),
@@ -121,12 +121,13 @@ def _child(kind: str, listing_dir: str, out: str) -> None:
 
         write(WriteConfig(out=out, workers=2), listing_dir, progress=False)
     elif kind == "tfds":
-        from bench.tfds_builder import build
+        from bench.suite.tfds_builder import build
+        from bench.suite.writers import NUM_SHARDS
 
         with contextlib.redirect_stdout(sys.stderr):
-            build(read_listing(listing_dir), out)
+            build(read_listing(listing_dir), out, NUM_SHARDS)
     elif kind == "naive":
-        from bench.writers import naive_write
+        from bench.suite.writers import naive_write
 
         naive_write(read_listing(listing_dir), out)
     else:

@@ -1,7 +1,7 @@
 """Ways to read one epoch of decoded (image, label) batches from shards.
 
 All three decode every JPEG to float32 in [0, 1] and batch ``BATCH`` records.
-Each function builds the dataset; :class:`bench.timing.Epochs` builds it once
+Each function builds the dataset; :class:`bench.suite.rounds.Epochs` builds it once
 (in the warm-up) and times the epochs after. tfshards and the seed reader read
 the same shard files; tfds reads its own build of the same images.
 """
@@ -70,7 +70,7 @@ def tfds_read(listing: Listing, data_dir: str) -> Any:
     import tensorflow as tf
     import tensorflow_datasets as tfds
 
-    from bench.tfds_builder import BenchImages
+    from bench.suite.tfds_builder import BenchImages
 
     builder = BenchImages(listing=listing, data_dir=data_dir, file_format="tfrecord")
     dataset = builder.as_dataset(

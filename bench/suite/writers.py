@@ -12,7 +12,7 @@ import multiprocessing
 import os
 import random
 
-from bench.timing import Work
+from bench.suite.rounds import Work
 from tfshards.listing.listing import Listing
 from tfshards.shardset.layout import shard_name
 from tfshards.writing.config import WriteConfig
@@ -97,7 +97,7 @@ def seed_recipe_write(listing: Listing, out: str) -> Work:
 
 def tfds_write(listing: Listing, out: str) -> Work:
     """tensorflow-datasets' ``download_and_prepare`` of a local builder (no download)."""
-    from bench.tfds_builder import build
+    from bench.suite.tfds_builder import build
 
-    build(listing, out)
+    build(listing, out, NUM_SHARDS)
     return len(listing.entries), listing.total_bytes

@@ -13,36 +13,19 @@ import hashlib
 import io
 import os
 import tempfile
-import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import crc32c
 from PIL import Image
 
+from bench.common.timing import per_record
 from tfshards.listing.listing import Listing
 
 # Which pieces each job cannot avoid (bench/README.md, "How it measures").
 WRITE = ("read_file", "sha256", "crc32c")  # read every input, hash it, frame it
 VALIDATE = ("read_shard", "sha256", "crc32c")  # read the shard, hash it, check record CRCs
 READ = ("read_shard", "crc32c", "decode_tf")  # read, check CRCs, decode the image
-
-
-def _per_record(fn: Callable[[], object], n: int, min_seconds: float = 0.2) -> float:
-    """CPU seconds per record of ``fn`` (which handles ``n`` records), repeated to >= min_seconds.
-
-    The best of three rounds: the least disturbed by the other jobs on the machine.
-    """
-    best = float("inf")
-    for _ in range(3):
-        rounds, spent = 0, 0.0
-        while spent < min_seconds:
-            t0 = time.process_time()
-            fn()
-            spent += time.process_time() - t0
-            rounds += 1
-        best = min(best, spent / (rounds * n))
-    return best
 
 
 def costs(listing: Listing, sample_bytes: int = 16 << 20) -> dict[str, float]:
@@ -75,12 +58,12 @@ def costs(listing: Listing, sample_bytes: int = 16 << 20) -> dict[str, float]:
                     pass
 
         out: dict[str, float] = {
-            "read_file": _per_record(read_files, n),
-            "read_shard": _per_record(read_shard, n),
+            "read_file": per_record(read_files, n),
+            "read_shard": per_record(read_shard, n),
         }
 
-    out["sha256"] = _per_record(lambda: [hashlib.sha256(b).digest() for b in blobs], n)
-    out["crc32c"] = _per_record(lambda: [crc32c.crc32c(b) for b in blobs], n)
+    out["sha256"] = per_record(lambda: [hashlib.sha256(b).digest() for b in blobs], n)
+    out["crc32c"] = per_record(lambda: [crc32c.crc32c(b) for b in blobs], n)
 
     # TensorFlow decodes inside one traced graph (map_fn, one image at a time): no eager
     # dispatch or tf.data per-element overhead, and the tracing is paid before timing.
@@ -95,8 +78,8 @@ def costs(listing: Listing, sample_bytes: int = 16 << 20) -> dict[str, float]:
         )
     )
     decode_all()
-    out["decode_tf"] = _per_record(decode_all, n)
-    out["decode_pil"] = _per_record(lambda: [pil_decode(b) for b in blobs], n)
+    out["decode_tf"] = per_record(decode_all, n)
+    out["decode_pil"] = per_record(lambda: [pil_decode(b) for b in blobs], n)
     return out
 
 

@@ -1,9 +1,9 @@
 """Time what durable publication costs ``write``: fsync of each file and folder, on and off.
 
-    python -m bench.durability --reps 5              # both data sets of bench/data
-    python -m bench.durability --scale 0.1 --reps 3
+    python -m bench.studies.durability --reps 5              # both data sets of bench/data
+    python -m bench.studies.durability --scale 0.1 --reps 3
 
-Separate from ``bench.run``: no contender can choose to skip the fsync, so
+Separate from ``bench.suite.run``: no contender can choose to skip the fsync, so
 this is a cost to record, not a row to compare. Rounds interleave "fsync" and
 "no fsync" (``os.fsync`` replaced by a no-op in this process) for the serial
 writer and the default one (``auto``: 2 threads with ``tfshards.format._native``),
@@ -21,9 +21,10 @@ import statistics
 import tempfile
 import time
 
-from bench.data import LARGE, SMALL, ensure, listing_of
-from bench.writers import tfshards_write
+from bench.common.data import LARGE, SMALL, ensure, listing_of
 from tfshards.listing.listing import Listing
+from tfshards.writing.config import WriteConfig
+from tfshards.writing.writer import write
 
 
 def _no_fsync(fd: int) -> None:
@@ -34,7 +35,8 @@ def _timed(listing: Listing, workers: int, workroot: str) -> float:
     out = tempfile.mkdtemp(dir=workroot)
     try:
         start = time.perf_counter()
-        tfshards_write(listing, out, workers)
+        executor = "auto" if workers > 1 else "serial"
+        write(WriteConfig(out=out, workers=workers, executor=executor), listing, progress=False)
         return time.perf_counter() - start
     finally:
         shutil.rmtree(out, ignore_errors=True)

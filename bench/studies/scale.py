@@ -1,11 +1,11 @@
 """The scale series: list, write and validate 20k to 1M small files, each in a fresh process.
 
-    python -m bench.scale                                   # 20k and 200k (minutes)
-    python -m bench.scale --files 20000,200000,1000000      # the long series (~15 min on 2 cores)
-    python -m bench.scale --dir /data/scale --keep          # keep the trees for the next run
+    python -m bench.studies.scale                               # 20k and 200k (minutes)
+    python -m bench.studies.scale --files 20000,200000,1000000  # the long series (~15 min, 2 cores)
+    python -m bench.studies.scale --dir /data/scale --keep      # keep the trees for the next run
 
 Each size gets a tree of ``--file-bytes`` ``.jpg`` stubs, hard links to one
-file per folder (:func:`bench.list_scale.make_tree`: the listing still opens,
+file per folder (:func:`bench.common.trees.make_tree`: the listing still opens,
 reads and hashes each through its own name). Then ``python -m tfshards list``,
 ``write`` and ``validate`` run as the DVC stages run them, one fresh
 interpreter each: wall seconds, CPU seconds of the whole process tree
@@ -13,7 +13,7 @@ interpreter each: wall seconds, CPU seconds of the whole process tree
 its pool workers. Beside them, the bounds, timed in this process on the same
 tree (page cache warm): a plain walk (``os.scandir`` + ``stat`` + sort) and the
 same walk + SHA-256 of every file (the least a content-named listing can do),
-and the write bound of :mod:`bench.bound` (read + sha256 + crc32c per record
+and the write bound of :mod:`bench.suite.bound` (read + sha256 + crc32c per record
 on all cores). The tables go to ``bench/README.md``.
 """
 
@@ -30,9 +30,8 @@ import tempfile
 import time
 from typing import Any
 
-from bench.bound import WRITE, _per_record
-from bench.list_scale import make_tree
-from bench.timing import run_sampled
+from bench.common.timing import per_record, run_sampled
+from bench.common.trees import make_tree
 
 
 def run_step(args: list[str], src: str | None = None) -> dict[str, float]:
@@ -80,7 +79,7 @@ def timed(fn: Any, *args: Any) -> dict[str, float]:
 
 
 def write_bound_us(root: str, n: int = 1000) -> float:
-    """CPU microseconds per record of read + sha256 + crc32c (:data:`bench.bound.WRITE`)."""
+    """CPU microseconds per record of read + sha256 + crc32c (the suite's write bound pieces)."""
     import crc32c
 
     paths = []
@@ -97,11 +96,11 @@ def write_bound_us(root: str, n: int = 1000) -> float:
                 f.read()
 
     pieces = {
-        "read_file": _per_record(read, len(paths)),
-        "sha256": _per_record(lambda: [hashlib.sha256(b).digest() for b in blobs], len(blobs)),
-        "crc32c": _per_record(lambda: [crc32c.crc32c(b) for b in blobs], len(blobs)),
+        "read_file": per_record(read, len(paths)),
+        "sha256": per_record(lambda: [hashlib.sha256(b).digest() for b in blobs], len(blobs)),
+        "crc32c": per_record(lambda: [crc32c.crc32c(b) for b in blobs], len(blobs)),
     }
-    return sum(pieces[p] for p in WRITE) * 1e6
+    return sum(pieces.values()) * 1e6
 
 
 def one_size(

@@ -21,7 +21,6 @@ import tensorflow_datasets as tfds
 from absl import logging as absl_logging
 from etils import epath  # type: ignore[import-untyped]
 
-from bench.writers import NUM_SHARDS
 from tfshards.listing.listing import Listing
 
 
@@ -69,13 +68,13 @@ class BenchImages(tfds.core.GeneratorBasedBuilder):  # type: ignore[misc]
             )
 
 
-def build(listing: Listing, data_dir: str) -> BenchImages:
-    """``download_and_prepare`` into ``data_dir`` (tfrecord files); returns the builder."""
+def build(listing: Listing, data_dir: str, num_shards: int) -> BenchImages:
+    """``download_and_prepare`` into ``data_dir`` (tfrecord files, ``num_shards`` of them)."""
     tfds.disable_progress_bar()
     absl_logging.set_verbosity(absl_logging.WARNING)
     builder = BenchImages(listing=listing, data_dir=data_dir, file_format="tfrecord")
     config = tfds.download.DownloadConfig(
-        try_download_gcs=False, num_shards=min(NUM_SHARDS, len(listing.entries))
+        try_download_gcs=False, num_shards=min(num_shards, len(listing.entries))
     )
     with contextlib.redirect_stdout(sys.stderr):  # its "Downloading and preparing" lines
         builder.download_and_prepare(download_config=config)

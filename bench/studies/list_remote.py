@@ -1,7 +1,7 @@
 """Time listing an S3 tree (moto's server on 127.0.0.1): label folders one by one or at once.
 
-    python bench/list_remote.py                    # 20,000 objects in 10 label prefixes
-    python bench/list_remote.py --files 5000 --labels 50 --per-dir 100 --repeat 5
+    python -m bench.studies.list_remote                    # 20,000 objects in 10 label prefixes
+    python -m bench.studies.list_remote --files 5000 --labels 50 --per-dir 100 --repeat 5
 
 The server runs in its own process, so it does not share this one's GIL.
 Objects are spread like ``list_scale.py``'s tree (``label_XX/dir_XXXXX/N.jpg``);

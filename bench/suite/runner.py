@@ -1,4 +1,4 @@
-"""The benchmark suite: data, sections, result document (``bench.run`` is its CLI)."""
+"""The benchmark suite: data, sections, result document (``bench.suite.run`` is its CLI)."""
 
 from __future__ import annotations
 
@@ -11,10 +11,10 @@ import tempfile
 from functools import partial
 from typing import Any
 
-from bench import bound as bounds
-from bench import checkers, memory, readers, report, writers
-from bench.data import LARGE, SMALL, DataSet, ensure, listing_of, subset
-from bench.timing import Contender, Epochs, compare, cpu_count, row
+from bench.common.data import LARGE, SMALL, DataSet, ensure, listing_of, subset
+from bench.suite import bound as bounds
+from bench.suite import checkers, memory, readers, report, writers
+from bench.suite.rounds import Contender, Epochs, compare, cpu_count, row
 from tfshards.listing.listing import Listing
 from tfshards.shardset.layout import MANIFEST_NAME
 from tfshards.shardset.manifest import Manifest
@@ -220,14 +220,14 @@ BOUND_PIECES = {"write": bounds.WRITE, "validate": bounds.VALIDATE, "read": boun
 
 def _prepare_shards(listing: Listing, workroot: str, tfds: bool) -> tuple[str, Manifest, str]:
     """tfshards shards (and, for read, a tfds build) of ``listing``, untimed."""
-    from bench.tfds_builder import build
+    from bench.suite.tfds_builder import build
 
     shards_dir = tempfile.mkdtemp(dir=workroot, prefix="shards-")
     config = WriteConfig(out=shards_dir, workers=WORKERS, executor="process")
     manifest = write(config, listing, progress=False).manifest
     tfds_dir = tempfile.mkdtemp(dir=workroot, prefix="tfds-")
     if tfds:
-        build(listing, tfds_dir)
+        build(listing, tfds_dir, writers.NUM_SHARDS)
     return os.path.join(manifest.root, MANIFEST_NAME), manifest, tfds_dir
 
 
@@ -272,7 +272,7 @@ def run(
                     if name == LARGE.name:
                         bench.read_resized(name, listing, manifest)
         if "generator" in only:
-            from bench import generators
+            from bench.suite import generators
 
             bench.rows += generators.compare_all(listings["small"], reps, scale, workroot, log)
         if "memory" in only:

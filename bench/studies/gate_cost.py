@@ -1,6 +1,6 @@
 """What verifying local shards, and reading them in checked chunks, costs the loader.
 
-``python -m bench.gate_cost [IMAGES] [SIZE] [ROUNDS]`` writes IMAGES synthetic
+``python -m bench.studies.gate_cost [IMAGES] [SIZE] [ROUNDS]`` writes IMAGES synthetic
 JPEGs of SIZE px (default: the small set, 20,000 x 96 px) into 16 shards in a
 temp directory, then times, page cache warm: the verification of every shard
 with nothing remembered (sha256, framing walk and record count: what the

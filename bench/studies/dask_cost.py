@@ -1,7 +1,7 @@
 """What Dask costs against local workers: per run, per shard, and where it stops losing.
 
-    python -m bench.dask_cost --out bench/results   # a few minutes on 2 cores; a markdown table
-    python -m bench.dask_cost --reps 1 --scale 0.05   # smoke run
+    python -m bench.studies.dask_cost --out bench/results  # a few minutes on 2 cores; a table
+    python -m bench.studies.dask_cost --reps 1 --scale 0.05  # smoke run
 
 Contenders, each ``tfshards.write`` with 2 workers from this process: local
 processes (``executor="process"``, a new pool each run), local threads (what
@@ -38,7 +38,7 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from importlib.metadata import version
 
-from bench.data import SMALL, ensure, listing_of, subset
+from bench.common.data import SMALL, ensure, listing_of, subset
 from tfshards.listing.listing import Listing
 from tfshards.writing.config import WriteConfig
 from tfshards.writing.writer import write

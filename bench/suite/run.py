@@ -1,8 +1,8 @@
 """Benchmark tfshards against what a user would otherwise write; print bench/README.md tables.
 
-    make bench                                  # = python -m bench.run --out bench/results
-    python -m bench.run --only write,bound --reps 5
-    python -m bench.run --scale 0.01 --reps 1   # smoke run: 1% of the images
+    make bench                                  # = python -m bench.suite.run --out bench/results
+    python -m bench.suite.run --only write,bound --reps 5
+    python -m bench.suite.run --scale 0.01 --reps 1   # smoke run: 1% of the images
 
 Data: two deterministic synthetic JPEG sets, generated once under ``--data``
 and reused. Every job runs each contender once to warm up, then ``--reps``
@@ -64,11 +64,13 @@ def main(
 ) -> None:
     """Benchmark tfshards against what a user would otherwise write; print the markdown table."""
     sections = _sections(only)
-    command = "python -m bench.run " + shlex.join(sys.argv[1:]) if sys.argv[1:] else "make bench"
+    command = (
+        "python -m bench.suite.run " + shlex.join(sys.argv[1:]) if sys.argv[1:] else "make bench"
+    )
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")  # before anything imports TensorFlow
     use_bytecode_cache(os.path.join(data, ".pycache"))
-    from bench import report
-    from bench.suite import log, run
+    from bench.suite import report
+    from bench.suite.runner import log, run
 
     start = time.perf_counter()
     doc = run(out, sections, reps, scale, data, command.strip())
