@@ -14,7 +14,7 @@ from pathlib import Path
 import yaml
 
 sys.path.insert(0, str(Path(__file__).parent))
-from importgraph import closure, edges, graph  # noqa: E402 - beside this file
+from importgraph import closure, edges, graph
 
 # Modules that load a compiled extension, and its C source (a change there can change bytes).
 COMPILED = {"src/tfshards/format/native.py": "src/tfshards/format/_native.c"}

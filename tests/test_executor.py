@@ -9,8 +9,7 @@ import pytest
 
 from tfshards.errors import ConfigError, ShardError
 from tfshards.run import executor
-from tfshards.run.cluster import Needs
-from tfshards.run.executor import RunOptions
+from tfshards.run.executor import Needs, RunOptions
 
 
 def _die_in_a_worker(parent: int) -> int:

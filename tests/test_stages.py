@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+
 from stagedeps import check, fix, script_of
 
 REPO = Path(__file__).resolve().parents[1]
