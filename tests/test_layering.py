@@ -213,6 +213,15 @@ def test_an_import_under_type_checking_is_not_one(tree):
     assert problems(tree) == []
 
 
+def test_a_registry_string_is_an_import_but_forms_no_circle(tree):
+    _append(tree / "tfshards/run/executor.py", 'UP = "tfshards.writing.writer:write"')
+    _append(tree / "tfshards/run/localexec.py", 'BACK = "tfshards.run.executor:Executor"')
+    found = problems(tree)
+    assert len(found) == 1
+    assert found[0].startswith("tfshards.run.executor (rank 1b, line ")
+    assert found[0].endswith("imports tfshards.writing.writer (rank 4a): a higher rank")
+
+
 def test_a_circle_is_reported_with_its_modules(tree):
     _append(tree / "tfshards/format/wire.py", "from . import tfrecord")
     assert problems(tree) == [
