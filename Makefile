@@ -10,7 +10,7 @@ export DVC_NO_ANALYTICS := true
 export DVC_NO_UPDATE_CHECK := true
 export TF_CPP_MIN_LOG_LEVEL := 2
 
-.PHONY: install demo test test-fast lint bench dist lock clean
+.PHONY: install demo test test-fast lint deps bench dist lock clean
 
 install: $(BIN)/.installed
 
@@ -41,6 +41,10 @@ test: lint
 
 test-fast: install
 	$(BIN)/pytest -n 2 -m "not slow"
+
+# dvc.yaml: each stage's src/ deps become the modules its script imports (tests/test_stages.py).
+deps: install
+	$(BIN)/python tests/stagedeps.py --fix
 
 bench: install
 	$(BIN)/python -m bench.suite.run --out bench/results

@@ -13,9 +13,9 @@ from tfshards.errors import ConfigError
 from tfshards.format import native
 from tfshards.listing.listing import list_files
 from tfshards.project.sample import write_synthetic
-from tfshards.run import cluster, executor
-from tfshards.run.cluster import Needs, WorkerReport
-from tfshards.writing import transform
+from tfshards.run import cluster, executor, transform
+from tfshards.run.cluster import WorkerReport
+from tfshards.run.executor import Needs
 from tfshards.writing.config import WriteConfig
 from tfshards.writing.writer import plan
 

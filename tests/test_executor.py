@@ -3,14 +3,15 @@
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 import time
 
 import pytest
 
 from tfshards.errors import ConfigError, ShardError
 from tfshards.run import executor
-from tfshards.run.cluster import Needs
-from tfshards.run.executor import RunOptions
+from tfshards.run.executor import Needs, RunOptions
 
 
 def _die_in_a_worker(parent: int) -> int:
@@ -90,3 +91,15 @@ def test_shared_fs_of_the_run_options_reaches_the_dask_checks():
     refused = executor.start(RunOptions(2, "dask", "tcp://10.0.0.5:8786"), ["file"])
     with pytest.raises(ConfigError, match="/data/raw: a local path with the Dask scheduler"):
         list(refused.map(str, ["task"], needs=needs))
+
+
+def test_the_built_in_executors_are_imported_on_first_use():
+    code = (
+        "import sys\n"
+        "from tfshards.run import executor\n"
+        "executor.RunOptions(4, 'process')\n"
+        "assert executor.resolve('auto', 4, ['file']) == 'process'\n"
+        "assert not {'tfshards.run.localexec', 'tfshards.run.cluster'} & set(sys.modules)\n"
+        "assert executor.executor_class('dask').__module__ == 'tfshards.run.cluster'\n"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True)

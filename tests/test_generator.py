@@ -19,8 +19,7 @@ from tfshards.errors import ConfigError
 from tfshards.listing.listing import Listing, list_files
 from tfshards.listing.walker import Entry
 from tfshards.project.sample import write_synthetic
-from tfshards.reading import filesplit, generator
-from tfshards.run import pools
+from tfshards.reading import filesplit, generator, pools
 
 SIZE = 16
 

@@ -105,7 +105,7 @@ ORPHAN_SCRIPTS = {
         list(executor.run(time.sleep, [3600.0] * 4, executor="process", workers=3))
     """,
     "from_files processes (idle workers)": """
-        from tfshards.run.pools import Leaf, Runner
+        from tfshards.reading.pools import Leaf, Runner
         runner = Runner("process", abs, [Leaf("int64", (), "")], 2)
         threading.Event().wait()
     """,

@@ -1,1 +1,14 @@
 """The TFRecord and tf.train.Example formats: a Python reference and its C fast path."""
+
+# The modules other wings may import; the rest are this wing's own.
+__all__ = [
+    "example",
+    "exampleparser",
+    "imageformat",
+    "native",
+    "recordbuffer",
+    "records",
+    "schema",
+    "tfrecord",
+    "wire",
+]

@@ -19,10 +19,8 @@ from typing import cast
 import numpy as np
 
 from tfshards.format import wire
-from tfshards.format.schema import (
-    Dtype,
-    Values,
-)
+from tfshards.format.schema import Values
+from tfshards.format.wire import Dtype
 
 __all__ = [
     "bytes_entry_head",

@@ -18,7 +18,8 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from tfshards.format import wire
-from tfshards.format.schema import Dtype, FeatureSpec
+from tfshards.format.schema import FeatureSpec
+from tfshards.format.wire import Dtype
 
 _U64 = (1 << 64) - 1
 _LONG_VARINT = re.compile(rb"[\x80-\xff]{%d}" % wire.MAX_VARINT_BYTES)  # each says "more follows"

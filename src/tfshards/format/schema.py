@@ -6,14 +6,14 @@ import functools
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any
 
 import numpy as np
 
 from tfshards.errors import ConfigError, TransformError
 from tfshards.format import wire
+from tfshards.format.wire import Dtype
 
-Dtype = Literal["bytes", "int64", "float"]
 DTYPES: tuple[Dtype, ...] = ("bytes", "int64", "float")
 Values = list[bytes] | list[int] | list[float] | np.ndarray
 

@@ -23,10 +23,9 @@ Example (every field length-delimited, wire type 2)::
 from __future__ import annotations
 
 import struct
-from typing import TYPE_CHECKING
+from typing import Literal
 
-if TYPE_CHECKING:  # schema takes its float layout from here
-    from tfshards.format.schema import Dtype
+Dtype = Literal["bytes", "int64", "float"]  # a Feature's kind, as the schema names it
 
 # ----------------------------------------------------------------------------- TFRecord
 LENGTH = struct.Struct("<Q")  # a record's length field

@@ -62,13 +62,13 @@ import numpy as np
 from tfshards import storage
 from tfshards.errors import ConfigError
 from tfshards.listing.listing import Listing
-from tfshards.run.executor import canonical
-from tfshards.run.pools import (
+from tfshards.reading.pools import (
     CHUNK_ITEMS,
     Item,
     Leaf,
     Runner,
 )
+from tfshards.run.executor import canonical
 
 if TYPE_CHECKING:
     import tensorflow as tf

@@ -21,40 +21,16 @@ from typing import Any, TypeVar
 
 import fsspec
 
+from tfshards._version import __version__
 from tfshards.errors import ConfigError, ShardError, TransformError
-from tfshards.run.executor import Executor, register
+from tfshards.format import native
+from tfshards.run import transform as transforms
+from tfshards.run.executor import Executor, Needs, is_remote
 
 T = TypeVar("T")
 R = TypeVar("R")
 
 LOCAL_PROTOCOLS = (None, "file", "local")
-
-
-@dataclass(frozen=True)
-class Needs:
-    """What the tasks of one run need from every Dask worker.
-
-    Attributes:
-        locations: data the tasks read or write, as URLs or absolute local paths.
-        inputs: those of ``locations`` that must already exist (checked on the
-            workers when local).
-        transform: ``package.module:function`` the workers must import, or None.
-        transform_identity: the client's :func:`tfshards.writing.transform.identity` of
-            it; a worker whose module source differs would write other bytes.
-        shared_fs: the user states that local paths are on a filesystem every
-            worker mounts at the same path.
-    """
-
-    locations: tuple[str, ...] = ()
-    inputs: tuple[str, ...] = ()
-    transform: str | None = None
-    transform_identity: str = "none"
-    shared_fs: bool = False
-
-
-def is_remote(address: str | None) -> bool:
-    """True when ``address`` names a scheduler (None and ``"local"`` start a local cluster)."""
-    return address not in (None, "", "local")
 
 
 def is_local_path(url: str) -> bool:
@@ -90,10 +66,6 @@ class WorkerReport:
 
 def probe(transform: str | None, identity: str, inputs: Sequence[str]) -> dict[str, Any]:
     """Run on each worker: its version, compiled loops, transform and local inputs."""
-    import tfshards
-    from tfshards.format import native
-    from tfshards.writing import transform as transforms
-
     error = ""
     if transform is not None:
         try:
@@ -108,7 +80,7 @@ def probe(transform: str | None, identity: str, inputs: Sequence[str]) -> dict[s
                 )
     return {
         "host": socket.gethostname(),
-        "version": tfshards.__version__,
+        "version": __version__,
         "native": native.NATIVE is not None,
         "transform_error": error,
         "missing": [p for p in inputs if is_local_path(p) and not os.path.exists(p)],
@@ -117,8 +89,6 @@ def probe(transform: str | None, identity: str, inputs: Sequence[str]) -> dict[s
 
 def check_workers(client: Any, needs: Needs) -> list[WorkerReport]:
     """Ask every worker what it has (one round trip); raise on the first that cannot run."""
-    import tfshards
-
     threads = client.nthreads()
     if not threads:
         raise ConfigError("the Dask scheduler has no workers yet; start some with `dask worker`")
@@ -133,7 +103,7 @@ def check_workers(client: Any, needs: Needs) -> list[WorkerReport]:
             raise ConfigError(
                 f"Dask worker {address}: cannot run tfshards "
                 f"({type(a).__name__}: {' '.join(str(a).split())}); "
-                f"install tfshards {tfshards.__version__} on the workers"
+                f"install tfshards {__version__} on the workers"
             )
         report = WorkerReport(
             address=address,
@@ -144,10 +114,10 @@ def check_workers(client: Any, needs: Needs) -> list[WorkerReport]:
             transform_error=a["transform_error"],
             missing=tuple(a["missing"]),
         )
-        if report.version != tfshards.__version__:
+        if report.version != __version__:
             raise ConfigError(
                 f"Dask worker {address}: tfshards {report.version}, expected "
-                f"{tfshards.__version__} (the client's); install the same version on the workers"
+                f"{__version__} (the client's); install the same version on the workers"
             )
         if report.transform_error:
             raise TransformError(
@@ -168,11 +138,11 @@ def describe(address: str, reports: Sequence[WorkerReport]) -> str:
     """One line saying what ran: workers, threads, hosts, compiled loops or not."""
     threads = sum(r.threads for r in reports)
     hosts = len({r.host for r in reports})
-    native = sum(r.native for r in reports)
+    compiled = sum(r.native for r in reports)
     line = (
         f"dask, {address}: {len(reports)} workers, {threads} threads, {hosts} "
         f"host{'s' * (hosts != 1)}; compiled loops (tfshards.format._native) "
-        f"on {native}/{len(reports)}"
+        f"on {compiled}/{len(reports)}"
     )
     slow = sum(not r.native and r.threads > 1 for r in reports)
     if slow:
@@ -230,7 +200,7 @@ def run(
     else:
         # Loopback only: LocalCluster serves on 0.0.0.0:8787 unless told otherwise.
         # Its worker processes start in this directory, so a transform module found
-        # here imports there too (tfshards.writing.transform.load puts the cwd on sys.path).
+        # here imports there too (tfshards.run.transform.load puts the cwd on sys.path).
         cluster = LocalCluster(
             n_workers=workers,
             threads_per_worker=1,
@@ -299,7 +269,6 @@ def quiet_logging(quiet: bool) -> Iterator[None]:
         logging.disable(previous)
 
 
-@register
 class DaskExecutor(Executor):
     """Tasks on the Dask scheduler at ``options.address``, or on a local cluster of
     ``options.workers`` processes started for each :meth:`map` when there is none."""

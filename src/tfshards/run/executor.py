@@ -3,25 +3,25 @@
 An :class:`Executor` has one verb, :meth:`Executor.map`, yielding ``(task
 index, result)`` as tasks finish; entering it starts its workers. The
 built-in ones are ``serial``, ``thread`` and ``process``
-(:mod:`tfshards.run.localexec`) and ``dask`` (:mod:`tfshards.run.cluster`); another
-(Ray, a batch queue) is one subclass with a ``name``, registered with
-:func:`register`. What a run asks for is a :class:`RunOptions`, shared by
-write, validate, the generator and the sample writer.
+(:mod:`tfshards.run.localexec`) and ``dask`` (:mod:`tfshards.run.cluster`), named
+here as ``"module:Class"`` and imported on first use (those modules import this
+one); another (Ray, a batch queue) is one subclass with a ``name``, registered
+with :func:`register`. What a run asks for is a :class:`RunOptions`, shared by
+write, validate, the generator and the sample writer; what its tasks need from
+remote workers is a :class:`Needs`.
 """
 
 from __future__ import annotations
 
 import abc
 import dataclasses
+import importlib
 import warnings
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, ClassVar, TypeVar
+from typing import ClassVar, TypeVar
 
 from tfshards.errors import ConfigError
-
-if TYPE_CHECKING:
-    from tfshards.run.cluster import Needs
 
 T = TypeVar("T")
 R = TypeVar("R")
@@ -29,7 +29,13 @@ R = TypeVar("R")
 AUTO = "auto"
 # Spellings of earlier releases (from_files said "threads"/"processes"): still accepted.
 OLD_NAMES = {"threads": "thread", "processes": "process"}
-_REGISTRY: dict[str, type[Executor]] = {}
+BUILTIN = {
+    "serial": "tfshards.run.localexec:SerialExecutor",
+    "thread": "tfshards.run.localexec:ThreadExecutor",
+    "process": "tfshards.run.localexec:ProcessExecutor",
+    "dask": "tfshards.run.cluster:DaskExecutor",
+}
+_REGISTRY: dict[str, type[Executor]] = {}  # imported or registered classes, by name
 
 
 def canonical(name: str, option: str = "executor") -> str:
@@ -43,8 +49,34 @@ def canonical(name: str, option: str = "executor") -> str:
 
 def names() -> tuple[str, ...]:
     """``auto`` and every registered executor name, sorted."""
-    _load_builtins()
-    return (AUTO, *sorted(_REGISTRY))
+    return (AUTO, *sorted(BUILTIN.keys() | _REGISTRY.keys()))
+
+
+@dataclass(frozen=True)
+class Needs:
+    """What the tasks of one run need from every remote (Dask) worker.
+
+    Attributes:
+        locations: data the tasks read or write, as URLs or absolute local paths.
+        inputs: those of ``locations`` that must already exist (checked on the
+            workers when local).
+        transform: ``package.module:function`` the workers must import, or None.
+        transform_identity: the client's :func:`tfshards.run.transform.identity` of
+            it; a worker whose module source differs would write other bytes.
+        shared_fs: the user states that local paths are on a filesystem every
+            worker mounts at the same path.
+    """
+
+    locations: tuple[str, ...] = ()
+    inputs: tuple[str, ...] = ()
+    transform: str | None = None
+    transform_identity: str = "none"
+    shared_fs: bool = False
+
+
+def is_remote(address: str | None) -> bool:
+    """True when ``address`` names a scheduler (None and ``"local"`` start a local cluster)."""
+    return address not in (None, "", "local")
 
 
 @dataclass(frozen=True)
@@ -122,9 +154,12 @@ def register(cls: type[Executor]) -> type[Executor]:
     return cls
 
 
-def _load_builtins() -> None:
-    """Import the modules of the built-in executors: each registers its classes."""
-    from tfshards.run import cluster, localexec  # noqa: F401 - imported only once, then a lookup
+def executor_class(name: str) -> type[Executor]:
+    """The class registered as ``name``; a built-in one is imported on first use."""
+    if name not in _REGISTRY:
+        module, cls = BUILTIN[name].split(":")
+        _REGISTRY[name] = getattr(importlib.import_module(module), cls)
+    return _REGISTRY[name]
 
 
 def check_options(executor: str, workers: int) -> None:
@@ -149,12 +184,10 @@ def resolve(
     a process pool in tens of milliseconds). Otherwise processes. A Dask
     scheduler address means ``dask``; with a local executor it is refused.
     """
-    from tfshards.run.cluster import is_remote
-
     executor = RunOptions(workers, executor).executor
     in_memory = "memory" in protocols
     if is_remote(dask_address):
-        if executor != AUTO and not _REGISTRY[executor].remote:
+        if executor != AUTO and not executor_class(executor).remote:
             raise ConfigError(
                 f"a Dask scheduler address ({dask_address}) needs executor 'dask' "
                 f"(or 'auto'), got {executor!r}"
@@ -166,7 +199,7 @@ def resolve(
         if workers == 1:
             return "serial"
         return "thread" if gil_free else "process"
-    if in_memory and not _REGISTRY[executor].in_process:
+    if in_memory and not executor_class(executor).in_process:
         raise ConfigError(
             f"memory:// lives in one process, so executor {executor!r} cannot share it; "
             "use executor 'thread' or 'serial'"
@@ -189,7 +222,7 @@ def start(
     name = resolve(
         options.executor, workers, protocols, gil_free=gil_free, dask_address=options.address
     )
-    return _REGISTRY[name](dataclasses.replace(options, executor=name, workers=workers))
+    return executor_class(name)(dataclasses.replace(options, executor=name, workers=workers))
 
 
 def run(

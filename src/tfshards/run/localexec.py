@@ -14,14 +14,11 @@ import queue
 import sys
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures.process import BrokenProcessPool
-from typing import TYPE_CHECKING, TypeVar
+from typing import TypeVar
 
 from tfshards.errors import ShardError
-from tfshards.run.executor import Executor, register
+from tfshards.run.executor import Executor, Needs
 from tfshards.run.mpcontext import die_with_parent, mp_context
-
-if TYPE_CHECKING:
-    from tfshards.run.cluster import Needs
 
 T = TypeVar("T")
 R = TypeVar("R")
@@ -51,7 +48,6 @@ def _noop() -> None:
     """Submitted once per worker by :class:`ProcessExecutor`: the pool starts its processes."""
 
 
-@register
 class SerialExecutor(Executor):
     """Every task in this process, one after another."""
 
@@ -71,7 +67,6 @@ class SerialExecutor(Executor):
             yield i, fn(task)
 
 
-@register
 class ThreadExecutor(Executor):
     """``workers`` threads take every task from one queue, the next as soon as one is free.
 
@@ -112,7 +107,6 @@ class ThreadExecutor(Executor):
                 future.cancel()
 
 
-@register
 class ProcessExecutor(Executor):
     """``workers`` processes for one job: this one and ``workers - 1`` others.
 

@@ -86,7 +86,7 @@ class LeanForkServerContext(multiprocessing.context.ForkServerContext):
     (whose import is 0.2 s), and 0.15 s in the next run with this context.
 
     For functions pickled by reference from ``__main__`` (a user's generator
-    function), use the stock context: :mod:`tfshards.run.pools` does.
+    function), use the stock context: :mod:`tfshards.reading.pools` does.
     """
 
     Process = _LeanProcess

@@ -5,3 +5,6 @@ it, grouping of related files, how images were resized, the interop files
 TensorFlow Datasets reads, and the train/validation split by shard file.
 Writing produces this; reading, validation and training consume it.
 """
+
+# The modules other wings may import; the rest are this wing's own.
+__all__ = ["datasetinfo", "grouping", "layout", "lease", "manifest", "resize", "split"]

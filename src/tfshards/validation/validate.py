@@ -23,7 +23,7 @@ from tfshards import jsonfile, storage
 from tfshards.errors import ConfigError, ValidationError
 from tfshards.progress import Progress
 from tfshards.run import executor as executors
-from tfshards.run.cluster import Needs
+from tfshards.run.executor import Needs
 from tfshards.shardset import grouping
 from tfshards.shardset import split as splits
 from tfshards.shardset.manifest import Manifest, load

@@ -30,15 +30,16 @@ from tfshards.format.recordbuffer import (
     RecordBuffer,
     copy_into,
 )
-from tfshards.format.schema import Dtype, FeatureSpec, Values, merge_specs, normalize
+from tfshards.format.schema import FeatureSpec, Values, merge_specs, normalize
 from tfshards.format.tfrecord import Compressor, frame
+from tfshards.format.wire import Dtype
 from tfshards.listing.contenthash import expected_md5, expected_sha256
 from tfshards.listing.hashcache import stale_listing
 from tfshards.listing.storedlisting import ListedRows
+from tfshards.run import transform as transforms
 from tfshards.shardset import layout
 from tfshards.shardset.manifest import Reject, ShardInfo, sidecar_from_json, sidecar_json
 from tfshards.shardset.resize import Resize
-from tfshards.writing import transform as transforms
 from tfshards.writing.recordindex import RecordIndex, index_bytes
 from tfshards.writing.resize import resize_image
 

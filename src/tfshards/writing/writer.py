@@ -44,12 +44,12 @@ from tfshards.listing.storedlisting import ListedRows, StoredListing
 from tfshards.listing.walker import Entry
 from tfshards.progress import Progress
 from tfshards.run import executor as executors
-from tfshards.run.cluster import Needs
+from tfshards.run import transform as transforms
+from tfshards.run.executor import Needs
 from tfshards.shardset import datasetinfo, grouping, layout, lease
 from tfshards.shardset.layout import MANIFEST_NAME
 from tfshards.shardset.manifest import FORMAT_VERSION, Manifest
 from tfshards.writing import sharding
-from tfshards.writing import transform as transforms
 from tfshards.writing.config import BASE_FEATURES, WriteConfig
 from tfshards.writing.shard import ShardResult, ShardTask, keys_differ, write_shard
 
