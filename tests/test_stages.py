@@ -57,12 +57,17 @@ def _closure(script: Path) -> set[str]:
         seen.add(module)
         todo += _imports(_module_file(module))
     files = {_module_file(m).relative_to(REPO).as_posix() for m in seen}
-    files |= {COMPILED[f] for f in files if f in COMPILED}
+    files |= {c for f in files for c in COMPILED.get(f, ())}
     return {f for f in files if not f.endswith("__init__.py")}  # re-exports only
 
 
-# Modules that load a compiled extension, and its C source (a change there can change bytes).
-COMPILED = {"src/tfshards/format/native.py": "src/tfshards/format/_native.c"}
+# Modules that load a compiled extension, and its C sources and headers (a change there
+# can change bytes): every file setup.py compiles for tfshards.format._native.
+COMPILED = {
+    "src/tfshards/format/native.py": sorted(
+        p.relative_to(REPO).as_posix() for p in (SRC / "tfshards/format").glob("_native*.[ch]")
+    )
+}
 
 
 STAGES = yaml.safe_load((REPO / "dvc.yaml").read_text())["stages"]
