@@ -16,7 +16,7 @@ install: $(BIN)/.installed
 
 # The lock file is resolved in one pass (s3fs/aiobotocore/botocore/moto pin each
 # other tightly), so nothing installed later can upgrade one of them by accident.
-$(BIN)/.installed: pyproject.toml setup.py src/tfshards/_version.py src/tfshards/format/_native.c \
+$(BIN)/.installed: pyproject.toml setup.py src/tfshards/_version.py $(wildcard src/tfshards/format/_native*.[ch]) \
 		requirements/lock.txt
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --disable-pip-version-check uv==$(UV_VERSION)

@@ -16,8 +16,8 @@ import yaml
 sys.path.insert(0, str(Path(__file__).parent))
 from importgraph import closure, edges, graph
 
-# Modules that load a compiled extension, and its C source (a change there can change bytes).
-COMPILED = {"src/tfshards/format/native.py": "src/tfshards/format/_native.c"}
+# Modules that load a compiled extension, and its C sources (a change there can change bytes).
+COMPILED_SOURCES = {"src/tfshards/format/native.py": "src/tfshards/format/_native*.[ch]"}
 SCRIPT = re.compile(r"python (stages/\S+\.py)")
 STAGE_LINE = re.compile(r"^  ([\w-]+):\s*$")
 SRC_DEP_LINE = re.compile(r"^(\s+)- (src/\S+)\s*$")
@@ -40,7 +40,9 @@ def needed(repo: Path, script: str) -> set[str]:
         path = src / name.replace(".", "/")
         path = path / "__init__.py" if path.is_dir() else path.with_suffix(".py")
         files.add(path.relative_to(repo).as_posix())
-    files |= {COMPILED[f] for f in files if f in COMPILED}
+    for module, pattern in COMPILED_SOURCES.items():
+        if module in files:
+            files |= {p.relative_to(repo).as_posix() for p in sorted(repo.glob(pattern))}
     return {f for f in files if not f.endswith("__init__.py")}  # a docstring and __all__
 
 

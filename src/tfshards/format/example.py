@@ -25,8 +25,9 @@ from tfshards.format.wire import Dtype
 __all__ = [
     "bytes_entry_head",
     "encode",
+    "encode_around",
     "encode_bytes",
-    "int64_entry",
+    "example_head",
     "varint",
 ]
 
@@ -112,18 +113,19 @@ def _scalar_int_entry(name: str, value: int) -> bytes:
     return _entry(name, "int64", [value])
 
 
+@functools.lru_cache(maxsize=1 << 16)  # the sizes of a typical data set; a few MB at most
 def bytes_entry_head(name: str, n: int) -> bytes:
     """The bytes of a one-value ``bytes`` feature entry that precede its ``n``-byte value.
 
     A map entry is this head followed by the value; several entries, in sorted
-    key order, behind ``0x0a varint(total)`` make an Example (see :func:`encode`).
+    key order, behind :func:`example_head` make an Example (see :func:`encode`).
     """
     return _scalar_bytes_head(_key_field(name), n)
 
 
-def int64_entry(name: str, value: int) -> bytes:
-    """A whole one-value ``int64`` feature entry."""
-    return _scalar_int_entry(name, value)
+def example_head(body_len: int) -> bytes:
+    """The bytes that open an Example whose entries take ``body_len`` bytes."""
+    return _TAG1 + varint(body_len)
 
 
 def _entry(name: str, dtype: Dtype, values: Values) -> bytes:
@@ -134,22 +136,31 @@ def _entry(name: str, dtype: Dtype, values: Values) -> bytes:
     return b"".join([_TAG1, varint(entry_len), key_field, value_head, *feat_pieces])
 
 
-def encode(features: Mapping[str, tuple[Dtype, Values]]) -> tuple[list[Piece], int]:
-    """Serialize an Example from ``{name: (dtype, flat values)}``.
+def _body(
+    features: Mapping[str, tuple[Dtype, Values]], hole: str | None = None, hole_size: int = 0
+) -> tuple[list[Piece], int, int, int]:
+    """An Example's entries in sorted key order as pieces, and their length.
 
-    Returns the pieces to write and their total length. Keys are written in
-    sorted order. A record under 64 KiB comes back as one piece; larger
-    payloads are passed through as their own pieces, never copied.
+    A one-value ``bytes`` feature is two pieces, its head and its value (passed
+    through, never copied); every other feature one piece. With ``hole``: that
+    one-value ``bytes`` feature of ``hole_size`` bytes is one more entry, its
+    value left out: the last two items are the index of the piece its value
+    precedes and the value's offset in the entries (-1 and 0 without).
     """
     body: list[Piece] = []
-    body_len = 0
-    for name in sorted(features):
+    body_len, cut, at = 0, -1, 0
+    for name in sorted(features if hole is None else (*features, hole)):
+        if name == hole:
+            head = bytes_entry_head(name, hole_size)
+            body.append(head)
+            cut, at = len(body), body_len + len(head)
+            body_len = at + hole_size
+            continue
         dtype, values = features[name]
         if len(values) == 1 and dtype == "bytes":  # payloads, paths, hashes: the hot path
             value = cast(bytes, values[0])
-            head = _scalar_bytes_head(_key_field(name), len(value))
-            body.append(head)
-            body.append(value)
+            head = bytes_entry_head(name, len(value))
+            body += (head, value)
             body_len += len(head) + len(value)
         else:
             if len(values) == 1 and dtype == "int64":
@@ -158,11 +169,35 @@ def encode(features: Mapping[str, tuple[Dtype, Values]]) -> tuple[list[Piece], i
                 entry = _entry(name, dtype, values)
             body.append(entry)
             body_len += len(entry)
-    head = _TAG1 + varint(body_len)
+    return body, body_len, cut, at
+
+
+def encode(features: Mapping[str, tuple[Dtype, Values]]) -> tuple[list[Piece], int]:
+    """Serialize an Example from ``{name: (dtype, flat values)}``.
+
+    Returns the pieces to write and their total length. Keys are written in
+    sorted order. A record under 64 KiB comes back as one piece; larger
+    payloads are passed through as their own pieces, never copied.
+    """
+    body, body_len, _, _ = _body(features)
+    head = example_head(body_len)
     total = len(head) + body_len
     if total < _JOIN_BELOW:
         return [b"".join([head, *body])], total
     return [head, *body], total
+
+
+def encode_around(
+    features: Mapping[str, tuple[Dtype, Values]], name: str, size: int
+) -> tuple[list[Piece], list[Piece], int, int]:
+    """:func:`encode` of ``features`` and one more, a ``size``-byte ``bytes`` value of
+    feature ``name`` that is left out: the pieces before it and after it, the
+    value's offset and the Example's length. A writer fills the value in place
+    (a file read straight into it).
+    """
+    body, body_len, cut, at = _body(features, name, size)
+    head = example_head(body_len)
+    return [head, *body[:cut]], body[cut:], len(head) + at, len(head) + body_len
 
 
 def encode_bytes(features: Mapping[str, tuple[Dtype, Values]]) -> bytes:

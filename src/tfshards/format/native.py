@@ -1,10 +1,11 @@
 """The optional C loops (``tfshards.format._native``), or ``None`` where they are not built.
 
-``setup.py`` compiles ``_native.c`` when a C compiler and OpenSSL's headers
-are there; without them the install goes on and every caller uses its
-pure-Python loop, which writes the same bytes and finds the same problems
-(the tests run both). ``TFSHARDS_PURE_PYTHON=1`` forces the Python loops, in
-this process and in the worker processes it starts.
+``setup.py`` compiles ``_native*.c`` (one file per job, ``_native.c`` the
+module table) when a C compiler and OpenSSL's headers are there; without
+them the install goes on and every caller uses its pure-Python loop, which
+writes the same bytes and finds the same problems (the tests run both).
+``TFSHARDS_PURE_PYTHON=1`` forces the Python loops, in this process and in
+the worker processes it starts.
 
 The C loops release the GIL while they work, so threads run them in parallel.
 ``MISSING`` says why they are not there (``None`` when they are, or when the
@@ -22,7 +23,7 @@ Buffer = Any  # anything with the buffer protocol (bytes, bytearray, memoryview,
 
 
 class Native(Protocol):
-    """What ``_native.c`` offers (its comments say what each does)."""
+    """What the extension offers (``_native.c`` names the file of each; its comments say more)."""
 
     def frame_files(
         self,

@@ -7,7 +7,8 @@ allocated or copied per record except the few header bytes: on 72 KB files a
 fresh ``bytes`` per read plus joining the record cost more than the hashing.
 
 Layout of one record of the base features (keys in sorted order; ``image`` is
-the configurable payload feature)::
+the configurable payload feature), as :func:`tfshards.format.example.encode_around`
+lays out the Example around the payload::
 
     uint64 L | masked crc(L) | 0x0a varint(body) | entries... | masked crc(data)
                                '-------------- data (L bytes) ---------------'
@@ -19,13 +20,13 @@ import functools
 import hashlib
 import os
 from collections.abc import Callable, Iterator, Sequence
-from typing import Any
+from typing import Any, cast
 
 import crc32c
 
 from tfshards import storage
 from tfshards.format import native
-from tfshards.format.example import bytes_entry_head, int64_entry, varint
+from tfshards.format.example import encode_around
 from tfshards.format.imageformat import (
     HEAD_BYTES,
     SHOWN_BYTES,
@@ -33,8 +34,9 @@ from tfshards.format.imageformat import (
     claims_image,
     image_format,
 )
+from tfshards.format.schema import Dtype, Values
 from tfshards.format.tfrecord import header, mask
-from tfshards.format.wire import CRC, FOOTER_BYTES, HEADER_BYTES, TAG1
+from tfshards.format.wire import CRC, FOOTER_BYTES, HEADER_BYTES
 
 FLUSH_BYTES = 1 << 20  # 1 MB writes: a fresh worker faults in fewer pages than with 4 MB
 DIGEST_BYTES = 64  # the ``sha256`` feature: hex digest of the payload
@@ -62,37 +64,8 @@ class ContentChanged(Exception):
 
 Problem = OSError | FileChanged | ContentChanged | NotAnImage
 _UNCHECKED = bytes(32)  # an expected digest of zeros: nothing to compare with
-
-
-class _Table(dict[int, bytes]):
-    """Byte strings by length, each computed once per process (at most ``_TABLE_SIZE`` kept).
-
-    A record's headers depend only on a few lengths, and the same lengths
-    recur across shards: a lookup (~30 ns) replaces building them (~1 us).
-    """
-
-    def __init__(self, make: Callable[[int], bytes]) -> None:
-        super().__init__()
-        self.make = make
-
-    def __missing__(self, n: int) -> bytes:
-        value = self.make(n)
-        if len(self) < _TABLE_SIZE:
-            self[n] = value
-        return value
-
-
-def _lead(body: int) -> bytes:
-    """TFRecord header + Example tag and length, for an Example of ``body`` entry bytes."""
-    example_head = bytes([TAG1]) + varint(body)
-    return header(len(example_head) + body) + example_head
-
-
-_TABLE_SIZE = 1 << 16  # per table: every size of a typical data set; at most a few MB
-_LEADS = _Table(_lead)
-_LABELS = _Table(functools.partial(int64_entry, "label"))
-_PATH_HEADS = _Table(functools.partial(bytes_entry_head, "path"))
-_IMAGE_HEADS: dict[str, _Table] = {}
+# A frame's header by record length: the lengths of a data set recur across its shards.
+_header = functools.lru_cache(maxsize=1 << 16)(header)
 
 
 class RecordBuffer:
@@ -109,14 +82,8 @@ class RecordBuffer:
         self._view = memoryview(self._buf)
         self._used = 0
         self.image_feature = image_feature
-        # label, path, sha256 (their sorted order): which precede the payload's key?
-        self._before = tuple(k < image_feature for k in ("label", "path", "sha256"))
-        self._payload_first = not any(self._before)  # the default, "image"
-        self._sha_head = bytes_entry_head("sha256", DIGEST_BYTES)
-        self._sha_len = len(self._sha_head) + DIGEST_BYTES
-        self._image_heads = _IMAGE_HEADS.setdefault(
-            image_feature, _Table(functools.partial(bytes_entry_head, image_feature))
-        )
+        # The sha256 value among add_file's pieces: filled in after the payload is hashed.
+        self._digest = bytearray(DIGEST_BYTES)
         # For the C loop: the four keys in sorted order, and what each holds.
         roles = {image_feature: "p", "label": "l", "path": "n", "sha256": "s"}
         self._keys = tuple(k.encode() for k in sorted(roles))
@@ -203,21 +170,18 @@ class RecordBuffer:
             ContentChanged: its SHA-256 is not ``expected`` (raw; None or zeros: unchecked).
             NotAnImage: ``check_image`` is set and the bytes are no known image format.
         """
-        image_head = self._image_heads[size]
-        label_entry = _LABELS[label]
-        path_head = _PATH_HEADS[len(path)]
-        path_len = len(path_head) + len(path)
-        body = len(image_head) + size + len(label_entry) + path_len + self._sha_len
-        lead = _LEADS[body]  # the frame's header, then the Example's tag and length
-        length = len(lead) - HEADER_BYTES + body
+        digest = self._digest
+        base: dict[str, tuple[Dtype, Values]] = {
+            "label": ("int64", [label]),
+            "path": ("bytes", [path]),
+            "sha256": ("bytes", [cast(bytes, digest)]),  # filled in below, then joined
+        }
+        before, after, offset, length = encode_around(base, self.image_feature, size)
         total = HEADER_BYTES + length + FOOTER_BYTES
         if self._used + total + 1 > len(self._buf):
             self._make_room(total)
         view, at = self._view, self._used
-        start = at + len(lead) + len(image_head)
-        if not self._payload_first:
-            lengths = (len(label_entry), path_len, self._sha_len)
-            start += sum(n for n, b in zip(lengths, self._before, strict=True) if b)
+        start = at + HEADER_BYTES + offset
 
         got = read_into(view[start : start + size + 1], source)
         if got != size or got == 0:
@@ -227,19 +191,10 @@ class RecordBuffer:
             raise ContentChanged(expected, sha.digest())
         if check_image and image_format(view[start : start + min(size, HEAD_BYTES)]) is None:
             raise NotAnImage(bytes(view[start : start + min(size, SHOWN_BYTES)]))
-        digest = sha.hexdigest().encode()
+        digest[:] = sha.hexdigest().encode()  # in ``before`` or ``after``, as its key sorts
         end = at + HEADER_BYTES + length
-        if self._payload_first:
-            view[at:start] = lead + image_head
-            view[start + size : end] = b"".join(
-                (label_entry, path_head, path, self._sha_head, digest)
-            )
-        else:
-            entries = (label_entry, path_head + path, self._sha_head + digest)
-            pre = [e for e, b in zip(entries, self._before, strict=True) if b]
-            post = [e for e, b in zip(entries, self._before, strict=True) if not b]
-            view[at:start] = b"".join([lead, *pre, image_head])
-            view[start + size : end] = b"".join(post)
+        view[at:start] = b"".join([_header(length), *before])
+        view[start + size : end] = b"".join(after)
         CRC.pack_into(view, end, mask(crc32c.crc32c(view[at + HEADER_BYTES : end])))
         self._used = end + FOOTER_BYTES
 
