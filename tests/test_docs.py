@@ -182,10 +182,7 @@ main()
 
 
 def _setup(folder: Path, setup: str) -> None:
-    from tfshards.listing.listing import list_files, write_listing
-    from tfshards.project.sample import write_synthetic
-    from tfshards.writing.config import WriteConfig
-    from tfshards.writing.writer import write
+    from tfshards import WriteConfig, list_files, write, write_listing, write_synthetic
 
     if setup == "empty":
         return
