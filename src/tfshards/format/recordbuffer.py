@@ -35,13 +35,13 @@ from tfshards.format.imageformat import (
 )
 from tfshards.format.tfrecord import header, mask
 from tfshards.format.wire import CRC, FOOTER_BYTES, HEADER_BYTES, TAG1
+from tfshards.listing.entry import Entry
 
 FLUSH_BYTES = 1 << 20  # 1 MB writes: a fresh worker faults in fewer pages than with 4 MB
 DIGEST_BYTES = 64  # the ``sha256`` feature: hex digest of the payload
 
 Flush = Callable[[memoryview], None]
 ReadInto = Callable[[memoryview, Any], int]  # (view, source) -> bytes the file holds
-Entry = tuple[str, int, int]  # (path relative to the root, label, listed size)
 
 
 class FileChanged(Exception):
@@ -142,7 +142,7 @@ class RecordBuffer:
         except OSError:  # each file's own error tells more than the folder's
             dir_fd = -1
         if c is None or dir_fd < 0:
-            for i, (rel, label, size) in enumerate(entries):
+            for i, (rel, size, label, _) in enumerate(entries):
                 want = expected[32 * i : 32 * i + 32] if expected else None
                 try:
                     self.add_file(
@@ -153,8 +153,8 @@ class RecordBuffer:
                     yield i, exc
             return
         rels = [e[0].encode() for e in entries]
-        labels = [e[1] for e in entries]
-        sizes = [e[2] for e in entries]
+        labels = [e.label for e in entries]
+        sizes = [e.size for e in entries]
         frame, i, count = c.frame_files, 0, len(entries)
         images = bytes(claims_image(e[0]) for e in entries)
         checks = (bytes(32 * count) if expected is None else expected, images)

@@ -27,8 +27,10 @@ from fsspec.utils import get_protocol
 from tfshards import jsonfile, storage
 from tfshards.errors import ConfigError, InputError
 from tfshards.listing import contenthash
+from tfshards.listing.entry import Entry
 from tfshards.listing.hashcache import HashCache
 from tfshards.listing.indexfile import read_index, scan_index
+from tfshards.listing.protocol import EntryRows
 from tfshards.listing.storedlisting import (
     OFFSETS_NAME,
     StoredListing,
@@ -36,7 +38,7 @@ from tfshards.listing.storedlisting import (
     open_listing,
     parse_line,
 )
-from tfshards.listing.walker import Entry, TreeFilter, check_root, scan_tree
+from tfshards.listing.walker import TreeFilter, check_root, scan_tree
 
 DEFAULT_EXTENSIONS = (".png", ".jpg", ".jpeg", ".gif", ".bmp", ".webp")
 SKIP_REASONS = ("hidden", "extension", "glob", "no-label", "not-a-file")
@@ -91,9 +93,28 @@ class Listing:
             )
 
     @property
+    def files(self) -> int:
+        """Number of entries."""
+        return len(self.entries)
+
+    @property
     def total_bytes(self) -> int:
         """Sum of the listed files' sizes."""
         return sum(map(_SIZE, self.entries))
+
+    @property
+    def digest(self) -> str:
+        """SHA-256 (hex) of the canonical ``files.jsonl`` bytes (:func:`listing_digest`)."""
+        return listing_digest(self)
+
+    def paths(self) -> Iterator[str]:
+        """Each file's path relative to the root, in order."""
+        return map(_PATH, self.entries)
+
+    def rows(self, indices: array[int]) -> EntryRows:
+        """The entries at ``indices`` (record order), for a shard task."""
+        entries = self.entries
+        return EntryRows(tuple(entries[j] for j in indices))
 
     def files_per_label(self) -> dict[str, int]:
         """Label name -> number of files, for every label (zeros included)."""
@@ -382,9 +403,7 @@ def read_listing(out_dir: str) -> Listing:
         raise InputError(
             f"{files_path}: expected a newline at the end, found none (truncated?)", path=files_path
         )
-    entries = [
-        Entry(*parse_line(files_path, n, line, labels)) for n, line in enumerate(lines[:-1], 1)
-    ]
+    entries = [parse_line(files_path, n, line, labels) for n, line in enumerate(lines[:-1], 1)]
     for n, (before, after) in enumerate(itertools.pairwise(entries), start=2):
         if after.path <= before.path:
             raise InputError(
