@@ -24,6 +24,7 @@ from tfshards import storage
 from tfshards.errors import InputError
 from tfshards.format import native
 from tfshards.listing.entry import Entry
+from tfshards.listing.meta import read_meta
 
 OFFSETS_NAME = "files.idx"
 ENTRY_KEYS = frozenset({"label", "label_index", "path", "size", "token"})
@@ -301,3 +302,13 @@ def check_record(path: str, n: int, record: Any, labels: Sequence[str]) -> Entry
             f"({labels[label_index]!r} in meta.json)"
         )
     return Entry(rel, size, label_index, token)
+
+
+def open_stored(out_dir: str) -> StoredListing | None:
+    """The counts, labels and verified digest of a listing directory, without its entries.
+
+    None when the directory has no ``files.idx`` (an older ``tfshards list``
+    wrote it): :func:`tfshards.listing.listing.read_listing` then reads it whole.
+    """
+    fs, base = storage.open_url(out_dir)
+    return open_listing(out_dir, read_meta(fs, base)[0])

@@ -26,14 +26,10 @@ from tfshards import storage
 from tfshards.errors import ShardError, TransformError
 from tfshards.format import native
 from tfshards.format.schema import FeatureSpec, merge_specs
-from tfshards.listing.listing import (
-    Listing,
-    listing_counts,
-    listing_root,
-    open_stored,
-    read_listing,
-)
+from tfshards.listing.listing import Listing, read_listing
+from tfshards.listing.meta import listing_counts, listing_root
 from tfshards.listing.protocol import FileListing
+from tfshards.listing.storedlisting import open_stored
 from tfshards.progress import Progress
 from tfshards.run import executor as executors
 from tfshards.run.cluster import Needs
