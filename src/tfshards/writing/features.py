@@ -43,6 +43,28 @@ def base_specs(image_feature: str) -> dict[str, FeatureSpec]:
 
 
 @dataclass
+class FeatureKeys:
+    """The features a shard's first good file got from the transform, and that file."""
+
+    first: str = ""
+    keys: frozenset[str] | None = None
+
+    def check(self, rel: str, spec: str, keys: Collection[str]) -> None:
+        """Every file must get the features the first one got.
+
+        A feature some records lack would make the schema a union that the
+        records do not follow; the writer refuses it here, naming the file.
+        """
+        if self.keys is None:
+            self.first, self.keys = rel, frozenset(keys)
+        elif set(keys) != self.keys:
+            raise TransformOutputError(
+                f"{rel}: transform {spec}: " + keys_differ(sorted(self.keys), self.first, keys),
+                path=rel,
+            )
+
+
+@dataclass
 class FeatureFiles:
     """Files read whole and encoded as Examples: with a transform, a resize, or both.
 
@@ -57,7 +79,7 @@ class FeatureFiles:
     fn: transforms.Transform | None
     resize: Resize | None
     specs: dict[str, FeatureSpec]
-    keys: FeatureKeys = field(default_factory=lambda: FeatureKeys())
+    keys: FeatureKeys = field(default_factory=FeatureKeys)
 
     def frame(self, buffer: RecordBuffer, entries: Sequence[Entry]) -> Problems:
         for entry in entries:
@@ -113,28 +135,6 @@ class FeatureFiles:
                 raise TransformOutputError(f"{rel}: {exc}", path=rel) from exc
             features[key] = (dtype, values)
         return features
-
-
-@dataclass
-class FeatureKeys:
-    """The features a shard's first good file got from the transform, and that file."""
-
-    first: str = ""
-    keys: frozenset[str] | None = None
-
-    def check(self, rel: str, spec: str, keys: Collection[str]) -> None:
-        """Every file must get the features the first one got.
-
-        A feature some records lack would make the schema a union that the
-        records do not follow; the writer refuses it here, naming the file.
-        """
-        if self.keys is None:
-            self.first, self.keys = rel, frozenset(keys)
-        elif set(keys) != self.keys:
-            raise TransformOutputError(
-                f"{rel}: transform {spec}: " + keys_differ(sorted(self.keys), self.first, keys),
-                path=rel,
-            )
 
 
 def keys_differ(expected: Sequence[str], first: str, found: Collection[str]) -> str:
