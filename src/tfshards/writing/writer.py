@@ -26,7 +26,7 @@ from tfshards import storage
 from tfshards.errors import ShardError, TransformError
 from tfshards.format import native
 from tfshards.format.schema import FeatureSpec, merge_specs
-from tfshards.listing.listing import Listing, read_listing
+from tfshards.listing.listing import read_listing
 from tfshards.listing.meta import listing_counts, listing_root
 from tfshards.listing.protocol import FileListing
 from tfshards.listing.storedlisting import open_stored
@@ -51,8 +51,8 @@ class WriteResult:
     seconds: float
 
 
-def write(config: WriteConfig, listing: Listing | str, *, progress: bool = True) -> WriteResult:
-    """Write ``listing`` (a :class:`Listing` or its directory) as a shard set.
+def write(config: WriteConfig, listing: FileListing | str, *, progress: bool = True) -> WriteResult:
+    """Write ``listing`` (a listing in memory or stored, or its directory) as a shard set.
 
     Returns the committed manifest. Raises :class:`InputError` for a bad input
     (with ``on_error="fail"``), and never leaves a manifest for a partial set.
@@ -91,7 +91,7 @@ def write(config: WriteConfig, listing: Listing | str, *, progress: bool = True)
     return WriteResult(manifest, sum(r.reused for r in done), time.monotonic() - start)
 
 
-def _start_pool(config: WriteConfig, listing: Listing | str) -> executors.Executor:
+def _start_pool(config: WriteConfig, listing: FileListing | str) -> executors.Executor:
     """Workers for the shards: never more than shards, counted from ``meta.json`` alone."""
     root = listing_root(listing) if isinstance(listing, str) else listing.root
     fs_in, _ = storage.open_url(root, **config.source_options)
@@ -113,7 +113,7 @@ def _start_pool(config: WriteConfig, listing: Listing | str) -> executors.Execut
     )
 
 
-def _load(listing: Listing | str, executor: str) -> FileListing:
+def _load(listing: FileListing | str, executor: str) -> FileListing:
     """The listing itself, or its directory opened: tasks then read their own lines.
 
     Dask workers may not see the listing directory: they get the entries themselves.
