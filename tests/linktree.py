@@ -6,8 +6,8 @@ import hashlib
 import os
 from pathlib import Path
 
+from tfshards.listing.entry import Entry
 from tfshards.listing.listing import Listing, write_listing
-from tfshards.listing.walker import Entry
 
 
 def link_tree_listing(tmp_path: Path, files: int, file_bytes: int = 16) -> str:

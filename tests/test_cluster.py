@@ -17,7 +17,7 @@ from tfshards.run import cluster, executor, transform
 from tfshards.run.cluster import WorkerReport
 from tfshards.run.executor import Needs
 from tfshards.writing.config import WriteConfig
-from tfshards.writing.writer import plan
+from tfshards.writing.plan import plan
 
 
 def test_relative_local_paths_become_absolute_and_urls_stay(tmp_path, monkeypatch):
@@ -31,7 +31,8 @@ def test_relative_local_paths_become_absolute_and_urls_stay(tmp_path, monkeypatc
 def test_tasks_carry_absolute_paths_while_the_manifest_keeps_the_given_root(tmp_path, monkeypatch):
     write_synthetic(str(tmp_path / "raw"), 20, 16, workers=1)
     monkeypatch.chdir(tmp_path)
-    version, _, tasks = plan(list_files("raw"), WriteConfig(out="data/shards", num_shards=2))
+    planned = plan(list_files("raw"), WriteConfig(out="data/shards", num_shards=2))
+    version, tasks = planned.version, planned.tasks
     assert version.startswith("data/shards/")
     assert {t.source for t in tasks} == {str(tmp_path / "raw")}
     assert {t.out for t in tasks} == {str(tmp_path / version)}

@@ -16,8 +16,8 @@ import pytest
 from PIL import Image
 
 from tfshards.errors import ConfigError
+from tfshards.listing.entry import Entry
 from tfshards.listing.listing import Listing, list_files
-from tfshards.listing.walker import Entry
 from tfshards.project.sample import write_synthetic
 from tfshards.reading import filesplit, generator, pools
 

@@ -11,6 +11,7 @@ import fsspec
 import pytest
 
 from tfshards.errors import ConfigError, InputError
+from tfshards.listing.entry import Entry
 from tfshards.listing.listing import (
     Listing,
     list_files,
@@ -18,7 +19,6 @@ from tfshards.listing.listing import (
     read_listing,
     write_listing,
 )
-from tfshards.listing.walker import Entry
 
 # label folders, files beside them, nesting, odd names; every value is the file's bytes
 TREE = {

@@ -10,6 +10,7 @@ import pytest
 from tfshards.format.example import encode
 from tfshards.format.recordbuffer import FileChanged, RecordBuffer, copy_into, read_local_into
 from tfshards.format.tfrecord import frame, scan
+from tfshards.listing.entry import Entry
 
 
 class Collect:
@@ -108,7 +109,7 @@ def test_local_files_framed_in_bulk_equal_encode_then_frame(tmp_path, loop, imag
         payload = rng.randbytes(size)
         (tmp_path / rel).parent.mkdir(exist_ok=True)
         (tmp_path / rel).write_bytes(payload)
-        entries.append((rel, labels[i % 5], size))
+        entries.append(Entry(rel, size, labels[i % 5], ""))
         expected.append(_reference(image_feature, payload, labels[i % 5], rel.encode()))
     out = Collect()
     records = RecordBuffer(out, image_feature, capacity=64 << 10)
@@ -120,11 +121,14 @@ def test_local_files_framed_in_bulk_equal_encode_then_frame(tmp_path, loop, imag
         assert all(s.problem is None for s in scan(part))
 
 
+_LISTED = [("a", 0, 10), ("b", 1, 3), ("c", 2, 5), ("d", 3, 10), ("e", 4, 9), ("f", 5, 7)]
+
+
 def test_files_that_cannot_be_framed_are_reported_and_passed_over(tmp_path, loop):
     written = {"a": b"a" * 10, "c": b"", "d": b"d" * 20, "e": b"e" * 5, "f": b"f" * 7}
     for name, data in written.items():
         (tmp_path / name).write_bytes(data)
-    listed = [("a", 0, 10), ("b", 1, 3), ("c", 2, 5), ("d", 3, 10), ("e", 4, 9), ("f", 5, 7)]
+    listed = [Entry(n, size, label, "") for n, label, size in _LISTED]
     out = Collect()
     records = RecordBuffer(out, "image")
     problems = list(records.add_local_files(f"{tmp_path}/", listed))
@@ -139,7 +143,9 @@ def test_files_that_cannot_be_framed_are_reported_and_passed_over(tmp_path, loop
 
 def test_a_missing_root_reports_every_file(tmp_path, loop):
     records = RecordBuffer(Collect(), "image")
-    problems = list(records.add_local_files(f"{tmp_path}/gone/", [("a", 0, 1), ("b", 0, 2)]))
+    problems = list(
+        records.add_local_files(f"{tmp_path}/gone/", [Entry("a", 1, 0, ""), Entry("b", 2, 0, "")])
+    )
     assert [(i, type(p)) for i, p in problems] == [(0, FileNotFoundError), (1, FileNotFoundError)]
 
 
@@ -148,6 +154,6 @@ def test_a_record_larger_than_the_buffer_by_its_keys_alone_still_fits(tmp_path, 
     (tmp_path / "a.bin").write_bytes(b"abc")
     out = Collect()
     records = RecordBuffer(out, feature, capacity=1024)
-    assert list(records.add_local_files(f"{tmp_path}/", [("a.bin", 1, 3)])) == []
+    assert list(records.add_local_files(f"{tmp_path}/", [Entry("a.bin", 3, 1, "")])) == []
     records.flush()
     assert out.data == _reference(feature, b"abc", 1, b"a.bin")

@@ -16,7 +16,7 @@ from tfshards.cli import app
 from tfshards.listing.listing import list_files, write_listing
 from tfshards.project.sample import write_synthetic
 from tfshards.shardset.manifest import Manifest
-from tfshards.writing.shard import MAX_FILE_BYTES
+from tfshards.writing.fileproblem import MAX_FILE_BYTES
 
 
 @pytest.fixture

@@ -14,8 +14,8 @@ import pytest
 from linktree import link_tree_listing
 from tfshards.errors import InputError
 from tfshards.listing import storedlisting
-from tfshards.listing.listing import list_files, open_stored, read_listing, write_listing
-from tfshards.listing.storedlisting import OFFSETS_NAME
+from tfshards.listing.listing import list_files, read_listing, write_listing
+from tfshards.listing.storedlisting import OFFSETS_NAME, open_stored
 from tfshards.writing.config import WriteConfig
 from tfshards.writing.writer import write
 

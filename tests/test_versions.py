@@ -23,7 +23,7 @@ from tfshards.project.sample import write_synthetic
 from tfshards.shardset import layout
 from tfshards.shardset.layout import MANIFEST_NAME
 from tfshards.shardset.manifest import Manifest
-from tfshards.writing import writer
+from tfshards.writing import plan
 from tfshards.writing.config import WriteConfig
 from tfshards.writing.writer import write
 
@@ -37,7 +37,7 @@ def raw(tmp_path: Path) -> Path:
 
 def _version(listing: Listing, **kw: object) -> str:
     config = WriteConfig(out="shards", num_shards=3, **kw)  # type: ignore[arg-type]
-    return writer.plan(listing, config)[0]
+    return plan.plan(listing, config).version
 
 
 def _copy_without_mtimes(src: Path, dst: Path) -> None:
@@ -91,7 +91,7 @@ def test_same_size_content_change_and_write_params_change_the_name(raw: Path) ->
 def test_a_new_bytes_version_changes_the_name(raw: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     listing = list_files(str(raw))
     old = _version(listing)
-    monkeypatch.setattr(writer, "BYTES_VERSION", writer.BYTES_VERSION + 1)
+    monkeypatch.setattr(plan, "BYTES_VERSION", plan.BYTES_VERSION + 1)
     assert _version(listing) != old
 
 

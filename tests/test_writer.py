@@ -29,7 +29,7 @@ from tfshards.run.executor import RunOptions
 from tfshards.run.localexec import ProcessExecutor
 from tfshards.shardset.layout import MANIFEST_NAME
 from tfshards.shardset.manifest import Manifest
-from tfshards.writing import writer
+from tfshards.writing import plan, writer
 from tfshards.writing.config import WriteConfig
 from tfshards.writing.writer import write
 
@@ -733,11 +733,11 @@ def test_never_more_worker_processes_than_shards(tmp_path, monkeypatch):
 def test_plan_does_not_import_the_transform(listing, tmp_path):
     """The caller resolves the transform's identity; plan only uses it (a pure function)."""
     config = WriteConfig(out=str(tmp_path / "out"), num_shards=2, transform="no_such_mod:fn")
-    version, params, tasks = writer.plan(listing, config, "no_such_mod:fn@0123456789abcdef")
-    assert params["transform"] == "no_such_mod:fn@0123456789abcdef"
-    assert "no_such_mod" not in sys.modules and len(tasks) == 2
-    other = writer.plan(listing, config, "no_such_mod:fn@fedcba9876543210")[0]
-    assert other != version  # another module source, another version directory
+    planned = plan.plan(listing, config, "no_such_mod:fn@0123456789abcdef")
+    assert planned.params["transform"] == "no_such_mod:fn@0123456789abcdef"
+    assert "no_such_mod" not in sys.modules and len(planned.tasks) == 2
+    other = plan.plan(listing, config, "no_such_mod:fn@fedcba9876543210").version
+    assert other != planned.version  # another module source, another version directory
 
 
 def test_plan_refuses_an_identity_of_another_transform(listing, tmp_path):
@@ -745,4 +745,4 @@ def test_plan_refuses_an_identity_of_another_transform(listing, tmp_path):
     with pytest.raises(
         ConfigError, match=r"expected the identity of transform 'tx_mod:fn', got 'none'"
     ):
-        writer.plan(listing, config)
+        plan.plan(listing, config)

@@ -20,7 +20,7 @@ import functools
 import hashlib
 import os
 from collections.abc import Callable, Iterator, Sequence
-from typing import Any, cast
+from typing import Any, Protocol, cast
 
 import crc32c
 
@@ -34,16 +34,26 @@ from tfshards.format.imageformat import (
     claims_image,
     image_format,
 )
-from tfshards.format.schema import Dtype, Values
+from tfshards.format.schema import Values
 from tfshards.format.tfrecord import header, mask
-from tfshards.format.wire import CRC, FOOTER_BYTES, HEADER_BYTES
+from tfshards.format.wire import CRC, FOOTER_BYTES, HEADER_BYTES, Dtype
 
 FLUSH_BYTES = 1 << 20  # 1 MB writes: a fresh worker faults in fewer pages than with 4 MB
 DIGEST_BYTES = 64  # the ``sha256`` feature: hex digest of the payload
 
 Flush = Callable[[memoryview], None]
 ReadInto = Callable[[memoryview, Any], int]  # (view, source) -> bytes the file holds
-Entry = tuple[str, int, int]  # (path relative to the root, label, listed size)
+
+
+class Entry(Protocol):
+    """A listed file as the buffer reads it (the listing's row: ``tfshards.listing.entry``)."""
+
+    @property
+    def path(self) -> str: ...  # relative to the root
+    @property
+    def size(self) -> int: ...  # listed size
+    @property
+    def label(self) -> int: ...
 
 
 class FileChanged(Exception):
@@ -109,7 +119,8 @@ class RecordBuffer:
         except OSError:  # each file's own error tells more than the folder's
             dir_fd = -1
         if c is None or dir_fd < 0:
-            for i, (rel, label, size) in enumerate(entries):
+            for i, e in enumerate(entries):
+                rel, label, size = e.path, e.label, e.size
                 want = expected[32 * i : 32 * i + 32] if expected else None
                 try:
                     self.add_file(
@@ -119,11 +130,11 @@ class RecordBuffer:
                 except (OSError, FileChanged, ContentChanged, NotAnImage) as exc:
                     yield i, exc
             return
-        rels = [e[0].encode() for e in entries]
-        labels = [e[1] for e in entries]
-        sizes = [e[2] for e in entries]
+        rels = [e.path.encode() for e in entries]
+        labels = [e.label for e in entries]
+        sizes = [e.size for e in entries]
         frame, i, count = c.frame_files, 0, len(entries)
-        images = bytes(claims_image(e[0]) for e in entries)
+        images = bytes(claims_image(e.path) for e in entries)
         checks = (bytes(32 * count) if expected is None else expected, images)
         try:
             while i < count:

@@ -49,7 +49,7 @@ _STORAGE_KEYS = (
 _BATCH = 1024  # files per task: enough to amortize a thread hand-off (~50 us)
 _CHUNK = 1 << 20  # read size: one read for most images, bounded memory for any file
 _HEX_MD5 = re.compile(r"^[0-9a-f]{32}$")
-Row = tuple[str, int]  # (path relative to the root, size found when listed)
+SizedPath = tuple[str, int]  # (path relative to the root, size found when listed)
 
 
 def storage_token(info: Mapping[str, Any]) -> str:
@@ -174,7 +174,12 @@ def hash_local_cached(
 
 
 def hash_files(
-    fs: Any, base: str, rows: Sequence[Row], root: str, threads: int, cache: HashCache | None = None
+    fs: Any,
+    base: str,
+    rows: Sequence[SizedPath],
+    root: str,
+    threads: int,
+    cache: HashCache | None = None,
 ) -> list[tuple[int, str]]:
     """``(size, "sha256:...")`` per ``(relative path, size)`` row, in order, reading every file.
 
@@ -200,7 +205,7 @@ def hash_files(
         found = {rel: (size, token) for rel, size, token in hashed}
         return [found[rel] for rel, _ in rows]
 
-    def run(row: Row) -> tuple[int, bytes]:
+    def run(row: SizedPath) -> tuple[int, bytes]:
         return _hash_remote(fs, storage.join(base, row[0]))
 
     out = []

@@ -57,7 +57,7 @@ RACY_NS = 2_000_000_000  # FAT keeps mtime in 2 s steps; ext4, xfs, btrfs in ns
 _FLUSH_ROWS = 20_000  # rows per write transaction: a concurrent list waits ~10 ms
 STAT_BYTES = 40  # per file: int64 st_dev, st_ino, st_size, st_mtime_ns, st_ctime_ns
 _SEP = "/"  # joins a folder's file names: no name contains it
-Row = tuple[str, bytes, bytes]  # names joined by _SEP, packed stats, digests
+FolderRow = tuple[str, bytes, bytes]  # names joined by _SEP, packed stats, digests
 _SELECT = "SELECT names, stats, sha256, crc FROM folders WHERE path = ?"
 
 
@@ -87,7 +87,7 @@ def row_crc(folder: str, names: str, stats: bytes, digests: bytes) -> int:
     return zlib.crc32(digests, zlib.crc32(stats, crc))
 
 
-def _checked(folder: str, row: tuple[object, ...]) -> Row | None:
+def _checked(folder: str, row: tuple[object, ...]) -> FolderRow | None:
     """The row if its types, sizes and CRC are the ones :meth:`HashCache.store` wrote."""
     names, stats, digests, crc = row
     if not (isinstance(names, str) and isinstance(stats, bytes) and isinstance(digests, bytes)):
@@ -169,7 +169,7 @@ class HashCache:
         self.hits += sum(digest is not None for digest in out)
         return out
 
-    def _row(self, folder: str) -> Row | None:
+    def _row(self, folder: str) -> FolderRow | None:
         if self._db is None:
             return None
         try:

@@ -17,19 +17,20 @@ from typing import Any, TextIO
 from tfshards import storage
 from tfshards.errors import InputError
 from tfshards.listing.contenthash import storage_token
-from tfshards.listing.walker import Entry, TreeFilter, info_name, why
+from tfshards.listing.entry import Entry
+from tfshards.listing.walker import TreeFilter, info_name, why
 
 FORMATS = {".csv": "csv", ".jsonl": "jsonl", ".json": "jsonl"}
 _DIR_CACHE = 256  # directory listings kept while matching index rows on object stores
 
-Row = tuple[int, str, str]  # (line number, path, label)
+IndexLine = tuple[int, str, str]  # (line number, path, label)
 
 
 def scan_index(
     fs: Any,
     base: str,
     root: str,
-    rows: Iterable[Row],
+    rows: Iterable[IndexLine],
     index: str,
     filt: TreeFilter,
     skipped: Counter[str],
@@ -66,7 +67,7 @@ def scan_index(
     return labels, entries
 
 
-def read_index(fs: Any, path: str, url: str) -> Iterator[Row]:
+def read_index(fs: Any, path: str, url: str) -> Iterator[IndexLine]:
     """Yield ``(line number, path, label)`` from a CSV or JSON-lines index, validated.
 
     CSV needs a header with ``path`` and ``label`` columns (others are ignored);

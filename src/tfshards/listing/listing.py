@@ -27,22 +27,16 @@ from fsspec.utils import get_protocol
 from tfshards import jsonfile, storage
 from tfshards.errors import ConfigError, InputError
 from tfshards.listing import contenthash
+from tfshards.listing.entry import Entry
 from tfshards.listing.hashcache import HashCache
 from tfshards.listing.indexfile import read_index, scan_index
-from tfshards.listing.storedlisting import (
-    OFFSETS_NAME,
-    StoredListing,
-    offsets_bytes,
-    open_listing,
-    parse_line,
-)
-from tfshards.listing.walker import Entry, TreeFilter, check_root, scan_tree
+from tfshards.listing.meta import FILES_NAME, META_NAME, VERSION, read_meta
+from tfshards.listing.protocol import EntryRows
+from tfshards.listing.storedlisting import OFFSETS_NAME, offsets_bytes, parse_line
+from tfshards.listing.walker import TreeFilter, check_root, scan_tree
 
 DEFAULT_EXTENSIONS = (".png", ".jpg", ".jpeg", ".gif", ".bmp", ".webp")
 SKIP_REASONS = ("hidden", "extension", "glob", "no-label", "not-a-file")
-VERSION = 2  # 2: tokens name the content (sha256 or the storage's hash), never an mtime
-FILES_NAME = "files.jsonl"
-META_NAME = "meta.json"
 _SIZE = operator.attrgetter("size")
 _PATH = operator.itemgetter(0)
 _LABEL = operator.itemgetter(2)
@@ -91,9 +85,28 @@ class Listing:
             )
 
     @property
+    def files(self) -> int:
+        """Number of entries."""
+        return len(self.entries)
+
+    @property
     def total_bytes(self) -> int:
         """Sum of the listed files' sizes."""
         return sum(map(_SIZE, self.entries))
+
+    @property
+    def digest(self) -> str:
+        """SHA-256 (hex) of the canonical ``files.jsonl`` bytes (:func:`listing_digest`)."""
+        return listing_digest(self)
+
+    def paths(self) -> Iterator[str]:
+        """Each file's path relative to the root, in order."""
+        return map(_PATH, self.entries)
+
+    def rows(self, indices: array[int]) -> EntryRows:
+        """The entries at ``indices`` (record order), for a shard task."""
+        entries = self.entries
+        return EntryRows(tuple(entries[j] for j in indices))
 
     def files_per_label(self) -> dict[str, int]:
         """Label name -> number of files, for every label (zeros included)."""
@@ -338,30 +351,6 @@ def write_listing(listing: Listing, out_dir: str) -> None:
     storage.write_atomic(fs, storage.join(base, META_NAME), [meta])
 
 
-def listing_root(out_dir: str) -> str:
-    """The ``root`` a listing directory names, read from ``meta.json`` alone."""
-    fs, base = storage.open_url(out_dir)
-    root: str = _read_meta(fs, base)[0]["root"]
-    return storage.resolve_relative(root, out_dir)
-
-
-def listing_counts(out_dir: str) -> tuple[int, int]:
-    """``(files, bytes)`` of a listing directory, read from ``meta.json`` alone."""
-    fs, base = storage.open_url(out_dir)
-    meta = _read_meta(fs, base)[0]
-    return int(meta["files"]), int(meta["bytes"])
-
-
-def open_stored(out_dir: str) -> StoredListing | None:
-    """The counts, labels and verified digest of a listing directory, without its entries.
-
-    None when the directory has no ``files.idx`` (an older ``tfshards list``
-    wrote it): :func:`read_listing` then reads it whole.
-    """
-    fs, base = storage.open_url(out_dir)
-    return open_listing(out_dir, _read_meta(fs, base)[0])
-
-
 def read_listing(out_dir: str) -> Listing:
     """Read a listing written by :func:`write_listing`, checking every line.
 
@@ -371,7 +360,7 @@ def read_listing(out_dir: str) -> Listing:
     """
     fs, base = storage.open_url(out_dir)
     files_path = storage.unstrip(fs, storage.join(base, FILES_NAME))
-    meta, meta_path = _read_meta(fs, base)
+    meta, meta_path = read_meta(fs, base)
     try:
         data = storage.read_bytes(fs, storage.join(base, FILES_NAME))
     except FileNotFoundError:
@@ -382,9 +371,7 @@ def read_listing(out_dir: str) -> Listing:
         raise InputError(
             f"{files_path}: expected a newline at the end, found none (truncated?)", path=files_path
         )
-    entries = [
-        Entry(*parse_line(files_path, n, line, labels)) for n, line in enumerate(lines[:-1], 1)
-    ]
+    entries = [parse_line(files_path, n, line, labels) for n, line in enumerate(lines[:-1], 1)]
     for n, (before, after) in enumerate(itertools.pairwise(entries), start=2):
         if after.path <= before.path:
             raise InputError(
@@ -414,51 +401,8 @@ def read_listing(out_dir: str) -> Listing:
     return listing
 
 
-def _read_meta(fs: Any, base: str) -> tuple[dict[str, Any], str]:
-    """``meta.json`` of the listing directory ``base``, checked, and its URL (for messages)."""
-    fs_path = storage.join(base, META_NAME)
-    path = storage.unstrip(fs, fs_path)
-    try:
-        meta = json.loads(storage.read_bytes(fs, fs_path))
-    except FileNotFoundError:
-        raise InputError(
-            f"{path}: listing metadata not found (run `tfshards list` first)", path=path
-        ) from None
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise InputError(
-            f"{path}: expected a JSON object, found invalid JSON ({exc})", path=path
-        ) from None
-    expected = {
-        "version": int,
-        "root": str,
-        "labels": list,
-        "files": int,
-        "bytes": int,
-        "files_per_label": dict,
-        "skipped": dict,
-        "files_sha256": str,
-    }
-    if not isinstance(meta, dict):
-        raise InputError(f"{path}: expected a JSON object, found {type(meta).__name__}", path=path)
-    for key, kind in expected.items():
-        if not isinstance(meta.get(key), kind):
-            found = type(meta[key]).__name__ if key in meta else "nothing"
-            raise InputError(
-                f"{path}: key {key!r}: expected {kind.__name__}, found {found}", path=path
-            )
-    if meta["version"] != VERSION:
-        raise InputError(
-            f"{path}: listing version {VERSION} expected, found {meta['version']}", path=path
-        )
-    if not all(isinstance(label, str) for label in meta["labels"]):
-        raise InputError(f"{path}: labels must all be strings", path=path)
-    return meta, path
-
-
 __all__ = [
     "DEFAULT_EXTENSIONS",
-    "FILES_NAME",
-    "META_NAME",
     "SKIP_REASONS",
     "Listing",
     "format_skipped",

@@ -23,6 +23,8 @@ from typing import Any
 from tfshards import storage
 from tfshards.errors import InputError
 from tfshards.format import native
+from tfshards.listing.entry import Entry
+from tfshards.listing.meta import read_meta
 
 OFFSETS_NAME = "files.idx"
 ENTRY_KEYS = frozenset({"label", "label_index", "path", "size", "token"})
@@ -30,7 +32,6 @@ BATCH = 1024  # lines read and parsed at once: ~0.4 MB of entries, one json.load
 _CHUNK = 1 << 20  # streamed read size when checking files.jsonl
 _SPAN = struct.Struct("<QQ")  # a line's start and the next line's start
 Reader = Callable[[int, int], bytes]  # (offset, length) -> bytes
-Row = tuple[str, int, int, str]  # (relative path, size, label index, token): a listing Entry
 
 
 def offsets_bytes(offsets: array[int]) -> bytes:
@@ -163,7 +164,7 @@ class ListedRows:
     def __len__(self) -> int:
         return len(self.indices) // 4
 
-    def batches(self, size: int = BATCH) -> Iterator[list[Row]]:
+    def batches(self, size: int = BATCH) -> Iterator[list[Entry]]:
         """The rows, in order, ``size`` at a time.
 
         Raises:
@@ -227,7 +228,7 @@ def _reader(f: Any) -> Reader:
 
 def _parse_lines(
     path: str, numbers: Sequence[int], texts: list[bytes], labels: Sequence[str]
-) -> list[Row]:
+) -> list[Entry]:
     """Parse lines (each with its leading newline) in one ``json.loads`` call when all are valid."""
     try:
         records = json.loads(b"[" + b",".join(t[1:-1] for t in texts) + b"]")
@@ -242,7 +243,7 @@ def _parse_lines(
 
 def _parse_array(
     path: str, numbers: Sequence[int], text: bytes, labels: Sequence[str]
-) -> list[Row] | None:
+) -> list[Entry] | None:
     """Lines joined as one JSON array, checked; None when some line is not one valid object."""
     try:
         records = json.loads(text)
@@ -253,7 +254,7 @@ def _parse_array(
     return [check_record(path, j + 1, r, labels) for j, r in zip(numbers, records, strict=True)]
 
 
-def parse_line(path: str, n: int, line: bytes, labels: Sequence[str]) -> Row:
+def parse_line(path: str, n: int, line: bytes, labels: Sequence[str]) -> Entry:
     """One ``files.jsonl`` line (without its newline) as an entry; ``n`` is its 1-based number.
 
     Raises:
@@ -268,7 +269,7 @@ def parse_line(path: str, n: int, line: bytes, labels: Sequence[str]) -> Row:
     return check_record(path, n, record, labels)
 
 
-def check_record(path: str, n: int, record: Any, labels: Sequence[str]) -> Row:
+def check_record(path: str, n: int, record: Any, labels: Sequence[str]) -> Entry:
     """A decoded ``files.jsonl`` line as ``(path, size, label index, token)``, checked."""
 
     def bad(what: str) -> InputError:
@@ -300,4 +301,14 @@ def check_record(path: str, n: int, record: Any, labels: Sequence[str]) -> Row:
             f"label {label!r} does not match label_index {label_index} "
             f"({labels[label_index]!r} in meta.json)"
         )
-    return rel, size, label_index, token
+    return Entry(rel, size, label_index, token)
+
+
+def open_stored(out_dir: str) -> StoredListing | None:
+    """The counts, labels and verified digest of a listing directory, without its entries.
+
+    None when the directory has no ``files.idx`` (an older ``tfshards list``
+    wrote it): :func:`tfshards.listing.listing.read_listing` then reads it whole.
+    """
+    fs, base = storage.open_url(out_dir)
+    return open_listing(out_dir, read_meta(fs, base)[0])

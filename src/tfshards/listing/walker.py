@@ -21,25 +21,16 @@ from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Any, NamedTuple
+from typing import Any
 
 from tfshards import storage
 from tfshards.errors import ConfigError, InputError
 from tfshards.listing import contenthash
 from tfshards.listing.contenthash import storage_token
+from tfshards.listing.entry import Entry
 from tfshards.listing.hashcache import HashCache
 
-
-class Entry(NamedTuple):
-    """One listed file."""
-
-    path: str  # relative to the root, posix separators
-    size: int  # bytes
-    label: int  # index into Listing.labels
-    token: str  # content token (tfshards.listing.contenthash): "sha256:<hex>", "etag:<etag>", ...
-
-
-Row = tuple[str, int, str]  # (path relative to the root, size, token)
+FoundFile = tuple[str, int, str]  # (path relative to the root, size, token)
 REMOTE_LISTERS = 16  # label folders listed at once on object stores (measured: bench/README.md)
 
 
@@ -119,7 +110,7 @@ def scan_tree(
     entries: list[Entry] = []
     names = _label_folders(fs, base, filt, skipped)
     if storage.is_local(fs):
-        found: Iterable[list[Row]] = (
+        found: Iterable[list[FoundFile]] = (
             _walk_local(storage.join(base, name), name + "/", filt, skipped, threads, cache)
             for name in names
         )
@@ -135,7 +126,7 @@ def scan_tree(
 
 def _walk_remote(
     fs: Any, base: str, names: Sequence[str], filt: TreeFilter, skipped: Counter[str]
-) -> Iterator[list[Row]]:
+) -> Iterator[list[FoundFile]]:
     """The rows of each label folder in ``names``, in order, listed :data:`REMOTE_LISTERS` at once.
 
     Object stores answer each listing request in tens of milliseconds, most of
@@ -143,7 +134,7 @@ def _walk_remote(
     kept in label order, so the listing stays the same.
     """
 
-    def walk(name: str) -> tuple[list[Row], Counter[str]]:
+    def walk(name: str) -> tuple[list[FoundFile], Counter[str]]:
         counts: Counter[str] = Counter()
         return list(_walk(fs, storage.join(base, name), name + "/", filt, counts)), counts
 
@@ -184,7 +175,7 @@ def _label_folders(fs: Any, base: str, filt: TreeFilter, skipped: Counter[str]) 
 
 def _walk(
     fs: Any, base: str, prefix: str, filt: TreeFilter, skipped: Counter[str]
-) -> Iterator[Row]:
+) -> Iterator[FoundFile]:
     """Yield ``(prefix + relative path, size, token)`` for every kept file under ``base``.
 
     The token is the storage's own content hash, or ``""`` when it keeps none.
@@ -218,7 +209,7 @@ def _walk_local(
     skipped: Counter[str],
     threads: int,
     cache: HashCache | None = None,
-) -> list[Row]:
+) -> list[FoundFile]:
     """Every kept file under ``base``, hashed here (``threads`` at once) unless ``cache`` knows it.
 
     A list, not a generator: one generator level less per file (~10% of a

@@ -1,7 +1,7 @@
 """Find, and on request delete, the version directories no kept manifest references.
 
 A shard location fills up with one version directory per content and params
-(:func:`tfshards.writing.writer.fingerprint`). The versions referenced by the current
+(:func:`tfshards.writing.plan.fingerprint`). The versions referenced by the current
 manifest, and optionally by the manifest as it was in the last N git commits
 (read through DVC, so a DVC-tracked manifest is found in its cache), are kept.
 Of the others, only finished ones are candidates: a version without

@@ -20,7 +20,7 @@ from tfshards.shardset.layout import shard_name
 
 MISSING: Any = object()  # what ``get`` gives for an absent key: shown as "nothing"
 _SHA256 = re.compile(r"[0-9a-f]{64}")
-_FINGERPRINT = re.compile(r"[0-9a-f]{16}")  # tfshards.writing.writer.fingerprint
+_FINGERPRINT = re.compile(r"[0-9a-f]{16}")  # tfshards.writing.plan.fingerprint
 _SHARD = re.compile(r"(?P<prefix>[^/\\]+)-(?P<index>[0-9]{5,})-of-(?P<count>[0-9]{5,})\.tfrecord")
 _SHOWN = 120  # characters of a found value in a message: a 10k-label list stays one short line
 

@@ -1,52 +1,36 @@
-"""Write one shard: read its files, encode Examples, frame, hash, index, publish atomically.
+"""Write one shard: frame its records from a source, hash, index, publish atomically.
 
 The unit of parallel work of :mod:`tfshards.writing.writer`: :func:`write_shard` takes
 and returns plain picklable values, so a local process pool or a Dask cluster
-runs it unchanged. A worker imports neither TensorFlow nor the listing code.
+runs it unchanged. One writer frames every shard; the way its files become
+records is a small source (:mod:`tfshards.writing.sources`,
+:mod:`tfshards.writing.features`). A worker imports neither TensorFlow nor
+the listing code that walks trees.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import hashlib
-from collections.abc import Collection, Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 from tfshards import errors, storage
-from tfshards.errors import InputError, TransformError, TransformOutputError
-from tfshards.format.example import encode
-from tfshards.format.imageformat import (
-    HEAD_BYTES,
-    NotAnImage,
-    claims_image,
-    image_format,
-    not_an_image,
-)
-from tfshards.format.recordbuffer import (
-    ContentChanged,
-    FileChanged,
-    ReadInto,
-    RecordBuffer,
-    copy_into,
-)
-from tfshards.format.schema import FeatureSpec, Values, merge_specs, normalize
-from tfshards.format.tfrecord import Compressor, frame
-from tfshards.format.wire import Dtype
-from tfshards.listing.contenthash import expected_md5, expected_sha256
-from tfshards.listing.hashcache import stale_listing
-from tfshards.listing.storedlisting import ListedRows
+from tfshards.errors import InputError, TransformOutputError
+from tfshards.format.recordbuffer import RecordBuffer
+from tfshards.format.schema import FeatureSpec
+from tfshards.format.tfrecord import Compressor
+from tfshards.listing.entry import Entry
+from tfshards.listing.protocol import Rows
 from tfshards.run import transform as transforms
 from tfshards.shardset import layout
 from tfshards.shardset.manifest import Reject, ShardInfo, sidecar_from_json, sidecar_json
 from tfshards.shardset.resize import Resize
+from tfshards.writing.features import FeatureFiles, base_specs
+from tfshards.writing.fileproblem import MAX_FILE_BYTES, too_large
 from tfshards.writing.recordindex import RecordIndex, index_bytes
-from tfshards.writing.resize import resize_image
-
-# A file larger than this is refused before it is read: a worker holds one
-# whole file while framing it, and TensorFlow cannot parse an Example of 2 GiB
-# or more (protobuf's message limit), so such a record could never be read.
-MAX_FILE_BYTES = 1 << 30
+from tfshards.writing.sources import FetchedFiles, LocalFiles, RecordSource
 
 
 @dataclass(frozen=True)
@@ -56,18 +40,14 @@ class ShardTask:
     name: str
     source: str
     out: str
-    entries: tuple[tuple[str, int, int], ...]  # (relative path, label index, listed size)
+    rows: Rows  # its files, in record order: entries, or lines of a stored listing read here
     image_feature: str
     transform: str | None
     compression: str
     on_error: str
     source_options: Mapping[str, Any]
     out_options: Mapping[str, Any]
-    tokens: tuple[str, ...] = ()  # each entry's listed content token (tfshards.listing.contenthash)
-    listed: ListedRows | None = None  # instead of entries/tokens: lines read here, in batches
-    resize: Resize | None = (
-        None  # store each image resized (tfshards.writing.resize), not as listed
-    )
+    resize: Resize | None = None  # store each image resized (tfshards.writing.resize)
 
 
 @dataclass(frozen=True)
@@ -81,276 +61,116 @@ class ShardResult:
 def write_shard(task: ShardTask) -> ShardResult:
     """Write one shard (or keep it, if a finished and verified copy exists)."""
     fs_out, out_dir = storage.open_url(task.out, **task.out_options)
-    shard_path = storage.join(out_dir, task.name)
     kept = _reuse(fs_out, out_dir, task)
     if kept is not None:
         return kept
-    fs_in, root = storage.open_url(task.source, **task.source_options)
-    fn = transforms.load(task.transform) if task.transform else None
-    specs = {
-        task.image_feature: FeatureSpec(task.image_feature, "bytes", ()),
-        "label": FeatureSpec("label", "int64", ()),
-        "path": FeatureSpec("path", "bytes", ()),
-        "sha256": FeatureSpec("sha256", "bytes", ()),
-    }
-    keys = _Keys()
-    rejected: list[Reject] = []
-    hasher = hashlib.sha256()
-    compressor = Compressor(task.compression)
-    index = RecordIndex() if task.compression == "none" else None
-
-    def flush(view: memoryview) -> None:
-        if index is not None:  # whole records: the buffer flushes at record boundaries
-            index.feed(view)
-        chunks = compressor.feed([view])  # the view itself when not compressing
-        for chunk in chunks:
-            hasher.update(chunk)
-        try:
-            sink.write(chunks)
-        except OSError as exc:  # not a reject of the file being read: the shard itself fails
-            raise storage.write_error(fs_out, shard_path, exc) from None
-
-    buffer = RecordBuffer(flush, task.image_feature)
-    prefix = storage.join(root, "")  # + a listed (relative) path: no join per record
-    local = storage.is_local(fs_in)
-    records = len(task.listed) if task.listed is not None else len(task.entries)
-
-    def reject(exc: OSError | InputError, rel: str) -> None:
-        if task.on_error == "fail" or isinstance(
-            exc, (TransformOutputError, errors.StaleListingError)
-        ):
-            raise _as_input_error(exc, task.source, rel) from exc
-        rejected.append(Reject(rel, _reason(exc)))
-
+    specs = base_specs(task.image_feature)
+    source = _source(task, specs)
+    rejects = _Rejects(task.source, task.on_error)
+    shard = _ShardFile(fs_out, out_dir, task)
     try:
-        sink = storage.AtomicSink(fs_out, shard_path, temp_dir=layout.work_dir(out_dir))
-    except OSError as exc:
-        raise storage.write_error(fs_out, shard_path, exc) from None
-    try:
-        for batch, batch_tokens in _batches(task):
-            first_reject = len(rejected)
-            entries, tokens = batch, batch_tokens
-            if any(size > MAX_FILE_BYTES for _, _, size in entries):
-                for rel, _, size in entries:
-                    if size > MAX_FILE_BYTES:
-                        reject(_too_large(rel, size), rel)
-                small = [k for k, (_, _, size) in enumerate(entries) if size <= MAX_FILE_BYTES]
-                entries, tokens = tuple(entries[k] for k in small), tuple(tokens[k] for k in small)
-            if fn is None and local and task.resize is None:  # the hot path: whole buffers
-                expected = b"".join(expected_sha256(t) or bytes(32) for t in tokens)
-                for i, problem in buffer.add_local_files(prefix, entries, expected):
-                    rel, _, listed_size = entries[i]
-                    reject(_file_problem(problem, rel, listed_size, prefix + rel), rel)
-            else:
-                for (rel, label, listed_size), token in zip(entries, tokens, strict=True):
-                    try:
-                        if fn is not None or task.resize is not None:
-                            features = _features(
-                                fs_in, root, rel, label, listed_size, token, task, fn, specs, keys
-                            )
-                            buffer.append(frame(encode(features)[0]))
-                        else:
-                            data = storage.read_bytes(fs_in, prefix + rel, size_hint=listed_size)
-                            if len(data) == listed_size:  # else the size error says more
-                                _check_md5(data, token, rel)
-                            want = expected_sha256(token)
-                            at = prefix + rel if local else None
-                            _add(buffer, rel, label, listed_size, copy_into, data, want, at)
-                    except (OSError, InputError) as exc:
-                        reject(exc, rel)
-            if len(entries) < len(batch):  # rejects in listing order, whatever found them first
-                order = {rel: i for i, (rel, _, _) in enumerate(batch)}
-                rejected[first_reject:] = sorted(
-                    rejected[first_reject:], key=lambda r: order[r.path]
-                )
-        records -= len(rejected)
+        buffer = RecordBuffer(shard.write, task.image_feature)
+        for batch in task.rows.batches():
+            _frame_batch(source, buffer, batch, rejects)
         buffer.flush()
-        finished = compressor.finish()
-        for chunk in finished:
-            hasher.update(chunk)
-        sink.write(finished)
-        sink.commit()
+        shard.commit()
     except OSError as exc:  # reading a file became a reject above: this is the sink's last write
-        sink.abort()
-        raise storage.write_error(fs_out, shard_path, exc) from None
+        shard.sink.abort()
+        raise storage.write_error(fs_out, shard.path, exc) from None
     except BaseException:
-        sink.abort()
+        shard.sink.abort()
         raise
     index_sha = None
-    if index is not None:
-        index_sha = _write_index(fs_out, out_dir, task.name, index.to_bytes())
-    info = ShardInfo(task.name, records, sink.size, hasher.hexdigest(), index_sha)
+    if shard.index is not None:
+        index_sha = _write_index(fs_out, out_dir, task.name, shard.index.to_bytes())
+    records = len(task.rows) - len(rejects.found)
+    info = ShardInfo(task.name, records, shard.sink.size, shard.hasher.hexdigest(), index_sha)
     schema = tuple(specs[k] for k in sorted(specs))
     sidecar = layout.sidecar_path(out_dir, task.name)
     try:
-        storage.write_atomic(fs_out, sidecar, [sidecar_json(info, rejected, schema)])
+        storage.write_atomic(fs_out, sidecar, [sidecar_json(info, rejects.found, schema)])
     except OSError as exc:
         raise storage.write_error(fs_out, sidecar, exc) from None
-    return ShardResult(info, tuple(rejected), schema, reused=False)
+    return ShardResult(info, tuple(rejects.found), schema, reused=False)
 
 
-def _too_large(rel: str, size: int) -> InputError:
-    return InputError(
-        f"file too large: expected at most {MAX_FILE_BYTES} bytes, found {size}", path=rel
-    )
+def _source(task: ShardTask, specs: dict[str, FeatureSpec]) -> RecordSource:
+    """How the task's files become records: transformed or resized, local, or fetched."""
+    fs_in, root = storage.open_url(task.source, **task.source_options)
+    fn = transforms.load(task.transform) if task.transform else None
+    if fn is not None or task.resize is not None:
+        return FeatureFiles(fs_in, root, task.image_feature, task.transform, fn, task.resize, specs)
+    prefix = storage.join(root, "")  # + a listed (relative) path: no join per record
+    if storage.is_local(fs_in):  # the hot path: whole buffers
+        return LocalFiles(prefix)
+    return FetchedFiles(fs_in, prefix)
 
 
-Entries = tuple[tuple[str, int, int], ...]
+class _ShardFile:
+    """The shard being written: framed bytes in, compressed, hashed, indexed, then committed."""
 
-
-def _batches(task: ShardTask) -> Iterator[tuple[Entries, tuple[str, ...]]]:
-    """``(entries, tokens)`` of the task, a bounded batch at a time when read from a listing."""
-    if task.listed is None:
-        yield task.entries, task.tokens or ("",) * len(task.entries)
-        return
-    for rows in task.listed.batches():
-        yield tuple((r[0], r[2], r[1]) for r in rows), tuple(r[3] for r in rows)
-
-
-def _add(
-    buffer: RecordBuffer,
-    rel: str,
-    label: int,
-    listed_size: int,
-    read_into: ReadInto,
-    source: Any,
-    expected: bytes | None = None,
-    local_path: str | None = None,
-) -> None:
-    """One file, no transform: straight into the buffer (the hot path)."""
-    try:
-        buffer.add_file(
-            listed_size, label, rel.encode(), read_into, source, expected, claims_image(rel)
-        )
-    except (FileChanged, ContentChanged, NotAnImage) as exc:
-        raise _file_problem(exc, rel, listed_size, local_path) from None
-
-
-def _file_problem(
-    problem: OSError | FileChanged | ContentChanged | NotAnImage,
-    rel: str,
-    listed_size: int,
-    local_path: str | None = None,
-) -> OSError | InputError:
-    """What the framing reported about one file, as the error its reject or failure names."""
-    if isinstance(problem, FileChanged):
-        return _size_error(rel, listed_size, problem.found)
-    if isinstance(problem, ContentChanged):
-        return _content_error(rel, problem.expected, problem.found.hex(), local_path)
-    if isinstance(problem, NotAnImage):
-        return InputError(not_an_image(problem.head), path=rel)
-    return problem
-
-
-def _check_md5(data: bytes, token: str, rel: str) -> None:
-    """Compare fetched bytes with an MD5 the storage listed (S3 single-part ETag, GCS md5)."""
-    want = expected_md5(token)
-    if want is not None:
-        found = hashlib.md5(data, usedforsecurity=False).hexdigest()
-        if found != want:
-            raise InputError(
-                f"file changed since it was listed: expected md5 {want}, found {found}",
-                path=rel,
-            )
-
-
-def _features(
-    fs: Any,
-    root: str,
-    rel: str,
-    label: int,
-    listed_size: int,
-    token: str,
-    task: ShardTask,
-    fn: transforms.Transform | None,
-    specs: dict[str, FeatureSpec],
-    keys: _Keys,
-) -> dict[str, tuple[Dtype, Values]]:
-    data = storage.read_bytes(fs, storage.join(root, rel), size_hint=listed_size)
-    if len(data) != listed_size or not data:
-        raise _size_error(rel, listed_size, len(data))
-    _check_md5(data, token, rel)
-    sha = hashlib.sha256(data)
-    want = expected_sha256(token)
-    if want is not None and sha.digest() != want:
-        local_path = storage.join(root, rel) if storage.is_local(fs) else None
-        raise _content_error(rel, want, sha.hexdigest(), local_path)
-    if claims_image(rel) and image_format(data[:HEAD_BYTES]) is None:
-        raise _file_problem(NotAnImage(data[:HEAD_BYTES]), rel, listed_size)
-    payload = data
-    if task.resize is not None:  # the record holds the resized image; sha256 stays its payload's
+    def __init__(self, fs: Any, out_dir: str, task: ShardTask) -> None:
+        self.fs, self.path = fs, storage.join(out_dir, task.name)
+        self.hasher = hashlib.sha256()
+        self.compressor = Compressor(task.compression)
+        self.index = RecordIndex() if task.compression == "none" else None
         try:
-            payload = resize_image(data, task.resize)
-        except InputError as exc:
-            raise InputError(str(exc), path=rel) from None
-        sha = hashlib.sha256(payload)
-    features: dict[str, tuple[Dtype, Values]] = {
-        task.image_feature: ("bytes", [payload]),
-        "label": ("int64", [label]),
-        "path": ("bytes", [rel.encode()]),
-        "sha256": ("bytes", [sha.hexdigest().encode()]),
-    }
-    if fn is not None and task.transform is not None:
-        out = transforms.apply(fn, task.transform, rel, data, label)
-        added = {key: normalize(key, value) for key, value in out.items()}
-        keys.check(rel, task.transform, added.keys())
-        for key, (dtype, values, shape) in added.items():
-            seen = FeatureSpec(key, dtype, shape)
-            try:
-                specs[key] = merge_specs(specs[key], seen) if key in specs else seen
-            except TransformError as exc:
-                raise TransformOutputError(f"{rel}: {exc}", path=rel) from exc
-            features[key] = (dtype, values)
-    return features
+            self.sink = storage.AtomicSink(fs, self.path, temp_dir=layout.work_dir(out_dir))
+        except OSError as exc:
+            raise storage.write_error(fs, self.path, exc) from None
+
+    def write(self, view: memoryview) -> None:
+        """The buffer's flush: whole records, valid only during the call."""
+        if self.index is not None:
+            self.index.feed(view)
+        chunks = self.compressor.feed([view])  # the view itself when not compressing
+        for chunk in chunks:
+            self.hasher.update(chunk)
+        try:
+            self.sink.write(chunks)
+        except OSError as exc:  # not a reject of the file being read: the shard itself fails
+            raise storage.write_error(self.fs, self.path, exc) from None
+
+    def commit(self) -> None:
+        finished = self.compressor.finish()
+        for chunk in finished:
+            self.hasher.update(chunk)
+        self.sink.write(finished)
+        self.sink.commit()
 
 
 @dataclass
-class _Keys:
-    """The features a shard's first good file got from the transform, and that file."""
+class _Rejects:
+    """The files left out of a shard; under ``on_error="fail"`` the first one fails it."""
 
-    first: str = ""
-    keys: frozenset[str] | None = None
+    source: str
+    on_error: str
+    found: list[Reject] = field(default_factory=list)
 
-    def check(self, rel: str, spec: str, keys: Collection[str]) -> None:
-        """Every file must get the features the first one got.
-
-        A feature some records lack would make the schema a union that the
-        records do not follow; the writer refuses it here, naming the file.
-        """
-        if self.keys is None:
-            self.first, self.keys = rel, frozenset(keys)
-        elif set(keys) != self.keys:
-            raise TransformOutputError(
-                f"{rel}: transform {spec}: " + keys_differ(sorted(self.keys), self.first, keys),
-                path=rel,
-            )
+    def add(self, exc: OSError | InputError, rel: str) -> None:
+        if self.on_error == "fail" or isinstance(
+            exc, (TransformOutputError, errors.StaleListingError)
+        ):
+            raise _as_input_error(exc, self.source, rel) from exc
+        self.found.append(Reject(rel, _reason(exc)))
 
 
-def keys_differ(expected: Sequence[str], first: str, found: Collection[str]) -> str:
-    """``expected the features [...] that FIRST returned, found 'x' missing, 'y' extra``."""
-    missing = [f"{k!r} missing" for k in sorted(set(expected) - set(found))]
-    extra = [f"{k!r} extra" for k in sorted(set(found) - set(expected))]
-    return (
-        f"expected the features {list(expected)} that {first} returned, "
-        f"found {', '.join(missing + extra)}"
-    )
-
-
-def _size_error(rel: str, listed: int, found: int) -> InputError:
-    if found == 0:
-        return InputError("empty file: expected at least 1 byte, found 0", path=rel)
-    return InputError(
-        f"file changed since it was listed: expected {listed} bytes, found {found}", path=rel
-    )
-
-
-def _content_error(rel: str, listed: bytes, found: str, local_path: str | None) -> InputError:
-    """The file's bytes do not have the listed SHA-256: it changed, or the listing is wrong."""
-    stale = stale_listing(rel, local_path, listed, found) if local_path is not None else None
-    return stale or InputError(
-        f"file changed since it was listed: expected sha256 {listed.hex()}, found {found}",
-        path=rel,
-    )
+def _frame_batch(
+    source: RecordSource, buffer: RecordBuffer, batch: Sequence[Entry], rejects: _Rejects
+) -> None:
+    """Frame one batch of entries; its rejects in listing order, whatever found them first."""
+    first = len(rejects.found)
+    entries = batch
+    if any(entry.size > MAX_FILE_BYTES for entry in batch):
+        for rel, size, _, _ in batch:
+            if size > MAX_FILE_BYTES:
+                rejects.add(too_large(rel, size), rel)
+        entries = [entry for entry in batch if entry.size <= MAX_FILE_BYTES]
+    for entry, problem in source.frame(buffer, entries):
+        rejects.add(problem, entry.path)
+    if len(entries) < len(batch):
+        order = {entry.path: i for i, entry in enumerate(batch)}
+        rejects.found[first:] = sorted(rejects.found[first:], key=lambda r: order[r.path])
 
 
 def _as_input_error(exc: Exception, source: str, rel: str) -> InputError:

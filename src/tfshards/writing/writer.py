@@ -1,63 +1,47 @@
 """Write a listing into versioned, byte-deterministic TFRecord shards, in parallel.
 
-The plan (record order, shard contents, names) is a pure function of the
-listing and the parameters, so any number of workers on any executor writes
-the same bytes. Each shard is one task (:func:`write_shard`) on plain values.
+Runs a :class:`~tfshards.writing.plan.Plan`: workers start, the listing
+loads, the plan is made (:mod:`tfshards.writing.plan`), and each shard is one
+task (:func:`~tfshards.writing.shard.write_shard`) on plain values, under a
+lease on the version directory (:mod:`tfshards.shardset.lease`).
 A shard (and, uncompressed, its record index file: :mod:`tfshards.writing.recordindex`)
 is published atomically, then recorded in a sidecar under
 ``_work/`` (:mod:`tfshards.shardset.layout`); a re-run after a crash re-hashes finished
 shards against their sidecars, keeps the good ones and writes the rest.
 The TensorFlow Datasets metadata (:mod:`tfshards.shardset.datasetinfo`) comes next, and
 ``manifest.json``, written last with their sha256, commits the set.
-
-The version directory is named after the content (:func:`fingerprint`): the
-files' paths relative to the root, labels and content tokens, the parameters
-that shape the bytes, and :data:`BYTES_VERSION`. Never mtimes, never where or
-how the root was spelled: the same files give the same name on every clone.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import hashlib
-import itertools
-import operator
 import posixpath
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from tfshards import jsonfile, storage
-from tfshards.errors import ConfigError, InputError, ShardError, TransformError
+from tfshards import storage
+from tfshards.errors import ShardError, TransformError
 from tfshards.format import native
 from tfshards.format.schema import FeatureSpec, merge_specs
-from tfshards.listing.listing import (
-    Listing,
-    listing_counts,
-    listing_digest,
-    listing_root,
-    open_stored,
-    read_listing,
-)
-from tfshards.listing.storedlisting import ListedRows, StoredListing
-from tfshards.listing.walker import Entry
+from tfshards.listing.listing import read_listing
+from tfshards.listing.meta import listing_counts, listing_root
+from tfshards.listing.protocol import FileListing
+from tfshards.listing.storedlisting import open_stored
 from tfshards.progress import Progress
 from tfshards.run import executor as executors
 from tfshards.run import transform as transforms
 from tfshards.run.executor import Needs
-from tfshards.shardset import datasetinfo, grouping, layout, lease
+from tfshards.shardset import datasetinfo, layout, lease
 from tfshards.shardset.layout import MANIFEST_NAME
-from tfshards.shardset.manifest import FORMAT_VERSION, Manifest
+from tfshards.shardset.manifest import Manifest
 from tfshards.writing import sharding
 from tfshards.writing.config import BASE_FEATURES, WriteConfig
-from tfshards.writing.shard import ShardResult, ShardTask, keys_differ, write_shard
-
-# Bump whenever a change to tfshards changes the shard bytes written for the same
-# inputs and params (framing, feature encoding, record order): the version name
-# then changes too, so no directory ever holds two kinds of bytes under one name.
-BYTES_VERSION = 1
-_PATH_LABEL_SIZE = operator.itemgetter(0, 2, 1)  # listing Entry -> ShardTask entry
+from tfshards.writing.features import keys_differ
+from tfshards.writing.plan import Plan, plan, read_groups
+from tfshards.writing.shard import ShardResult, ShardTask, write_shard
 
 
 @dataclass(frozen=True)
@@ -67,213 +51,34 @@ class WriteResult:
     seconds: float
 
 
-# ----------------------------------------------------------------------------- plan & run
-
-
-def fingerprint(listing: Listing, params: Mapping[str, Any]) -> str:
-    """Name of the version directory: a hash of what goes into the shards.
-
-    ``files.jsonl`` (each file's path relative to the root, label and content
-    token), the byte-shaping ``params`` and the format versions. Not the root:
-    the same files read from another folder or clone give the same shards.
-    """
-    return _fingerprint(listing_digest(listing), listing.labels, params)
-
-
-def _fingerprint(files_sha256: str, labels: Sequence[str], params: Mapping[str, Any]) -> str:
-    doc = {
-        "bytes": BYTES_VERSION,
-        "files_sha256": files_sha256,
-        "format": FORMAT_VERSION,
-        "labels": list(labels),
-        "params": dict(params),
-    }
-    return jsonfile.digest(doc)[:16]
-
-
-def read_groups(listing: Listing | StoredListing, group_by: str | None) -> grouping.Groups | None:
-    """The files' group ids under ``group_by`` (None without it): one pass over the paths.
-
-    Raises:
-        InputError: a listed path the pattern does not match.
-    """
-    parsed = grouping.GroupBy.parse(group_by)
-    if parsed is None:
-        return None
-    paths = (
-        listing.paths() if isinstance(listing, StoredListing) else (e.path for e in listing.entries)
-    )
-    return grouping.group_ids(parsed, paths, listing.root)
-
-
-def plan(
-    listing: Listing | StoredListing,
-    config: WriteConfig,
-    transform_identity: str = "none",
-    groups: grouping.Groups | None = None,
-) -> tuple[str, dict[str, Any], list[ShardTask]]:
-    """The version directory URL, manifest params and shard tasks (pure: no I/O, no imports).
-
-    ``transform_identity`` is :func:`tfshards.writing.transform.identity` of
-    ``config.transform``, resolved by the caller (it imports the user's module).
-    From a :class:`StoredListing` the tasks carry line numbers of its
-    ``files.jsonl`` (4 bytes per file) and read their entries themselves.
-    With ``config.group_by``, ``groups`` is :func:`read_groups` of the same
-    listing (which reads a stored listing's paths); read here when None for a
-    :class:`Listing` in memory.
-    """
-    if transform_identity.split("@", 1)[0] != (config.transform or "none"):
-        raise ConfigError(
-            f"transform_identity: expected the identity of transform {config.transform!r}, "
-            f"got {transform_identity!r}"
-        )
-    files = listing.files if isinstance(listing, StoredListing) else len(listing.entries)
-    if not files:
-        raise InputError(f"{listing.root}: the listing has no files", path=listing.root)
-    group_by = grouping.GroupBy.parse(config.group_by)
-    if group_by is not None and groups is None:
-        if isinstance(listing, StoredListing):
-            raise ConfigError("plan: group_by needs the stored listing's groups (read_groups)")
-        groups = read_groups(listing, config.group_by)
-    if group_by is None:
-        groups = None
-    num_shards = config.num_shards or sharding.auto_num_shards(
-        files, listing.total_bytes, config.target_shard_bytes
-    )
-    if groups is not None and len(groups[0]) != files:
-        raise ConfigError(f"groups: expected one group id per file ({files}), got {len(groups[0])}")
-    if groups is not None and num_shards > groups[1]:
-        if config.num_shards:
-            raise ConfigError(
-                f"num_shards: expected at most one shard per group ({groups[1]} groups "
-                f"under group_by '{config.group_by}'), got {num_shards}"
-            )
-        num_shards = groups[1]
-    if num_shards > files:
-        raise ConfigError(
-            f"num_shards: expected at most one shard per record ({files}), got {num_shards}"
-        )
-    params: dict[str, Any] = {
-        "compression": config.compression,
-        "image_feature": config.image_feature,
-        "name": config.name,
-        "num_shards": num_shards,
-        "seed": config.seed,
-        "transform": transform_identity,
-    }
-    if group_by is not None:  # absent, not null, without groups: older version names hold
-        params["group_by"] = group_by.pattern
-    resize = config.resized
-    if resize is not None:  # absent otherwise: sets written without it keep their bytes and name
-        params["resize"] = resize.params()
-    digest = listing.digest if isinstance(listing, StoredListing) else listing_digest(listing)
-    version = storage.join(config.out, _fingerprint(digest, listing.labels, params))
-    source, out = storage.absolute(listing.root), storage.absolute(version)
-    tasks = []
-    contents = _contents(listing, files, num_shards, config.seed, groups)
-    for i, (rows, picked) in enumerate(contents):
-        tasks.append(
-            ShardTask(
-                name=layout.shard_name(config.name, i, num_shards),
-                source=source,
-                out=out,
-                entries=tuple(map(_PATH_LABEL_SIZE, picked)),  # C loops: 20k files in ~3 ms
-                image_feature=config.image_feature,
-                transform=config.transform,
-                compression=config.compression,
-                on_error=config.on_error,
-                source_options=dict(config.source_options),
-                out_options=dict(config.out_options),
-                tokens=tuple(entry.token for entry in picked),
-                listed=rows,
-                resize=resize,
-            )
-        )
-    params["on_error"] = config.on_error
-    return version, params, tasks
-
-
-def _contents(
-    listing: Listing | StoredListing,
-    files: int,
-    num_shards: int,
-    seed: int,
-    groups: grouping.Groups | None = None,
-) -> Iterator[tuple[ListedRows | None, list[Entry]]]:
-    """Each shard's lines of a stored listing, or its entries of one in memory."""
-    if groups is not None:
-        indices, cuts = sharding.grouped_indices(groups[0], groups[1], num_shards, seed)
-        for start, stop in itertools.pairwise(cuts):
-            if isinstance(listing, StoredListing):
-                yield listing.rows(indices[start:stop]), []
-            else:
-                yield None, [listing.entries[j] for j in indices[start:stop]]
-        return
-    bounds = itertools.pairwise(sharding.shard_boundaries(files, num_shards))
-    if isinstance(listing, StoredListing):
-        indices = sharding.shuffled_indices(files, seed)  # 4 bytes per file
-        for start, stop in bounds:
-            yield listing.rows(indices[start:stop]), []
-    else:
-        order = sharding.shuffled_order(files, seed)
-        for start, stop in bounds:
-            yield None, [listing.entries[j] for j in order[start:stop]]
-
-
-def write(config: WriteConfig, listing: Listing | str, *, progress: bool = True) -> WriteResult:
-    """Write ``listing`` (a :class:`Listing` or its directory) as a shard set.
+def write(config: WriteConfig, listing: FileListing | str, *, progress: bool = True) -> WriteResult:
+    """Write ``listing`` (a listing in memory or stored, or its directory) as a shard set.
 
     Returns the committed manifest. Raises :class:`InputError` for a bad input
     (with ``on_error="fail"``), and never leaves a manifest for a partial set.
     """
     start = time.monotonic()
-    root = listing.root if isinstance(listing, Listing) else listing_root(listing)
-    fs_in, _ = storage.open_url(root, **config.source_options)
-    fs_out, _ = storage.open_url(config.out, **config.out_options)
-    # Never more workers than shards; meta.json alone gives the count before the listing loads.
-    files, nbytes = (
-        (len(listing.entries), listing.total_bytes)
-        if isinstance(listing, Listing)
-        else listing_counts(listing)
-    )
-    shards = config.num_shards or sharding.auto_num_shards(files, nbytes, config.target_shard_bytes)
-    pool = executors.start(
-        config.run_options,
-        [storage.protocol(fs_in), storage.protocol(fs_out)],
-        gil_free=native.NATIVE is not None
-        and config.transform is None
-        and config.resize is None
-        and storage.is_local(fs_in),
-        tasks=shards,
-    )
+    pool = _start_pool(config, listing)
     # Workers start before the listing is loaded: forked later, each would count it in its RSS.
     with pool:
-        loaded: Listing | StoredListing
-        if isinstance(listing, str):
-            # Tasks read their own lines of a stored listing; Dask workers may not
-            # see the listing directory, so they get the entries themselves.
-            stored = open_stored(listing) if pool.options.executor != "dask" else None
-            loaded = stored or read_listing(listing)
-        else:
-            loaded = listing
+        loaded = _load(listing, pool.options.executor)
         groups = read_groups(loaded, config.group_by)
-        version, params, tasks = plan(loaded, config, transforms.identity(config.transform), groups)
-        listed = loaded.files if isinstance(loaded, StoredListing) else len(loaded.entries)
-        fs_out, version_path = storage.open_url(version, **config.out_options)
+        planned = plan(loaded, config, transforms.identity(config.transform), groups)
+        fs_out, version_path = storage.open_url(planned.version, **config.out_options)
         # Held from before the first shard is reused until the manifest is out: prune
         # leaves the version alone meanwhile (tfshards.shardset.lease).
         with lease.hold(fs_out, version_path):
-            done = _write_shards(pool, tasks, params, config.transform, listed, progress)
+            done = _write_shards(pool, planned, config.transform, loaded.files, progress)
             manifest = Manifest(
-                root=version,
-                fingerprint=version.rstrip("/").rsplit("/", 1)[-1],
-                params=params,
-                schema=_merge_schema(done, tasks),
+                root=planned.version,
+                fingerprint=planned.fingerprint,
+                params=planned.params,
+                schema=_merge_schema(done, planned.tasks),
                 labels=loaded.labels,
                 compression=config.compression,
                 shards=tuple(r.info for r in done),
                 rejected=tuple(rej for r in done for rej in r.rejected),
-                listed=listed,
+                listed=loaded.files,
             )
             manifest = _write_metadata(fs_out, version_path, manifest)
             _check_shards_present(fs_out, version_path, manifest)
@@ -286,15 +91,48 @@ def write(config: WriteConfig, listing: Listing | str, *, progress: bool = True)
     return WriteResult(manifest, sum(r.reused for r in done), time.monotonic() - start)
 
 
+def _start_pool(config: WriteConfig, listing: FileListing | str) -> executors.Executor:
+    """Workers for the shards: never more than shards, counted from ``meta.json`` alone."""
+    root = listing_root(listing) if isinstance(listing, str) else listing.root
+    fs_in, _ = storage.open_url(root, **config.source_options)
+    fs_out, _ = storage.open_url(config.out, **config.out_options)
+    files, nbytes = (
+        listing_counts(listing)
+        if isinstance(listing, str)
+        else (listing.files, listing.total_bytes)
+    )
+    shards = config.num_shards or sharding.auto_num_shards(files, nbytes, config.target_shard_bytes)
+    return executors.start(
+        config.run_options,
+        [storage.protocol(fs_in), storage.protocol(fs_out)],
+        gil_free=native.NATIVE is not None
+        and config.transform is None
+        and config.resize is None
+        and storage.is_local(fs_in),
+        tasks=shards,
+    )
+
+
+def _load(listing: FileListing | str, executor: str) -> FileListing:
+    """The listing itself, or its directory opened: tasks then read their own lines.
+
+    Dask workers may not see the listing directory: they get the entries themselves.
+    """
+    if not isinstance(listing, str):
+        return listing
+    stored = open_stored(listing) if executor != "dask" else None
+    return stored or read_listing(listing)
+
+
 def _write_shards(
     pool: executors.Executor,
-    tasks: Sequence[ShardTask],
-    params: Mapping[str, Any],
+    planned: Plan,
     transform: str | None,
     listed: int,
     progress: bool,
 ) -> list[ShardResult]:
     """Run every shard task on ``pool``, with a progress bar; the results in task order."""
+    tasks = planned.tasks
     with Progress("write", total=listed, enabled=progress) as bar:
         return executors.in_order(
             pool.map(
@@ -305,7 +143,7 @@ def _write_shards(
                     locations=(tasks[0].source, tasks[0].out),
                     inputs=(tasks[0].source,),
                     transform=transform,
-                    transform_identity=params["transform"],
+                    transform_identity=planned.params["transform"],
                 ),
                 note=bar.note,
             ),
@@ -388,5 +226,4 @@ def _merge_schema(
 def _first_kept(task: ShardTask, result: ShardResult) -> str:
     """The path of the task's first file that became a record (read from the listing if need be)."""
     rejected = {r.path for r in result.rejected}
-    batches = task.listed.batches() if task.listed is not None else [task.entries]
-    return next(row[0] for rows in batches for row in rows if row[0] not in rejected)
+    return next(e.path for rows in task.rows.batches() for e in rows if e.path not in rejected)

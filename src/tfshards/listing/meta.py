@@ -1,0 +1,73 @@
+"""``meta.json``: what a listing directory says of itself, read and checked without its entries.
+
+Written last by :func:`tfshards.listing.listing.write_listing`, with the
+count, byte total, labels and SHA-256 of ``files.jsonl``, so a reader that
+finds both consistent knows neither is stale or truncated.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from tfshards import storage
+from tfshards.errors import InputError
+
+VERSION = 2  # 2: tokens name the content (sha256 or the storage's hash), never an mtime
+FILES_NAME = "files.jsonl"
+META_NAME = "meta.json"
+
+
+def listing_root(out_dir: str) -> str:
+    """The ``root`` a listing directory names, read from ``meta.json`` alone."""
+    fs, base = storage.open_url(out_dir)
+    root: str = read_meta(fs, base)[0]["root"]
+    return storage.resolve_relative(root, out_dir)
+
+
+def listing_counts(out_dir: str) -> tuple[int, int]:
+    """``(files, bytes)`` of a listing directory, read from ``meta.json`` alone."""
+    fs, base = storage.open_url(out_dir)
+    meta = read_meta(fs, base)[0]
+    return int(meta["files"]), int(meta["bytes"])
+
+
+def read_meta(fs: Any, base: str) -> tuple[dict[str, Any], str]:
+    """``meta.json`` of the listing directory ``base``, checked, and its URL (for messages)."""
+    fs_path = storage.join(base, META_NAME)
+    path = storage.unstrip(fs, fs_path)
+    try:
+        meta = json.loads(storage.read_bytes(fs, fs_path))
+    except FileNotFoundError:
+        raise InputError(
+            f"{path}: listing metadata not found (run `tfshards list` first)", path=path
+        ) from None
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise InputError(
+            f"{path}: expected a JSON object, found invalid JSON ({exc})", path=path
+        ) from None
+    expected = {
+        "version": int,
+        "root": str,
+        "labels": list,
+        "files": int,
+        "bytes": int,
+        "files_per_label": dict,
+        "skipped": dict,
+        "files_sha256": str,
+    }
+    if not isinstance(meta, dict):
+        raise InputError(f"{path}: expected a JSON object, found {type(meta).__name__}", path=path)
+    for key, kind in expected.items():
+        if not isinstance(meta.get(key), kind):
+            found = type(meta[key]).__name__ if key in meta else "nothing"
+            raise InputError(
+                f"{path}: key {key!r}: expected {kind.__name__}, found {found}", path=path
+            )
+    if meta["version"] != VERSION:
+        raise InputError(
+            f"{path}: listing version {VERSION} expected, found {meta['version']}", path=path
+        )
+    if not all(isinstance(label, str) for label in meta["labels"]):
+        raise InputError(f"{path}: labels must all be strings", path=path)
+    return meta, path
