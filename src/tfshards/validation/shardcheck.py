@@ -47,7 +47,7 @@ class ShardCheck:
     compression: str
     schema: tuple[FeatureSpec, ...]
     num_labels: int
-    image_feature: str  # the raw file bytes (manifest.params["image_feature"])
+    image_feature: str  # the raw file bytes (Manifest.image_feature)
     check_sha: bool  # compare the stored sha256 feature with the payload's
     decode_images: bool
     max_problems: int
@@ -82,15 +82,15 @@ class ShardCheck:
             compression=manifest.compression,
             schema=manifest.schema,
             num_labels=len(manifest.labels),
-            image_feature=str(manifest.params.get("image_feature", "image")),
+            image_feature=manifest.image_feature,
             # A transform may replace the payload; the stored sha256 is of the original file.
-            check_sha=manifest.params.get("transform") == "none",
+            check_sha=manifest.transform == "none",
             decode_images=decode_images,
             max_problems=max_problems,
             storage_options=dict(storage_options or {}),
             # A copy elsewhere (the loader's cache) has no index beside it.
             index_sha256=shard.index_sha256 if path is None else None,
-            group_by=manifest.params.get("group_by"),
+            group_by=manifest.group_by,
         )
 
 
