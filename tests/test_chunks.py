@@ -141,7 +141,9 @@ def test_shard_cut_after_verification_is_refused_with_both_sizes(tmp_path):
     rows = chunks.layout(shard, path).tolist()
     size = os.path.getsize(path)
     os.truncate(path, size - 100)
-    with pytest.raises(ShardError, match=rf"expected {size} bytes, found {size - 100} "):
+    with pytest.raises(
+        ShardError, match=rf"{path}: size mismatch: expected {size} bytes, found {size - 100}$"
+    ):
         chunks.read_chunk(shard, path, rows[0])
 
 

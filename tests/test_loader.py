@@ -292,7 +292,11 @@ def test_truncated_local_shard_is_refused_before_reading(shard_set, tmp_path):
     shard = manifest.shards[3]
     path = Path(manifest.shard_url(shard))
     path.write_bytes(path.read_bytes()[: shard.bytes // 2])
-    with pytest.raises(ShardError, match=rf"{shard.name}: expected {shard.bytes} bytes"):
+    with pytest.raises(
+        ShardError,
+        match=rf"{shard.name}: size mismatch: expected {shard.bytes} bytes, "
+        rf"found {shard.bytes // 2}$",
+    ):
         loader.make_dataset(manifest.shards, manifest, batch_size=8, training=False)
 
 
@@ -426,7 +430,8 @@ def test_shard_cut_at_a_record_boundary_does_not_read_short(shard_set, tmp_path)
     forged = _forge(manifest, 4, clean[:cut])  # size and sha256 vouch for it; the count does not
     with pytest.raises(
         ShardError,
-        match=rf"{shard.name}: expected {shard.records} records, found {shard.records - 3}$",
+        match=rf"{shard.name}: record count mismatch: expected {shard.records}, "
+        rf"found {shard.records - 3}$",
     ):
         loader.make_dataset(forged.shards, forged, batch_size=8, training=False)
 

@@ -32,6 +32,7 @@ from fsspec.implementations.local import LocalFileSystem
 
 from tfshards import jsonfile, storage
 from tfshards.errors import ShardError
+from tfshards.shardset import check
 from tfshards.shardset.manifest import Manifest, ShardInfo
 
 CACHE_ENV = "TFSHARDS_CACHE"
@@ -132,19 +133,13 @@ class ShardCache:
                 while chunk := src.read(CHUNK_BYTES):
                     digest.update(chunk)
                     sink.write([chunk])
-            found = digest.hexdigest()
-            if sink.size != shard.bytes or found != shard.sha256:
-                raise ShardError(
-                    f"{url}: does not match the manifest: expected {shard.bytes} bytes with "
-                    f"sha256 {shard.sha256}, found {sink.size} bytes with sha256 {found}",
-                    shard=shard.name,
-                    url=url,
-                )
+            wrong = check.bytes_mismatches(shard, sink.size, digest.hexdigest())
+            if wrong:
+                what = "; ".join(m.what for m in wrong)
+                raise ShardError(f"{url}: {what}", shard=shard.name, url=url)
         except FileNotFoundError:
             sink.abort()
-            raise ShardError(
-                f"{url}: shard listed in the manifest is missing", shard=shard.name
-            ) from None
+            raise ShardError(f"{url}: {check.missing(shard)}", shard=shard.name) from None
         except OSError as exc:
             sink.abort()
             raise ShardError(f"{url}: cannot download: {exc}", shard=shard.name, url=url) from exc

@@ -36,7 +36,9 @@ import numpy as np
 from tfshards.errors import RecordError, ShardError
 from tfshards.format import native, tfrecord
 from tfshards.format.wire import FOOTER_BYTES, HEADER_BYTES
-from tfshards.reading.gate import READ_BYTES, Gate
+from tfshards.reading.gate import Gate
+from tfshards.shardset import check
+from tfshards.shardset.check import READ_BYTES
 from tfshards.shardset.manifest import ShardInfo
 
 _KEEP_STREAMS = 64  # paused inflaters kept (an open file each); 16 files are read at once
@@ -238,12 +240,8 @@ def _pread(path: str, shard: ShardInfo, where: str, start: int, end: int) -> byt
     finally:
         os.close(fd)
     if size != shard.bytes or len(data) != end - start:
-        raise ShardError(
-            f"{where}: expected {shard.bytes} bytes, found {size} "
-            "(truncated or rewritten since the manifest was written)",
-            shard=shard.name,
-            path=path,
-        )
+        what = check.size_mismatch(shard, size)
+        raise ShardError(f"{where}: {what}", shard=shard.name, path=path)
     return data
 
 

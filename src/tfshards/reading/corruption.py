@@ -19,7 +19,7 @@ from tfshards.shardset.manifest import Manifest, ShardInfo
 _RECORD_PROBLEM = re.compile(
     r"corrupt|truncat|checksum|crc|could not parse|parse example|data loss"
     r"|is required but could not be found|negative number of bytes|utf-8|codec"
-    r"|image file format|decode|sha256 mismatch|records, found|rewritten since the manifest",
+    r"|image file format|decode|sha256 mismatch|size mismatch|record count mismatch",
     re.IGNORECASE,
 )
 _IMAGE_PROBLEM = re.compile(r"image file format|decode", re.IGNORECASE)  # scan with Pillow too

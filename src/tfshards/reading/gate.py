@@ -18,19 +18,17 @@ cache checks, get the same framing walk and count without a second hash.
 from __future__ import annotations
 
 import concurrent.futures as cf
-import hashlib
 import os
 import threading
-import zlib
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Mapping
 
 import numpy as np
 
 from tfshards.errors import RecordError, ShardError
-from tfshards.format.tfrecord import FrameCounter, inflate
+from tfshards.format.tfrecord import FrameCounter
+from tfshards.shardset import check
 from tfshards.shardset.manifest import ShardInfo
 
-READ_BYTES = 4 << 20  # read, hashed and walked at a time
 # Records are read back in record-aligned chunks of about this many (uncompressed) bytes:
 # TFRecordDataset's read buffer was 1 MB too; 16 files open at once hold ~16 MB.
 CHUNK_BYTES = 1 << 20
@@ -69,57 +67,35 @@ def verify(
         check_sha: hash it too; False for a copy whose hash the cache has checked.
 
     Raises:
-        ShardError: missing, or size, sha256 or record count differ.
+        ShardError: missing, or size, sha256 or record count differ
+            (:mod:`tfshards.shardset.check`'s words).
         RecordError: the bytes match the manifest, but a record's framing is broken.
     """
     try:
         st = os.stat(path)
     except FileNotFoundError:
-        raise ShardError(
-            f"{where}: shard listed in the manifest is missing", shard=shard.name, path=path
-        ) from None
+        raise ShardError(f"{where}: {check.missing(shard)}", shard=shard.name, path=path) from None
     if st.st_size != shard.bytes:
-        raise ShardError(
-            f"{where}: expected {shard.bytes} bytes, found {st.st_size} "
-            "(truncated or rewritten since the manifest was written)",
-            shard=shard.name,
-            path=path,
-        )
+        what = check.size_mismatch(shard, st.st_size)
+        raise ShardError(f"{where}: {what}", shard=shard.name, path=path)
     key = _key(st, shard)
     with _lock:
         known = _verified.get(path)
         if known is not None and known[0] == key:
             return known[1]
-    digest, walk, inflate_error = _read(path, compression, check_sha)
-    if check_sha and digest != shard.sha256:
-        raise ShardError(
-            f"{where}: sha256 mismatch: expected {shard.sha256}, found {digest} "
-            "(rewritten since the manifest was written)",
-            shard=shard.name,
-            path=path,
-            found_sha256=digest,
-        )
-    if inflate_error is not None:
-        raise ShardError(
-            f"{where}: cannot decompress ({compression}): {inflate_error}",
-            shard=shard.name,
-            path=path,
-        )
-    if walk.problem is not None:
-        raise RecordError(
-            f"{where}: record {walk.records} at byte {walk.offset}: {walk.problem}",
-            shard=shard.name,
-            index=walk.records,
-            offset=walk.offset,
-            path=path,
-        )
-    if walk.records != shard.records:
-        raise ShardError(
-            f"{where}: expected {shard.records} records, found {walk.records}",
-            shard=shard.name,
-            path=path,
-        )
-    layout = _layout(walk)
+    found = _read(path, compression, check_sha)
+    for what, index, offset in check.mismatches(shard, found):
+        if index is not None:
+            raise RecordError(
+                f"{where}: record {index} at byte {offset}: {what}",
+                shard=shard.name,
+                index=index,
+                offset=offset,
+                path=path,
+            )
+        extra = {} if found.sha256 in (None, shard.sha256) else {"found_sha256": found.sha256}
+        raise ShardError(f"{where}: {what}", shard=shard.name, path=path, **extra)
+    layout = _layout(found.walk)
     with _lock:
         _verified[path] = (key, layout)
     return layout
@@ -138,33 +114,9 @@ def _layout(walk: FrameCounter) -> np.ndarray:
     return rows
 
 
-def _read(path: str, compression: str, check_sha: bool) -> tuple[str, FrameCounter, str | None]:
-    """The file's sha256 (if asked), its framing walk, and why its stream does not inflate."""
-    digest = hashlib.sha256()
-    walk = FrameCounter(CHUNK_BYTES)
-
-    def pieces() -> Iterator[bytes]:
-        with open(path, "rb", buffering=0) as f:  # local by construction
-            while chunk := f.read(READ_BYTES):
-                if check_sha:
-                    digest.update(chunk)
-                yield chunk
-
-    raw = pieces()
-    error = None
-    try:
-        for piece in raw if compression == "none" else inflate(raw, compression):
-            walk.feed(piece)
-            if walk.problem is not None:
-                break  # nothing after it can be trusted; a bomb is not inflated further
-        else:
-            walk.finish()
-    except zlib.error as exc:
-        error = str(exc)
-    if check_sha:
-        for _ in raw:
-            pass  # hash the rest
-    return digest.hexdigest(), walk, error
+def _read(path: str, compression: str, check_sha: bool) -> check.Found:
+    """The file read once: its sha256 (if asked), its framing walk cut into chunks."""
+    return check.read_file(path, compression, hashed=check_sha, chunk_bytes=CHUNK_BYTES)
 
 
 def forget(path: str | None = None) -> None:

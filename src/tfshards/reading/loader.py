@@ -43,7 +43,7 @@ The split (:mod:`tfshards.shardset.split`), the parse and decode ops
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from tfshards import storage
@@ -59,8 +59,8 @@ from tfshards.reading.decode import (
     parse_fn,
 )
 from tfshards.reading.gate import Gate
+from tfshards.reading.options import DecodeOptions, ReadOptions
 from tfshards.shardset.manifest import Manifest, ShardInfo
-from tfshards.shardset.resize import Resize
 
 if TYPE_CHECKING:
     import tensorflow as tf
@@ -69,6 +69,7 @@ __all__ = [
     "AUTOTUNE",
     "DEFAULT_CYCLE_LENGTH",
     "SHUFFLE_BUFFER_BYTES",
+    "from_options",
     "make_dataset",
     "records_dataset",
     "resolve_paths",
@@ -113,137 +114,144 @@ def make_dataset(
     Training (``repeat`` defaults to True) gives an endless stream: pass
     ``steps_per_epoch=split.train_records // batch_size`` to ``fit``.
 
-    Args:
-        shards: the shards to read, e.g. ``split.train``.
-        manifest: the shard set they belong to (schema, compression, location).
-        batch_size: records per batch.
-        training: shuffle (file order each epoch, and records through a
-            buffer), repeat and drop the last partial batch by default.
-        seed: seeds both shuffles; the same seed gives the same order when
-            ``deterministic`` is True.
-        image_size: ``(height, width)`` to resize to (bilinear); None keeps the
-            stored size, which must then be the same for every image. A set
-            written with ``resize`` (:mod:`tfshards.writing.resize`) at this size is
-            decoded without resizing.
-        channels: 1, 3 or 4 to convert every image to; None takes the first
-            image's.
-        image_dtype: ``"float32"`` (in [0, 1]) or ``"uint8"`` (0..255, as
-            stored): skips the conversion, ~15% of the CPU per small image, and
-            sends a quarter of the bytes to an accelerator; scale in the model
-            (``keras.layers.Rescaling(1 / 255)``).
-        deterministic: True keeps the element order a pure function of
-            ``seed``; False lets parallel stages hand out whatever is ready
-            first. None: TensorFlow's default (True).
-        shuffle_buffer: records in the shuffle buffer when training; None sizes
-            it to ~64 MB of records (all of them for small sets); 0 shuffles
-            only the file order.
-        cycle_length: shard files open at once, their records interleaved one
-            by one; None: up to ``DEFAULT_CYCLE_LENGTH``.
-        parallel_reads: threads reading those files (``interleave``'s
-            ``num_parallel_calls``); None reads them on one thread when
-            decoding a batch at a time, which keeps up with decoding from
-            local disk at half the CPU cost (see the module notes), and with
-            AUTOTUNE on the per-record path: there one reading thread kept the
-            2 cores 0.65 busy under load against 0.92 with AUTOTUNE (512 px
-            JPEGs read at 224; 2% more CPU per record). AUTOTUNE for a slow
-            network filesystem.
-        repeat: repeat forever; None means ``training``.
-        drop_remainder: drop a last partial batch, making the batch dimension
-            static; None means ``repeat`` (an endless stream loses nothing).
-        cache_dir: local cache for remote shards (see :mod:`tfshards.reading.cache`).
-        decode: decode the image; False returns its encoded bytes.
-        scaled_decode: when resizing, decode a JPEG at least twice the target
-            size at 1/2, 1/4 or 1/8 scale first (see
-            :func:`tfshards.reading.decode.decode_image`: ~30% less CPU for 512 px
-            read at 224, slightly different pixels); False decodes whole.
-        per_record: parse and decode record by record in a parallel map, then
-            batch; False parses and decodes a batch at a time. None picks by
-            the mean record size (per record from
-            ``tfshards.reading.decode.PER_RECORD_BYTES``), or for a set written
-            resized by its image size (``PER_RECORD_PIXELS``), whichever
-            measured faster.
-        features: names to return as a dict ``{name: batch}`` instead of the
-            image alone; the image feature among them is decoded, variable
-            length features come back ragged.
-        storage_options: fsspec options for the shards' location.
+    ``shards`` are the shards to read (e.g. ``split.train``) of ``manifest``
+    (schema, compression, location). The keywords are the fields of
+    :class:`~tfshards.reading.options.ReadOptions` (``batch_size``,
+    ``training``, ``seed``, ``deterministic``, ``shuffle_buffer``,
+    ``cycle_length``, ``parallel_reads``, ``repeat``, ``drop_remainder``,
+    ``cache_dir``, ``storage_options``) and of
+    :class:`~tfshards.reading.options.DecodeOptions` (``image_size``,
+    ``channels``, ``image_dtype``, ``decode``, ``scaled_decode``,
+    ``per_record``, ``features``), documented there; :func:`from_options` takes
+    the two values.
     """
+    read = ReadOptions(
+        batch_size=batch_size,
+        training=training,
+        seed=seed,
+        deterministic=deterministic,
+        shuffle_buffer=shuffle_buffer,
+        cycle_length=cycle_length,
+        parallel_reads=parallel_reads,
+        repeat=repeat,
+        drop_remainder=drop_remainder,
+        cache_dir=cache_dir,
+        storage_options=storage_options or {},
+    )
+    decoding = DecodeOptions(
+        image_size=image_size,
+        channels=channels,
+        image_dtype=image_dtype,
+        decode=decode,
+        scaled_decode=scaled_decode,
+        per_record=per_record,
+        features=features,
+    )
+    return from_options(shards, manifest, read, decoding)
+
+
+def from_options(
+    shards: Sequence[ShardInfo], manifest: Manifest, read: ReadOptions, decoding: DecodeOptions
+) -> tf.data.Dataset:
+    """:func:`make_dataset` with its options as values: verify, read, batch, decode."""
     import tensorflow as tf
 
-    if batch_size < 1:
-        raise ConfigError(f"batch_size must be >= 1, got {batch_size}")
-    if channels not in (None, 1, 3, 4):
-        raise ConfigError(f"channels must be 1, 3 or 4, got {channels}")
-    if image_dtype not in ("float32", "uint8"):
-        raise ConfigError(f"image_dtype must be 'float32' or 'uint8', got {image_dtype!r}")
-    if image_size is not None and (len(image_size) != 2 or min(image_size) < 1):
-        raise ConfigError(f"image_size must be (height, width) >= 1, got {image_size}")
-    repeat = training if repeat is None else repeat
-    drop_remainder = repeat if drop_remainder is None else drop_remainder
-    paths, gate = resolve_paths(manifest, shards, cache_dir=cache_dir, **(storage_options or {}))
-    stored = Resize.from_params(manifest.params)  # written at this size: decode only
-    resize = image_size is not None and (stored is None or tuple(image_size) != (stored.size,) * 2)
-    image_feature = str(manifest.params.get("image_feature", "image"))
-    names = [image_feature] if features is None else list(features)
+    paths, gate = resolve_paths(manifest, shards, cache_dir=read.cache_dir, **read.storage_options)
+    names = [manifest.image_feature] if decoding.features is None else list(decoding.features)
     shape: tuple[int, int, int] | None = None
-    if decode and image_feature in names:
-        shape = _image_shape(shards, paths, gate, image_feature, image_size, channels)
-
-    if per_record is None:
-        per_record = manifest.bytes >= PER_RECORD_BYTES * max(1, manifest.records) or (
-            stored is not None and stored.size**2 >= PER_RECORD_PIXELS
+    if decoding.decode and manifest.image_feature in names:
+        shape = _image_shape(shards, paths, gate, manifest.image_feature, decoding)
+    per_record = _per_record(manifest, decoding)
+    records = _shuffled_records(shards, manifest, paths, gate, read, per_record)
+    to_inputs = _to_inputs(manifest, names, shape, decoding, per_record, read.batch_size)
+    parallel = {"num_parallel_calls": tf.data.AUTOTUNE, "deterministic": read.deterministic}
+    if per_record:
+        batches = records.map(to_inputs, **parallel).batch(
+            read.batch_size, drop_remainder=read.drops_remainder
         )
+    else:
+        batches = records.batch(read.batch_size, drop_remainder=read.drops_remainder).map(
+            to_inputs, **parallel
+        )
+    data_options = tf.data.Options()
+    if read.deterministic is not None:
+        data_options.deterministic = read.deterministic
+    return batches.prefetch(tf.data.AUTOTUNE).with_options(data_options)
+
+
+def _per_record(manifest: Manifest, decoding: DecodeOptions) -> bool:
+    """Parse and decode record by record: asked for, or picked by record (or image) size."""
+    if decoding.per_record is not None:
+        return decoding.per_record
+    stored = manifest.resize
+    return manifest.bytes >= PER_RECORD_BYTES * max(1, manifest.records) or (
+        stored is not None and stored.size**2 >= PER_RECORD_PIXELS
+    )
+
+
+def _shuffled_records(
+    shards: Sequence[ShardInfo],
+    manifest: Manifest,
+    paths: Sequence[str],
+    gate: Gate,
+    read: ReadOptions,
+    per_record: bool,
+) -> tf.data.Dataset:
+    """The serialized records, shuffled through a buffer when training, repeated if asked."""
+    parallel_reads = read.parallel_reads
     if parallel_reads is None and per_record:
-        parallel_reads = AUTOTUNE  # see parallel_reads above
+        parallel_reads = AUTOTUNE  # see ReadOptions.parallel_reads
     records = records_dataset(
         paths,
         gate,
-        shuffle_files=training,
-        seed=seed,
-        cycle_length=cycle_length,
+        shuffle_files=read.training,
+        seed=read.seed,
+        cycle_length=read.cycle_length,
         parallel_reads=parallel_reads,
-        deterministic=deterministic,
+        deterministic=read.deterministic,
     )
-    if training:
-        if shuffle_buffer is None:
-            shuffle_buffer = _default_buffer(manifest, shards)
-        if shuffle_buffer > 1:
-            records = records.shuffle(shuffle_buffer, seed=seed + 1, reshuffle_each_iteration=True)
-    if repeat:
+    if read.training:
+        buffer = read.shuffle_buffer
+        if buffer is None:
+            buffer = _default_buffer(manifest, shards)
+        if buffer > 1:
+            records = records.shuffle(buffer, seed=read.seed + 1, reshuffle_each_iteration=True)
+    if read.repeats:
         records = records.repeat()
+    return records
 
+
+def _to_inputs(
+    manifest: Manifest,
+    names: Sequence[str],
+    shape: tuple[int, int, int] | None,
+    decoding: DecodeOptions,
+    per_record: bool,
+    batch_size: int,
+) -> Callable[[tf.Tensor], tuple[Any, tf.Tensor]]:
+    """Serialized records (one, or a batch) -> ``(inputs, label)``: parsed, image decoded."""
+    image_feature = manifest.image_feature
+    stored = manifest.resize  # written at this size: decode only
+    size = decoding.image_size
+    resize = size is not None and (stored is None or tuple(size) != (stored.size,) * 2)
     parse = parse_fn(manifest, [*names, "label"], single=per_record)
+    dtype, scaled = decoding.image_dtype, decoding.scaled_decode
 
     def to_inputs(serialized: tf.Tensor) -> tuple[Any, tf.Tensor]:
         parsed = parse(serialized)
         if shape is not None:
             data = parsed[image_feature]
             parsed[image_feature] = (
-                decode_image(data, shape, resize=resize, dtype=image_dtype, scaled=scaled_decode)
+                decode_image(data, shape, resize=resize, dtype=dtype, scaled=scaled)
                 if per_record
                 else decode_images(
-                    data,
-                    shape,
-                    resize=resize,
-                    dtype=image_dtype,
-                    batch_size=batch_size,
-                    scaled=scaled_decode,
+                    data, shape, resize=resize, dtype=dtype, batch_size=batch_size, scaled=scaled
                 )
             )
         label = parsed.pop("label")
-        return (parsed[image_feature] if features is None else parsed), label
+        return (parsed[image_feature] if decoding.features is None else parsed), label
 
-    if per_record:
-        batches = records.map(
-            to_inputs, num_parallel_calls=tf.data.AUTOTUNE, deterministic=deterministic
-        ).batch(batch_size, drop_remainder=drop_remainder)
-    else:
-        batches = records.batch(batch_size, drop_remainder=drop_remainder).map(
-            to_inputs, num_parallel_calls=tf.data.AUTOTUNE, deterministic=deterministic
-        )
-    options = tf.data.Options()
-    if deterministic is not None:
-        options.deterministic = deterministic
-    return batches.prefetch(tf.data.AUTOTUNE).with_options(options)
+    return to_inputs
 
 
 def records_dataset(
@@ -295,10 +303,10 @@ def _image_shape(
     paths: Sequence[str],
     gate: Gate,
     image_feature: str,
-    image_size: tuple[int, int] | None,
-    channels: int | None,
+    decoding: DecodeOptions,
 ) -> tuple[int, int, int]:
     """The static image shape: asked for, or read from the first record."""
+    image_size, channels = decoding.image_size, decoding.channels
     if image_size is not None and channels is not None:
         return (image_size[0], image_size[1], channels)
     import tensorflow as tf

@@ -22,6 +22,7 @@ from tfshards import jsonfile, storage
 from tfshards.errors import InputError
 from tfshards.format.schema import FeatureSpec, schema_from_json, schema_to_json
 from tfshards.shardset import manifestfields as fields
+from tfshards.shardset.resize import Resize
 
 FORMAT_VERSION = 1
 # Where the walk up from a manifest copy stops looking for its version directory:
@@ -126,6 +127,29 @@ class Manifest:
     @property
     def records(self) -> int:
         return sum(s.records for s in self.shards)
+
+    # What readers need from the write parameters, typed: no caller reads ``params`` by key.
+    @property
+    def image_feature(self) -> str:
+        """The feature holding each record's image (the raw file bytes, unless transformed)."""
+        return str(self.params.get("image_feature", "image"))
+
+    @property
+    def transform(self) -> str | None:
+        """The transform that wrote the records (``"none"``: the files as listed; None: unknown)."""
+        value = self.params.get("transform")
+        return None if value is None else str(value)
+
+    @property
+    def group_by(self) -> str | None:
+        """The ``group_by`` pattern the set was written with (None: written without one)."""
+        value = self.params.get("group_by")
+        return None if value is None else str(value)
+
+    @property
+    def resize(self) -> Resize | None:
+        """How the images were resized when written (None: stored as listed)."""
+        return Resize.from_params(self.params)
 
     @property
     def bytes(self) -> int:

@@ -305,7 +305,7 @@ def groups_in_one_shard(shards: ShardSet) -> Findings:
     if spread is None or spread.example is None:
         return _each([])
     key, a, b = spread.example
-    pattern = shards.manifest.params["group_by"]
+    pattern = shards.manifest.group_by
     what = (
         f"groups across shards: expected 0 under group_by '{pattern}', "
         f"found {spread.spanning} (group {key!r} is in {a} and {b})"

@@ -14,9 +14,10 @@ from __future__ import annotations
 
 import builtins
 import hashlib
+import itertools
 import posixpath
 import zlib
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -24,12 +25,12 @@ from tfshards import storage
 from tfshards.format.schema import FeatureSpec
 from tfshards.format.tfrecord import inflate
 from tfshards.format.wire import HEADER_BYTES
-from tfshards.shardset import layout
+from tfshards.shardset import check, layout
 from tfshards.shardset.grouping import GroupBy
 from tfshards.shardset.manifest import Manifest, ShardInfo
 from tfshards.validation.recordcheck import RecordChecker, check_records
 from tfshards.validation.rules import Problem
-from tfshards.validation.streamcheck import check_stream, frame_size, walk_framing, whole_records
+from tfshards.validation.streamcheck import check_stream, frame_size, whole_records
 
 MAX_PROBLEMS = 50  # kept per shard, and printed: enough to see a pattern, few enough to read
 
@@ -46,13 +47,18 @@ class ShardCheck:
     compression: str
     schema: tuple[FeatureSpec, ...]
     num_labels: int
-    image_feature: str  # the raw file bytes (manifest.params["image_feature"])
+    image_feature: str  # the raw file bytes (Manifest.image_feature)
     check_sha: bool  # compare the stored sha256 feature with the payload's
     decode_images: bool
     max_problems: int
     storage_options: Mapping[str, Any]
     index_sha256: str | None = None  # of its record index file; None: it has none
     group_by: str | None = None  # the manifest's grouping: report each record's group
+
+    @property
+    def entry(self) -> ShardInfo:
+        """Its manifest entry, as :mod:`tfshards.shardset.check` compares a file with it."""
+        return ShardInfo(self.name, self.records, self.bytes, self.sha256, self.index_sha256)
 
     @classmethod
     def of(
@@ -76,15 +82,15 @@ class ShardCheck:
             compression=manifest.compression,
             schema=manifest.schema,
             num_labels=len(manifest.labels),
-            image_feature=str(manifest.params.get("image_feature", "image")),
+            image_feature=manifest.image_feature,
             # A transform may replace the payload; the stored sha256 is of the original file.
-            check_sha=manifest.params.get("transform") == "none",
+            check_sha=manifest.transform == "none",
             decode_images=decode_images,
             max_problems=max_problems,
             storage_options=dict(storage_options or {}),
             # A copy elsewhere (the loader's cache) has no index beside it.
             index_sha256=shard.index_sha256 if path is None else None,
-            group_by=manifest.params.get("group_by"),
+            group_by=manifest.group_by,
         )
 
 
@@ -155,58 +161,77 @@ def validate_shard(task: ShardCheck) -> ShardReport:
     and its framing walked in pieces, and a gzip/zlib shard whose size and
     sha256 match the manifest has its records checked in such windows as its
     stream inflates; otherwise its stream is inflated piece by piece and only
-    its framing is walked.
+    its framing is walked (:mod:`tfshards.shardset.check`).
     """
-    found = _Found(task.name, task.max_problems)
-    labels = [0] * task.num_labels
-    kept = _Kept()  # sized once the records are in memory
-    groups: set[str] = set()
+    tally = _Tally(task, _Found(task.name, task.max_problems))
     fs, root = storage.open_url(task.root, **task.storage_options)
-    records, size = _check_shard(fs, root, task, found, labels, kept, groups)
+    records, size = _check_shard(fs, root, tally)
     if task.index_sha256 is not None:
-        _check_index(fs, root, task, found)
+        _check_index(fs, root, task, tally.found)
     return ShardReport(
         task.name,
         records,
         size,
-        tuple(labels),
-        tuple(found.kept),
-        found.count,
-        bytes(kept.digests),
-        tuple(sorted(groups)),
-        bytes(kept.labels),
+        tuple(tally.labels),
+        tuple(tally.found.kept),
+        tally.found.count,
+        bytes(tally.kept.digests),
+        tuple(sorted(tally.groups)),
+        bytes(tally.kept.labels),
     )
 
 
-def _check_shard(
-    fs: Any,
-    root: str,
-    task: ShardCheck,
-    found: _Found,
-    labels: list[int],
-    kept: _Kept,
-    groups: set[str],
-) -> tuple[int, int]:
+class _Tally:
+    """What one shard's check adds up: its problems, label counts, kept digests and groups."""
+
+    def __init__(self, task: ShardCheck, found: _Found) -> None:
+        self.task, self.found = task, found
+        self.labels = [0] * task.num_labels
+        self.kept = _Kept()  # sized once the records are in memory
+        self.groups: set[str] = set()
+
+    def checker(self, add: Callable[[str, int, int], None], kept: _Kept) -> RecordChecker:
+        """The record checker of the shard: problems to ``add``, counts in place."""
+        task = self.task
+        return RecordChecker(
+            task.schema,
+            task.image_feature,
+            num_labels=task.num_labels,
+            check_sha=task.check_sha,
+            decode_images=task.decode_images,
+            labels=self.labels,
+            add=add,
+            digests=kept.digests,
+            record_labels=kept.labels,
+            group_by=GroupBy.parse(task.group_by),
+            groups=self.groups,
+        )
+
+    def compare_file(self, size: int, sha256: str) -> None:
+        for what, _, _ in check.bytes_mismatches(self.task.entry, size, sha256):
+            self.found.add(what)
+
+
+def _check_shard(fs: Any, root: str, tally: _Tally) -> tuple[int, int]:
     """The shard file's checks; its records and bytes as found."""
+    task, found = tally.task, tally.found
     try:
         with fs.open(storage.join(root, task.name), "rb") as f:
             hold = task.bytes + HOLD_SLACK
             size = _size(f)
             records: int | None
             if task.compression == "none" and size is not None and size <= hold:
-                records, read_size = _check_windows(f, size, task, found, labels, kept, groups)
+                records, read_size = _check_windows(f, size, tally)
             else:
-                read = _Read(f, hold)
-                records = _check_read(read, task, found, labels, kept, groups)
-                read_size = read.size
+                records, read_size = _check_read(f, hold, tally)
     except FileNotFoundError:
-        found.add(f"missing: expected {task.bytes} bytes holding {task.records} records")
+        found.add(check.missing(task.entry))
         return 0, 0
     except OSError as exc:
         found.add(f"cannot read: {exc.strerror or exc}")
         return 0, 0
     if records is not None and records != task.records:
-        found.add(f"record count mismatch: expected {task.records}, found {records}")
+        found.add(check.count_mismatch(task.entry, records))
     return records or 0, read_size
 
 
@@ -236,7 +261,7 @@ def _check_index(fs: Any, root: str, task: ShardCheck, found: _Found) -> None:
         found.add_at(rel, f"sha256 mismatch: expected {task.index_sha256}, found {digest}")
 
 
-READ_CHUNK = 4 << 20  # hashed and walked at a time past what is held
+READ_CHUNK = check.READ_BYTES  # hashed and walked at a time past what is held
 HOLD_SLACK = 1 << 20  # bytes held past the manifest's size: a few appended bytes still get parsed
 # Whole records checked at a time in an uncompressed shard: a worker's memory stays near this
 # whatever the shard's size. Smaller is not slower: on 200,000 records of 1 KB in 4 shards
@@ -245,90 +270,34 @@ HOLD_SLACK = 1 << 20  # bytes held past the manifest's size: a few appended byte
 WINDOW_BYTES = 1 << 20
 
 
-class _Read:
-    """A shard file: held whole when it fits in ``hold`` bytes, else streamed in pieces.
+def _check_read(f: Any, hold: int, tally: _Tally) -> tuple[int | None, int]:
+    """A file held whole when it fits in ``hold`` bytes, else streamed in pieces.
 
-    ``size`` and ``sha256`` are final once :meth:`rest` is used up (at once
-    for a held file).
+    Reports its size and hash, then its records; returns how many records
+    (None: unknown) and its size.
     """
-
-    def __init__(self, f: Any, hold: int) -> None:
-        self.f = f
-        self.held = f.read(hold + 1)
-        self.fits = len(self.held) <= hold
-        self.size, self._digest = len(self.held), hashlib.sha256(self.held)
-
-    @property
-    def sha256(self) -> str:
-        return self._digest.hexdigest()
-
-    def rest(self) -> Iterator[bytes]:
-        """The whole file in pieces (hashing as it goes); the held part is let go."""
-        held, self.held = self.held, b""
-        yield held
-        while chunk := self.f.read(READ_CHUNK):
-            self._digest.update(chunk)
-            self.size += len(chunk)
-            yield chunk
-
-
-def _check_read(
-    read: _Read,
-    task: ShardCheck,
-    found: _Found,
-    labels: list[int],
-    kept: _Kept,
-    groups: set[str],
-) -> int | None:
-    """Report the file's size and hash, then its records; how many records (None: unknown)."""
-    if read.fits:
-        _compare_file(read.size, read.sha256, task, found)
+    task = tally.task
+    held = f.read(hold + 1)
+    if len(held) <= hold:
+        sha256 = hashlib.sha256(held).hexdigest()
+        tally.compare_file(len(held), sha256)
         if task.compression == "none":  # a file that cannot seek, within its manifest size
-            held, read.held = read.held, b""
-            return _check_records(held, task, found, labels, kept, groups)
-        if (read.size, read.sha256) == (task.bytes, task.sha256):
-            held, read.held = read.held, b""
-            return _check_inflating(held, task, found, labels, kept, groups)
-        pieces: Iterator[bytes] = iter([read.held])
-    else:
-        pieces = read.rest()
-    # Untrusted and compressed, or too large to hold: inflate and walk the framing in pieces.
-    records, problem = None, None
-    try:
-        walk = walk_framing(
-            pieces if task.compression == "none" else inflate(pieces, task.compression)
-        )
-    except zlib.error as exc:
-        problem = f"cannot decompress ({task.compression}): {exc}"
-    else:
-        records = walk.records
-    for _ in pieces:  # hash what the walk left
-        pass
-    if not read.fits:
-        _compare_file(read.size, read.sha256, task, found)
-    if problem is not None:
-        found.add(problem)
-    elif walk.problem is not None:
-        found.add(walk.problem, walk.records, walk.offset)
-    return records
+            return _check_records(held, tally), len(held)
+        if (len(held), sha256) == (task.bytes, task.sha256):
+            return _check_inflating(held, tally), len(held)
+        # Untrusted and compressed: inflate and walk the framing in pieces.
+        read = check.read([held], task.compression, hashed=False)
+    else:  # too large to hold: hash, inflate and walk the framing in pieces
+        rest = iter(lambda: f.read(READ_CHUNK), b"")
+        read = check.read(itertools.chain([held], rest), task.compression)
+        tally.compare_file(read.size, read.sha256 or "")
+    broken = check.framing_mismatch(read)
+    if broken is not None:
+        tally.found.add(*broken)
+    return read.records, read.size
 
 
-def _compare_file(size: int, sha256: str, task: ShardCheck, found: _Found) -> None:
-    if size != task.bytes:
-        found.add(f"size mismatch: expected {task.bytes} bytes, found {size}")
-    if sha256 != task.sha256:
-        found.add(f"sha256 mismatch: expected {task.sha256}, found {sha256}")
-
-
-def _check_windows(
-    f: Any,
-    size: int,
-    task: ShardCheck,
-    found: _Found,
-    labels: list[int],
-    kept: _Kept,
-    groups: set[str],
-) -> tuple[int, int]:
+def _check_windows(f: Any, size: int, tally: _Tally) -> tuple[int, int]:
     """An uncompressed shard of ``size`` bytes, read and checked ``WINDOW_BYTES`` at a time.
 
     Each window ends at a record boundary (the next window starts there), so
@@ -338,7 +307,7 @@ def _check_windows(
     rest is only hashed, as :func:`~tfshards.validation.recordcheck.check_records` stops
     there. Returns the records found and the bytes read.
     """
-    in_records = _Found(task.name, task.max_problems)
+    in_records = _Found(tally.task.name, tally.task.max_problems)
     digest = hashlib.sha256()
     pos = records = 0
     checking = True
@@ -361,27 +330,20 @@ def _check_windows(
         digest.update(part)
         if checking:
             whole = window if end == len(window) else window[:end]
-            found_here = _check_window(whole, task, in_records, labels, kept, groups, records, pos)
+            found_here = _check_window(whole, tally, in_records, records, pos)
             checking = found_here == walked  # fewer: the framing broke inside this window
             records += found_here
         pos += end
-    _compare_file(pos, digest.hexdigest(), task, found)
-    found.absorb(in_records)
+    tally.compare_file(pos, digest.hexdigest())
+    tally.found.absorb(in_records)
     return records, pos
 
 
 def _check_window(
-    window: bytes | memoryview,
-    task: ShardCheck,
-    found: _Found,
-    labels: list[int],
-    kept: _Kept,
-    groups: set[str],
-    first: int,
-    offset: int,
+    window: bytes | memoryview, tally: _Tally, found: _Found, first: int, offset: int
 ) -> int:
     """Check whole records ``window`` (record ``first`` at byte ``offset``); how many it holds."""
-    wanted = max(0, task.records - first)  # records past the manifest's count keep no digest
+    wanted = max(0, tally.task.records - first)  # records past the manifest's count keep no digest
     # A record takes at least 16 bytes, so a manifest claiming more records cannot inflate this.
     here = _Kept()
     here.make_room(min(wanted, len(window) // 16))
@@ -389,43 +351,13 @@ def _check_window(
     def add(what: str, index: int, at: int) -> None:
         found.add(what, first + index, offset + at)
 
-    count = check_records(window, _checker(task, labels, add, here, groups))
-    kept.digests += here.digests[: 32 * min(count, wanted)]
-    kept.labels += here.labels[: 4 * min(count, wanted)]
+    count = check_records(window, tally.checker(add, here))
+    tally.kept.digests += here.digests[: 32 * min(count, wanted)]
+    tally.kept.labels += here.labels[: 4 * min(count, wanted)]
     return count
 
 
-def _checker(
-    task: ShardCheck,
-    labels: list[int],
-    add: Callable[[str, int, int], None],
-    kept: _Kept,
-    groups: set[str],
-) -> RecordChecker:
-    """The record checker of ``task``'s shard: problems to ``add``, counts in place."""
-    return RecordChecker(
-        task.schema,
-        task.image_feature,
-        num_labels=task.num_labels,
-        check_sha=task.check_sha,
-        decode_images=task.decode_images,
-        labels=labels,
-        add=add,
-        digests=kept.digests,
-        record_labels=kept.labels,
-        group_by=GroupBy.parse(task.group_by),
-        groups=groups,
-    )
-
-
-def _check_inflating(
-    held: bytes,
-    task: ShardCheck,
-    found: _Found,
-    labels: list[int],
-    kept: _Kept,
-    groups: set[str],
-) -> int | None:
+def _check_inflating(held: bytes, tally: _Tally) -> int | None:
     """A compressed shard whose bytes match the manifest: its records, checked as it inflates.
 
     Windows of ``WINDOW_BYTES`` of whole records, as for an uncompressed
@@ -434,31 +366,26 @@ def _check_inflating(
     the problems of the records read up to there, and its records are not
     counted (None).
     """
-    in_records = _Found(task.name, task.max_problems)
+    compression = tally.task.compression
+    in_records = _Found(tally.task.name, tally.task.max_problems)
 
-    def check(window: memoryview, first: int, offset: int) -> int:
-        return _check_window(window, task, in_records, labels, kept, groups, first, offset)
+    def check_window(window: memoryview, first: int, offset: int) -> int:
+        return _check_window(window, tally, in_records, first, offset)
 
     records: int | None
     try:
-        records = check_stream(inflate(held, task.compression), check, in_records.add, WINDOW_BYTES)
+        records = check_stream(
+            inflate(held, compression), check_window, in_records.add, WINDOW_BYTES
+        )
     except zlib.error as exc:
-        found.add(f"cannot decompress ({task.compression}): {exc}")
+        tally.found.add(check.cannot_decompress(compression, str(exc)))
         records = None
-    found.absorb(in_records)
+    tally.found.absorb(in_records)
     return records
 
 
-def _check_records(
-    buf: bytes,
-    task: ShardCheck,
-    found: _Found,
-    labels: list[int],
-    kept: _Kept,
-    groups: set[str],
-) -> int:
+def _check_records(buf: bytes, tally: _Tally) -> int:
     """Every record of a shard held in memory (one that cannot seek, within its manifest size)."""
     # A record takes at least 16 bytes, so a manifest claiming more records cannot inflate this.
-    kept.make_room(min(task.records, len(buf) // 16))
-    checker = _checker(task, labels, found.add, kept, groups)
-    return check_records(buf, checker)
+    tally.kept.make_room(min(tally.task.records, len(buf) // 16))
+    return check_records(buf, tally.checker(tally.found.add, tally.kept))

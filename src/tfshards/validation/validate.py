@@ -211,7 +211,7 @@ def validate(config: ValidateConfig, *, progress: bool = False) -> ValidationRep
         )
         dups = with_label_names(dups, manifest.labels)
     spread = None
-    if manifest.params.get("group_by") is not None:
+    if manifest.group_by is not None:
         spread = grouping.spread([r.name for r in done], [r.groups for r in done])
     shard_set = rules.ShardSet(
         manifest,

@@ -1,0 +1,133 @@
+"""What :func:`tfshards.reading.loader.make_dataset` is asked for, as checked frozen values.
+
+:class:`ReadOptions`: which records reach the model, in what order and
+batches, from where, on how many threads. :class:`DecodeOptions`: what each
+record becomes (the image's size, channels and dtype, the features
+returned). Each checks itself when built, with the one-line
+:class:`~tfshards.errors.ConfigError` :func:`make_dataset` raised for it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from tfshards.errors import ConfigError
+
+DTYPES = ("float32", "uint8")
+CHANNELS = (None, 1, 3, 4)
+
+
+@dataclass(frozen=True)
+class ReadOptions:
+    """Which records, in what order and batches, read how.
+
+    Attributes:
+        batch_size: records per batch (>= 1).
+        training: shuffle (file order each epoch, and records through a
+            buffer), repeat and drop the last partial batch by default.
+        seed: seeds both shuffles; the same seed gives the same order when
+            ``deterministic`` is True.
+        deterministic: True keeps the element order a pure function of
+            ``seed``; False lets parallel stages hand out whatever is ready
+            first. None: TensorFlow's default (True).
+        shuffle_buffer: records in the shuffle buffer when training; None sizes
+            it to ~64 MB of records (all of them for small sets); 0 shuffles
+            only the file order.
+        cycle_length: shard files open at once, their records interleaved one
+            by one; None: up to ``loader.DEFAULT_CYCLE_LENGTH``.
+        parallel_reads: threads reading those files (``interleave``'s
+            ``num_parallel_calls``); None reads them on one thread when
+            decoding a batch at a time, which keeps up with decoding from
+            local disk at half the CPU cost (see the loader's module notes),
+            and with AUTOTUNE on the per-record path: there one reading thread
+            kept the 2 cores 0.65 busy under load against 0.92 with AUTOTUNE
+            (512 px JPEGs read at 224; 2% more CPU per record). AUTOTUNE for
+            a slow network filesystem.
+        repeat: repeat forever; None means ``training``.
+        drop_remainder: drop a last partial batch, making the batch dimension
+            static; None means ``repeat`` (an endless stream loses nothing).
+        cache_dir: local cache for remote shards (see :mod:`tfshards.reading.cache`).
+        storage_options: fsspec options for the shards' location.
+    """
+
+    batch_size: int
+    training: bool
+    seed: int = 0
+    deterministic: bool | None = None
+    shuffle_buffer: int | None = None
+    cycle_length: int | None = None
+    parallel_reads: int | None = None
+    repeat: bool | None = None
+    drop_remainder: bool | None = None
+    cache_dir: str | None = None
+    storage_options: Mapping[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if self.batch_size < 1:
+            raise ConfigError(f"batch_size must be >= 1, got {self.batch_size}")
+        object.__setattr__(self, "storage_options", dict(self.storage_options or {}))
+
+    @property
+    def repeats(self) -> bool:
+        """Whether the records repeat forever."""
+        return self.training if self.repeat is None else self.repeat
+
+    @property
+    def drops_remainder(self) -> bool:
+        """Whether a last partial batch is dropped."""
+        return self.repeats if self.drop_remainder is None else self.drop_remainder
+
+
+@dataclass(frozen=True)
+class DecodeOptions:
+    """What each record becomes.
+
+    Attributes:
+        image_size: ``(height, width)`` to resize to (bilinear); None keeps the
+            stored size, which must then be the same for every image. A set
+            written with ``resize`` (:mod:`tfshards.writing.resize`) at this size is
+            decoded without resizing.
+        channels: 1, 3 or 4 to convert every image to; None takes the first
+            image's.
+        image_dtype: ``"float32"`` (in [0, 1]) or ``"uint8"`` (0..255, as
+            stored): skips the conversion, ~15% of the CPU per small image, and
+            sends a quarter of the bytes to an accelerator; scale in the model
+            (``keras.layers.Rescaling(1 / 255)``).
+        decode: decode the image; False returns its encoded bytes.
+        scaled_decode: when resizing, decode a JPEG at least twice the target
+            size at 1/2, 1/4 or 1/8 scale first (see
+            :func:`tfshards.reading.decode.decode_image`: ~30% less CPU for 512 px
+            read at 224, slightly different pixels); False decodes whole.
+        per_record: parse and decode record by record in a parallel map, then
+            batch; False parses and decodes a batch at a time. None picks by
+            the mean record size (per record from
+            ``tfshards.reading.decode.PER_RECORD_BYTES``), or for a set written
+            resized by its image size (``PER_RECORD_PIXELS``), whichever
+            measured faster.
+        features: names to return as a dict ``{name: batch}`` instead of the
+            image alone; the image feature among them is decoded, variable
+            length features come back ragged.
+    """
+
+    image_size: tuple[int, int] | None = None
+    channels: int | None = None
+    image_dtype: str = "float32"
+    decode: bool = True
+    scaled_decode: bool = True
+    per_record: bool | None = None
+    features: Sequence[str] | None = None
+
+    def __post_init__(self) -> None:
+        if self.channels not in CHANNELS:
+            raise ConfigError(f"channels must be 1, 3 or 4, got {self.channels}")
+        if self.image_dtype not in DTYPES:
+            raise ConfigError(f"image_dtype must be 'float32' or 'uint8', got {self.image_dtype!r}")
+        size = self.image_size
+        if size is not None and (len(size) != 2 or min(size) < 1):
+            raise ConfigError(f"image_size must be (height, width) >= 1, got {size}")
+        if size is not None:
+            object.__setattr__(self, "image_size", tuple(size))
+        if self.features is not None:
+            object.__setattr__(self, "features", tuple(self.features))
