@@ -1,4 +1,13 @@
 """Listing raw files: walk a tree or read an index file, hash contents, store the listing."""
 
 # The modules other wings may import; the rest are this wing's own.
-__all__ = ["contenthash", "hashcache", "listing", "storedlisting", "walker"]
+__all__ = [
+    "contenthash",
+    "entry",
+    "hashcache",
+    "listing",
+    "meta",
+    "protocol",
+    "storedlisting",
+    "walker",
+]
