@@ -35,7 +35,7 @@ def test_a_name_that_is_not_a_choice_is_a_config_error_naming_its_option(
 ) -> None:
     with pytest.raises(ConfigError, match=f"{option} must be one of") as info:
         check(*names)
-    assert info.value.option == option  # type: ignore[attr-defined]
+    assert info.value.option == option
 
 
 def test_warm_up_needs_the_cosine_schedule_and_steps_left_to_decay_over() -> None:
