@@ -125,7 +125,7 @@ def _load(config: TrainConfig) -> tuple[Manifest, Split]:
     """The manifest and its train/val split, before TensorFlow's 3-5 s import."""
     if models.is_user_model(config.model):
         models.load_builder(config.model)  # a bad module fails before any data is read
-    manifest = manifests.load(config.manifest)  # a wrong path is said before TensorFlow loads
+    manifest = manifests.load(config.manifest)
     labels = manifest.labels
     if len(labels) < 2:
         raise ConfigError(
