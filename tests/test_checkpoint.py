@@ -164,3 +164,11 @@ def test_cli_refuses_checkpoint_dir_holding_the_model_in_one_line(tmp_path: Path
     assert result.exit_code == 1
     assert "checkpoint_dir: expected a folder of its own" in result.output
     assert "Traceback" not in result.output
+
+
+def test_checkpoint_made_with_other_settings_is_removed_not_resumed(tmp_path: Path) -> None:
+    Checkpoint(str(tmp_path / "ck"), "key-a").save(1, [])
+    said: list[str] = []
+    assert Checkpoint(str(tmp_path / "ck"), "key-b").restore(said.append) == (0, [])
+    assert "made with other settings" in said[0]
+    assert not (tmp_path / "ck").exists()

@@ -230,7 +230,8 @@ def test_a_registry_string_is_an_import_but_forms_no_circle(tree):
 def test_a_circle_is_reported_with_its_modules(tree):
     _append(tree / "tfshards/format/wire.py", "from . import tfrecord")
     assert problems(tree) == [
-        "import circle: tfshards.format.tfrecord -> tfshards.format.wire -> tfshards.format.tfrecord"
+        "import circle: tfshards.format.tfrecord -> tfshards.format.wire"
+        " -> tfshards.format.tfrecord"
     ]
 
 

@@ -6,6 +6,12 @@ of reach of Python. Per step, the time blocked in ``next(iterator)`` is the
 input stall; the epoch's wall time is the whole. Their ratio is the
 ``input_bound_fraction`` (see :mod:`tfshards.training.stall`). TensorFlow is imported on
 first use, so :class:`TrainConfig` loads in milliseconds.
+
+:func:`train` runs named steps, each handing the next a frozen value:
+:func:`_load` (manifest and split, before TensorFlow) -> :func:`_place`
+(:class:`Placement`) -> :func:`traindata.prepare` (:class:`TrainData`) ->
+:func:`_build` (:class:`TrainSteps`) -> :func:`_fit` (:class:`Fitted`) ->
+:func:`_finish` (the metrics, the model files) -> :func:`_write_outputs`.
 """
 
 from __future__ import annotations
@@ -18,8 +24,9 @@ from typing import Any
 from tfshards import jsonfile, storage
 from tfshards.errors import ConfigError
 from tfshards.shardset import manifest as manifests
-from tfshards.shardset.split import split
-from tfshards.training import confusion, models, optim
+from tfshards.shardset.manifest import Manifest
+from tfshards.shardset.split import Split, split
+from tfshards.training import confusion, live, models, optim, traindata
 from tfshards.training.checkpoint import Checkpoint, settings_key
 from tfshards.training.devices import device_name, make_strategy, tf_state
 from tfshards.training.export import export_serving, save_model
@@ -30,17 +37,18 @@ from tfshards.training.history import (
     stop_early,
     summarize,
 )
-from tfshards.training.stall import (
-    timed_loop,
-)
+from tfshards.training.stall import timed_loop
 from tfshards.training.steps import TrainSteps
 from tfshards.training.trainconfig import TrainConfig
+from tfshards.training.traindata import TrainData
 
 __all__ = [
     "TrainResult",
     "train",
     "write_json",
 ]
+
+Predictions = tuple[list[int], list[int]]  # (actual, predicted) class ids of the val records
 
 
 @dataclass(frozen=True)
@@ -61,6 +69,25 @@ class TrainResult:
         )
 
 
+@dataclass(frozen=True)
+class Placement:
+    """Where the steps run: the device's name, float16 compute or not, the strategy."""
+
+    device: str
+    mixed: bool
+    strategy: Any  # a tf.distribute.Strategy
+
+
+@dataclass(frozen=True)
+class Fitted:
+    """What the epochs left: every epoch's result, the last val predictions and their matrix."""
+
+    results: tuple[EpochResult, ...]
+    predictions: Predictions | None
+    matrix: list[list[int]]
+    checkpoint: Checkpoint | None
+
+
 def train(config: TrainConfig, *, log: Callable[[str], None] | None = None) -> TrainResult:
     """Train ``config.model`` on the manifest's shards and write every output.
 
@@ -77,183 +104,16 @@ def train(config: TrainConfig, *, log: Callable[[str], None] | None = None) -> T
         log: called with one line per epoch (None: silent).
     """
     started = time.perf_counter()
-    if models.is_user_model(config.model):
-        models.load_builder(config.model)  # a bad module fails before any data is read
-    # Then the manifest: a wrong path is said before TensorFlow's 3-5 s import.
-    manifest = manifests.load(config.manifest)
-    labels = manifest.labels
-    if len(labels) < 2:
-        raise ConfigError(
-            f"{config.manifest}: a classifier needs at least 2 labels, found {len(labels)}"
-        )
-    import tensorflow as tf
-
-    from tfshards.reading import loader
-    from tfshards.reading.corruption import shard_errors
-
-    split_seed = config.seed if config.split_seed is None else config.split_seed
-    parts = split(manifest, config.val_fraction, split_seed)
-    device = device_name()
-    mixed = config.mixed_precision == "on" or (config.mixed_precision == "auto" and device != "CPU")
-    strategy = make_strategy(config.strategy)
-    if config.strategy == "mirrored" and strategy.num_replicas_in_sync == 1 and log is not None:
-        log(f"strategy mirrored: one device found ({device}), so one replica trains")
+    manifest, parts = _load(config)
+    placement = _place(config, log)
     # Seeds first: tf.data ops take the global seed into theirs when they are made.
-    with tf_state(config.seed, deterministic=config.deterministic, mixed=mixed):
-        train_ds = _dataset(loader, parts.train, manifest, config, training=True)
-        val_ds = (
-            _dataset(loader, parts.val, manifest, config, training=False) if parts.val else None
-        )
-        channels = int(train_ds.element_spec[0].shape[-1])
-        batches = max(1, parts.train_records // config.batch_size)
-        weights = None
-        if config.class_weight == "balanced":
-            weights = optim.balanced_class_weights(_label_counts(loader, parts, manifest))
-        with strategy.scope():
-            model = models.with_input(
-                models.build_model(
-                    config.model,
-                    image_size=config.image_size,
-                    channels=channels,
-                    classes=len(labels),
-                    model_args=config.model_args,
-                ),
-                image_dtype=config.image_dtype,
-                augment=config.augment,
-                seed=config.seed,
-            )
-            rate = optim.learning_rate(
-                config.learning_rate,
-                config.lr_schedule,
-                total_steps=batches * config.epochs,
-                warmup_steps=batches * config.warmup_epochs,
-            )
-            optimizer = optim.make_optimizer(
-                config.optimizer, rate, momentum=config.momentum, weight_decay=config.weight_decay
-            )
-        steps = TrainSteps(
-            model,
-            optimizer,
-            strategy=strategy,
-            classes=len(labels),
-            global_batch=config.batch_size,
-            label_smoothing=config.label_smoothing,
-            class_weights=weights,
-            mixed=mixed,
-            jit_compile=config.jit_compile,
-        )
-        # Training: endless, one iterator for all epochs (the pipeline never restarts).
-        iterator = iter(train_ds)
-        checkpoint = None
-        results: list[EpochResult] = []
-        if config.checkpoint_dir:
-            checkpoint = Checkpoint(
-                config.checkpoint_dir,
-                settings_key({**config.settings(), "fingerprint": manifest.fingerprint}),
-                {
-                    "model": [v.value for v in model.variables],
-                    "optimizer": [v.value for v in steps.optimizer.variables],
-                    "iterator": iterator,
-                },
-            )
-            done, history = checkpoint.restore(log)
-            results = [EpochResult.from_json(doc) for doc in history]
-            if done and log is not None:
-                log(f"resuming after epoch {done}/{config.epochs} from {config.checkpoint_dir}")
-        live = _open_live(config.live_dir, resume=bool(results))
-        if live is not None and results:
-            live.step = len(results)  # epochs logged after the checkpoint are logged again
-        elif config.live_dir is not None:  # the folder persists (for resuming): no stale matrix
-            fs, path = storage.open_url(_confusion_url(config.live_dir))
-            if fs.exists(path):
-                fs.rm(path)
-        predictions: tuple[list[int], list[int]] | None = None
-        matrix: list[list[int]] = []
-        try:
-            with shard_errors(manifest, parts.train + parts.val):
-                for epoch in range(len(results) + 1, config.epochs + 1):
-                    if stop_early(results, config.early_stopping, config.early_stopping_metric):
-                        if log is not None:
-                            rate = float(steps.optimizer.learning_rate)
-                            note = early_stop_note(
-                                results,
-                                config.early_stopping,
-                                config.early_stopping_metric,
-                                config.epochs,
-                            )
-                            log(f"{note}; learning rate at the stop {rate:.3g}")
-                        break
-                    timing = timed_loop(
-                        iterator,
-                        batches,
-                        lambda b: steps.train(b[0], b[1]),
-                        count=lambda b: int(b[1].shape[0]),
-                        sync=lambda loss: loss.numpy(),
-                    )
-                    loss, accuracy = steps.train_metrics()
-                    val_loss = val_accuracy = None
-                    if val_ds is not None:
-                        val_loss, val_accuracy, *evaluated = steps.evaluate(val_ds)
-                        predictions = (evaluated[0], evaluated[1])
-                    result = EpochResult(epoch, loss, accuracy, val_loss, val_accuracy, timing)
-                    results.append(result)
-                    _log_epoch(live, None, result, config.epochs)
-                    if checkpoint is not None:
-                        checkpoint.save(epoch, [r.to_json() for r in results])
-                    _log_epoch(None, log, result, config.epochs)
-                if val_ds is not None and predictions is None:  # all epochs were done before
-                    predictions = tuple(steps.evaluate(val_ds)[2:])  # type: ignore[assignment]
-            if predictions is not None:
-                matrix = confusion.confusion_matrix(*predictions, len(labels))
-                _log_confusion(config.live_dir, live, matrix, labels, predictions)
-        except tf.errors.UnimplementedError as exc:
-            if not config.deterministic:
-                raise
-            # Op determinism makes TensorFlow refuse ops it cannot run deterministically
-            # (seen: MaxPool gradients under XLA); say which option to change.
-            fix = "deterministic false" + (" or jit_compile false" if config.jit_compile else "")
-            raise ConfigError(
-                f"model {config.model!r} uses an op with no deterministic implementation "
-                f"on {device}{' under XLA' if config.jit_compile else ''} "
-                f"({str(exc).splitlines()[0]}); use {fix}",
-                model=config.model,
-            ) from exc
-        finally:
-            if live is not None:
-                live.end()
-
-        metrics = summarize(
-            results, device=device, train_records=parts.train_records, val_records=parts.val_records
-        )
-        metrics.update(
-            model=config.model,
-            mixed_precision=mixed,
-            jit_compile=config.jit_compile,
-            replicas=strategy.num_replicas_in_sync,
-            strategy=config.strategy,
-            seconds=round(time.perf_counter() - started, 2),
-        )
-        if predictions is not None:
-            metrics["val_class_accuracy"] = confusion.class_accuracy(matrix, labels)
-        if config.model_out:
-            save_model(model, config.model_out)
-        if config.export_out:
-            export_serving(
-                model,
-                config.export_out,
-                image_size=config.image_size,
-                channels=channels,
-                image_dtype=config.image_dtype,
-                labels=labels,
-                scaled_decode=config.scaled_decode,
-            )
-    write_json(metrics, config.metrics)
-    if config.split_out:
-        fs, path = storage.open_url(config.split_out)
-        storage.write_atomic(fs, path, [parts.to_json()])
-    if checkpoint is not None:
-        checkpoint.remove()
-    return TrainResult(metrics, tuple(results), parts)
+    with tf_state(config.seed, deterministic=config.deterministic, mixed=placement.mixed):
+        data = traindata.prepare(config, manifest, parts)
+        steps = _build(config, data, placement)
+        fitted = _fit(config, data, steps, placement, log)
+        metrics = _finish(config, data, placement, steps, fitted, started)
+    _write_outputs(config, metrics, parts, fitted.checkpoint)
+    return TrainResult(metrics, fitted.results, parts)
 
 
 def write_json(doc: dict[str, Any], url: str) -> None:
@@ -261,111 +121,245 @@ def write_json(doc: dict[str, Any], url: str) -> None:
     jsonfile.save(doc, url)
 
 
-def _label_counts(loader: Any, parts: Any, manifest: Any) -> list[int]:
-    """Records per class in the training shards (one pass reading only the labels)."""
-    import numpy as np
+def _load(config: TrainConfig) -> tuple[Manifest, Split]:
+    """The manifest and its train/val split, before TensorFlow's 3-5 s import."""
+    if models.is_user_model(config.model):
+        models.load_builder(config.model)  # a bad module fails before any data is read
+    manifest = manifests.load(config.manifest)
+    labels = manifest.labels
+    if len(labels) < 2:
+        raise ConfigError(
+            f"{config.manifest}: a classifier needs at least 2 labels, found {len(labels)}"
+        )
+    split_seed = config.seed if config.split_seed is None else config.split_seed
+    return manifest, split(manifest, config.val_fraction, split_seed)
 
-    counts = np.zeros(len(manifest.labels), np.int64)
-    labels_only = loader.make_dataset(
-        parts.train, manifest, batch_size=4096, training=False, decode=False, features=[]
+
+def _place(config: TrainConfig, log: Callable[[str], None] | None) -> Placement:
+    """The device, the precision (``auto``: float16 on a GPU) and the strategy."""
+    device = device_name()
+    mixed = config.mixed_precision == "on" or (config.mixed_precision == "auto" and device != "CPU")
+    strategy = make_strategy(config.strategy)
+    if config.strategy == "mirrored" and strategy.num_replicas_in_sync == 1 and log is not None:
+        log(f"strategy mirrored: one device found ({device}), so one replica trains")
+    return Placement(device, mixed, strategy)
+
+
+def _build(config: TrainConfig, data: TrainData, placement: Placement) -> TrainSteps:
+    """The model, its optimizer and their compiled steps, made under the strategy."""
+    classes = len(data.manifest.labels)
+    with placement.strategy.scope():
+        model = models.with_input(
+            models.build_model(
+                config.model,
+                image_size=config.image_size,
+                channels=data.channels,
+                classes=classes,
+                model_args=config.model_args,
+            ),
+            image_dtype=config.image_dtype,
+            augment=config.augment,
+            seed=config.seed,
+        )
+        rate = optim.learning_rate(
+            config.learning_rate,
+            config.lr_schedule,
+            total_steps=data.batches * config.epochs,
+            warmup_steps=data.batches * config.warmup_epochs,
+        )
+        optimizer = optim.make_optimizer(
+            config.optimizer, rate, momentum=config.momentum, weight_decay=config.weight_decay
+        )
+    return TrainSteps(
+        model,
+        optimizer,
+        strategy=placement.strategy,
+        classes=classes,
+        global_batch=config.batch_size,
+        label_smoothing=config.label_smoothing,
+        class_weights=data.class_weights,
+        mixed=placement.mixed,
+        jit_compile=config.jit_compile,
     )
-    for _, y in labels_only:
-        counts += np.bincount(y.numpy(), minlength=len(counts))[: len(counts)]
-    return [int(c) for c in counts]
 
 
-def _dataset(
-    loader: Any, shards: Sequence[Any], manifest: Any, config: TrainConfig, *, training: bool
-) -> Any:
+def _fit(
+    config: TrainConfig,
+    data: TrainData,
+    steps: TrainSteps,
+    placement: Placement,
+    log: Callable[[str], None] | None,
+) -> Fitted:
+    """Every epoch a checkpoint does not hold yet, logged; then the val confusion matrix."""
     import tensorflow as tf
 
-    dataset = loader.make_dataset(
-        shards,
-        manifest,
-        batch_size=config.batch_size,
-        training=training,
-        seed=config.seed,
-        image_size=(config.image_size, config.image_size),
-        image_dtype=config.image_dtype,
-        scaled_decode=config.scaled_decode,
-        deterministic=config.deterministic,
+    from tfshards.reading.corruption import shard_errors
+
+    iterator = iter(data.train)  # one for all epochs: the pipeline never restarts
+    checkpoint, results = _resume(config, data, steps, iterator, log)
+    log_live = live.start(config.live_dir, resumed=len(results))
+    labels = data.manifest.labels
+    predictions: Predictions | None = None
+    matrix: list[list[int]] = []
+    try:
+        with shard_errors(data.manifest, data.parts.train + data.parts.val):
+            for epoch in range(len(results) + 1, config.epochs + 1):
+                if stop_early(results, config.early_stopping, config.early_stopping_metric):
+                    _say_stopped(config, results, steps, log)
+                    break
+                result, predictions = _epoch(config, data, steps, iterator, epoch)
+                results.append(result)
+                live.log_epoch(log_live, result)
+                if checkpoint is not None:
+                    checkpoint.save(epoch, [r.to_json() for r in results])
+                _say_epoch(log, result, config.epochs)
+            if data.val is not None and predictions is None:  # all epochs were done before
+                _, _, actual, predicted = steps.evaluate(data.val)
+                predictions = (actual, predicted)
+        if predictions is not None:
+            matrix = confusion.confusion_matrix(*predictions, len(labels))
+            live.log_confusion(config.live_dir, log_live, matrix, labels, predictions)
+    except tf.errors.UnimplementedError as exc:
+        if not config.deterministic:
+            raise
+        raise _no_deterministic_kernel(config, placement.device, exc) from exc
+    finally:
+        if log_live is not None:
+            log_live.end()
+    return Fitted(tuple(results), predictions, matrix, checkpoint)
+
+
+def _epoch(
+    config: TrainConfig, data: TrainData, steps: TrainSteps, iterator: Any, epoch: int
+) -> tuple[EpochResult, Predictions | None]:
+    """Train one epoch, then evaluate: its result and the val predictions (None without val)."""
+    timing = timed_loop(
+        iterator,
+        data.batches,
+        lambda b: steps.train(b[0], b[1]),
+        count=lambda b: int(b[1].shape[0]),
+        sync=lambda loss: loss.numpy(),
     )
-    # The checkpointed iterator holds the chunk reader's numpy_functions
-    # (tfshards.reading.chunks), which keep no state a resumed run needs: each
-    # call reads the chunk its arguments name (a gzip shard inflated from its
-    # start again), and a remote shard not yet in the cache is fetched again.
-    options = tf.data.Options()
-    options.experimental_external_state_policy = tf.data.experimental.ExternalStatePolicy.IGNORE
-    return dataset.with_options(options)
+    loss, accuracy = steps.train_metrics()
+    if data.val is None:
+        return EpochResult(epoch, loss, accuracy, None, None, timing), None
+    val_loss, val_accuracy, actual, predicted = steps.evaluate(data.val)
+    return EpochResult(epoch, loss, accuracy, val_loss, val_accuracy, timing), (actual, predicted)
 
 
-def _open_live(directory: str | None, *, resume: bool = False) -> Any:
-    if directory is None:
-        return None
-    from dvclive.live import Live
-    from scmrepo.exceptions import SCMError
-
-    class _Live(Live):
-        def _init_dvc(self) -> None:
-            # In a git repository with no commit yet (a new project's first
-            # `dvc repro`), dvclive 3.49 asks git for HEAD before its own
-            # no-commit check and raises "Empty git repo". With the options
-            # below it needs nothing from the repository there (no experiment
-            # can be saved without a commit), so log as it does outside git.
-            try:
-                super()._init_dvc()
-            except SCMError:
-                self._dvc_repo = None
-
-    # DVC runs this as a stage: dvclive must not edit dvc.yaml, make experiments or reports.
-    # resume: the step count goes on from the last logged epoch instead of starting over.
-    return _Live(dir=directory, save_dvc_exp=False, dvcyaml=False, report=None, resume=resume)
-
-
-def _log_confusion(
-    directory: str | None,
-    live: Any,
-    matrix: list[list[int]],
-    labels: Sequence[str],
-    predictions: tuple[list[int], list[int]],
-) -> None:
-    """The validation confusion matrix: ``confusion.csv`` and dvclive's plot of it."""
-    if directory is None or live is None:
-        return
-    fs, path = storage.open_url(_confusion_url(directory))
-    storage.write_atomic(fs, path, [confusion.to_csv(matrix, labels)])
-    actual, predicted = predictions
-    live.log_sklearn_plot(
-        "confusion_matrix",
-        [labels[i] for i in actual],
-        [labels[i] for i in predicted],
-        name="confusion_matrix.json",
+def _finish(
+    config: TrainConfig,
+    data: TrainData,
+    placement: Placement,
+    steps: TrainSteps,
+    fitted: Fitted,
+    started: float,
+) -> dict[str, Any]:
+    """The summary metrics; then the model and its serving export are saved."""
+    parts = data.parts
+    metrics = summarize(
+        fitted.results,
+        device=placement.device,
+        train_records=parts.train_records,
+        val_records=parts.val_records,
     )
-    accuracy = confusion.class_accuracy(matrix, labels)
-    live.log_plot(
-        "val_class_accuracy",
-        [{"label": k, "accuracy": v} for k, v in accuracy.items()],
-        x="accuracy",
-        y="label",
-        template="bar_horizontal",
+    metrics.update(
+        model=config.model,
+        mixed_precision=placement.mixed,
+        jit_compile=config.jit_compile,
+        replicas=placement.strategy.num_replicas_in_sync,
+        strategy=config.strategy,
+        seconds=round(time.perf_counter() - started, 2),
     )
-
-
-def _confusion_url(live_dir: str) -> str:
-    return f"{live_dir.rstrip('/')}/confusion.csv"
-
-
-def _log_epoch(
-    live: Any, log: Callable[[str], None] | None, result: EpochResult, epochs: int
-) -> None:
-    metrics = result.metrics()
-    if live is not None:
-        for name, value in metrics.items():
-            live.log_metric(name, value)
-        live.next_step()
-    if log is not None:
-        shown = " ".join(f"{k} {v:.4f}" for k, v in metrics.items() if k in MODEL_METRICS)
-        log(
-            f"epoch {result.epoch}/{epochs}: {shown}, {result.timing.examples_per_s:.0f} "
-            f"examples/s, input-bound {result.timing.input_bound_fraction:.0%}"
+    if fitted.predictions is not None:
+        metrics["val_class_accuracy"] = confusion.class_accuracy(
+            fitted.matrix, data.manifest.labels
         )
+    if config.model_out:
+        save_model(steps.model, config.model_out)
+    if config.export_out:
+        export_serving(
+            steps.model,
+            config.export_out,
+            image_size=config.image_size,
+            channels=data.channels,
+            image_dtype=config.image_dtype,
+            labels=data.manifest.labels,
+            scaled_decode=config.scaled_decode,
+        )
+    return metrics
+
+
+def _write_outputs(
+    config: TrainConfig, metrics: dict[str, Any], parts: Split, checkpoint: Checkpoint | None
+) -> None:
+    """The metrics and the split; the checkpoint is removed only after both are written."""
+    write_json(metrics, config.metrics)
+    if config.split_out:
+        fs, path = storage.open_url(config.split_out)
+        storage.write_atomic(fs, path, [parts.to_json()])
+    if checkpoint is not None:
+        checkpoint.remove()
+
+
+def _resume(
+    config: TrainConfig,
+    data: TrainData,
+    steps: TrainSteps,
+    iterator: Any,
+    log: Callable[[str], None] | None,
+) -> tuple[Checkpoint | None, list[EpochResult]]:
+    """The checkpoint (None without ``checkpoint_dir``) and the epochs it restored."""
+    if not config.checkpoint_dir:
+        return None, []
+    checkpoint = Checkpoint(
+        config.checkpoint_dir,
+        settings_key({**config.settings(), "fingerprint": data.manifest.fingerprint}),
+        {
+            "model": [v.value for v in steps.model.variables],
+            "optimizer": [v.value for v in steps.optimizer.variables],
+            "iterator": iterator,
+        },
+    )
+    done, history = checkpoint.restore(log)
+    results = [EpochResult.from_json(doc) for doc in history]
+    if done and log is not None:
+        log(f"resuming after epoch {done}/{config.epochs} from {config.checkpoint_dir}")
+    return checkpoint, results
+
+
+def _say_stopped(
+    config: TrainConfig,
+    results: Sequence[EpochResult],
+    steps: TrainSteps,
+    log: Callable[[str], None] | None,
+) -> None:
+    if log is None:
+        return
+    rate = float(steps.optimizer.learning_rate)
+    note = early_stop_note(
+        results, config.early_stopping, config.early_stopping_metric, config.epochs
+    )
+    log(f"{note}; learning rate at the stop {rate:.3g}")
+
+
+def _no_deterministic_kernel(config: TrainConfig, device: str, exc: Exception) -> ConfigError:
+    """Op determinism makes TensorFlow refuse ops it cannot run deterministically
+    (seen: MaxPool gradients under XLA): the error says which option to change."""
+    fix = "deterministic false" + (" or jit_compile false" if config.jit_compile else "")
+    return ConfigError(
+        f"model {config.model!r} uses an op with no deterministic implementation "
+        f"on {device}{' under XLA' if config.jit_compile else ''} "
+        f"({str(exc).splitlines()[0]}); use {fix}",
+        model=config.model,
+    )
+
+
+def _say_epoch(log: Callable[[str], None] | None, result: EpochResult, epochs: int) -> None:
+    if log is None:
+        return
+    shown = " ".join(f"{k} {v:.4f}" for k, v in result.metrics().items() if k in MODEL_METRICS)
+    log(
+        f"epoch {result.epoch}/{epochs}: {shown}, {result.timing.examples_per_s:.0f} "
+        f"examples/s, input-bound {result.timing.input_bound_fraction:.0%}"
+    )

@@ -150,5 +150,23 @@ class TrainConfig:
         return {k: v for k, v in values.items() if k not in _OUTPUTS}
 
 
+def from_options(options: Mapping[str, Any]) -> TrainConfig:
+    """The config of options named as its fields, spelled as ``tfshards train`` takes them.
+
+    ``augment`` is text: names separated by commas, ``none`` (or ``''``) for
+    none. ``export_out`` and ``checkpoint_dir`` are ``''`` for none. Every other
+    value is taken as it is.
+    """
+    names = options["augment"].split(",")
+    return TrainConfig(
+        **{
+            **options,
+            "augment": tuple(a.strip() for a in names if a.strip() not in ("", "none")),
+            "export_out": options["export_out"] or None,
+            "checkpoint_dir": options["checkpoint_dir"] or None,
+        }
+    )
+
+
 def _inside(path: str, folder: str) -> bool:
     return path.startswith(folder.rstrip(os.sep) + os.sep)

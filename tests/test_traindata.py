@@ -1,0 +1,85 @@
+"""What a run reads: batches decoded as the config says, class counts, steps per epoch."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tfshards.listing.listing import list_files
+from tfshards.project.sample import write_synthetic
+from tfshards.shardset.split import split
+from tfshards.training.optim import balanced_class_weights
+from tfshards.training.trainconfig import TrainConfig
+from tfshards.training.traindata import dataset, label_counts, prepare
+from tfshards.writing.config import WriteConfig
+from tfshards.writing.writer import write
+
+
+@pytest.mark.parametrize("scaled", [True, False])
+def test_scaled_decode_param_decides_how_the_loader_decodes(tmp_path: Path, scaled: bool) -> None:
+    import numpy as np
+
+    from tfshards.reading import loader
+
+    write_synthetic(str(tmp_path / "raw"), 8, 64, workers=1)  # 64 px JPEGs read at 16: ratio 4
+    config = WriteConfig(out=str(tmp_path / "shards"), num_shards=2, executor="serial")
+    m = write(config, list_files(str(tmp_path / "raw")), progress=False).manifest
+    train_config = TrainConfig(image_size=16, batch_size=8, scaled_decode=scaled)
+    got = next(iter(dataset(m.shards, m, train_config, training=False)))[0].numpy()
+
+    def read(scaled_decode: bool) -> Any:
+        data = loader.make_dataset(
+            m.shards,
+            m,
+            batch_size=8,
+            training=False,
+            image_size=(16, 16),
+            scaled_decode=scaled_decode,
+        )
+        return next(iter(data))[0].numpy()
+
+    np.testing.assert_array_equal(got, read(scaled))
+    assert not np.array_equal(got, read(not scaled))
+
+
+@pytest.fixture(scope="module")
+def shards(tmp_path_factory: pytest.TempPathFactory) -> Any:
+    """24 JPEGs of 3 classes at 16 px in 4 shards; returns the manifest."""
+    tmp = tmp_path_factory.mktemp("shards")
+    write_synthetic(str(tmp / "raw"), 24, 16, classes=3, workers=1)
+    config = WriteConfig(out=str(tmp / "shards"), num_shards=4, executor="serial")
+    return write(config, list_files(str(tmp / "raw")), progress=False).manifest
+
+
+def test_label_counts_count_every_record_once_per_class(shards: Any) -> None:
+    import numpy as np
+
+    from tfshards.reading import loader
+
+    counts = label_counts(shards.shards, shards)
+    every = loader.make_dataset(shards.shards, shards, batch_size=100, training=False)
+    labels = np.concatenate([y.numpy() for _, y in every])
+    assert counts == np.bincount(labels, minlength=len(shards.labels)).tolist()
+    assert sum(counts) == shards.records == 24
+
+
+def test_prepare_makes_both_sides_the_steps_per_epoch_and_balanced_weights(shards: Any) -> None:
+    parts = split(shards, 0.25, 0)
+    config = TrainConfig(image_size=8, batch_size=4, class_weight="balanced")
+    data = prepare(config, shards, parts)
+    assert data.batches == parts.train_records // 4
+    assert data.channels == 3
+    x, y = next(iter(data.train))
+    assert tuple(x.shape) == (4, 8, 8, 3) and tuple(y.shape) == (4,)
+    assert data.val is not None
+    assert sum(int(y.shape[0]) for _, y in data.val) == parts.val_records
+    counts = label_counts(parts.train, shards)
+    assert data.class_weights == balanced_class_weights(counts)
+
+
+def test_without_val_shards_there_is_no_val_dataset_nor_weights(shards: Any) -> None:
+    data = prepare(TrainConfig(image_size=8, batch_size=64), shards, split(shards, 0.0, 0))
+    assert data.val is None and data.class_weights is None
+    assert data.batches == 1  # fewer records than a batch: one step still
