@@ -20,9 +20,19 @@ SRC = Path(__file__).resolve().parents[1] / "src"
 # Bottom to top. A rank's wings never import one another; a lettered rank sits on
 # the one before it because of a real import (the comment names it).
 RANKS: list[tuple[str, tuple[str, ...]]] = [
-    ("0a", ("tfshards._version", "tfshards.errors", "tfshards.progress", "tfshards.summary")),
+    (
+        "0a",
+        (
+            "tfshards._version",
+            "tfshards.errors",
+            "tfshards.progress",
+            "tfshards.summary",
+            "tfshards.processes",
+        ),
+    ),
     ("0b", ("tfshards.storage",)),  # raises errors' InputError/ShardError
-    ("0c", ("tfshards.jsonfile",)),  # writes through storage's atomic put
+    ("0c", ("tfshards.atomicfile",)),  # publishes through storage's filesystems
+    ("0d", ("tfshards.jsonfile",)),  # writes through atomicfile
     ("1a", ("tfshards.format",)),
     ("1b", ("tfshards.run",)),  # the Dask probe reports each worker's format.native
     ("2", ("tfshards.listing",)),

@@ -13,7 +13,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from tfshards import storage
+from tfshards import atomicfile, processes, storage
 
 
 def _spy_on_disk_calls(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, str]]:
@@ -38,7 +38,9 @@ def test_a_published_file_is_on_disk_before_its_name_and_the_name_after(tmp_path
     """A power loss must never leave the final name pointing at content that was not written."""
     calls = _spy_on_disk_calls(monkeypatch)
     target = tmp_path / "shard.tfrecord"
-    assert storage.write_atomic(storage.open_url(str(tmp_path))[0], str(target), [b"ab", b"c"]) == 3
+    assert (
+        atomicfile.write_atomic(storage.open_url(str(tmp_path))[0], str(target), [b"ab", b"c"]) == 3
+    )
     assert calls == [("fsync", "file"), ("replace", "shard.tfrecord"), ("fsync", "folder")]
     assert target.read_bytes() == b"abc"
 
@@ -46,15 +48,15 @@ def test_a_published_file_is_on_disk_before_its_name_and_the_name_after(tmp_path
 def test_new_folders_are_synced_into_their_parents_before_the_file_lands(tmp_path, monkeypatch):
     calls = _spy_on_disk_calls(monkeypatch)
     synced_folders = []
-    real_fsync_dir = storage.fsync_dir
+    real_fsync_dir = atomicfile.fsync_dir
 
     def fsync_dir(directory: str) -> None:
         synced_folders.append(os.path.relpath(directory, tmp_path))
         real_fsync_dir(directory)
 
-    monkeypatch.setattr(storage, "fsync_dir", fsync_dir)
+    monkeypatch.setattr(atomicfile, "fsync_dir", fsync_dir)
     target = tmp_path / "out" / "v1" / "manifest.json"
-    storage.write_atomic(storage.open_url(str(tmp_path))[0], str(target), [b"{}"])
+    atomicfile.write_atomic(storage.open_url(str(tmp_path))[0], str(target), [b"{}"])
     assert synced_folders == [".", "out", os.path.join("out", "v1")]
     assert calls[-3:] == [("fsync", "file"), ("replace", "manifest.json"), ("fsync", "folder")]
     assert target.read_bytes() == b"{}"
@@ -62,7 +64,7 @@ def test_new_folders_are_synced_into_their_parents_before_the_file_lands(tmp_pat
 
 def test_an_aborted_file_is_neither_synced_nor_published(tmp_path, monkeypatch):
     calls = _spy_on_disk_calls(monkeypatch)
-    sink = storage.AtomicSink(storage.open_url(str(tmp_path))[0], str(tmp_path / "x"))
+    sink = atomicfile.AtomicSink(storage.open_url(str(tmp_path))[0], str(tmp_path / "x"))
     sink.write([b"partial"])
     sink.abort()
     assert calls == [] and list(tmp_path.iterdir()) == []
@@ -72,8 +74,8 @@ def test_a_zombie_writers_temp_file_is_swept(tmp_path):
     """A killed writer that nobody reaped still answers kill(pid, 0): it is dead all the same."""
     script = (
         "import sys, time\n"
-        "from tfshards import storage\n"
-        "sink = storage.AtomicSink(storage.open_url(sys.argv[1])[0], sys.argv[1] + '/shard')\n"
+        "from tfshards import atomicfile, storage\n"
+        "sink = atomicfile.AtomicSink(storage.open_url(sys.argv[1])[0], sys.argv[1] + '/shard')\n"
         "sink.write([b'half a shard'])\n"
         "print('ready', flush=True)\n"
         "time.sleep(3600)\n"
@@ -88,8 +90,8 @@ def test_a_zombie_writers_temp_file_is_swept(tmp_path):
         while psutil.Process(writer.pid).status() != psutil.STATUS_ZOMBIE:
             time.sleep(0.01)
         (temp,) = tmp_path.iterdir()
-        assert storage.is_temp_name(temp.name) and f"-{writer.pid}." in temp.name
-        assert storage.remove_stale_temps(storage.open_url(str(tmp_path))[0], str(tmp_path)) == 1
+        assert atomicfile.is_temp_name(temp.name) and f"-{writer.pid}." in temp.name
+        assert atomicfile.remove_stale_temps(storage.open_url(str(tmp_path))[0], str(tmp_path)) == 1
         assert list(tmp_path.iterdir()) == []
     finally:
         writer.kill()
@@ -97,9 +99,9 @@ def test_a_zombie_writers_temp_file_is_swept(tmp_path):
 
 
 def test_a_live_writers_temp_file_is_kept(tmp_path):
-    sink = storage.AtomicSink(storage.open_url(str(tmp_path))[0], str(tmp_path / "shard"))
+    sink = atomicfile.AtomicSink(storage.open_url(str(tmp_path))[0], str(tmp_path / "shard"))
     try:
-        assert storage.remove_stale_temps(storage.open_url(str(tmp_path))[0], str(tmp_path)) == 0
+        assert atomicfile.remove_stale_temps(storage.open_url(str(tmp_path))[0], str(tmp_path)) == 0
         assert len(list(tmp_path.iterdir())) == 1
     finally:
         sink.abort()
@@ -109,15 +111,15 @@ def test_a_temp_file_whose_pid_now_names_another_process_is_swept(tmp_path):
     """A restarted container reuses small pids: the new holder of the pid is not the writer."""
     other = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(3600)"])
     try:
-        start = storage.process_start(other.pid)
+        start = processes.process_start(other.pid)
         assert start is not None
         host = socket.gethostname().replace("-", "_") or "host"
         earlier = tmp_path / f".shard.tmp-{host}-{other.pid}.{start - 100}-0123abcd"
         current = tmp_path / f".shard.tmp-{host}-{other.pid}.{start}-4567abcd"
         earlier.write_bytes(b"a dead writer's half shard")
         current.write_bytes(b"a live writer's half shard")
-        assert storage.is_temp_name(earlier.name) and storage.is_temp_name(current.name)
-        assert storage.remove_stale_temps(storage.open_url(str(tmp_path))[0], str(tmp_path)) == 1
+        assert atomicfile.is_temp_name(earlier.name) and atomicfile.is_temp_name(current.name)
+        assert atomicfile.remove_stale_temps(storage.open_url(str(tmp_path))[0], str(tmp_path)) == 1
         assert list(tmp_path.iterdir()) == [current]
     finally:
         other.kill()

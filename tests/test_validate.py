@@ -18,7 +18,7 @@ import pytest
 from typer.testing import CliRunner
 
 from linktree import link_tree_listing
-from tfshards import storage
+from tfshards import atomicfile, storage
 from tfshards.cli import app
 from tfshards.errors import ConfigError, InputError, ValidationError
 from tfshards.format import tfrecord
@@ -249,7 +249,7 @@ def test_unlisted_shard_and_stale_temp_file_are_reported(shard_set):
     (root / extra).write_bytes(_path(manifest, 0).read_bytes())
     temp = f".{SHARD[0]}.tmp-somehost-123-0123abcd"
     (root / temp).write_bytes(b"partial")
-    assert storage.is_temp_name(temp)
+    assert atomicfile.is_temp_name(temp)
     assert _lines(_check(manifest_path)) == [
         f"{temp}: stale temp file (a writer stopped before publishing it)",
         f"{extra}: file not listed in the manifest",

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from tfshards import storage
+from tfshards import atomicfile, storage
 from tfshards.cli import app
 from tfshards.errors import ConfigError, InputError, TransformError
 from tfshards.format import tfrecord
@@ -167,7 +167,7 @@ def test_a_killed_writers_temps_are_swept_from_every_folder_of_the_version(listi
         for folder, suffix in [(".", ""), ("_work", ".done"), ("index", ".idx")]
     ]
     for temp in planted:
-        assert storage.is_temp_name(temp.name)
+        assert atomicfile.is_temp_name(temp.name)
         temp.write_bytes(b"half written by a dead process")
     assert write(config, listing, progress=False).reused == 4
     assert [t for t in planted if t.exists()] == []
@@ -611,13 +611,13 @@ victim = subprocess.Popen(write, start_new_session=True)
 out = pathlib.Path("out")
 deadline = time.monotonic() + 60
 while time.monotonic() < deadline:
-    temps = [p for p in out.rglob("*") if storage.is_temp_name(p.name)]
+    temps = [p for p in out.rglob("*") if atomicfile.is_temp_name(p.name)]
     if len(temps) >= 2:
         break
     time.sleep(0.02)
 os.killpg(victim.pid, signal.SIGKILL)  # never reaped: not victim.wait(), no waitpid(-1)
 time.sleep(0.5)
-zombies = [p.name for p in out.rglob("*") if storage.is_temp_name(p.name)]
+zombies = [p.name for p in out.rglob("*") if atomicfile.is_temp_name(p.name)]
 resumed = subprocess.run(write, capture_output=True, text=True)
 print(json.dumps({"temps": zombies, "rc": resumed.returncode, "stderr": resumed.stderr}))
 """
@@ -661,7 +661,7 @@ def test_two_racing_writers_leave_one_valid_set(listing, tmp_path, transforms_mo
     for shard in manifest.shards:
         data = (tmp_path / manifest.shard_url(shard)).read_bytes()
         assert hashlib.sha256(data).hexdigest() == shard.sha256
-    assert not [p for p in (tmp_path / manifest.root).rglob("*") if storage.is_temp_name(p.name)]
+    assert not [p for p in (tmp_path / manifest.root).rglob("*") if atomicfile.is_temp_name(p.name)]
 
 
 @pytest.mark.slow

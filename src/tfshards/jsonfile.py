@@ -13,7 +13,7 @@ import hashlib
 import json
 from typing import Any
 
-from tfshards import storage
+from tfshards import atomicfile, storage
 
 
 def encode(doc: Any, *, indent: int | None = 2) -> bytes:
@@ -29,4 +29,4 @@ def digest(doc: Any) -> str:
 def save(doc: Any, url: str) -> None:
     """Write ``doc`` to ``url`` (a local path or fsspec URL) as a JSON file, atomically."""
     fs, path = storage.open_url(url)
-    storage.write_atomic(fs, path, [encode(doc)])
+    atomicfile.write_atomic(fs, path, [encode(doc)])

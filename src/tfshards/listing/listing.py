@@ -24,7 +24,7 @@ from typing import Any
 
 from fsspec.utils import get_protocol
 
-from tfshards import jsonfile, storage
+from tfshards import atomicfile, jsonfile, storage
 from tfshards.errors import ConfigError, InputError
 from tfshards.listing import contenthash
 from tfshards.listing.entry import Entry
@@ -40,7 +40,7 @@ SKIP_REASONS = ("hidden", "extension", "glob", "no-label", "not-a-file")
 _SIZE = operator.attrgetter("size")
 _PATH = operator.itemgetter(0)
 _LABEL = operator.itemgetter(2)
-_LINES_PER_CHUNK = 64  # ~6 KB chunks: storage.write_atomic batches 1024 per writev (~6 MB)
+_LINES_PER_CHUNK = 64  # ~6 KB chunks: atomicfile.write_atomic batches 1024 per writev (~6 MB)
 
 
 @dataclass(frozen=True)
@@ -345,10 +345,10 @@ def write_listing(listing: Listing, out_dir: str) -> None:
             digest.update(chunk)
             yield chunk
 
-    storage.write_atomic(fs, storage.join(base, FILES_NAME), hashed())
-    storage.write_atomic(fs, storage.join(base, OFFSETS_NAME), [offsets_bytes(offsets)])
+    atomicfile.write_atomic(fs, storage.join(base, FILES_NAME), hashed())
+    atomicfile.write_atomic(fs, storage.join(base, OFFSETS_NAME), [offsets_bytes(offsets)])
     meta = jsonfile.encode(_meta(listing, digest.hexdigest()))
-    storage.write_atomic(fs, storage.join(base, META_NAME), [meta])
+    atomicfile.write_atomic(fs, storage.join(base, META_NAME), [meta])
 
 
 def read_listing(out_dir: str) -> Listing:

@@ -27,7 +27,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from tfshards import storage
+from tfshards import atomicfile, storage
 from tfshards.errors import ConfigError, InputError
 from tfshards.shardset import lease
 from tfshards.shardset.layout import MANIFEST_NAME
@@ -165,7 +165,7 @@ def _decide(
     holders = lease.live_holders(files, now=now)
     if holders:
         return state("keep", f"a writer ({holders[0]}) holds a lease on it")
-    if any(storage.is_temp_name(n) for n in names):
+    if any(atomicfile.is_temp_name(n) for n in names):
         return state("keep", "holds a temp file: a writer may be working in it")
     newest = max(
         (

@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 from PIL import Image
 
-from tfshards import storage
+from tfshards import atomicfile, storage
 from tfshards.errors import ConfigError
 from tfshards.progress import Progress
 from tfshards.run import executor as executors
@@ -135,7 +135,7 @@ def write_synthetic_batch(batch: SyntheticBatch) -> tuple[int, int]:
     nbytes = 0
     for index in range(batch.start, batch.stop):
         data = render_synthetic(batch.spec, index)
-        nbytes += storage.write_atomic(fs, storage.join(base, batch.spec.relpath(index)), [data])
+        nbytes += atomicfile.write_atomic(fs, storage.join(base, batch.spec.relpath(index)), [data])
     return batch.stop - batch.start, nbytes
 
 
@@ -217,5 +217,5 @@ def write_digits(out_dir: str) -> int:
     fs, base = storage.open_url(out_dir)
     for i, (image, label) in enumerate(zip(pixels, labels, strict=True)):
         path = storage.join(base, str(int(label)), f"{i:05d}.png")
-        storage.write_atomic(fs, path, [_encode(image, "png")])
+        atomicfile.write_atomic(fs, path, [_encode(image, "png")])
     return len(labels)

@@ -24,7 +24,7 @@ from ruamel.yaml.error import YAMLError
 from ruamel.yaml.nodes import CollectionNode, MappingNode, Node, ScalarNode, SequenceNode
 from ruamel.yaml.scalarstring import FoldedScalarString
 
-from tfshards import storage
+from tfshards import atomicfile, storage
 from tfshards.errors import ConfigError
 
 FOLD_AT = 88  # fold long commands into `>-` blocks of lines about this long
@@ -276,11 +276,11 @@ def save(path: Path, text: str) -> None:
     """Replace ``path`` with ``text`` atomically and durably, keeping its permission bits.
 
     A temp file beside the target, fsynced, renamed over it, then the folder
-    fsynced (:func:`tfshards.storage.write_atomic`).
+    fsynced (:func:`tfshards.atomicfile.write_atomic`).
     """
     real = target(path)
     try:
         mode: int | None = stat.S_IMODE(os.stat(real).st_mode)
     except FileNotFoundError:
         mode = None
-    storage.write_atomic(_LOCAL, str(real), [text.encode()], mode=mode)
+    atomicfile.write_atomic(_LOCAL, str(real), [text.encode()], mode=mode)

@@ -30,7 +30,7 @@ from typing import Any
 
 from fsspec.implementations.local import LocalFileSystem
 
-from tfshards import jsonfile, storage
+from tfshards import atomicfile, jsonfile, storage
 from tfshards.errors import ShardError
 from tfshards.shardset import check
 from tfshards.shardset.manifest import Manifest, ShardInfo
@@ -126,7 +126,7 @@ class ShardCache:
             return path
         url = manifest.shard_url(shard)
         remote = storage.join(root, shard.name)
-        sink = storage.AtomicSink(self._local, path)
+        sink = atomicfile.AtomicSink(self._local, path)
         digest = hashlib.sha256()
         try:
             with fs.open(remote, "rb", block_size=CHUNK_BYTES) as src:
@@ -159,7 +159,7 @@ class ShardCache:
 
     def _write_sidecar(self, path: str, shard: ShardInfo) -> None:
         doc = jsonfile.encode(_stat_doc(os.stat(path), shard), indent=None)
-        storage.write_atomic(self._local, path + SIDECAR, [doc])
+        atomicfile.write_atomic(self._local, path + SIDECAR, [doc])
 
 
 class Fetch:

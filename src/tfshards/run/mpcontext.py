@@ -17,7 +17,7 @@ from collections.abc import Iterator
 from multiprocessing import popen_forkserver
 from typing import Any
 
-from tfshards.storage import pid_alive
+from tfshards.processes import pid_alive
 
 PRELOAD = [
     "tfshards.writing.shard",

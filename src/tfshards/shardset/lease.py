@@ -28,7 +28,7 @@ import time
 from collections.abc import Iterator, Mapping
 from typing import Any
 
-from tfshards import jsonfile, storage
+from tfshards import atomicfile, jsonfile, processes, storage
 from tfshards.shardset import layout
 
 REFRESH_S = 60.0  # a lease file is rewritten this often while its writer works
@@ -50,13 +50,13 @@ def hold(fs: Any, version: str, *, refresh_s: float = REFRESH_S) -> Iterator[str
     """
     remove_stale(fs, version)
     pid = os.getpid()
-    name = f"{_host()}-{pid}.{storage.process_start(pid) or 0}{SUFFIX}"
+    name = f"{_host()}-{pid}.{processes.process_start(pid) or 0}{SUFFIX}"
     path = posixpath.join(layout.work_dir(version), name)
     doc = {"host": socket.gethostname(), "pid": pid}
     created = _missing_folders(fs, layout.work_dir(version))
     try:
         if created:
-            storage.make_dirs(layout.work_dir(version))
+            atomicfile.make_dirs(layout.work_dir(version))
         fs.pipe_file(path, jsonfile.encode(doc))
     except OSError as exc:  # read-only, disk full: one line naming where
         raise storage.write_error(fs, path, exc) from None
@@ -105,7 +105,7 @@ def live_holders(files: Mapping[str, Mapping[str, Any]], *, now: float | None = 
             continue
         pid, start = int(m["pid"]), int(m["start"]) or None
         if m["host"] == _host():
-            alive = storage.pid_alive(pid, start)
+            alive = processes.pid_alive(pid, start)
         else:
             alive = clock - modified(info) < TTL_S
         if alive:

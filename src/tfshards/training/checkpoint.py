@@ -29,7 +29,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from tfshards import jsonfile, storage
+from tfshards import atomicfile, jsonfile
 from tfshards.errors import ConfigError
 
 STATE = "state.json"
@@ -124,7 +124,7 @@ class Checkpoint:
         import tensorflow as tf
 
         self.claim()
-        storage.make_dirs(self.directory)
+        atomicfile.make_dirs(self.directory)
         if not os.path.exists(self._path(MARKER)):
             mark = {"made_by": "tfshards", "holds": "training checkpoints"}
             jsonfile.save(mark, self._path(MARKER))
@@ -134,7 +134,7 @@ class Checkpoint:
         for name in sorted(os.listdir(self.directory)):
             if name.startswith(prefix + "."):
                 files[name] = _fsynced_digest(self._path(name))
-        storage.fsync_dir(self.directory)
+        atomicfile.fsync_dir(self.directory)
         state = {
             "epochs": epochs,
             "files": files,
@@ -156,7 +156,7 @@ class Checkpoint:
         if not os.path.exists(self._path(MARKER)):
             return
         for name in os.listdir(self.directory):
-            if name == STATE or name.startswith(_PREFIX) or storage.is_temp_name(name):
+            if name == STATE or name.startswith(_PREFIX) or atomicfile.is_temp_name(name):
                 os.remove(self._path(name))
         os.remove(self._path(MARKER))
         with contextlib.suppress(OSError):  # something else lives there: it stays, and the folder

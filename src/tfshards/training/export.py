@@ -15,7 +15,7 @@ import tempfile
 from collections.abc import Sequence
 from typing import Any
 
-from tfshards import storage
+from tfshards import atomicfile, storage
 
 
 def save_model(model: Any, url: str) -> None:
@@ -26,7 +26,7 @@ def save_model(model: Any, url: str) -> None:
         with open(local, "rb") as f:
             data = f.read()
     fs, path = storage.open_url(url)
-    storage.write_atomic(fs, path, [data])
+    atomicfile.write_atomic(fs, path, [data])
 
 
 def export_serving(
@@ -76,20 +76,20 @@ def export_serving(
     )
     target = os.path.abspath(directory)
     parent = os.path.dirname(target)
-    storage.make_dirs(parent)  # a new folder's entry is flushed too
+    atomicfile.make_dirs(parent)  # a new folder's entry is flushed too
     tmp = tempfile.mkdtemp(prefix=".export-", dir=parent)
     try:
         written = os.path.join(tmp, "model")
         archive.write_out(written, verbose=False)
         # Keras writes without fsync: without it a power loss after the rename can
         # leave the export's name on empty or missing files.
-        storage.fsync_tree(written)
+        atomicfile.fsync_tree(written)
         old = target + ".old"
         shutil.rmtree(old, ignore_errors=True)
         if os.path.exists(target):
             os.replace(target, old)
         os.replace(written, target)
-        storage.fsync_dir(parent)  # the rename itself lasts
+        atomicfile.fsync_dir(parent)  # the rename itself lasts
         shutil.rmtree(old, ignore_errors=True)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)

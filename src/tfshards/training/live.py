@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from tfshards import storage
+from tfshards import atomicfile, storage
 from tfshards.training import confusion
 from tfshards.training.history import EpochResult
 
@@ -49,7 +49,7 @@ def log_confusion(
     if directory is None or live is None:
         return
     fs, path = storage.open_url(_confusion_url(directory))
-    storage.write_atomic(fs, path, [confusion.to_csv(matrix, labels)])
+    atomicfile.write_atomic(fs, path, [confusion.to_csv(matrix, labels)])
     actual, predicted = predictions
     live.log_sklearn_plot(
         "confusion_matrix",

@@ -21,7 +21,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from tfshards import jsonfile, storage
+from tfshards import atomicfile, jsonfile, storage
 from tfshards.errors import ConfigError
 from tfshards.shardset import manifest as manifests
 from tfshards.shardset.manifest import Manifest
@@ -297,7 +297,7 @@ def _write_outputs(
     write_json(metrics, config.metrics)
     if config.split_out:
         fs, path = storage.open_url(config.split_out)
-        storage.write_atomic(fs, path, [parts.to_json()])
+        atomicfile.write_atomic(fs, path, [parts.to_json()])
     if checkpoint is not None:
         checkpoint.remove()
 

@@ -21,7 +21,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
-from tfshards import storage
+from tfshards import atomicfile, storage
 from tfshards.errors import InputError
 from tfshards.format.exampleparser import Outline, outline_problem
 from tfshards.format.imageformat import HEAD_BYTES, claims_image, image_format, not_an_image
@@ -355,7 +355,7 @@ def unlisted_files(fs: Any, root: str, manifest: Manifest) -> list[Problem]:
 
     What may be there is declared once, in :mod:`tfshards.shardset.layout` (the
     manifest, the shards and their bookkeeping files in its subfolders); a
-    temp file of :class:`~tfshards.storage.AtomicSink` is reported as stale.
+    temp file of :class:`~tfshards.atomicfile.AtomicSink` is reported as stale.
     """
     try:
         entries = fs.find(root, withdirs=True, detail=True)
@@ -373,7 +373,7 @@ def unlisted_files(fs: Any, root: str, manifest: Manifest) -> list[Problem]:
             continue  # a lease: a writer is re-writing the set (or was killed doing so)
         if any(rel.startswith(folder) for folder in foreign):
             continue
-        if storage.is_temp_name(posixpath.basename(rel)):
+        if atomicfile.is_temp_name(posixpath.basename(rel)):
             what = "stale temp file (a writer stopped before publishing it)"
         elif entries[name].get("type") == "directory":
             what = "directory not listed in the manifest"

@@ -16,7 +16,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from tfshards import errors, storage
+from tfshards import atomicfile, errors, storage
 from tfshards.errors import InputError, TransformOutputError
 from tfshards.format.recordbuffer import RecordBuffer
 from tfshards.format.schema import FeatureSpec
@@ -88,7 +88,7 @@ def write_shard(task: ShardTask) -> ShardResult:
     schema = tuple(specs[k] for k in sorted(specs))
     sidecar = layout.sidecar_path(out_dir, task.name)
     try:
-        storage.write_atomic(fs_out, sidecar, [sidecar_json(info, rejects.found, schema)])
+        atomicfile.write_atomic(fs_out, sidecar, [sidecar_json(info, rejects.found, schema)])
     except OSError as exc:
         raise storage.write_error(fs_out, sidecar, exc) from None
     return ShardResult(info, tuple(rejects.found), schema, reused=False)
@@ -115,7 +115,7 @@ class _ShardFile:
         self.compressor = Compressor(task.compression)
         self.index = RecordIndex() if task.compression == "none" else None
         try:
-            self.sink = storage.AtomicSink(fs, self.path, temp_dir=layout.work_dir(out_dir))
+            self.sink = atomicfile.AtomicSink(fs, self.path, temp_dir=layout.work_dir(out_dir))
         except OSError as exc:
             raise storage.write_error(fs, self.path, exc) from None
 
@@ -198,7 +198,7 @@ def _write_index(fs: Any, out_dir: str, name: str, data: bytes) -> str:
     """Publish a shard's record index file; its sha256."""
     path = layout.index_path(out_dir, name)
     try:
-        storage.write_atomic(fs, path, [data])
+        atomicfile.write_atomic(fs, path, [data])
     except OSError as exc:
         raise storage.write_error(fs, path, exc) from None
     return hashlib.sha256(data).hexdigest()

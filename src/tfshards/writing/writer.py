@@ -22,7 +22,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from tfshards import storage
+from tfshards import atomicfile, storage
 from tfshards.errors import ShardError, TransformError
 from tfshards.format import native
 from tfshards.format.schema import FeatureSpec, merge_specs
@@ -87,7 +87,7 @@ def write(config: WriteConfig, listing: FileListing | str, *, progress: bool = T
         _publish(*storage.open_url(config.manifest_copy), manifest)
     folders = (storage.join(version_path, folder) for folder in sorted(layout.FOLDERS))
     for directory in (version_path, *folders):  # a killed writer's temps, wherever it wrote
-        storage.remove_stale_temps(fs_out, directory)
+        atomicfile.remove_stale_temps(fs_out, directory)
     return WriteResult(manifest, sum(r.reused for r in done), time.monotonic() - start)
 
 
@@ -180,7 +180,7 @@ def _check_shards_present(fs: Any, version_path: str, manifest: Manifest) -> Non
 
 def _publish(fs: Any, path: str, manifest: Manifest) -> None:
     try:
-        storage.write_atomic(fs, path, [manifest.to_json()])
+        atomicfile.write_atomic(fs, path, [manifest.to_json()])
     except OSError as exc:  # disk full, read-only: one line naming the file
         raise storage.write_error(fs, path, exc) from None
 
@@ -191,7 +191,7 @@ def _write_metadata(fs: Any, version_path: str, manifest: Manifest) -> Manifest:
     for name, data in files.items():
         path = storage.join(version_path, name)
         try:
-            storage.write_atomic(fs, path, [data])
+            atomicfile.write_atomic(fs, path, [data])
         except OSError as exc:  # disk full, read-only: one line naming the file
             raise storage.write_error(fs, path, exc) from None
     digests = {name: hashlib.sha256(data).hexdigest() for name, data in files.items()}
