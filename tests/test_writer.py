@@ -603,7 +603,7 @@ def test_killed_writer_resumes_to_identical_bytes(listing, tmp_path, transforms_
 # whose init does not reap orphans: the writer and its workers stay zombies while it resumes.
 ZOMBIE_HARNESS = """
 import ctypes, json, os, pathlib, signal, subprocess, sys, time
-from tfshards import storage
+from tfshards import atomicfile
 
 ctypes.CDLL(None).prctl(36, 1, 0, 0, 0)  # PR_SET_CHILD_SUBREAPER: orphans become ours
 write = [sys.executable, "-m", "tfshards", *sys.argv[1:]]
