@@ -124,15 +124,7 @@ def from_files(
     """
     import tensorflow as tf
 
-    mode = canonical(mode, "mode")  # "threads"/"processes" still work, with a warning
-    if mode not in MODES:
-        raise ConfigError(f"mode must be one of {MODES}, got {mode!r}")
-    if batch_size is not None and batch_size < 1:
-        raise ConfigError(f"batch_size must be >= 1, got {batch_size}")
-    if num_parallel_calls is not None and num_parallel_calls < 1 and mode != "graph":
-        raise ConfigError(f"num_parallel_calls must be >= 1, got {num_parallel_calls}")
-    if not listing.entries:
-        raise ConfigError(f"{listing.root}: the listing has no files")
+    mode = _checked_mode(mode, batch_size, num_parallel_calls, listing)
     in_memory = storage.protocol(storage.open_url(listing.root)[0]) == "memory"
     mode = _resolve_mode(mode, fn, in_memory)
     items = [(storage.join(listing.root, e.path), e.label) for e in listing.entries]
@@ -143,7 +135,37 @@ def from_files(
         if batch_size is not None:
             ds = ds.batch(batch_size, drop_remainder=drop_remainder)
         return ds.prefetch(tf.data.AUTOTUNE)
+    runner_args = (mode, fn, num_parallel_calls, shuffle, seed)
+    ds = _python_dataset(tf, items, output_signature, runner_args, batch_size, drop_remainder)
+    return ds.prefetch(tf.data.AUTOTUNE)
 
+
+def _checked_mode(
+    mode: str, batch_size: int | None, num_parallel_calls: int | None, listing: Listing
+) -> str:
+    """The canonical mode, once the options and the listing are usable."""
+    mode = canonical(mode, "mode")  # "threads"/"processes" still work, with a warning
+    if mode not in MODES:
+        raise ConfigError(f"mode must be one of {MODES}, got {mode!r}")
+    if batch_size is not None and batch_size < 1:
+        raise ConfigError(f"batch_size must be >= 1, got {batch_size}")
+    if num_parallel_calls is not None and num_parallel_calls < 1 and mode != "graph":
+        raise ConfigError(f"num_parallel_calls must be >= 1, got {num_parallel_calls}")
+    if not listing.entries:
+        raise ConfigError(f"{listing.root}: the listing has no files")
+    return mode
+
+
+def _python_dataset(
+    tf: Any,
+    items: list[tuple[str, int]],
+    output_signature: Any,
+    runner_args: tuple[str, Callable[..., Any], int | None, bool, int],
+    batch_size: int | None,
+    drop_remainder: bool,
+) -> tf.data.Dataset:
+    """``fn`` run by a process or thread pool (or serially), fed to tf.data by a generator."""
+    mode, fn, num_parallel_calls, shuffle, seed = runner_args
     leaves = tuple(_leaf(tf, spec) for spec in tf.nest.flatten(output_signature))
     template = tf.nest.map_structure(lambda _: None, output_signature)
     # from_generator costs ~0.1-0.5 ms per element it yields, far more than a cheap fn: with
@@ -175,7 +197,7 @@ def from_files(
         ds = ds.unbatch()
     elif chunk is None and batch_size is not None:
         ds = ds.batch(batch_size, drop_remainder=drop_remainder)
-    return ds.prefetch(tf.data.AUTOTUNE)
+    return ds
 
 
 def _resolve_mode(mode: str, fn: Callable[..., Any], in_memory: bool) -> str:
