@@ -238,7 +238,7 @@ def write(config: WriteConfig, listing: Listing | str, *, progress: bool = True)
     )
     shards = config.num_shards or sharding.auto_num_shards(files, nbytes, config.target_shard_bytes)
     pool = executors.start(
-        config.run_options,
+        config.run,
         [storage.protocol(fs_in), storage.protocol(fs_out)],
         gil_free=native.NATIVE is not None
         and config.transform is None
