@@ -7,13 +7,9 @@ comments), and the parsed values into the stage's config.
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
-
-from tfshards.run.executor import RunOptions
-from tfshards.run.mpcontext import cpu_count
 
 
 @dataclass(frozen=True)
@@ -65,55 +61,3 @@ class Option:
 def zero_is_none(value: int) -> int | None:
     """0 on the command line (a params.yaml integer) stands for None."""
     return value or None
-
-
-def run_options(executor_help: str) -> tuple[Option, ...]:
-    """The options of a stage that fans out over shards: its ``RunOptions``, and progress."""
-    return (
-        Option(
-            "workers",
-            int,
-            cpu_count(),
-            "Shards worked on at once (default: all cores).",
-            field="run.workers",
-        ),
-        Option("executor", str, "auto", executor_help, field="run.executor"),
-        Option(
-            "dask_address",
-            str | None,
-            None,
-            "Dask scheduler to run on, e.g. tcp://scheduler:8786 (implies --executor dask; "
-            "--executor dask without it starts a local cluster).",
-            field="run.address",
-        ),
-        Option(
-            "shared_fs",
-            bool,
-            False,
-            "With --dask-address: local paths are on a filesystem every worker mounts at "
-            "the same path (without it they are refused: each worker would use its own disk).",
-            field="run.shared_fs",
-        ),
-        Option("progress", bool, True, "Show progress.", field=None),
-    )
-
-
-def with_run_keywords(
-    run: RunOptions,
-    workers: int | None,
-    executor: str | None,
-    dask_address: str | None,
-    shared_fs: bool | None,
-) -> RunOptions:
-    """``run`` with the flat keywords a config also takes (``WriteConfig(workers=8)``) applied."""
-    given: dict[str, Any] = {
-        key: value
-        for key, value in (
-            ("workers", workers),
-            ("executor", executor),
-            ("address", dask_address),
-            ("shared_fs", shared_fs),
-        )
-        if value is not None
-    }
-    return dataclasses.replace(run, **given) if given else run

@@ -7,8 +7,9 @@ from dataclasses import InitVar, dataclass, field
 from typing import Any
 
 from tfshards.errors import ConfigError
-from tfshards.option import Option, run_options, with_run_keywords
+from tfshards.option import Option
 from tfshards.run.executor import RunOptions
+from tfshards.run.options import run_options, with_run_keywords
 from tfshards.validation.shardcheck import MAX_PROBLEMS
 
 

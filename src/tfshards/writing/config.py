@@ -9,8 +9,9 @@ from typing import Any, Literal
 
 from tfshards.errors import ConfigError
 from tfshards.format.tfrecord import COMPRESSIONS
-from tfshards.option import Option, run_options, with_run_keywords, zero_is_none
+from tfshards.option import Option, zero_is_none
 from tfshards.run.executor import RunOptions
+from tfshards.run.options import run_options, with_run_keywords
 from tfshards.shardset import grouping
 from tfshards.shardset.resize import Resize
 from tfshards.writing import sharding
