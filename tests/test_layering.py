@@ -28,6 +28,7 @@ RANKS: list[tuple[str, tuple[str, ...]]] = [
             "tfshards.progress",
             "tfshards.summary",
             "tfshards.processes",
+            "tfshards.option",
         ),
     ),
     ("0b", ("tfshards.storage",)),  # raises errors' InputError/ShardError

@@ -35,7 +35,7 @@ _LAZY = {
     "ShardInfo": "tfshards.shardset.manifest",
     "load_manifest": "tfshards.shardset.manifest",
     # validate
-    "ValidateConfig": "tfshards.validation.validate",
+    "ValidateConfig": "tfshards.validation.config",
     "ValidationReport": "tfshards.validation.validate",
     "validate_shards": "tfshards.validation.validate",
     # prune
@@ -73,7 +73,8 @@ if TYPE_CHECKING:  # what type checkers see; at run time __getattr__ imports on 
     from tfshards.shardset.manifest import Manifest, ShardInfo
     from tfshards.shardset.manifest import load as load_manifest
     from tfshards.shardset.split import Split, SplitWarning, split
-    from tfshards.validation.validate import ValidateConfig, ValidationReport
+    from tfshards.validation.config import ValidateConfig
+    from tfshards.validation.validate import ValidationReport
     from tfshards.validation.validate import validate as validate_shards
     from tfshards.writing.config import WriteConfig
     from tfshards.writing.writer import WriteResult, write

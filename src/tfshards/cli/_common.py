@@ -8,7 +8,7 @@ import inspect
 import os
 import sys
 from collections.abc import Callable, Sequence
-from typing import Annotated, Any, NoReturn, ParamSpec, TypeVar
+from typing import Any, NoReturn, ParamSpec, TypeVar
 
 import typer
 import typer.exceptions
@@ -167,52 +167,3 @@ def run_command(
 def default_workers() -> int:
     """All cores this process may use."""
     return cpu_count()
-
-
-# Options shared by the commands that fan out over shards (write, validate).
-Workers = Annotated[
-    int,
-    typer.Option(help="Shards worked on at once (default: all cores)."),
-]
-Executor = Annotated[
-    str,
-    typer.Option(
-        help="auto | process | thread | serial | dask. auto: threads when the per-record "
-        "loop runs in the compiled tfshards.format._native (no transform, no resize, local "
-        "files), threads for memory://, else processes."
-    ),
-]
-ValidateExecutor = Annotated[
-    str,
-    typer.Option(
-        help="auto | process | thread | serial | dask. auto: processes (every record goes "
-        "through the rules in Python, which holds the GIL), threads for memory://."
-    ),
-]
-DaskAddress = Annotated[
-    str | None,
-    typer.Option(
-        help="Dask scheduler to run on, e.g. tcp://scheduler:8786 (implies --executor dask; "
-        "--executor dask without it starts a local cluster)."
-    ),
-]
-SharedFs = Annotated[
-    bool,
-    typer.Option(
-        help="With --dask-address: local paths are on a filesystem every worker mounts at "
-        "the same path (without it they are refused: each worker would use its own disk)."
-    ),
-]
-ShowProgress = Annotated[bool, typer.Option(help="Show progress.")]
-
-
-def optional_int(value: str, option: str) -> int | None:
-    """An ``INT|none`` option's value: None for ``none``/``null``/empty."""
-    if value.strip().lower() in ("", "none", "null"):
-        return None
-    try:
-        return int(value)
-    except ValueError:
-        raise typer.BadParameter(
-            f"expected an integer or none, got {value!r}", param_hint=option
-        ) from None

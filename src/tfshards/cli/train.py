@@ -11,7 +11,8 @@ from typing import Annotated, Any
 
 import typer
 
-from tfshards.cli._common import one_line_errors, optional_int
+from tfshards.cli._common import one_line_errors
+from tfshards.project.stageoptions import optional_int, parse_bool
 from tfshards.training.devices import STRATEGIES
 from tfshards.training.models import AUGMENTATIONS, MODELS
 from tfshards.training.optim import CLASS_WEIGHTS, OPTIMIZERS, SCHEDULES
@@ -20,18 +21,6 @@ from tfshards.training.trainconfig import MIXED_PRECISION, TrainConfig, from_opt
 DEFAULTS = TrainConfig()
 # Arguments after `--` go to a user's model function: what DVC writes for ${train.model_args}.
 CONTEXT = {"allow_extra_args": True}
-_TRUE = ("true", "yes", "on", "1")
-_FALSE = ("false", "no", "off", "0")
-
-
-def parse_bool(value: str, option: str) -> bool:
-    """``true``/``false`` (and yes/no, on/off, 1/0): what DVC writes for ``${section.flag}``."""
-    lowered = value.strip().lower()
-    if lowered in _TRUE:
-        return True
-    if lowered in _FALSE:
-        return False
-    raise typer.BadParameter(f"expected true or false, got {value!r}", param_hint=option) from None
 
 
 def parse_model_args(args: list[str]) -> dict[str, Any]:

@@ -19,7 +19,6 @@ Two variants, chosen by where the shards go:
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -28,7 +27,11 @@ import fsspec.utils
 
 from tfshards.errors import ConfigError
 from tfshards.listing.listing import DEFAULT_EXTENSIONS
+from tfshards.project import stageoptions
+from tfshards.training import trainconfig
 from tfshards.training.trainconfig import TrainConfig
+from tfshards.validation import config as validateconfig
+from tfshards.writing import config as writeconfig
 
 STAGES = ("list", "write", "validate", "train")
 LISTING = "data/listing"
@@ -84,47 +87,9 @@ PARAM_COMMENTS = {
         "root": "local path or any fsspec URL (s3://bucket/prefix, gs://...)",
         "extensions": "comma-separated; files with other extensions are counted and skipped",
     },
-    "validate": {
-        "fail_on_leakage": "true: a payload in both training and validation records fails",
-        "fail_on_label_conflict": "true: the same payload under two labels fails (false: counted)",
-    },
-    "write": {
-        "out": "version directories go here (local path or fsspec URL)",
-        "name": "shard prefix: NAME-00003-of-00016.tfrecord",
-        "num_shards": "0 = from target_shard_mb (at least 16)",
-        "seed": "global record shuffle",
-        "group_by": "none | a regex over the path: its first (...) group's records share a shard",
-        "compression": "none | gzip | zlib",
-        "on_error": "fail | skip (skipped files are listed in the manifest)",
-        "resize": "store images as RESIZE x RESIZE pixels (e.g. train.image_size); 0 = as listed",
-        "resize_format": "jpeg (quality 90) | raw (uint8 pixels in a BMP: no decode, 16x larger)",
-    },
-    "train": {
-        "model": "small_cnn | mobilenet_v3_small (needs image_size >= 32)",
-        "image_size": "images are resized to this square size, in pixels",
-        "val_fraction": "held out as whole shards (the effective fraction is logged)",
-        "model_args": "keyword arguments for a package.module:function model",
-        "batch_size": "global: split evenly over the replicas under strategy mirrored",
-        "learning_rate": "the peak rate under a schedule",
-        "optimizer": "adam | sgd | adamw",
-        "momentum": "sgd only",
-        "weight_decay": "adamw only (decoupled weight decay)",
-        "lr_schedule": "constant | cosine (half cosine to 0 at the last step)",
-        "warmup_epochs": "linear warm-up from 0 over this many epochs (cosine only)",
-        "early_stopping": "stop after this many epochs without a better metric; 0 = off",
-        "early_stopping_metric": "val_loss | val_accuracy",
-        "label_smoothing": "share of each target spread over all classes, in [0, 1)",
-        "class_weight": "none | balanced (from the training shards' label counts)",
-        "augment": "none | flip | crop | flip,crop (on the device, training only)",
-        "image_dtype": "float32 | uint8 (a quarter of the bytes; scaled in the model)",
-        "scaled_decode": "decode large JPEGs at 1/2..1/8 scale, then resize (false: whole)",
-        "seed": "seeds training: weights, dropout, input order",
-        "split_seed": "picks the validation shards; null = the same as seed",
-        "deterministic": "op determinism: the same seed gives the same run",
-        "mixed_precision": "auto (on when a GPU is present) | on | off",
-        "jit_compile": "XLA",
-        "strategy": "one | mirrored (a replica per local GPU) | auto (mirrored with 2+ GPUs)",
-    },
+    "write": stageoptions.comments(writeconfig.OPTIONS),
+    "validate": stageoptions.comments(validateconfig.OPTIONS),
+    "train": stageoptions.comments(trainconfig.OPTIONS),
 }
 
 
@@ -168,27 +133,11 @@ def is_remote(url: str) -> bool:
 
 def params(spec: PipelineSpec) -> dict[str, dict[str, Any]]:
     """The params.yaml sections the stages read, with ``spec``'s values and defaults."""
-    train = TrainConfig(image_size=spec.image_size)
     return {
         "list": {"root": spec.root, "extensions": spec.extensions},
-        "write": {
-            "out": spec.shards,
-            "name": spec.name,
-            "num_shards": 0,
-            "target_shard_mb": 128,
-            "seed": 0,
-            "group_by": "none",
-            "compression": "none",
-            "on_error": "fail",
-            "resize": 0,
-            "resize_format": "jpeg",
-        },
-        "validate": {"fail_on_leakage": False, "fail_on_label_conflict": True},
-        "train": {
-            f.name: _param(getattr(train, f.name))
-            for f in dataclasses.fields(TrainConfig)
-            if f.name not in TRAIN_PATHS
-        },
+        "write": stageoptions.params(writeconfig.OPTIONS, {"out": spec.shards, "name": spec.name}),
+        "validate": stageoptions.params(validateconfig.OPTIONS),
+        "train": stageoptions.params(trainconfig.OPTIONS, {"image_size": spec.image_size}),
     }
 
 
@@ -216,18 +165,25 @@ def stages(*, remote: bool, program: Callable[[str], str]) -> dict[str, dict[str
             # shlex.quote: a group_by regex reaches the command as written, whatever
             # quotes or `$(...)` it holds (`'${write.group_by}'` let a quote end it).
             # The command reads `--num_shards` as `--num-shards` (cli.write.CONTEXT).
-            "cmd": f"{program('write')} {LISTING} --manifest {MANIFEST} ${{write}}",
+            "cmd": stageoptions.dvc_command(
+                program("write"),
+                "write",
+                writeconfig.OPTIONS,
+                {"listing": LISTING, "manifest": MANIFEST},
+                unpack=True,
+            ),
             "deps": [LISTING],
             "params": ["write"],
             "outs": [MANIFEST, *shard_outs],
         },
         "validate": {
             # The split params are train's: the same shards are held out here and there.
-            "cmd": f"{program('validate')} {MANIFEST} --metrics {VALIDATE_METRICS} "
-            f"--balance {BALANCE} --val-fraction ${{train.val_fraction}} "
-            "--seed ${train.seed} --split-seed ${train.split_seed} "
-            "--fail-on-leakage ${validate.fail_on_leakage} "
-            "--fail-on-label-conflict ${validate.fail_on_label_conflict}",
+            "cmd": stageoptions.dvc_command(
+                program("validate"),
+                "validate",
+                validateconfig.OPTIONS,
+                {"manifest": MANIFEST, "metrics": VALIDATE_METRICS, "balance": BALANCE},
+            ),
             "deps": [MANIFEST, *shard_deps],
             "params": ["validate", "train.val_fraction", "train.seed", "train.split_seed"],
             "metrics": [{VALIDATE_METRICS: {"cache": False}}],
@@ -237,7 +193,10 @@ def stages(*, remote: bool, program: Callable[[str], str]) -> dict[str, dict[str
             ],
         },
         "train": {
-            "cmd": " ".join([program("train"), *_train_options()]),
+            # A mapping param (model_args) goes after `--`: DVC unpacks it into `--key value`.
+            "cmd": stageoptions.dvc_command(
+                program("train"), "train", trainconfig.OPTIONS, TRAIN_PATHS
+            ),
             "deps": [MANIFEST, *shard_deps, VALIDATE_METRICS],
             "params": ["train"],
             "outs": [
@@ -252,21 +211,3 @@ def stages(*, remote: bool, program: Callable[[str], str]) -> dict[str, dict[str
             "metrics": [{TRAIN_METRICS: {"cache": False}}],
         },
     }
-
-
-def _train_options() -> list[str]:
-    """``--field value`` for every TrainConfig field: fixed paths, else the param."""
-    options = []
-    for f in dataclasses.fields(TrainConfig):
-        if f.name == "model_args":
-            continue  # a mapping: DVC unpacks it into `--key value` words, after `--`
-        value = TRAIN_PATHS.get(f.name, f"${{train.{f.name}}}")
-        options.append(f"--{f.name.replace('_', '-')} {value}")
-    return [*options, "-- ${train.model_args}"]
-
-
-def _param(value: Any) -> Any:
-    """A TrainConfig default as params.yaml holds it (augment: ``none`` or ``flip,crop``)."""
-    if isinstance(value, tuple):
-        return ",".join(value) or "none"
-    return dict(value) if isinstance(value, dict) else value

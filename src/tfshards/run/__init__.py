@@ -2,4 +2,4 @@
 the user's transform they load (``package.module:function``)."""
 
 # The modules other wings may import; the rest are this wing's own.
-__all__ = ["cluster", "executor", "localexec", "mpcontext", "transform"]
+__all__ = ["cluster", "executor", "localexec", "mpcontext", "options", "transform"]

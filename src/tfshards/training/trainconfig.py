@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from tfshards.errors import ConfigError
+from tfshards.option import Option
 from tfshards.training import models, optim
 from tfshards.training.devices import STRATEGIES
 
@@ -170,3 +171,44 @@ def from_options(options: Mapping[str, Any]) -> TrainConfig:
 
 def _inside(path: str, folder: str) -> bool:
     return path.startswith(folder.rstrip(os.sep) + os.sep)
+
+
+# The comment beside each param in params.yaml.
+COMMENTS = {
+    "model": "small_cnn | mobilenet_v3_small (needs image_size >= 32) | package.module:function",
+    "model_args": "keyword arguments for a package.module:function model (built-ins take none)",
+    "batch_size": "global: split evenly over the replicas under strategy mirrored",
+    "learning_rate": "the peak rate under a schedule",
+    "optimizer": "adam | sgd | adamw",
+    "momentum": "sgd only",
+    "weight_decay": "adamw only (decoupled weight decay)",
+    "lr_schedule": "constant | cosine (half cosine to 0 at the last step)",
+    "warmup_epochs": "linear warm-up from 0 over this many epochs (cosine only)",
+    "early_stopping": "stop after this many epochs without a better early_stopping_metric; 0 = off",
+    "early_stopping_metric": "val_loss | val_accuracy",
+    "label_smoothing": "share of each target spread over all classes, in [0, 1)",
+    "class_weight": "none | balanced (from the training shards' label counts)",
+    "augment": "none | flip | crop | flip,crop (on the device, training only)",
+    "image_dtype": "float32 | uint8 (a quarter of the bytes; scaled in the model)",
+    "image_size": "images are resized to this square size, in pixels",
+    "scaled_decode": "decode large JPEGs at 1/2..1/8 scale, then resize (false: whole)",
+    "val_fraction": "held out as whole shards (the effective fraction is logged)",
+    "seed": "seeds training: weights, dropout, input order",
+    "split_seed": "picks the validation shards; null = the same as seed",
+    "deterministic": "op determinism: the same seed gives the same run",
+    "mixed_precision": "auto (on when a GPU is present) | on | off",
+    "jit_compile": "XLA",
+    "strategy": "one | mirrored (a replica per local GPU) | auto (mirrored with 2+ GPUs)",
+}
+# The train stage's options as DVC passes them, one per field: the paths are fixed by
+# the pipeline, the rest are params (its typer options are written out in cli/train.py).
+_DEFAULTS = TrainConfig()
+OPTIONS = tuple(
+    Option(
+        f.name,
+        default=getattr(_DEFAULTS, f.name),
+        param=f.name not in ("manifest", *_OUTPUTS),
+        comment=COMMENTS.get(f.name),
+    )
+    for f in dataclasses.fields(TrainConfig)
+)

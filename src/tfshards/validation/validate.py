@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from tfshards import jsonfile, storage
-from tfshards.errors import ConfigError, ValidationError
+from tfshards.errors import ValidationError
 from tfshards.progress import Progress
 from tfshards.run import executor as executors
 from tfshards.run.executor import Needs
@@ -28,9 +28,10 @@ from tfshards.shardset import grouping
 from tfshards.shardset import split as splits
 from tfshards.shardset.manifest import Manifest, load
 from tfshards.validation import rules
+from tfshards.validation.config import ValidateConfig
 from tfshards.validation.duplicates import DigestStore, Duplicates, with_label_names, with_paths
 from tfshards.validation.rules import Problem
-from tfshards.validation.shardcheck import MAX_PROBLEMS, ShardCheck, ShardReport, validate_shard
+from tfshards.validation.shardcheck import ShardCheck, ShardReport, validate_shard
 
 __all__ = [
     "ValidateConfig",
@@ -39,59 +40,6 @@ __all__ = [
     "write_balance",
     "write_metrics",
 ]
-
-
-@dataclass(frozen=True)
-class ValidateConfig:
-    """What to check and how; validated on construction.
-
-    Attributes:
-        manifest: URL of the ``manifest.json`` to check (its ``root`` locates the shards).
-        decode_images: also decode every image payload with Pillow (slow: ~0.1-1.5 ms each).
-        workers: shards checked at once (with processes, this process works too).
-        executor: ``auto``, ``process``, ``thread``, ``serial`` or ``dask``.
-            ``auto`` means processes (each record goes through the rules in
-            Python, holding the GIL: on 20,000 4 KB records, 2 threads took
-            0.40 s and 2 processes 0.22 s); threads for ``memory://``.
-        dask_address: scheduler address for ``executor="dask"`` (None: a local cluster).
-        shared_fs: a local shard directory is on a filesystem every Dask worker
-            mounts at the same path (without it, a scheduler address refuses it).
-        max_problems: problems kept per shard (all are counted).
-        storage_options: fsspec options for the manifest and the shards.
-        val_fraction: the training split's ``val_fraction`` (0: no split); with
-            ``split_seed`` it picks the validation shards as
-            :func:`tfshards.shardset.split.split` does, for the per-split counts and
-            duplicates across the split.
-        split_seed: the training split's seed.
-        fail_on_leakage: a payload in both training and validation records is a problem.
-        fail_on_label_conflict: a payload whose records carry different labels
-            (the same image labelled twice) is a problem; False only counts them.
-    """
-
-    manifest: str
-    decode_images: bool = False
-    workers: int = 1
-    executor: str = "auto"
-    dask_address: str | None = None
-    shared_fs: bool = False
-    max_problems: int = MAX_PROBLEMS
-    storage_options: Mapping[str, Any] = field(default_factory=dict)
-    val_fraction: float = 0.0
-    split_seed: int = 0
-    fail_on_leakage: bool = False
-    fail_on_label_conflict: bool = True
-
-    def __post_init__(self) -> None:
-        if not 0.0 <= self.val_fraction < 1.0:
-            raise ConfigError(f"val_fraction must be in [0, 1), got {self.val_fraction}")
-        if self.max_problems < 1:
-            raise ConfigError(f"max_problems must be >= 1, got {self.max_problems}")
-        executors.check_options(self.executor, self.workers)
-
-    @property
-    def run_options(self) -> executors.RunOptions:
-        """Where and how wide the shards are checked."""
-        return executors.RunOptions(self.workers, self.executor, self.dask_address, self.shared_fs)
 
 
 @dataclass(frozen=True)
@@ -183,7 +131,7 @@ def validate(config: ValidateConfig, *, progress: bool = False) -> ValidationRep
         Progress("validate", total=manifest.records, enabled=progress) as bar,
         DigestStore([t.name for t in tasks], {s.name for s in part.val}, manifest.records) as store,
     ):
-        pool = executors.start(config.run_options, [storage.protocol(fs)], tasks=len(tasks))
+        pool = executors.start(config.run, [storage.protocol(fs)], tasks=len(tasks))
         arrived: dict[int, ShardReport] = {}
         with pool:
             for i, report in pool.map(

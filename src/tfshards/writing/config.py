@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import InitVar, dataclass, field
 from typing import Any, Literal
 
 from tfshards.errors import ConfigError
 from tfshards.format.tfrecord import COMPRESSIONS
-from tfshards.run import executor as executors
+from tfshards.option import Option, zero_is_none
+from tfshards.run.executor import RunOptions
+from tfshards.run.options import run_options, with_run_keywords
 from tfshards.shardset import grouping
 from tfshards.shardset.resize import Resize
 from tfshards.writing import sharding
@@ -38,14 +41,12 @@ class WriteConfig:
         transform: ``package.module:function`` applied to each file, or None.
         on_error: ``"fail"`` stops at the first bad file; ``"skip"`` records it
             in the manifest and goes on.
-        workers: shards written at once (with processes, this process works too).
-        executor: ``auto``, ``process``, ``thread``, ``serial`` or ``dask``.
+        run: where and how wide the shards are written. ``run.executor``
             ``auto`` means threads when :mod:`tfshards.format.native` is built, there is
             no transform and the source is local (the per-record loop then runs
             in C without the GIL), else processes; threads for ``memory://``.
-        dask_address: scheduler address for ``executor="dask"`` (None: a local cluster).
-        shared_fs: local paths are on a filesystem every Dask worker mounts at
-            the same path (without it, a scheduler address refuses local paths).
+            ``workers``, ``executor``, ``dask_address`` and ``shared_fs`` given as
+            keywords replace those of ``run``.
         manifest_copy: also save the manifest here (the DVC-tracked copy).
         source_options / out_options: fsspec storage options (credentials stay out of params).
         resize: store every image as ``resize`` x ``resize`` pixels, re-encoded
@@ -63,17 +64,26 @@ class WriteConfig:
     image_feature: str = "image"
     transform: str | None = None
     on_error: OnError = "fail"
-    workers: int = 1
-    executor: str = "auto"
-    dask_address: str | None = None
-    shared_fs: bool = False
+    run: RunOptions = field(default_factory=RunOptions)
     manifest_copy: str | None = None
     source_options: Mapping[str, Any] = field(default_factory=dict)
     out_options: Mapping[str, Any] = field(default_factory=dict)
     resize: int | None = None
     resize_format: str = "jpeg"
+    workers: InitVar[int | None] = None
+    executor: InitVar[str | None] = None
+    dask_address: InitVar[str | None] = None
+    shared_fs: InitVar[bool | None] = None
 
-    def __post_init__(self) -> None:
+    def __post_init__(
+        self,
+        workers: int | None,
+        executor: str | None,
+        dask_address: str | None,
+        shared_fs: bool | None,
+    ) -> None:
+        run = with_run_keywords(self.run, workers, executor, dask_address, shared_fs)
+        object.__setattr__(self, "run", run)
         if self.num_shards is not None and self.num_shards < 1:
             raise ConfigError(
                 f"num_shards must be >= 1, got {self.num_shards} (0 on the command line, "
@@ -94,16 +104,97 @@ class WriteConfig:
             )
         if not self.name or "/" in self.name:
             raise ConfigError(f"name must be a non-empty file prefix, got {self.name!r}")
-        executors.check_options(self.executor, self.workers)
         grouping.GroupBy.parse(self.group_by)
         Resize(1 if self.resize is None else self.resize, self.resize_format)  # checks both
-
-    @property
-    def run_options(self) -> executors.RunOptions:
-        """Where and how wide the shards are written."""
-        return executors.RunOptions(self.workers, self.executor, self.dask_address, self.shared_fs)
 
     @property
     def resized(self) -> Resize | None:
         """How images are resized when written, or None."""
         return None if self.resize is None else Resize(self.resize, self.resize_format)
+
+
+def mib_to_bytes(mib: float) -> int:
+    """``--target-shard-mb`` as bytes."""
+    if not math.isfinite(mib) or mib <= 0:
+        raise ValueError(f"expected a number of MiB above 0, got {float(mib)}")
+    return int(mib * (1 << 20))
+
+
+# The write stage's options, in the order of `tfshards write --help`. Every `param`
+# reaches the command through DVC's unpacking of the whole `write` section.
+OPTIONS = (
+    Option(
+        "listing", str, None, "Listing directory written by `tfshards list`.",
+        argument=True, field=None,
+    ),
+    Option(
+        "out", str, "data/shards", "Where version directories go: a local path or any fsspec URL.",
+        param=True, comment="version directories go here (local path or fsspec URL)",
+    ),
+    Option(
+        "manifest", str | None, "data/manifest.json",
+        "Also save the manifest here (a local path; the DVC-tracked copy).",
+        field="manifest_copy",
+    ),
+    Option(
+        "name", str, "data", "Shard file prefix: NAME-00003-of-00016.tfrecord.",
+        param=True, comment="shard prefix: NAME-00003-of-00016.tfrecord",
+    ),
+    Option(
+        "num_shards", int, 0, "Number of shards; 0 derives it from --target-shard-mb (>= 16).",
+        param=True, comment="0 = from target_shard_mb (at least 16)", convert=zero_is_none,
+    ),
+    Option(
+        "target_shard_mb", float, sharding.DEFAULT_TARGET_SHARD_BYTES >> 20,
+        "Shard size aimed at when --num-shards is 0, in MiB.",
+        param=True, field="target_shard_bytes", convert=mib_to_bytes,
+    ),
+    Option(
+        "seed", int, 0, "Seed of the global record shuffle.",
+        param=True, comment="global record shuffle",
+    ),
+    Option(
+        "group_by", str, "none",
+        "Keep each group's records in one shard: a regex over the path relative to "
+        "the root; its first (...) group, else the whole match, names the group. "
+        "Example: '^([^/]+/[^_]+)_' groups cat/s01_0.jpg with cat/s01_1.jpg. "
+        "A path it does not match is an error. none: no groups.",
+        param=True,
+        comment="none | a regex over the path: its first (...) group's records share a shard",
+    ),
+    Option(
+        "compression", str, "none",
+        "none | gzip | zlib. JPEG/PNG do not shrink; gzip is 10-30x slower.",
+        param=True, comment="none | gzip | zlib",
+    ),
+    Option("image_feature", str, "image", "Feature name of the raw file bytes."),
+    Option(
+        "transform", str | None, None,
+        "package.module:function(path, data, label) -> dict of features.",
+    ),
+    Option(
+        "on_error", str, "fail",
+        "fail: stop at the first bad file; skip: record it in the manifest.",
+        param=True, comment="fail | skip (skipped files are listed in the manifest)",
+    ),
+    Option(
+        "resize", int, 0,
+        "Store every image resized to RESIZE x RESIZE pixels (stretched, as the "
+        "loader resizes), re-encoded once here instead of resized every epoch; "
+        "0 stores the files as listed.",
+        param=True, convert=zero_is_none,
+        comment="store images as RESIZE x RESIZE pixels (e.g. train.image_size); 0 = as listed",
+    ),
+    Option(
+        "resize_format", str, "jpeg",
+        "With --resize: jpeg (quality 90) or raw (uint8 pixels in a BMP: 147 KB "
+        "per 224 px RGB image, nothing to decode; 16x the bench's resized JPEGs).",
+        param=True,
+        comment="jpeg (quality 90) | raw (uint8 pixels in a BMP: no decode, 16x larger)",
+    ),
+    *run_options(
+        "auto | process | thread | serial | dask. auto: threads when the per-record "
+        "loop runs in the compiled tfshards.format._native (no transform, no resize, local "
+        "files), threads for memory://, else processes."
+    ),
+)  # fmt: skip

@@ -103,7 +103,7 @@ def _start_pool(config: WriteConfig, listing: FileListing | str) -> executors.Ex
     )
     shards = config.num_shards or sharding.auto_num_shards(files, nbytes, config.target_shard_bytes)
     return executors.start(
-        config.run_options,
+        config.run,
         [storage.protocol(fs_in), storage.protocol(fs_out)],
         gil_free=native.NATIVE is not None
         and config.transform is None

@@ -1,0 +1,183 @@
+"""A stage's options (:class:`tfshards.option.Option`) as a typer command, a DVC command, params.
+
+The one place where the text DVC renders into a command (``${write.seed}``,
+``${validate.fail_on_leakage}`` as ``true``/``True``/``false``,
+``${train.split_seed}`` as ``None``) becomes values: :func:`parse_bool` and
+:func:`optional_int`.
+"""
+
+from __future__ import annotations
+
+import inspect
+import typing
+from collections.abc import Callable, Mapping, Sequence
+from typing import Annotated, Any, TypeVar
+
+import typer
+
+from tfshards.errors import ConfigError
+from tfshards.option import Option
+
+C = TypeVar("C")
+_TRUE = ("true", "yes", "on", "1")
+_FALSE = ("false", "no", "off", "0")
+_NONE = ("", "none", "null")
+
+
+def parse_bool(value: str, option: str) -> bool:
+    """``true``/``false`` (and yes/no, on/off, 1/0, any case): DVC's ``${section.flag}``."""
+    lowered = value.strip().lower()
+    if lowered in _TRUE:
+        return True
+    if lowered in _FALSE:
+        return False
+    raise typer.BadParameter(f"expected true or false, got {value!r}", param_hint=option)
+
+
+def optional_int(value: str, option: str) -> int | None:
+    """An ``INT|none`` option's value: None for ``none``/``null``/empty (DVC's ``None``)."""
+    if value.strip().lower() in _NONE:
+        return None
+    try:
+        return int(value)
+    except ValueError:
+        raise typer.BadParameter(
+            f"expected an integer or none, got {value!r}", param_hint=option
+        ) from None
+
+
+# ----------------------------------------------------------------------------- typer
+
+
+def _text(option: Option) -> str | None:
+    """The metavar of an option given as text (DVC interpolates a value), else None."""
+    if option.type is bool and option.param:
+        return "BOOL"
+    return "INT|none" if option.type == int | None else None
+
+
+def _parameter(option: Option) -> inspect.Parameter:
+    """``option`` as a typer-annotated keyword parameter."""
+    kind = inspect.Parameter.KEYWORD_ONLY
+    if option.argument:
+        info: Any = typer.Argument(help=option.help)
+        return inspect.Parameter(option.name, kind, annotation=Annotated[option.type, info])
+    metavar = _text(option)
+    if metavar is None:
+        info = typer.Option(help=option.help)
+        return inspect.Parameter(
+            option.name, kind, default=option.default, annotation=Annotated[option.type, info]
+        )
+    default = option.default
+    shown = "none" if default is None else str(default).lower() if metavar == "BOOL" else default
+    info = typer.Option(metavar=metavar, help=option.help)
+    return inspect.Parameter(option.name, kind, default=shown, annotation=Annotated[str, info])
+
+
+def _value(option: Option, given: Any) -> Any:
+    """A parsed command-line value: text options through the one parser of each kind."""
+    metavar = _text(option)
+    if metavar == "BOOL":
+        return parse_bool(given, option.flag)
+    if metavar == "INT|none":
+        return optional_int(given, option.flag)
+    return given
+
+
+def command(
+    options: Sequence[Option], body: Callable[[dict[str, Any]], None], *, name: str, doc: str
+) -> Callable[..., None]:
+    """A function typer reads as a command with ``options``; it calls ``body`` with the values.
+
+    The values are parsed (:func:`parse_bool`, :func:`optional_int`) and keyed by option name.
+    """
+    parameters = [_parameter(o) for o in options]
+
+    def run(**given: Any) -> None:
+        body({o.name: _value(o, given[o.name]) for o in options})
+
+    run.__signature__ = inspect.Signature(parameters)  # type: ignore[attr-defined]
+    run.__annotations__ = {p.name: p.annotation for p in parameters}
+    run.__name__ = run.__qualname__ = name
+    run.__doc__ = doc
+    return run
+
+
+def config(cls: type[C], options: Sequence[Option], values: Mapping[str, Any], **extra: Any) -> C:
+    """``cls`` made from the parsed ``values`` of the options that name a field, and ``extra``.
+
+    A field ``run.workers`` sets ``workers`` of the ``run`` field's class.
+    """
+    fields: dict[str, Any] = {}
+    nested: dict[str, dict[str, Any]] = {}
+    for option in options:
+        target = option.target
+        if target is None:
+            continue
+        value = values[option.name]
+        if option.convert is not None:
+            try:
+                value = option.convert(value)
+            except ValueError as exc:
+                raise ConfigError(f"{option.flag}: {exc}", option=option.name) from None
+        head, _, tail = target.partition(".")
+        if tail:
+            nested.setdefault(head, {})[tail] = value
+        else:
+            fields[head] = value
+    hints = typing.get_type_hints(cls)
+    for head, parts in nested.items():
+        fields[head] = hints[head](**parts)
+    return cls(**fields, **extra)
+
+
+# ----------------------------------------------------------------------------- DVC
+
+
+def dvc_command(
+    program: str,
+    section: str,
+    options: Sequence[Option],
+    paths: Mapping[str, str],
+    *,
+    unpack: bool = False,
+) -> str:
+    """The stage's ``cmd``: ``program``, then each option DVC sets, in ``options`` order.
+
+    An option in ``paths`` gets that fixed path; a param gets ``${section.key}``
+    (a mapping param goes last, after ``--``, for DVC to unpack into ``--key value``
+    words). With ``unpack`` the stage's own params are all passed as ``${section}``:
+    DVC unpacks it into ``--key value`` words, each through ``shlex.quote``.
+    """
+    words, last = [program], []
+    for o in options:
+        if o.name in paths:
+            words.append(paths[o.name] if o.argument else f"{o.flag} {paths[o.name]}")
+        elif isinstance(o.param, str):
+            words.append(f"{o.flag} ${{{o.param}}}")
+        elif o.param and not unpack:
+            if isinstance(o.default, Mapping):
+                last.append(f"-- ${{{section}.{o.name}}}")
+            else:
+                words.append(f"{o.flag} ${{{section}.{o.name}}}")
+    if unpack:
+        words.append(f"${{{section}}}")
+    return " ".join(words + last)
+
+
+def params(options: Sequence[Option], values: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """The stage's params section: its own params' defaults, or ``values`` where given."""
+    given = values or {}
+    return {o.name: _param(given.get(o.name, o.default)) for o in options if o.param is True}
+
+
+def comments(options: Sequence[Option]) -> dict[str, str]:
+    """The comment beside each key of the stage's params section."""
+    return {o.name: o.comment for o in options if o.param is True and o.comment}
+
+
+def _param(value: Any) -> Any:
+    """A default as params.yaml holds it (a tuple: ``none`` or ``flip,crop``)."""
+    if isinstance(value, tuple):
+        return ",".join(value) or "none"
+    return dict(value) if isinstance(value, Mapping) else value

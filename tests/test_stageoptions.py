@@ -1,0 +1,111 @@
+"""Stage options defined once: the typer commands, DVC commands and params all come from them."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+import typer
+from ruamel.yaml.comments import CommentedMap
+from typer.testing import CliRunner
+
+from tfshards.cli import app
+from tfshards.cli.validate import validate_command
+from tfshards.cli.write import write_command
+from tfshards.option import Option
+from tfshards.project import pipeline, stageoptions, yamlfile
+from tfshards.training import trainconfig
+from tfshards.validation import config as validateconfig
+from tfshards.writing import config as writeconfig
+
+REPO = Path(__file__).resolve().parents[1]
+# The values this repository's params.yaml picks for the digits demo (the rest are defaults).
+REPO_SPEC = pipeline.PipelineSpec(extensions=".png", name="digits", image_size=16)
+REPO_VALUES = {"write": {"num_shards": 16, "seed": 42}}
+
+
+def _generated_lines() -> list[str]:
+    document = CommentedMap()
+    for section, values in pipeline.params(REPO_SPEC).items():
+        chosen = {**values, **REPO_VALUES.get(section, {})}
+        document[section] = yamlfile.to_yaml(chosen, pipeline.PARAM_COMMENTS.get(section, {}))
+    return yamlfile.dump(document).splitlines()
+
+
+def test_this_repositorys_params_yaml_is_what_init_generates():
+    """Keys, order, comments and their column: only the demo's values are its own."""
+    text = (REPO / "params.yaml").read_text()
+    sections = text.split("\n\n")
+    kept = [s for s in sections if not s.startswith(("#", "sample:"))]
+    ours = [line for s in kept for line in s.splitlines()]
+    assert ours == _generated_lines()
+
+
+@pytest.mark.parametrize("options", [writeconfig.OPTIONS, validateconfig.OPTIONS])
+def test_every_option_is_a_command_line_option_with_its_help(options: tuple[Option, ...]):
+    command = write_command if options is writeconfig.OPTIONS else validate_command
+    info = typer.main.get_command_from_info(
+        typer.models.CommandInfo(callback=command),
+        pretty_exceptions_short=True,
+        rich_markup_mode=None,
+    )
+    by_name = {p.name: p for p in info.params}
+    for option in options:
+        assert by_name[option.name].help == option.help
+
+
+def test_each_stage_says_what_its_executor_auto_means():
+    helps = [
+        {o.name: o.help for o in options}["executor"]
+        for options in (writeconfig.OPTIONS, validateconfig.OPTIONS)
+    ]
+    assert "threads when the per-record loop runs in the compiled" in helps[0]
+    assert "auto: processes" in helps[1] and helps[0] != helps[1]
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [("true", True), ("True", True), ("TRUE", True), ("yes", True), ("1", True), ("on", True),
+     ("false", False), ("False", False), ("no", False), ("0", False), (" off ", False)],
+)  # fmt: skip
+def test_dvc_booleans_parse_one_way(text: str, expected: bool):
+    assert stageoptions.parse_bool(text, "--x") is expected
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"), [("None", None), ("null", None), ("", None), ("7", 7)]
+)
+def test_dvc_optional_integers_parse_one_way(text: str, expected: int | None):
+    assert stageoptions.optional_int(text, "--x") == expected
+
+
+@pytest.mark.parametrize("value", ["maybe", "2"])
+def test_validate_refuses_a_boolean_it_cannot_read(value: str):
+    said = CliRunner().invoke(app, ["validate", "m.json", "--fail-on-leakage", value])
+    assert said.exit_code == 2
+
+
+def test_a_config_takes_the_run_options_as_one_field_or_as_keywords():
+    config = writeconfig.WriteConfig(out="x", workers=3, executor="serial")
+    assert (config.run.workers, config.run.executor) == (3, "serial")
+    assert validateconfig.ValidateConfig("m.json", dask_address="tcp://h:1").run.address == (
+        "tcp://h:1"
+    )
+
+
+def test_values_become_the_config_fields_they_name():
+    values: dict[str, Any] = {o.name: o.default for o in writeconfig.OPTIONS}
+    values.update(listing="l", num_shards=0, target_shard_mb=1, resize=32, workers=2)
+    config = stageoptions.config(writeconfig.WriteConfig, writeconfig.OPTIONS, values)
+    assert config.num_shards is None and config.target_shard_bytes == 1 << 20
+    assert config.resize == 32 and config.run.workers == 2
+    assert config.manifest_copy == "data/manifest.json"
+
+
+def test_train_params_and_command_come_from_its_options():
+    cmd = pipeline.stages(remote=False, program=lambda s: s)["train"]["cmd"]
+    for option in trainconfig.OPTIONS:
+        if option.param is True and option.name != "model_args":
+            assert f"--{option.name.replace('_', '-')} ${{train.{option.name}}}" in cmd
+    assert cmd.endswith(" -- ${train.model_args}")
