@@ -122,7 +122,7 @@ def write_json(doc: dict[str, Any], url: str) -> None:
 
 
 def _load(config: TrainConfig) -> tuple[Manifest, Split]:
-    """The manifest and its train/val split, before TensorFlow's 3-5 s import."""
+    """The user model, the manifest (both checked before TensorFlow's 3-5 s import), the split."""
     if models.is_user_model(config.model):
         models.load_builder(config.model)  # a bad module fails before any data is read
     manifest = manifests.load(config.manifest)
@@ -131,6 +131,8 @@ def _load(config: TrainConfig) -> tuple[Manifest, Split]:
         raise ConfigError(
             f"{config.manifest}: a classifier needs at least 2 labels, found {len(labels)}"
         )
+    import tensorflow  # noqa: F401  (a missing install is said before the split's warnings)
+
     split_seed = config.seed if config.split_seed is None else config.split_seed
     return manifest, split(manifest, config.val_fraction, split_seed)
 
