@@ -218,7 +218,7 @@ def _problem(
                 offset=offset,
                 path=path,
             )
-    # Unreachable while scan_frames and scan agree (tests/test_native.py pits them against
+    # Unreachable while scan_frames and scan agree (tests/format/test_native.py pits them against
     # each other); still an error naming the shard, never records handed on.
     return RecordError(
         f"{where}: record {first} at byte {start}: the C and Python framing walks disagree",

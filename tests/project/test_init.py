@@ -19,7 +19,7 @@ from tfshards import __version__
 from tfshards.cli import app
 from tfshards.project import ignores, pipeline, scaffold, yamlfile
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 CODE_DEPS = ("stages/", "src/tfshards/")  # deps this repository adds: its own source files
 
 

@@ -30,7 +30,7 @@ from tfshards.validation.validate import ValidateConfig, ValidationReport, valid
 from tfshards.writing.config import WriteConfig
 from tfshards.writing.writer import write
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 COUNT, CLASSES, SHARDS = 40, 4, 4
 SHARD = [f"data-{i:05d}-of-{SHARDS:05d}.tfrecord" for i in range(SHARDS)]
 

@@ -12,7 +12,7 @@ from dvcrepo import run as _run
 from tfshards.shardset.manifest import Manifest
 
 pytestmark = pytest.mark.slow
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(scope="module")

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 # bench/ runs as `python -m bench.<package>.<module>` from the repository root; it is not installed.
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from bench.studies.dask_cost import crossover, line, render
 
 

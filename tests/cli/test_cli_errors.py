@@ -215,7 +215,7 @@ def _run(*args: str, env: dict[str, str] | None = None, **kw) -> subprocess.Comp
 
 
 TFSHARDS = str(Path(sys.executable).with_name("tfshards"))
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 
 
 @pytest.mark.parametrize(

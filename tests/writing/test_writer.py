@@ -33,7 +33,7 @@ from tfshards.writing import plan, writer
 from tfshards.writing.config import WriteConfig
 from tfshards.writing.writer import write
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture

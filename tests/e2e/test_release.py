@@ -1,6 +1,6 @@
 """One version everywhere: `tfshards --version`, the installed metadata and ``_version``.
 
-The slow tests (tests/test_install.py) build the wheel and the sdist, install
+The slow tests (tests/e2e/test_install.py) build the wheel and the sdist, install
 each into a brand-new virtual environment and run a new DVC pipeline from it.
 """
 

@@ -20,7 +20,7 @@ from tfshards.writing.config import WriteConfig
 from tfshards.writing.writer import write
 
 pytestmark = pytest.mark.slow
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture

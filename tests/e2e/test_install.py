@@ -27,7 +27,7 @@ from tfshards._version import __version__
 
 pytestmark = pytest.mark.slow
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent
 UP_TO_DATE = "Data and pipelines are up to date."
 COMPILERS = ("gcc", "cc", "c++", "g++", "clang")

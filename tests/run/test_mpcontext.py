@@ -15,7 +15,7 @@ import pytest
 
 from tfshards.run import mpcontext
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 
 
 @pytest.mark.parametrize(

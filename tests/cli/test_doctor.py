@@ -12,7 +12,7 @@ import pytest
 
 from tfshards._version import __version__
 
-SRC = Path(__file__).resolve().parents[1] / "src"
+SRC = Path(__file__).resolve().parents[2] / "src"
 NOTE = "note: tfshards' compiled loops (tfshards.format._native)"
 
 # Runs the command line in a process where importing the compiled loops fails as it

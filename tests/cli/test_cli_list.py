@@ -14,7 +14,7 @@ from typer.testing import CliRunner
 
 from tfshards.cli import app
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 runner = CliRunner()
 
 

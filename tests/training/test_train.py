@@ -22,7 +22,7 @@ from tfshards.training.trainconfig import TrainConfig
 from tfshards.writing.config import WriteConfig
 from tfshards.writing.writer import write
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 DIGITS, SHARDS = 1797, 16
 
 

@@ -12,7 +12,7 @@ from typer.testing import CliRunner
 from tfshards.cli import app
 from tfshards.cli.train import parse_bool, parse_model_args
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 
 
 @pytest.mark.parametrize(("text", "expected"), [("true", True), ("False", False), ("1", True)])

@@ -19,7 +19,7 @@ from tfshards.training import trainconfig
 from tfshards.validation import config as validateconfig
 from tfshards.writing import config as writeconfig
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 # The values this repository's params.yaml picks for the digits demo (the rest are defaults).
 REPO_SPEC = pipeline.PipelineSpec(extensions=".png", name="digits", image_size=16)
 REPO_VALUES = {"write": {"num_shards": 16, "seed": 42}}

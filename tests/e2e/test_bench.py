@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 BENCH = REPO / "bench"
 # What each part of bench/ may import from bench/ besides itself: the suite and every study
 # share only bench.common, and a study imports no other study.
