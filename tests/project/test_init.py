@@ -12,9 +12,9 @@ from typing import Any
 
 import pytest
 import yaml
+from test_yamlfile import billion_laughs
 from typer.testing import CliRunner
 
-from test_yamlfile import billion_laughs
 from tfshards import __version__
 from tfshards.cli import app
 from tfshards.project import ignores, pipeline, scaffold, yamlfile
