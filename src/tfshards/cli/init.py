@@ -15,55 +15,63 @@ from tfshards.project import pipeline
 DEFAULTS = pipeline.PipelineSpec()
 
 
+RootOption = Annotated[
+    str | None,
+    typer.Option(
+        help="Raw files in ImageFolder layout (ROOT/<label>/<file>): a path in the repo "
+        f"or any fsspec URL. (default: {DEFAULTS.root})",
+        show_default=False,
+    ),
+]
+ShardsOption = Annotated[
+    str | None,
+    typer.Option(
+        help="Where shard versions go. A URL (s3://bucket/shards, gs://...) gives the "
+        "remote-first pipeline: DVC tracks only the manifest and the metrics. "
+        f"(default: {DEFAULTS.shards})",
+        show_default=False,
+    ),
+]
+NameOption = Annotated[
+    str | None,
+    typer.Option(
+        help=f"Shard file prefix: NAME-00003-of-00016.tfrecord. (default: {DEFAULTS.name})",
+        show_default=False,
+    ),
+]
+ImageSizeOption = Annotated[
+    int | None,
+    typer.Option(
+        help="Training resizes images to SIZE x SIZE pixels (the shards keep the original "
+        f"files). (default: {DEFAULTS.image_size})",
+        show_default=False,
+    ),
+]
+ExtensionsOption = Annotated[
+    str | None,
+    typer.Option(
+        help=f"Comma-separated suffixes to list. (default: {DEFAULTS.extensions})",
+        show_default=False,
+    ),
+]
+ForceOption = Annotated[
+    bool,
+    typer.Option(
+        "--force",
+        help="Replace tfshards stages that differ from what init writes (e.g. after an "
+        "upgrade), and params that differ from the options given here.",
+    ),
+]
+
+
 @one_line_errors
 def init_command(
-    root: Annotated[
-        str | None,
-        typer.Option(
-            help="Raw files in ImageFolder layout (ROOT/<label>/<file>): a path in the repo "
-            f"or any fsspec URL. (default: {DEFAULTS.root})",
-            show_default=False,
-        ),
-    ] = None,
-    shards: Annotated[
-        str | None,
-        typer.Option(
-            help="Where shard versions go. A URL (s3://bucket/shards, gs://...) gives the "
-            "remote-first pipeline: DVC tracks only the manifest and the metrics. "
-            f"(default: {DEFAULTS.shards})",
-            show_default=False,
-        ),
-    ] = None,
-    name: Annotated[
-        str | None,
-        typer.Option(
-            help=f"Shard file prefix: NAME-00003-of-00016.tfrecord. (default: {DEFAULTS.name})",
-            show_default=False,
-        ),
-    ] = None,
-    image_size: Annotated[
-        int | None,
-        typer.Option(
-            help="Training resizes images to SIZE x SIZE pixels (the shards keep the original "
-            f"files). (default: {DEFAULTS.image_size})",
-            show_default=False,
-        ),
-    ] = None,
-    extensions: Annotated[
-        str | None,
-        typer.Option(
-            help=f"Comma-separated suffixes to list. (default: {DEFAULTS.extensions})",
-            show_default=False,
-        ),
-    ] = None,
-    force: Annotated[
-        bool,
-        typer.Option(
-            "--force",
-            help="Replace tfshards stages that differ from what init writes (e.g. after an "
-            "upgrade), and params that differ from the options given here.",
-        ),
-    ] = False,
+    root: RootOption = None,
+    shards: ShardsOption = None,
+    name: NameOption = None,
+    image_size: ImageSizeOption = None,
+    extensions: ExtensionsOption = None,
+    force: ForceOption = False,
 ) -> None:
     """Add the tfshards pipeline (list -> write -> validate -> train) to this repository.
 

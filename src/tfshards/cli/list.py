@@ -11,66 +11,74 @@ from tfshards.cli._common import one_line_errors
 from tfshards.listing.hashcache import OFF, default_path
 from tfshards.listing.listing import DEFAULT_EXTENSIONS, format_skipped, list_files, write_listing
 
+RootArgument = Annotated[
+    str,
+    typer.Argument(
+        help="Folder or fsspec URL (s3://bucket/raw, gs://..., memory://...) to list.",
+        show_default=False,
+    ),
+]
+OutOption = Annotated[
+    str,
+    typer.Option(
+        "--out",
+        help="Folder to write files.jsonl and meta.json into (local path or URL).",
+        show_default=False,
+    ),
+]
+IndexOption = Annotated[
+    str | None,
+    typer.Option(
+        "--index",
+        help="CSV (.csv, columns path,label) or JSON lines (.jsonl/.json, keys path, label) "
+        "with paths relative to ROOT. Default: labels are ROOT's first-level folders.",
+    ),
+]
+ExtensionsOption = Annotated[
+    str,
+    typer.Option(
+        "--extensions",
+        help="Comma-separated file suffixes to keep, case-insensitive; '*' keeps every file.",
+    ),
+]
+GlobOption = Annotated[
+    str | None,
+    typer.Option(
+        "--glob",
+        help="fnmatch pattern the path relative to ROOT must match ('*' also matches '/'), "
+        "e.g. 'train/*'.",
+    ),
+]
+HashCacheOption = Annotated[
+    str | None,
+    typer.Option(
+        "--hash-cache",
+        help="SQLite file remembering each local file's SHA-256 by its stat, so an "
+        "unchanged file is not read again; 'none' reads every file. Default: "
+        "$TFSHARDS_HASH_CACHE, else ~/.cache/tfshards/listing-hashes.sqlite. "
+        "A file there that tfshards did not make is refused and left as it is.",
+        show_default=False,
+    ),
+]
+MetricsOption = Annotated[
+    str | None,
+    typer.Option(
+        "--metrics",
+        help="Also write the counts (files per label, skipped files per reason) "
+        "as JSON here: a DVC metric.",
+    ),
+]
+
 
 @one_line_errors
 def list_files_command(
-    root: Annotated[
-        str,
-        typer.Argument(
-            help="Folder or fsspec URL (s3://bucket/raw, gs://..., memory://...) to list.",
-            show_default=False,
-        ),
-    ],
-    out: Annotated[
-        str,
-        typer.Option(
-            "--out",
-            help="Folder to write files.jsonl and meta.json into (local path or URL).",
-            show_default=False,
-        ),
-    ],
-    index: Annotated[
-        str | None,
-        typer.Option(
-            "--index",
-            help="CSV (.csv, columns path,label) or JSON lines (.jsonl/.json, keys path, label) "
-            "with paths relative to ROOT. Default: labels are ROOT's first-level folders.",
-        ),
-    ] = None,
-    extensions: Annotated[
-        str,
-        typer.Option(
-            "--extensions",
-            help="Comma-separated file suffixes to keep, case-insensitive; '*' keeps every file.",
-        ),
-    ] = ",".join(DEFAULT_EXTENSIONS),
-    glob: Annotated[
-        str | None,
-        typer.Option(
-            "--glob",
-            help="fnmatch pattern the path relative to ROOT must match ('*' also matches '/'), "
-            "e.g. 'train/*'.",
-        ),
-    ] = None,
-    hash_cache: Annotated[
-        str | None,
-        typer.Option(
-            "--hash-cache",
-            help="SQLite file remembering each local file's SHA-256 by its stat, so an "
-            "unchanged file is not read again; 'none' reads every file. Default: "
-            "$TFSHARDS_HASH_CACHE, else ~/.cache/tfshards/listing-hashes.sqlite. "
-            "A file there that tfshards did not make is refused and left as it is.",
-            show_default=False,
-        ),
-    ] = None,
-    metrics: Annotated[
-        str | None,
-        typer.Option(
-            "--metrics",
-            help="Also write the counts (files per label, skipped files per reason) "
-            "as JSON here: a DVC metric.",
-        ),
-    ] = None,
+    root: RootArgument,
+    out: OutOption,
+    index: IndexOption = None,
+    extensions: ExtensionsOption = ",".join(DEFAULT_EXTENSIONS),
+    glob: GlobOption = None,
+    hash_cache: HashCacheOption = None,
+    metrics: MetricsOption = None,
 ) -> None:
     """List ROOT's files and labels into OUT/files.jsonl and OUT/meta.json.
 

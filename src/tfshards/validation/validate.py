@@ -127,28 +127,7 @@ def validate(config: ValidateConfig, *, progress: bool = False) -> ValidationRep
         for shard in manifest.shards
     ]
     part = _split(manifest, config)
-    with (
-        Progress("validate", total=manifest.records, enabled=progress) as bar,
-        DigestStore([t.name for t in tasks], {s.name for s in part.val}, manifest.records) as store,
-    ):
-        pool = executors.start(config.run, [storage.protocol(fs)], tasks=len(tasks))
-        arrived: dict[int, ShardReport] = {}
-        with pool:
-            for i, report in pool.map(
-                validate_shard,
-                tasks,
-                describe=lambda t: t.name,
-                needs=Needs(
-                    locations=(storage.absolute(manifest.directory),),
-                    inputs=(storage.absolute(manifest.directory),),
-                ),
-                note=bar.note,
-            ):
-                bar.update(report.records, report.bytes)
-                store.add(i, report.digests, report.record_labels)  # spilled, never all held
-                arrived[i] = dataclasses.replace(report, digests=b"", record_labels=b"")
-        done = [arrived[i] for i in range(len(tasks))]
-        dups = store.find()
+    done, dups = _check_shards(config, manifest, fs, tasks, part, progress)
     problems = [p for r in done for p in r.problems]
     count = sum(r.problem_count for r in done)
     per_label = [sum(r.label_counts[i] for r in done) for i in range(len(manifest.labels))]
@@ -187,6 +166,44 @@ def validate(config: ValidateConfig, *, progress: bool = False) -> ValidationRep
         warnings=tuple(splits.balance_warnings(counts)),
         groups=spread,
     )
+
+
+def _check_shards(
+    config: ValidateConfig,
+    manifest: Manifest,
+    fs: Any,
+    tasks: list[ShardCheck],
+    part: splits.Split,
+    progress: bool,
+) -> tuple[list[ShardReport], Duplicates]:
+    """Every shard checked on the executor, in manifest order, and the duplicates among them.
+
+    Each shard's record digests are spilled to disk as its report arrives
+    (:class:`DigestStore`), so memory holds the reports, never every digest.
+    """
+    with (
+        Progress("validate", total=manifest.records, enabled=progress) as bar,
+        DigestStore([t.name for t in tasks], {s.name for s in part.val}, manifest.records) as store,
+    ):
+        pool = executors.start(config.run, [storage.protocol(fs)], tasks=len(tasks))
+        arrived: dict[int, ShardReport] = {}
+        with pool:
+            for i, report in pool.map(
+                validate_shard,
+                tasks,
+                describe=lambda t: t.name,
+                needs=Needs(
+                    locations=(storage.absolute(manifest.directory),),
+                    inputs=(storage.absolute(manifest.directory),),
+                ),
+                note=bar.note,
+            ):
+                bar.update(report.records, report.bytes)
+                store.add(i, report.digests, report.record_labels)  # spilled, never all held
+                arrived[i] = dataclasses.replace(report, digests=b"", record_labels=b"")
+        done = [arrived[i] for i in range(len(tasks))]
+        dups = store.find()
+    return done, dups
 
 
 def _split(manifest: Manifest, config: ValidateConfig) -> splits.Split:
