@@ -4,7 +4,7 @@ One walk (:func:`_parse`) serves both callers: :func:`decode` keeps every
 value, :func:`outline` keeps what the record checks need (each named
 feature's kind, number of values and first value) in memory bounded by the
 names asked for. Both raise the same errors for the same bytes. The C walk
-(``outline_examples`` in ``_native.c``) accepts exactly the records this one
+(``outline_examples`` in ``_native_parse.c``) accepts exactly the records this one
 does and finds the same fields (the differential tests pit them against each
 other). The wire format is in :mod:`tfshards.format.wire`.
 """

@@ -6,7 +6,7 @@ but whose bytes start like none of these formats: a text file saved as
 TensorFlow's decoder with an error that names no file. Any of the formats
 is accepted under any image name: data sets hold PNGs named ``.jpg``, and
 TensorFlow's ``decode_image`` (and ``decode_jpeg``) read them. The C loop in
-``_native.c`` (``known_image``) applies the same rule to the same bytes.
+``_native_frame.c`` (``known_image``) applies the same rule to the same bytes.
 """
 
 from __future__ import annotations

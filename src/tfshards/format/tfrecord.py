@@ -3,7 +3,7 @@
 The layout is in :mod:`tfshards.format.wire`. This is the reference walk:
 :func:`scan` (a buffer) and :class:`FrameCounter` (a stream in pieces) read
 each header with :func:`read_header` and word every problem here; the C walk
-(``scan_frames`` in ``_native.c``) stops where they find one. This module
+(``scan_frames`` in ``_native_scan.c``) stops where they find one. This module
 needs no TensorFlow. CRCs use the hardware-accelerated ``crc32c``
 package (~20 GB/s here), so framing costs far less than hashing the payload.
 """

@@ -1,6 +1,6 @@
 """The wire constants of TFRecord framing and of ``tf.train.Example`` protos, stated once.
 
-Every Python module of the format takes them from here; ``_native.c`` (the C
+Every Python module of the format takes them from here; ``_native.h`` (the C
 fast path) states the same numbers as its own ``#define``s, and the tests
 compare the two paths' bytes and verdicts.
 

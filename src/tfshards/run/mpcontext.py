@@ -82,7 +82,7 @@ class LeanForkServerContext(multiprocessing.context.ForkServerContext):
     the parent, so that functions defined there unpickle. Ours run only
     functions of tfshards modules, and a script that imports TensorFlow at the
     top would cost every worker 3-5 s and ~300 MB for nothing. Measured: a
-    2-process validate of 144 MB took 0.25 s under ``python -m bench.run``
+    2-process validate of 144 MB took 0.25 s under ``python -m bench.suite.run``
     (whose import is 0.2 s), and 0.15 s in the next run with this context.
 
     For functions pickled by reference from ``__main__`` (a user's generator

@@ -156,7 +156,7 @@ def validate_shard(task: ShardCheck) -> ShardReport:
     """Check one shard's bytes, framing and records against its manifest entry.
 
     Memory stays bounded by the manifest's shard size whatever the file holds
-    (measured in the README): an uncompressed shard is read and checked in
+    (measured in docs/reliability.md): an uncompressed shard is read and checked in
     windows of whole records, a file larger than the manifest says is hashed
     and its framing walked in pieces, and a gzip/zlib shard whose size and
     sha256 match the manifest has its records checked in such windows as its
