@@ -97,21 +97,29 @@ def test_second_repro_changes_nothing(project):
     assert after == before and (project / "dvc.lock").read_bytes() == lock
 
 
-def test_a_changed_param_makes_a_new_version_beside_the_old(project):
+def _versions(project: Path) -> list[str]:
+    return sorted(p.name for p in (project / "data/shards").iterdir() if p.is_dir())
+
+
+def test_a_changed_param_makes_a_new_version_that_replaces_the_old_in_the_out(project):
+    """write.old_versions: remove keeps the DVC out at one version; DVC's cache keeps the rest."""
     old = Manifest.from_json((project / "data/manifest.json").read_bytes())
     _run(["dvc", "repro", "-s", "write", "--force"], project)  # same params: same bytes
     same = Manifest.from_json((project / "data/manifest.json").read_bytes())
     assert same == old
+    assert _versions(project) == [old.fingerprint]
     params = (project / "params.yaml").read_text()
     (project / "params.yaml").write_text(params.replace("seed: 42 ", "seed: 7 "))
     try:
         _run(["dvc", "repro", "write"], project)
         new = Manifest.from_json((project / "data/manifest.json").read_bytes())
         assert new.root != old.root
-        assert (project / old.root / "manifest.json").exists()  # old version kept
+        assert _versions(project) == [new.fingerprint]  # the old one is DVC's to restore
     finally:
         (project / "params.yaml").write_text(params)
         _run(["dvc", "repro", "write"], project)
+    assert _versions(project) == [old.fingerprint]
+    assert (project / old.root / "manifest.json").exists()
 
 
 def test_dvc_exp_run_with_a_changed_param_is_listed(project):

@@ -6,8 +6,12 @@ from typing import Any
 
 import typer
 
+from tfshards import storage
 from tfshards.cli._common import one_line_errors
+from tfshards.errors import ConfigError
 from tfshards.project import stageoptions
+from tfshards.project.prune import PruneConfig, prune
+from tfshards.shardset.layout import MANIFEST_NAME
 from tfshards.writing.config import OPTIONS, WriteConfig
 from tfshards.writing.writer import write
 
@@ -22,8 +26,17 @@ def dashed(token: str) -> str:
 CONTEXT = {"token_normalize_func": dashed}
 
 
+OLD_VERSIONS = ("keep", "remove")
+
+
 def _write(values: dict[str, Any]) -> None:
     config = stageoptions.config(WriteConfig, OPTIONS, values)
+    if values["old_versions"] not in OLD_VERSIONS:
+        raise ConfigError(
+            f"old_versions: expected one of {OLD_VERSIONS}, got {values['old_versions']!r}",
+            option="old_versions",
+            valid=OLD_VERSIONS,
+        )
     result = write(config, values["listing"], progress=values["progress"])
     m = result.manifest
     typer.echo(
@@ -31,6 +44,19 @@ def _write(values: dict[str, Any]) -> None:
         f"{len(m.rejected)} rejected, {result.reused} shards reused) to {m.root} "
         f"in {result.seconds:.1f}s"
     )
+    if values["old_versions"] == "remove":
+        _remove_old_versions(config, storage.join(m.directory, MANIFEST_NAME))
+
+
+def _remove_old_versions(config: WriteConfig, manifest: str) -> None:
+    """Delete the other finished, idle versions under ``config.out`` and say so."""
+    pruned = PruneConfig(
+        manifest, config.out, min_age_s=0, delete=True, storage_options=config.out_options
+    )
+    gone = [v for v in prune(pruned).versions if v.action == "deleted"]
+    if gone:
+        names = ", ".join(v.name for v in gone)
+        typer.echo(f"old_versions remove: deleted {len(gone)} other versions ({names})")
 
 
 write_command = one_line_errors(

@@ -135,7 +135,15 @@ def params(spec: PipelineSpec) -> dict[str, dict[str, Any]]:
     """The params.yaml sections the stages read, with ``spec``'s values and defaults."""
     return {
         "list": {"root": spec.root, "extensions": spec.extensions},
-        "write": stageoptions.params(writeconfig.OPTIONS, {"out": spec.shards, "name": spec.name}),
+        # Local shards are one DVC out: it holds this version only, or clones differ.
+        "write": stageoptions.params(
+            writeconfig.OPTIONS,
+            {
+                "out": spec.shards,
+                "name": spec.name,
+                "old_versions": "keep" if spec.remote else "remove",
+            },
+        ),
         "validate": stageoptions.params(validateconfig.OPTIONS),
         "train": stageoptions.params(trainconfig.OPTIONS, {"image_size": spec.image_size}),
     }

@@ -192,6 +192,15 @@ OPTIONS = (
         param=True,
         comment="jpeg (quality 90) | raw (uint8 pixels in a BMP: no decode, 16x larger)",
     ),
+    Option(
+        "old_versions", str, "keep",
+        "keep | remove. remove: once this version's manifest is out, delete the other "
+        "finished versions under OUT that nothing is writing (as `tfshards prune --delete "
+        "--min-age 0` does), so OUT holds exactly this version: a DVC out of it then "
+        "hashes the same on every clone. Folders tfshards did not write are never touched.",
+        param=True, field=None,
+        comment="keep | remove: the other versions under out (a DVC out: remove)",
+    ),
     *run_options(
         "auto | process | thread | serial | dask. auto: threads when the per-record "
         "loop runs in the compiled tfshards.format._native (no transform, no resize, local "
