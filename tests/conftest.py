@@ -1,13 +1,19 @@
-"""Shared fixtures: a clean memory:// store per test, quiet TensorFlow and DVC."""
+"""Shared fixtures: a clean memory:// store per test, quiet TensorFlow and DVC, and the
+scenarios most tests draw: a synthetic raw image tree, listed and written as a shard set."""
 
 from __future__ import annotations
 
 import os
 import subprocess
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import pytest
+
+if TYPE_CHECKING:  # imported in the fixtures: conftest stays light for tests that never write
+    from tfshards.listing.listing import Listing
+    from tfshards.shardset.manifest import Manifest
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 os.environ.setdefault("DVC_NO_ANALYTICS", "true")
@@ -32,6 +38,80 @@ def clean_memory_fs() -> Iterator[None]:
     MemoryFileSystem.store.clear()
     MemoryFileSystem.pseudo_dirs.clear()
     MemoryFileSystem.pseudo_dirs.append("")
+
+
+RawMaker = Callable[..., Path]
+SetWriter = Callable[..., "Manifest"]
+
+
+def _synthetic(root: Path, count: int, size: int, fmt: str, classes: int, seed: int) -> Path:
+    from tfshards.project.sample import write_synthetic
+
+    write_synthetic(str(root), count, size, fmt=fmt, classes=classes, seed=seed, workers=1)
+    return root
+
+
+@pytest.fixture
+def make_raw(tmp_path: Path) -> RawMaker:
+    """``make_raw(count, size, fmt=, classes=, seed=, path=)``: a fresh synthetic tree.
+
+    Written with ``tfshards.project.sample.write_synthetic`` at ``path`` (default
+    ``tmp_path / "raw"``); the test owns it and may change it.
+    """
+
+    def make(
+        count: int,
+        size: int,
+        *,
+        fmt: str = "jpeg",
+        classes: int = 10,
+        seed: int = 0,
+        path: Path | None = None,
+    ) -> Path:
+        return _synthetic(path or tmp_path / "raw", count, size, fmt, classes, seed)
+
+    return make
+
+
+@pytest.fixture(scope="session")
+def shared_raw(tmp_path_factory: pytest.TempPathFactory) -> RawMaker:
+    """``shared_raw(count, size, fmt=, classes=, seed=)``: one tree per recipe per session.
+
+    For tests that only read the tree: every caller with that recipe gets the same folder.
+    """
+    trees: dict[tuple[int, int, str, int, int], Path] = {}
+
+    def make(count: int, size: int, *, fmt: str = "jpeg", classes: int = 10, seed: int = 0) -> Path:
+        recipe = (count, size, fmt, classes, seed)
+        if recipe not in trees:
+            trees[recipe] = _synthetic(tmp_path_factory.mktemp("raw"), *recipe)
+        return trees[recipe]
+
+    return make
+
+
+@pytest.fixture
+def write_options() -> Mapping[str, Any]:
+    """WriteConfig keywords that ``write_set`` uses unless a call names them; a test module
+    overrides this fixture to give its own defaults."""
+    return {}
+
+
+@pytest.fixture
+def write_set(write_options: Mapping[str, Any]) -> SetWriter:
+    """``write_set(raw, out, **WriteConfig keywords)``: list ``raw`` (a folder, or a Listing
+    as it is) and write a shard set at ``out`` without progress; returns its Manifest."""
+
+    from tfshards.listing.listing import Listing, list_files
+    from tfshards.writing.config import WriteConfig
+    from tfshards.writing.writer import write
+
+    def make(raw: Path | str | Listing, out: Path | str, **kw: Any) -> Manifest:
+        listing = raw if isinstance(raw, Listing) else list_files(str(raw))
+        config = WriteConfig(out=str(out), **{**write_options, **kw})
+        return write(config, listing, progress=False).manifest
+
+    return make
 
 
 @pytest.fixture(params=["c", "python"])

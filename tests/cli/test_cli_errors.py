@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -13,8 +14,6 @@ from typer.testing import CliRunner
 from tfshards.cli import app
 from tfshards.listing.listing import list_files, write_listing
 from tfshards.project.sample import write_synthetic
-from tfshards.writing.config import WriteConfig
-from tfshards.writing.writer import write
 
 SECRET = "wJalrXUtnFEMIK7MDENGbPxRfiCYEXAMPLEKEY"
 
@@ -33,10 +32,8 @@ def _one_line(code: int, stderr: str) -> str:
 
 
 @pytest.fixture
-def raw(tmp_path: Path) -> Path:
-    out = tmp_path / "raw"
-    write_synthetic(str(out), 6, 16, classes=2, workers=1)
-    return out
+def raw(make_raw: Callable[..., Path]) -> Path:
+    return make_raw(6, 16, classes=2)
 
 
 @pytest.fixture
@@ -251,7 +248,9 @@ def test_version_prints_the_installed_version():
     assert out.returncode == 0 and out.stdout.strip() == f"tfshards {tfshards.__version__}"
 
 
-def test_train_without_tensorflow_installed_is_one_line_naming_the_extra(tmp_path):
+def test_train_without_tensorflow_installed_is_one_line_naming_the_extra(
+    make_raw, write_set, tmp_path
+):
     # A `pip install tfshards` without the [cpu]/[gpu] extra: tensorflow cannot be imported.
     shadow = tmp_path / "shadow" / "tensorflow"
     shadow.mkdir(parents=True)
@@ -259,11 +258,8 @@ def test_train_without_tensorflow_installed_is_one_line_naming_the_extra(tmp_pat
         "raise ModuleNotFoundError(\"No module named 'tensorflow'\", name='tensorflow')\n"
     )
     manifest = tmp_path / "manifest.json"  # a real one: train reads it before importing TF
-    write_synthetic(str(tmp_path / "raw"), 20, 16, classes=2, workers=1)
-    config = WriteConfig(
-        out=str(tmp_path / "shards"), num_shards=2, executor="serial", manifest_copy=str(manifest)
-    )
-    write(config, list_files(str(tmp_path / "raw")), progress=False)
+    raw, shards = make_raw(20, 16, classes=2), tmp_path / "shards"
+    write_set(raw, shards, num_shards=2, executor="serial", manifest_copy=str(manifest))
     out = _run(
         TFSHARDS,
         "train",

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import subprocess
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -14,26 +15,20 @@ from tfshards.cli import app
 from tfshards.errors import ConfigError
 from tfshards.listing.listing import Listing, list_files
 from tfshards.project.prune import PruneConfig, prune
-from tfshards.project.sample import write_synthetic
 from tfshards.shardset.layout import MANIFEST_NAME
 from tfshards.shardset.manifest import Manifest
-from tfshards.writing.config import WriteConfig
-from tfshards.writing.writer import write
 
 OLD = 1_000_000_000  # an mtime long past: older than any --min-age
 
 
 @pytest.fixture
-def listing(tmp_path: Path) -> Listing:
-    write_synthetic(str(tmp_path / "raw"), 24, 16, workers=1)
-    return list_files(str(tmp_path / "raw"))
+def listing(make_raw: Callable[..., Path]) -> Listing:
+    return list_files(str(make_raw(24, 16)))
 
 
-def _write(listing: Listing, out: str, seed: int, copy: str, **options: Any) -> Manifest:
-    config = WriteConfig(
-        out=out, num_shards=2, seed=seed, executor="serial", manifest_copy=copy, out_options=options
-    )
-    return write(config, listing, progress=False).manifest
+@pytest.fixture
+def write_options() -> dict[str, object]:
+    return {"num_shards": 2, "executor": "serial"}
 
 
 def _age(folder: Path) -> None:
@@ -42,12 +37,14 @@ def _age(folder: Path) -> None:
 
 
 @pytest.fixture
-def versions(listing: Listing, tmp_path: Path) -> dict[str, str]:
+def versions(
+    write_set: Callable[..., Manifest], listing: Listing, tmp_path: Path
+) -> dict[str, str]:
     """Four finished versions (seeds 1-4; seed 4 is current) and an interrupted one."""
     out = tmp_path / "shards"
-    names = {}
+    names, copy = {}, str(tmp_path / "m.json")
     for seed in (1, 2, 3, 4):
-        names[f"seed{seed}"] = _write(listing, str(out), seed, str(tmp_path / "m.json")).fingerprint
+        names[f"seed{seed}"] = write_set(listing, out, seed=seed, manifest_copy=copy).fingerprint
     interrupted = out / "00000000deadbeef"
     interrupted.mkdir()
     (interrupted / "x-00000-of-00001.tfrecord").write_bytes(b"partial")
@@ -98,8 +95,8 @@ def test_recent_and_temp_holding_versions_are_never_touched(versions, tmp_path):
     assert not (out / versions["seed3"]).exists()
 
 
-def test_a_manifest_from_another_location_is_refused(versions, listing, tmp_path):
-    _write(listing, str(tmp_path / "elsewhere"), 9, str(tmp_path / "other.json"))
+def test_a_manifest_from_another_location_is_refused(write_set, versions, listing, tmp_path):
+    write_set(listing, tmp_path / "elsewhere", seed=9, manifest_copy=str(tmp_path / "other.json"))
     with pytest.raises(ConfigError, match="expected the current version"):
         prune(PruneConfig(manifest=str(tmp_path / "other.json"), out=str(tmp_path / "shards")))
     assert len(list((tmp_path / "shards").iterdir())) == 6
@@ -112,14 +109,14 @@ def _git(cwd: Path, *args: str) -> None:
 
 
 @pytest.mark.slow
-def test_keep_commits_keeps_the_versions_of_the_last_n_manifests(listing, tmp_path):
+def test_keep_commits_keeps_the_versions_of_the_last_n_manifests(write_set, listing, tmp_path):
     repo = tmp_path / "repo"
     repo.mkdir()
     _git(repo, "git", "init", "-q")
     manifest = repo / "manifest.json"
-    names = []
+    names, copy = [], str(manifest)
     for seed in (1, 2, 3, 4):
-        names.append(_write(listing, str(repo / "shards"), seed, str(manifest)).fingerprint)
+        names.append(write_set(listing, repo / "shards", seed=seed, manifest_copy=copy).fingerprint)
         _git(repo, "git", "add", "manifest.json")
         _git(repo, "git", "commit", "-qm", f"seed {seed}")
     for child in (repo / "shards").iterdir():
@@ -163,7 +160,9 @@ def test_cli_prints_one_line_per_version_and_a_summary(versions, tmp_path):
 
 
 @pytest.mark.slow
-def test_prune_on_s3_deletes_exactly_the_unreferenced_versions(listing, tmp_path, endpoint):
+def test_prune_on_s3_deletes_exactly_the_unreferenced_versions(
+    write_set, listing, tmp_path, endpoint
+):
     import s3fs
 
     options = {"endpoint_url": endpoint, "key": "testing", "secret": "testing"}
@@ -171,8 +170,12 @@ def test_prune_on_s3_deletes_exactly_the_unreferenced_versions(listing, tmp_path
     fs.mkdir("prune-bucket")
     try:
         names = [
-            _write(
-                listing, "s3://prune-bucket/shards", seed, str(tmp_path / "m.json"), **options
+            write_set(
+                listing,
+                "s3://prune-bucket/shards",
+                seed=seed,
+                manifest_copy=str(tmp_path / "m.json"),
+                out_options=options,
             ).fingerprint
             for seed in (1, 2, 3)
         ]

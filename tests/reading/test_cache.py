@@ -7,27 +7,25 @@ import dataclasses
 import hashlib
 import json
 import os
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 from fsspec.implementations.memory import MemoryFileSystem
 
 from tfshards.errors import ShardError
-from tfshards.listing.listing import list_files
-from tfshards.project.sample import write_synthetic
 from tfshards.reading import corruption, loader
 from tfshards.reading.cache import SIDECAR, ShardCache, default_cache_dir
 from tfshards.shardset.manifest import Manifest
-from tfshards.writing.config import WriteConfig
-from tfshards.writing.writer import write
 
 
 @pytest.fixture
-def remote(tmp_path: Path) -> Manifest:
+def remote(
+    make_raw: Callable[..., Path], write_set: Callable[..., Manifest], tmp_path: Path
+) -> Manifest:
     """60 synthetic 16 px JPEGs in 4 shards on memory://."""
-    write_synthetic(str(tmp_path / "img"), 60, 16, classes=3, workers=1)
-    config = WriteConfig(out="memory://bucket/shards", num_shards=4, executor="serial")
-    return write(config, list_files(str(tmp_path / "img")), progress=False).manifest
+    raw = make_raw(60, 16, classes=3, path=tmp_path / "img")
+    return write_set(raw, "memory://bucket/shards", num_shards=4, executor="serial")
 
 
 def _remote_path(manifest: Manifest, name: str) -> str:

@@ -6,41 +6,36 @@ import hashlib
 import io
 import json
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
 import pytest
 from PIL import Image
 
-from tfshards.listing.listing import list_files
-from tfshards.project.sample import write_synthetic
 from tfshards.shardset import layout
 from tfshards.shardset.datasetinfo import tfds_files
 from tfshards.shardset.layout import MANIFEST_NAME
 from tfshards.shardset.manifest import Manifest
 from tfshards.validation.validate import ValidateConfig, validate
-from tfshards.writing.config import WriteConfig
-from tfshards.writing.writer import write
 
 tfds = pytest.importorskip("tensorflow_datasets")
 
 
-@pytest.fixture(scope="module")
-def raw(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    root = tmp_path_factory.mktemp("raw")
-    write_synthetic(str(root), 30, 12, fmt="png", classes=3, seed=2, workers=1)
-    return root
+@pytest.fixture
+def raw(shared_raw: Callable[..., Path]) -> Path:
+    return shared_raw(30, 12, fmt="png", classes=3, seed=2)
 
 
-def _write(raw: Path, out: Path, **kw: object) -> Manifest:
-    config = WriteConfig(out=str(out), name="synth", num_shards=3, seed=4, **kw)  # type: ignore[arg-type]
-    return write(config, list_files(str(raw)), progress=False).manifest
+@pytest.fixture
+def write_options() -> dict[str, object]:
+    return {"name": "synth", "num_shards": 3, "seed": 4}
 
 
 def test_builder_from_directory_reads_decoded_images_with_label_names_and_counts(
-    raw: Path, tmp_path: Path
+    write_set: Callable[..., Manifest], raw: Path, tmp_path: Path
 ) -> None:
-    manifest = _write(raw, tmp_path / "out")
+    manifest = write_set(raw, tmp_path / "out")
     builder = tfds.builder_from_directory(manifest.root)
     split = builder.info.splits["train"]
     assert list(builder.info.splits) == ["train"]
@@ -63,9 +58,9 @@ def test_builder_from_directory_reads_decoded_images_with_label_names_and_counts
 
 
 def test_metadata_equals_what_tfds_writes_for_the_same_features_and_split(
-    raw: Path, tmp_path: Path
+    write_set: Callable[..., Manifest], raw: Path, tmp_path: Path
 ) -> None:
-    manifest = _write(raw, tmp_path / "out")
+    manifest = write_set(raw, tmp_path / "out")
     from tensorflow_datasets.core import dataset_info, file_adapters, naming, utils
     from tensorflow_datasets.core import splits as split_lib
 
@@ -129,12 +124,12 @@ def size_and_mean(path, data, label):
 
 
 def test_transform_features_are_tensors_and_a_transformed_payload_is_bytes(
-    raw: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    write_set: Callable[..., Manifest], raw: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     (tmp_path / "tx_tfds.py").write_text(TRANSFORM)
     monkeypatch.chdir(tmp_path)
     sys.modules.pop("tx_tfds", None)
-    manifest = _write(raw, tmp_path / "out", transform="tx_tfds:size_and_mean")
+    manifest = write_set(raw, tmp_path / "out", transform="tx_tfds:size_and_mean")
     features = json.loads(tfds_files(manifest)["features.json"])["featuresDict"]["features"]
     assert features["image"]["tensor"]["dtype"] == "string"
     builder = tfds.builder_from_directory(manifest.root)
@@ -146,16 +141,18 @@ def test_transform_features_are_tensors_and_a_transformed_payload_is_bytes(
 
 @pytest.mark.parametrize("compression", ["gzip", "zlib"])
 def test_a_compressed_set_gets_no_tfds_metadata(
-    raw: Path, tmp_path: Path, compression: str
+    write_set: Callable[..., Manifest], raw: Path, tmp_path: Path, compression: str
 ) -> None:
-    manifest = _write(raw, tmp_path / "out", compression=compression)
+    manifest = write_set(raw, tmp_path / "out", compression=compression)
     assert not any((Path(manifest.root) / name).exists() for name in layout.TFDS_FILES)
     assert manifest.metadata_files == {}
     assert b"metadata_files" not in (Path(manifest.root) / MANIFEST_NAME).read_bytes()
 
 
-def test_validate_reports_changed_and_missing_metadata(raw: Path, tmp_path: Path) -> None:
-    manifest = _write(raw, tmp_path / "out")
+def test_validate_reports_changed_and_missing_metadata(
+    write_set: Callable[..., Manifest], raw: Path, tmp_path: Path
+) -> None:
+    manifest = write_set(raw, tmp_path / "out")
     url = f"{manifest.root}/{MANIFEST_NAME}"
     version = Path(manifest.root)
     (version / "label.labels.txt").write_text("cat\ndog\nbird\n")

@@ -8,12 +8,8 @@ import pytest
 
 from tfshards.format import tfrecord
 from tfshards.format.exampleparser import decode
-from tfshards.listing.listing import list_files
-from tfshards.project.sample import write_synthetic
 from tfshards.shardset.manifest import Manifest, ShardInfo
 from tfshards.shardset.split import BALANCE_TOLERANCE, Split, balance_warnings, label_counts, split
-from tfshards.writing.config import WriteConfig
-from tfshards.writing.writer import write
 
 
 def _shard(name: str, records: int) -> ShardInfo:
@@ -78,13 +74,16 @@ def test_no_validation_side_gives_no_warning():
 @pytest.mark.filterwarnings(
     "ignore::tfshards.shardset.split.SplitWarning"
 )  # whole groups: sizes vary
-def test_a_shard_split_of_a_group_by_set_keeps_each_group_on_one_side(tmp_path):
-    raw = tmp_path / "raw"
-    write_synthetic(str(raw), 120, 16, classes=4, workers=1)
-    config = WriteConfig(
-        out=str(tmp_path / "shards"), num_shards=6, group_by=r"(\d)\.jpg$", executor="serial"
+def test_a_shard_split_of_a_group_by_set_keeps_each_group_on_one_side(
+    make_raw, write_set, tmp_path
+):
+    manifest = write_set(
+        make_raw(120, 16, classes=4),
+        tmp_path / "shards",
+        num_shards=6,
+        group_by=r"(\d)\.jpg$",
+        executor="serial",
     )
-    manifest = write(config, list_files(str(raw)), progress=False).manifest
     for seed in range(3):
         part = split(manifest, 0.3, seed)
         sides = [_groups(manifest, part.train), _groups(manifest, part.val)]

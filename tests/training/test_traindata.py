@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -9,6 +10,7 @@ import pytest
 
 from tfshards.listing.listing import list_files
 from tfshards.project.sample import write_synthetic
+from tfshards.shardset.manifest import Manifest
 from tfshards.shardset.split import split
 from tfshards.training.optim import balanced_class_weights
 from tfshards.training.trainconfig import TrainConfig
@@ -18,14 +20,18 @@ from tfshards.writing.writer import write
 
 
 @pytest.mark.parametrize("scaled", [True, False])
-def test_scaled_decode_param_decides_how_the_loader_decodes(tmp_path: Path, scaled: bool) -> None:
+def test_scaled_decode_param_decides_how_the_loader_decodes(
+    make_raw: Callable[..., Path],
+    write_set: Callable[..., Manifest],
+    tmp_path: Path,
+    scaled: bool,
+) -> None:
     import numpy as np
 
     from tfshards.reading import loader
 
-    write_synthetic(str(tmp_path / "raw"), 8, 64, workers=1)  # 64 px JPEGs read at 16: ratio 4
-    config = WriteConfig(out=str(tmp_path / "shards"), num_shards=2, executor="serial")
-    m = write(config, list_files(str(tmp_path / "raw")), progress=False).manifest
+    raw = make_raw(8, 64)  # 64 px JPEGs read at 16: ratio 4
+    m = write_set(raw, tmp_path / "shards", num_shards=2, executor="serial")
     train_config = TrainConfig(image_size=16, batch_size=8, scaled_decode=scaled)
     got = next(iter(dataset(m.shards, m, train_config, training=False)))[0].numpy()
 

@@ -6,6 +6,7 @@ import hashlib
 import json
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -13,7 +14,6 @@ import pytest
 
 from tfshards.format.tfrecord import frame
 from tfshards.listing.listing import list_files
-from tfshards.project.sample import write_synthetic
 from tfshards.shardset import layout
 from tfshards.shardset.layout import MANIFEST_NAME
 from tfshards.shardset.manifest import Manifest
@@ -61,16 +61,14 @@ def _read_with_tfrecord(root: str, names: list[str], tmp: Path) -> dict[str, Any
     return result
 
 
-@pytest.fixture(scope="module")
-def raw(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    root = tmp_path_factory.mktemp("raw")
-    write_synthetic(str(root), 40, 16, fmt="jpeg", classes=3, seed=5, workers=1)
-    return root
+@pytest.fixture
+def raw(shared_raw: Callable[..., Path]) -> Path:
+    return shared_raw(40, 16, fmt="jpeg", classes=3, seed=5)
 
 
-def _write(raw: Path, out: Path, **kw: object) -> Manifest:
-    config = WriteConfig(out=str(out), name="synth", num_shards=4, seed=1, **kw)  # type: ignore[arg-type]
-    return write(config, list_files(str(raw)), progress=False).manifest
+@pytest.fixture
+def write_options() -> dict[str, object]:
+    return {"name": "synth", "num_shards": 4, "seed": 1}
 
 
 def test_pieces_of_whole_records_give_one_line_of_offset_and_framed_size_each() -> None:
@@ -92,9 +90,9 @@ def test_a_piece_that_cuts_a_record_is_refused_with_its_offset() -> None:
 
 
 def test_index_files_equal_tfrecord2idx_and_the_tfrecord_package_reads_through_them(
-    raw: Path, tmp_path: Path, loop: str
+    write_set: Callable[..., Manifest], raw: Path, tmp_path: Path, loop: str
 ) -> None:
-    manifest = _write(raw, tmp_path / "out")
+    manifest = write_set(raw, tmp_path / "out")
     root = Path(manifest.root)
     names = [s.name.removesuffix(".tfrecord") for s in manifest.shards]
     got = _read_with_tfrecord(manifest.root, names, tmp_path)
@@ -115,15 +113,19 @@ def test_index_files_equal_tfrecord2idx_and_the_tfrecord_package_reads_through_t
 
 
 @pytest.mark.parametrize("compression", ["gzip", "zlib"])
-def test_compressed_shards_get_no_index_file(raw: Path, tmp_path: Path, compression: str) -> None:
-    manifest = _write(raw, tmp_path / "out", compression=compression)
+def test_compressed_shards_get_no_index_file(
+    write_set: Callable[..., Manifest], raw: Path, tmp_path: Path, compression: str
+) -> None:
+    manifest = write_set(raw, tmp_path / "out", compression=compression)
     assert not (Path(manifest.root) / layout.INDEX.folder).exists()
     assert all(s.index_sha256 is None for s in manifest.shards)
     assert validate(ValidateConfig(f"{manifest.root}/{MANIFEST_NAME}")).ok
 
 
-def test_validate_reports_a_tampered_and_a_missing_index_file(raw: Path, tmp_path: Path) -> None:
-    manifest = _write(raw, tmp_path / "out")
+def test_validate_reports_a_tampered_and_a_missing_index_file(
+    write_set: Callable[..., Manifest], raw: Path, tmp_path: Path
+) -> None:
+    manifest = write_set(raw, tmp_path / "out")
     url = f"{manifest.root}/{MANIFEST_NAME}"
     assert validate(ValidateConfig(url)).ok
     first, second = (Path(manifest.root) / layout.INDEX.path(s.name) for s in manifest.shards[:2])
@@ -142,9 +144,9 @@ def test_validate_reports_a_tampered_and_a_missing_index_file(raw: Path, tmp_pat
 
 
 def test_a_resumed_write_reuses_shards_and_writes_their_missing_or_damaged_index(
-    raw: Path, tmp_path: Path
+    write_set: Callable[..., Manifest], raw: Path, tmp_path: Path
 ) -> None:
-    first = _write(raw, tmp_path / "out")
+    first = write_set(raw, tmp_path / "out")
     version = Path(first.root)
     index = {s.name: (version / layout.INDEX.path(s.name)).read_bytes() for s in first.shards}
     # A write stopped before its manifest, one index file gone and one damaged.

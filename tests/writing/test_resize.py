@@ -5,6 +5,7 @@ from __future__ import annotations
 import io
 import json
 import re
+from collections.abc import Callable
 from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
 from pathlib import Path
 
@@ -15,15 +16,13 @@ from typer.testing import CliRunner
 
 from tfshards.cli import app
 from tfshards.errors import ConfigError, InputError
-from tfshards.listing.listing import list_files
-from tfshards.project.sample import SyntheticSpec, render_synthetic, write_synthetic
+from tfshards.project.sample import SyntheticSpec, render_synthetic
 from tfshards.reading import loader
 from tfshards.shardset.manifest import Manifest
 from tfshards.shardset.resize import JPEG_QUALITY, Resize
 from tfshards.validation.validate import ValidateConfig, validate
 from tfshards.writing.config import WriteConfig
 from tfshards.writing.resize import resize_image
-from tfshards.writing.writer import write
 
 
 def _encoded(pixels: np.ndarray, fmt: str = "PNG", mode: str | None = None) -> bytes:
@@ -110,16 +109,14 @@ def test_encoder_output_is_identical_across_threads_and_processes(fmt):
 # ----------------------------------------------------------------------------- writer
 
 
-@pytest.fixture(scope="module")
-def raw_tree(tmp_path_factory: pytest.TempPathFactory) -> str:
-    root = tmp_path_factory.mktemp("resize") / "raw"
-    write_synthetic(str(root), 24, 64, classes=3, workers=1)
-    return str(root)
+@pytest.fixture
+def raw_tree(shared_raw: Callable[..., Path]) -> str:
+    return str(shared_raw(24, 64, classes=3))
 
 
-def _write(raw: str, out: Path, **options: object) -> Manifest:
-    config = WriteConfig(out=str(out), **{"num_shards": 4, **options})  # type: ignore[arg-type]
-    return write(config, list_files(raw), progress=False).manifest
+@pytest.fixture
+def write_options() -> dict[str, object]:
+    return {"num_shards": 4}
 
 
 def _shard_bytes(m: Manifest) -> list[bytes]:
@@ -127,9 +124,9 @@ def _shard_bytes(m: Manifest) -> list[bytes]:
 
 
 @pytest.mark.parametrize("fmt", ["jpeg", "raw"])
-def test_resized_sets_are_byte_identical_with_1_2_and_8_workers(raw_tree, tmp_path, fmt):
+def test_resized_sets_are_byte_identical_with_1_2_and_8_workers(write_set, raw_tree, tmp_path, fmt):
     runs = [
-        _write(
+        write_set(
             raw_tree, tmp_path / f"{n}-{ex}", resize=16, resize_format=fmt, workers=n, executor=ex
         )
         for n, ex in ((1, "serial"), (2, "process"), (8, "thread"))
@@ -141,10 +138,10 @@ def test_resized_sets_are_byte_identical_with_1_2_and_8_workers(raw_tree, tmp_pa
         assert other.to_json().replace(other.root.encode(), first.root.encode()) == first.to_json()
 
 
-def test_resize_is_recorded_in_the_manifest_and_names_a_new_version(raw_tree, tmp_path):
-    plain = _write(raw_tree, tmp_path / "plain")
-    jpeg = _write(raw_tree, tmp_path / "jpeg", resize=16)
-    raw = _write(raw_tree, tmp_path / "raw", resize=16, resize_format="raw")
+def test_resize_is_recorded_in_the_manifest_and_names_a_new_version(write_set, raw_tree, tmp_path):
+    plain = write_set(raw_tree, tmp_path / "plain")
+    jpeg = write_set(raw_tree, tmp_path / "jpeg", resize=16)
+    raw = write_set(raw_tree, tmp_path / "raw", resize=16, resize_format="raw")
     assert "resize" not in plain.params
     assert len({plain.fingerprint, jpeg.fingerprint, raw.fingerprint}) == 3
     doc = json.loads(Path(jpeg.root, "manifest.json").read_bytes())
@@ -154,10 +151,12 @@ def test_resize_is_recorded_in_the_manifest_and_names_a_new_version(raw_tree, tm
     assert Resize.from_params(plain.params) is None
 
 
-def test_resized_records_hold_the_resized_image_and_its_sha256_and_validate(raw_tree, tmp_path):
+def test_resized_records_hold_the_resized_image_and_its_sha256_and_validate(
+    write_set, raw_tree, tmp_path
+):
     import tensorflow as tf
 
-    m = _write(raw_tree, tmp_path / "out", resize=16, resize_format="raw")
+    m = write_set(raw_tree, tmp_path / "out", resize=16, resize_format="raw")
     first = next(iter(tf.data.TFRecordDataset(m.shard_url(m.shards[0]))))
     example = tf.train.Example.FromString(first.numpy()).features.feature
     payload = example["image"].bytes_list.value[0]
@@ -172,13 +171,13 @@ def test_resized_records_hold_the_resized_image_and_its_sha256_and_validate(raw_
     assert report.ok and report.records == 24
 
 
-def test_a_file_that_does_not_decode_is_skipped_with_its_reason(raw_tree, tmp_path):
+def test_a_file_that_does_not_decode_is_skipped_with_its_reason(write_set, raw_tree, tmp_path):
     import shutil
 
     raw = tmp_path / "raw"
     shutil.copytree(raw_tree, raw)
     (raw / "00" / "broken.jpg").write_bytes(b"\xff\xd8\xff\xe0" + bytes(200))
-    m = _write(str(raw), tmp_path / "out", resize=16, on_error="skip")
+    m = write_set(str(raw), tmp_path / "out", resize=16, on_error="skip")
     assert [r.path for r in m.rejected] == ["00/broken.jpg"]
     assert "cannot decode as an image to resize" in m.rejected[0].reason
     assert m.records == 24
@@ -188,10 +187,12 @@ def test_a_file_that_does_not_decode_is_skipped_with_its_reason(raw_tree, tmp_pa
 
 
 @pytest.mark.parametrize("fmt", ["jpeg", "raw"])
-def test_loader_decodes_a_set_at_its_stored_size_without_resizing(raw_tree, tmp_path, fmt):
+def test_loader_decodes_a_set_at_its_stored_size_without_resizing(
+    write_set, raw_tree, tmp_path, fmt
+):
     import tensorflow as tf
 
-    m = _write(raw_tree, tmp_path / "out", resize=16, resize_format=fmt)
+    m = write_set(raw_tree, tmp_path / "out", resize=16, resize_format=fmt)
     data = loader.make_dataset(
         m.shards, m, batch_size=24, training=False, image_size=(16, 16), image_dtype="uint8"
     )
@@ -204,12 +205,12 @@ def test_loader_decodes_a_set_at_its_stored_size_without_resizing(raw_tree, tmp_
     np.testing.assert_array_equal(images.numpy(), expected)  # decoded, never resized
 
 
-def test_loader_trusts_the_stored_size_and_never_resizes_at_it(raw_tree, tmp_path):
+def test_loader_trusts_the_stored_size_and_never_resizes_at_it(write_set, raw_tree, tmp_path):
     import dataclasses
 
     import tensorflow as tf
 
-    m = _write(raw_tree, tmp_path / "out", resize=20, resize_format="raw")
+    m = write_set(raw_tree, tmp_path / "out", resize=20, resize_format="raw")
     params = {**m.params, "resize": {**m.params["resize"], "size": 16}}  # says 16, holds 20
     told = dataclasses.replace(m, params=params)
     data = loader.make_dataset(told.shards, told, batch_size=8, training=False, image_size=(16, 16))
@@ -217,8 +218,8 @@ def test_loader_trusts_the_stored_size_and_never_resizes_at_it(raw_tree, tmp_pat
         next(iter(data))  # a loader that resized would hand out 16 x 16 images
 
 
-def test_loader_resizes_a_set_read_at_another_size(raw_tree, tmp_path):
-    m = _write(raw_tree, tmp_path / "out", resize=16, resize_format="raw")
+def test_loader_resizes_a_set_read_at_another_size(write_set, raw_tree, tmp_path):
+    m = write_set(raw_tree, tmp_path / "out", resize=16, resize_format="raw")
     data = loader.make_dataset(m.shards, m, batch_size=8, training=False, image_size=(8, 8))
     images, _ = next(iter(data))
     assert tuple(images.shape) == (8, 8, 8, 3)
@@ -323,13 +324,13 @@ def test_pixels_with_no_8_bit_scale_are_refused_naming_the_mode(samples, found):
         resize_image(_tiff(samples), Resize(2, "raw"))
 
 
-def test_a_16_bit_png_written_resized_validates_and_holds_tensorflows_pixels(tmp_path):
+def test_a_16_bit_png_written_resized_validates_and_holds_tensorflows_pixels(write_set, tmp_path):
     raw = tmp_path / "raw" / "scans"
     raw.mkdir(parents=True)
     ramp = np.linspace(0, 0xFFFF, 32 * 32).round().astype(np.uint16).reshape(32, 32)
     (raw / "a.png").write_bytes(_encoded(ramp))
     (raw / "b.png").write_bytes(_png16(_ramp(32, 32, 3)))
-    m = _write(
+    m = write_set(
         str(tmp_path / "raw"), tmp_path / "out", resize=32, resize_format="raw", num_shards=1
     )
     assert m.records == 2 and not m.rejected
@@ -378,14 +379,14 @@ def test_a_float_tiff_is_refused_in_one_line_naming_the_file_and_its_mode(tmp_pa
 
 
 def test_an_image_over_pillows_bomb_limit_is_refused_without_printing_a_warning(
-    tmp_path, monkeypatch, capfd
+    write_set, tmp_path, monkeypatch, capfd
 ):
     monkeypatch.setattr(Image, "MAX_IMAGE_PIXELS", 40 * 40 - 1)  # Pillow's check, a lower limit
     raw = tmp_path / "raw" / "photos"
     raw.mkdir(parents=True)
     (raw / "big.png").write_bytes(_encoded(np.zeros((40, 40, 3), np.uint8)))
     (raw / "small.png").write_bytes(_encoded(np.zeros((39, 40, 3), np.uint8)))
-    m = _write(
+    m = write_set(
         str(tmp_path / "raw"),
         tmp_path / "out",
         resize=8,

@@ -6,6 +6,7 @@ import glob
 import hashlib
 import os
 import shutil
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -19,7 +20,6 @@ from tfshards.listing.listing import (
     read_listing,
     write_listing,
 )
-from tfshards.project.sample import write_synthetic
 from tfshards.shardset import layout
 from tfshards.shardset.layout import MANIFEST_NAME
 from tfshards.shardset.manifest import Manifest
@@ -29,10 +29,8 @@ from tfshards.writing.writer import write
 
 
 @pytest.fixture
-def raw(tmp_path: Path) -> Path:
-    out = tmp_path / "raw"
-    write_synthetic(str(out), 60, 16, workers=1)
-    return out
+def raw(make_raw: Callable[..., Path]) -> Path:
+    return make_raw(60, 16)
 
 
 def _version(listing: Listing, **kw: object) -> str:

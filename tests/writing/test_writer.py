@@ -12,6 +12,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -24,7 +25,6 @@ from tfshards.format import tfrecord
 from tfshards.format.exampleparser import decode
 from tfshards.listing.listing import Listing, list_files, write_listing
 from tfshards.listing.storedlisting import StoredListing
-from tfshards.project.sample import write_synthetic
 from tfshards.run.executor import RunOptions
 from tfshards.run.localexec import ProcessExecutor
 from tfshards.shardset.layout import MANIFEST_NAME
@@ -37,10 +37,8 @@ REPO = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture
-def raw(tmp_path: Path) -> Path:
-    out = tmp_path / "raw"
-    write_synthetic(str(out), 103, 16, workers=1)
-    return out
+def raw(make_raw: Callable[..., Path]) -> Path:
+    return make_raw(103, 16)
 
 
 @pytest.fixture
@@ -48,9 +46,9 @@ def listing(raw: Path) -> Listing:
     return list_files(str(raw))
 
 
-def _write(listing: Listing, out: Path | str, **kw) -> Manifest:
-    kw.setdefault("executor", "serial")
-    return write(WriteConfig(out=str(out), **kw), listing, progress=False).manifest
+@pytest.fixture
+def write_options() -> dict[str, object]:
+    return {"executor": "serial"}
 
 
 def _shard_bytes(manifest: Manifest) -> dict[str, bytes]:
@@ -58,10 +56,10 @@ def _shard_bytes(manifest: Manifest) -> dict[str, bytes]:
     return {s.name: fs.cat_file(storage.join(root, s.name)) for s in manifest.shards}
 
 
-def test_records_round_trip_through_tf_data(listing, raw, tmp_path):
+def test_records_round_trip_through_tf_data(write_set, listing, raw, tmp_path):
     import tensorflow as tf
 
-    manifest = _write(listing, tmp_path / "out", num_shards=4)
+    manifest = write_set(listing, tmp_path / "out", num_shards=4)
     files = [manifest.shard_url(s) for s in manifest.shards]
     spec = {
         "image": tf.io.FixedLenFeature([], tf.string),
@@ -88,8 +86,8 @@ def test_records_round_trip_through_tf_data(listing, raw, tmp_path):
     assert sorted(seen) == [e.path for e in listing.entries]
 
 
-def test_shard_names_and_counts_are_exact(listing, tmp_path):
-    manifest = _write(listing, tmp_path / "out", num_shards=4, name="digits")
+def test_shard_names_and_counts_are_exact(write_set, listing, tmp_path):
+    manifest = write_set(listing, tmp_path / "out", num_shards=4, name="digits")
     assert [s.name for s in manifest.shards] == [
         f"digits-0000{i}-of-00004.tfrecord" for i in range(4)
     ]
@@ -110,36 +108,36 @@ def test_shard_names_and_counts_are_exact(listing, tmp_path):
         assert hashlib.sha256(data).hexdigest() == shard.sha256
 
 
-def test_default_shard_count_is_sixteen_for_small_data(listing, tmp_path):
-    assert len(_write(listing, tmp_path / "out").shards) == 16
+def test_default_shard_count_is_sixteen_for_small_data(write_set, listing, tmp_path):
+    assert len(write_set(listing, tmp_path / "out").shards) == 16
 
 
-def test_bytes_identical_for_any_worker_count_and_executor(listing, tmp_path):
+def test_bytes_identical_for_any_worker_count_and_executor(write_set, listing, tmp_path):
     out = tmp_path / "out"
     results = []
     for executor, workers in [("serial", 1), ("process", 2), ("thread", 8), ("process", 3)]:
         shutil.rmtree(out, ignore_errors=True)
-        manifest = _write(listing, out, num_shards=5, executor=executor, workers=workers)
+        manifest = write_set(listing, out, num_shards=5, executor=executor, workers=workers)
         results.append((Path(manifest.root, MANIFEST_NAME).read_bytes(), _shard_bytes(manifest)))
     assert all(r == results[0] for r in results[1:])
 
 
-def test_memory_storage_gets_the_same_bytes_as_local(listing, tmp_path):
-    local = _write(listing, tmp_path / "out", num_shards=3)
-    remote = _write(listing, "memory://shards", num_shards=3, executor="auto", workers=2)
+def test_memory_storage_gets_the_same_bytes_as_local(write_set, listing, tmp_path):
+    local = write_set(listing, tmp_path / "out", num_shards=3)
+    remote = write_set(listing, "memory://shards", num_shards=3, executor="auto", workers=2)
     assert remote.root.startswith("memory://")
     assert _shard_bytes(remote) == _shard_bytes(local)
     assert remote.fingerprint == local.fingerprint
 
 
-def test_process_executor_refuses_memory_storage(listing):
+def test_process_executor_refuses_memory_storage(write_set, listing):
     with pytest.raises(ConfigError, match="memory:// lives in one process"):
-        _write(listing, "memory://shards", executor="process", workers=2)
+        write_set(listing, "memory://shards", executor="process", workers=2)
 
 
-def test_new_params_make_a_new_version_and_keep_the_old(listing, tmp_path):
-    a = _write(listing, tmp_path / "out", num_shards=2, seed=1)
-    b = _write(listing, tmp_path / "out", num_shards=2, seed=2)
+def test_new_params_make_a_new_version_and_keep_the_old(write_set, listing, tmp_path):
+    a = write_set(listing, tmp_path / "out", num_shards=2, seed=1)
+    b = write_set(listing, tmp_path / "out", num_shards=2, seed=2)
     assert a.root != b.root
     assert Path(a.root, MANIFEST_NAME).exists() and Path(b.root, MANIFEST_NAME).exists()
     assert _shard_bytes(a) != _shard_bytes(b)
@@ -185,18 +183,18 @@ def test_a_tampered_finished_shard_is_rewritten_on_resume(listing, tmp_path):
 
 
 @pytest.mark.parametrize("compression", ["gzip", "zlib"])
-def test_compressed_shards_read_back(listing, tmp_path, compression):
+def test_compressed_shards_read_back(write_set, listing, tmp_path, compression):
     import tensorflow as tf
 
-    manifest = _write(listing, tmp_path / "out", num_shards=2, compression=compression)
+    manifest = write_set(listing, tmp_path / "out", num_shards=2, compression=compression)
     files = [manifest.shard_url(s) for s in manifest.shards]
     n = sum(1 for _ in tf.data.TFRecordDataset(files, compression_type=compression.upper()))
     assert n == 103 and manifest.compression == compression
 
 
-def test_manifest_is_the_local_copy_and_sorted_json(listing, tmp_path):
+def test_manifest_is_the_local_copy_and_sorted_json(write_set, listing, tmp_path):
     copy = tmp_path / "data" / "manifest.json"
-    manifest = _write(listing, tmp_path / "out", num_shards=2, manifest_copy=str(copy))
+    manifest = write_set(listing, tmp_path / "out", num_shards=2, manifest_copy=str(copy))
     text = copy.read_bytes()
     assert text == Path(manifest.root, MANIFEST_NAME).read_bytes()
     doc = json.loads(text)
@@ -207,40 +205,40 @@ def test_manifest_is_the_local_copy_and_sorted_json(listing, tmp_path):
 # --------------------------------------------------------------------------- bad inputs
 
 
-def test_empty_file_fails_naming_it_and_writes_no_manifest(raw, tmp_path):
+def test_empty_file_fails_naming_it_and_writes_no_manifest(write_set, raw, tmp_path):
     victim = sorted(raw.glob("*/*.jpg"))[5]
     victim.write_bytes(b"")
     listing = list_files(str(raw))
     with pytest.raises(InputError) as info:
-        _write(listing, tmp_path / "out", num_shards=2)
+        write_set(listing, tmp_path / "out", num_shards=2)
     message = str(info.value)
     assert str(victim) in message and "empty file" in message and "found 0" in message
     assert not list((tmp_path / "out").glob(f"*/{MANIFEST_NAME}"))
 
 
-def test_file_deleted_after_listing_is_reported(listing, raw, tmp_path):
+def test_file_deleted_after_listing_is_reported(write_set, listing, raw, tmp_path):
     victim = raw / listing.entries[7].path
     victim.unlink()
     with pytest.raises(InputError, match=r"cannot read: No such file or directory"):
-        _write(listing, tmp_path / "out", num_shards=2)
+        write_set(listing, tmp_path / "out", num_shards=2)
 
 
-def test_file_changed_after_listing_is_reported_with_sizes(listing, raw, tmp_path):
+def test_file_changed_after_listing_is_reported_with_sizes(write_set, listing, raw, tmp_path):
     victim = raw / listing.entries[3].path
     expected = listing.entries[3].size
     victim.write_bytes(victim.read_bytes() + b"x")
     with pytest.raises(InputError) as info:
-        _write(listing, tmp_path / "out", num_shards=2)
+        write_set(listing, tmp_path / "out", num_shards=2)
     assert f"expected {expected} bytes, found {expected + 1}" in str(info.value)
     assert listing.entries[3].path in str(info.value)
 
 
-def test_skip_records_rejects_and_counts_reconcile(raw, tmp_path):
+def test_skip_records_rejects_and_counts_reconcile(write_set, raw, tmp_path):
     victims = sorted(raw.glob("*/*.jpg"))[:2]
     for v in victims:
         v.write_bytes(b"")
     listing = list_files(str(raw))
-    manifest = _write(listing, tmp_path / "out", num_shards=3, on_error="skip")
+    manifest = write_set(listing, tmp_path / "out", num_shards=3, on_error="skip")
     assert sorted(r.path for r in manifest.rejected) == sorted(
         str(v.relative_to(raw)) for v in victims
     )
@@ -248,46 +246,50 @@ def test_skip_records_rejects_and_counts_reconcile(raw, tmp_path):
     assert manifest.listed == manifest.records + len(manifest.rejected) == 103
 
 
-def test_a_transient_reject_is_retried_by_the_next_write_not_reused(raw, tmp_path):
+def test_a_transient_reject_is_retried_by_the_next_write_not_reused(write_set, raw, tmp_path):
     listing = list_files(str(raw))
     victim = raw / listing.entries[7].path
     good = victim.read_bytes()
     victim.write_bytes(b"")  # briefly unreadable as listed
-    first = _write(listing, tmp_path / "out", num_shards=3, on_error="skip")
+    first = write_set(listing, tmp_path / "out", num_shards=3, on_error="skip")
     assert [r.path for r in first.rejected] == [listing.entries[7].path]
     with pytest.raises(InputError, match=re.escape(f"{victim}: empty file")):
-        _write(listing, tmp_path / "out", num_shards=3, on_error="fail")  # still bad: fails
+        write_set(listing, tmp_path / "out", num_shards=3, on_error="fail")  # still bad: fails
     victim.write_bytes(good)  # back as listed
-    again = _write(listing, tmp_path / "out", num_shards=3, on_error="fail")
+    again = write_set(listing, tmp_path / "out", num_shards=3, on_error="fail")
     assert again.fingerprint == first.fingerprint and again.rejected == ()
     assert again.records == again.listed == 103
-    fresh = _write(listing, tmp_path / "fresh", num_shards=3)
+    fresh = write_set(listing, tmp_path / "fresh", num_shards=3)
     assert _shard_bytes(again) == _shard_bytes(fresh)
 
 
 @pytest.mark.timeout(60)  # opening a FIFO for reading waits for a writer, forever
 @pytest.mark.parametrize("transform", [None, "tx_mod:nothing"])
 def test_a_listed_file_replaced_by_a_fifo_is_rejected_never_opened(
-    listing, raw, tmp_path, loop, transforms_module, transform
+    write_set, listing, raw, tmp_path, loop, transforms_module, transform
 ):
     rel = listing.entries[5].path
     (raw / rel).unlink()
     os.mkfifo(raw / rel)  # between list and write
-    manifest = _write(listing, tmp_path / "out", num_shards=2, on_error="skip", transform=transform)
+    manifest = write_set(
+        listing, tmp_path / "out", num_shards=2, on_error="skip", transform=transform
+    )
     assert [(r.path, r.reason) for r in manifest.rejected] == [
         (rel, "expected a regular file, found a FIFO")
     ]
     with pytest.raises(InputError) as info:
-        _write(listing, tmp_path / "again", num_shards=2, transform=transform)
+        write_set(listing, tmp_path / "again", num_shards=2, transform=transform)
     assert str(info.value) == f"{raw / rel}: cannot read: expected a regular file, found a FIFO"
 
 
-def test_a_file_listed_empty_that_has_bytes_now_reads_the_same_in_both_loops(raw, tmp_path, loop):
+def test_a_file_listed_empty_that_has_bytes_now_reads_the_same_in_both_loops(
+    write_set, raw, tmp_path, loop
+):
     victim = sorted(raw.glob("*/*.jpg"))[4]
     victim.write_bytes(b"")
     listing = list_files(str(raw))
     victim.write_bytes(b"x" * 100)
-    manifest = _write(listing, tmp_path / "out", num_shards=2, on_error="skip")
+    manifest = write_set(listing, tmp_path / "out", num_shards=2, on_error="skip")
     assert [(r.path, r.reason) for r in manifest.rejected] == [
         (
             str(victim.relative_to(raw)),
@@ -347,9 +349,9 @@ def test_config_errors_say_what_was_expected(kwargs, message):
         WriteConfig(out="x", **kwargs)
 
 
-def test_more_shards_than_records_is_refused(listing, tmp_path):
+def test_more_shards_than_records_is_refused(write_set, listing, tmp_path):
     with pytest.raises(ConfigError, match=r"at most one shard per record \(103\), got 200"):
-        _write(listing, tmp_path / "out", num_shards=200)
+        write_set(listing, tmp_path / "out", num_shards=200)
 
 
 # --------------------------------------------------------------------------- groups
@@ -366,7 +368,7 @@ def _groups_per_shard(manifest: Manifest, pattern: str = LAST_DIGIT) -> list[set
 
 
 def test_group_by_keeps_each_group_in_one_shard_with_the_same_bytes_on_any_workers(
-    listing, tmp_path
+    write_set, listing, tmp_path
 ):
     write_listing(listing, str(tmp_path / "listing"))
     out = tmp_path / "out"
@@ -385,23 +387,25 @@ def test_group_by_keeps_each_group_in_one_shard_with_the_same_bytes_on_any_worke
     assert all(groups), "every shard holds a group"
     # From the listing in memory: the same plan.
     shutil.rmtree(out)
-    assert _shard_bytes(_write(listing, out, num_shards=8, group_by=LAST_DIGIT)) == results[0][1]
+    assert _shard_bytes(write_set(listing, out, num_shards=8, group_by=LAST_DIGIT)) == results[0][1]
 
 
-def test_group_by_names_another_version_and_is_recorded_in_the_manifest(listing, tmp_path):
-    plain = _write(listing, tmp_path / "out", num_shards=4)
-    grouped = _write(listing, tmp_path / "out", num_shards=4, group_by=LAST_DIGIT)
-    by_folder = _write(listing, tmp_path / "out", num_shards=4, group_by=r"^([^/]+)/")
+def test_group_by_names_another_version_and_is_recorded_in_the_manifest(
+    write_set, listing, tmp_path
+):
+    plain = write_set(listing, tmp_path / "out", num_shards=4)
+    grouped = write_set(listing, tmp_path / "out", num_shards=4, group_by=LAST_DIGIT)
+    by_folder = write_set(listing, tmp_path / "out", num_shards=4, group_by=r"^([^/]+)/")
     assert len({plain.root, grouped.root, by_folder.root}) == 3
     assert "group_by" not in plain.params  # older sets keep their version names
     assert grouped.params["group_by"] == LAST_DIGIT
     assert any(len(g) > 1 for g in _groups_per_shard(plain))  # without it, groups are spread
 
 
-def test_group_by_shard_count_is_at_most_the_number_of_groups(listing, tmp_path):
-    assert len(_write(listing, tmp_path / "out", group_by=LAST_DIGIT).shards) == 10  # not 16
+def test_group_by_shard_count_is_at_most_the_number_of_groups(write_set, listing, tmp_path):
+    assert len(write_set(listing, tmp_path / "out", group_by=LAST_DIGIT).shards) == 10  # not 16
     with pytest.raises(ConfigError, match=r"at most one shard per group \(10 groups under"):
-        _write(listing, tmp_path / "out", num_shards=11, group_by=LAST_DIGIT)
+        write_set(listing, tmp_path / "out", num_shards=11, group_by=LAST_DIGIT)
 
 
 def test_cli_group_by_that_misses_a_path_is_one_line_with_exit_1(listing, tmp_path):
@@ -467,10 +471,12 @@ def transforms_module(tmp_path, monkeypatch):
     return "tx_mod"
 
 
-def test_transform_features_are_written_and_in_schema(listing, tmp_path, transforms_module):
+def test_transform_features_are_written_and_in_schema(
+    write_set, listing, tmp_path, transforms_module
+):
     import tensorflow as tf
 
-    manifest = _write(
+    manifest = write_set(
         listing, tmp_path / "out", num_shards=2, transform=f"{transforms_module}:pixels"
     )
     schema = {s.name: (s.dtype, s.shape) for s in manifest.schema}
@@ -485,17 +491,17 @@ def test_transform_features_are_written_and_in_schema(listing, tmp_path, transfo
 
 
 def test_transform_returning_unsupported_type_names_feature_and_type(
-    listing, tmp_path, transforms_module
+    write_set, listing, tmp_path, transforms_module
 ):
     with pytest.raises(TransformError, match=r"feature 'oops': unsupported type object"):
-        _write(listing, tmp_path / "out", num_shards=2, transform="tx_mod:bad_type")
+        write_set(listing, tmp_path / "out", num_shards=2, transform="tx_mod:bad_type")
 
 
 def test_transform_returning_reserved_feature_fails_even_with_skip(
-    listing, tmp_path, transforms_module
+    write_set, listing, tmp_path, transforms_module
 ):
     with pytest.raises(TransformError, match="feature 'label' is reserved"):
-        _write(
+        write_set(
             listing, tmp_path / "out", num_shards=2, transform="tx_mod:reserved", on_error="skip"
         )
 
@@ -508,13 +514,17 @@ def test_transform_returning_reserved_feature_fails_even_with_skip(
         ("tx_mod:nope", "module 'tx_mod' has no attribute 'nope'"),
     ],
 )
-def test_bad_transform_spec_is_a_clear_error(listing, tmp_path, transforms_module, spec, message):
+def test_bad_transform_spec_is_a_clear_error(
+    write_set, listing, tmp_path, transforms_module, spec, message
+):
     with pytest.raises(TransformError, match=message):
-        _write(listing, tmp_path / "out", transform=spec)
+        write_set(listing, tmp_path / "out", transform=spec)
 
 
-def test_transform_failure_is_skipped_with_its_reason(listing, tmp_path, transforms_module):
-    manifest = _write(
+def test_transform_failure_is_skipped_with_its_reason(
+    write_set, listing, tmp_path, transforms_module
+):
+    manifest = write_set(
         listing, tmp_path / "out", num_shards=2, transform="tx_mod:flaky", on_error="skip"
     )
     assert [r.reason for r in manifest.rejected] == [
@@ -523,9 +533,9 @@ def test_transform_failure_is_skipped_with_its_reason(listing, tmp_path, transfo
     assert manifest.records == 102
 
 
-def test_transform_failure_fails_naming_the_file(listing, tmp_path, transforms_module):
+def test_transform_failure_fails_naming_the_file(write_set, listing, tmp_path, transforms_module):
     with pytest.raises(TransformError, match=r"000007\.jpg: transform tx_mod:flaky failed"):
-        _write(listing, tmp_path / "out", num_shards=2, transform="tx_mod:flaky")
+        write_set(listing, tmp_path / "out", num_shards=2, transform="tx_mod:flaky")
 
 
 # --------------------------------------------------------------------------- real processes
@@ -665,10 +675,10 @@ def test_two_racing_writers_leave_one_valid_set(listing, tmp_path, transforms_mo
 
 
 @pytest.mark.slow
-def test_dask_executor_writes_the_same_bytes(listing, tmp_path):
+def test_dask_executor_writes_the_same_bytes(write_set, listing, tmp_path):
     pytest.importorskip("distributed")
-    local = _write(listing, tmp_path / "a", num_shards=4)
-    dask = _write(listing, tmp_path / "b", num_shards=4, executor="dask", workers=2)
+    local = write_set(listing, tmp_path / "a", num_shards=4)
+    dask = write_set(listing, tmp_path / "b", num_shards=4, executor="dask", workers=2)
     assert _shard_bytes(dask) == _shard_bytes(local)
 
 
@@ -701,10 +711,9 @@ def test_workers_start_before_the_listing_is_loaded(listing, tmp_path, monkeypat
     assert manifest.records == len(listing.entries)
 
 
-def test_never_more_worker_processes_than_shards(tmp_path, monkeypatch):
+def test_never_more_worker_processes_than_shards(make_raw, tmp_path, monkeypatch):
     """--workers 8 over 5 files makes 5 shards: this process and 4 others, not 7."""
-    write_synthetic(str(tmp_path / "raw"), 5, 16, workers=1)
-    write_listing(list_files(str(tmp_path / "raw")), str(tmp_path / "listing"))
+    write_listing(list_files(str(make_raw(5, 16))), str(tmp_path / "listing"))
     started = []
     real = writer.open_stored
     before = {p.pid for p in multiprocessing.active_children()}  # other tests' pools
