@@ -37,7 +37,9 @@ def check_labels(labels: Sequence[str]) -> tuple[str, ...]:
         ConfigError: one line naming the first empty or repeated name.
     """
     if isinstance(labels, str) or not labels:
-        raise ConfigError(f"labels: expected a list of label names, got {labels!r}", option="labels")
+        raise ConfigError(
+            f"labels: expected a list of label names, got {labels!r}", option="labels"
+        )
     names = tuple(labels)
     seen: set[str] = set()
     for i, name in enumerate(names):
@@ -78,7 +80,7 @@ def label_ids(listed: Sequence[str], pinned: Sequence[str]) -> tuple[int, ...]:
 
 
 def relabel(rows: Rows, ids: Sequence[int]) -> Rows:
-    """``rows`` with each entry's label id translated through ``ids``; as is when ids are 0, 1, ..."""
+    """``rows`` with each entry's label id translated through ``ids``; as is when ids are 0, 1..."""
     if all(i == new for i, new in enumerate(ids)):
         return rows
     return RelabeledRows(rows, tuple(ids))
