@@ -13,7 +13,7 @@ from typer.testing import CliRunner
 
 from tfshards import storage
 from tfshards.cli import app
-from tfshards.errors import ConfigError
+from tfshards.errors import ConfigError, InputError
 from tfshards.format import tfrecord
 from tfshards.format.exampleparser import decode
 from tfshards.listing.listing import list_files, write_listing
@@ -185,3 +185,13 @@ def test_a_stored_listing_on_worker_processes_gets_the_pinned_ids(tmp_path):
     found = _labels_by_path(manifest)
     assert found == {f"{n}/{j}.png": pinned.index(n) for n in TEN[:4] for j in range(3)}
     assert json.loads(manifest.to_json())["labels"] == list(pinned)
+
+
+def test_a_manifest_whose_labels_are_not_its_pinned_map_is_refused(tmp_path):
+    raw = tmp_path / "raw"
+    _folders(raw, TEN[:3], per_label=1)
+    doc = json.loads(_write(raw, tmp_path / "out", labels=TEN[:3]).to_json())
+    assert Manifest.from_json(json.dumps(doc)).labels == TEN[:3]  # unsorted, as pinned
+    doc["labels"] = sorted(TEN[:3])
+    with pytest.raises(InputError, match=r"labels: expected the unique names of params\.labels"):
+        Manifest.from_json(json.dumps(doc))
