@@ -215,7 +215,7 @@ class Manifest:
             fingerprint=fingerprint,
             params=params,
             schema=schema,
-            labels=fields.labels(source, get("labels")),
+            labels=fields.labels(source, get("labels"), params.get("labels")),
             compression=fields.compression(source, get("compression")),
             shards=tuple(
                 ShardInfo(*s) for s in fields.shards(source, get("shards"), params.get("name"))

@@ -78,15 +78,19 @@ def root(source: str, value: Any, fingerprint: Any) -> tuple[str, str]:
     return value, fingerprint
 
 
-def labels(source: str, value: Any) -> tuple[str, ...]:
+def labels(source: str, value: Any, pinned: Any = None) -> tuple[str, ...]:
     """Label names: a record's ``label`` is a position here, so order is meaning.
 
     A listing holds its labels unique and sorted (:class:`tfshards.listing.listing.Listing`),
-    and the manifest copies them: any other order relabels every record.
+    and the manifest copies them: any other order relabels every record. A set
+    written with a pinned label map (``pinned``: ``params["labels"]``) holds that map.
     """
     if not isinstance(value, list) or not all(isinstance(x, str) and x for x in value):
         raise bad(source, "labels", "a list of non-empty strings", value)
-    if value != sorted(set(value)):
+    if pinned is not None:
+        if value != pinned or len(set(value)) != len(value):
+            raise bad(source, "labels", "the unique names of params.labels, in its order", value)
+    elif value != sorted(set(value)):
         raise bad(source, "labels", "unique names, sorted as the listing holds them", value)
     return tuple(value)
 

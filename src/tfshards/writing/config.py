@@ -15,6 +15,7 @@ from tfshards.run.options import run_options, with_run_keywords
 from tfshards.shardset import grouping
 from tfshards.shardset.resize import Resize
 from tfshards.writing import sharding
+from tfshards.writing.labelmap import check_labels, parse_labels
 
 BASE_FEATURES = ("label", "path", "sha256")
 OnError = Literal["fail", "skip"]
@@ -52,6 +53,9 @@ class WriteConfig:
         resize: store every image as ``resize`` x ``resize`` pixels, re-encoded
             (:mod:`tfshards.writing.resize`); None stores the files' bytes as listed.
         resize_format: ``"jpeg"`` or ``"raw"`` (uint8 pixels in a BMP) with ``resize``.
+        labels: the pinned label map, label names in id order (a record's label id is
+            its label's position here; :mod:`tfshards.writing.labelmap`); None: the
+            listing's sorted label names.
     """
 
     out: str
@@ -70,6 +74,7 @@ class WriteConfig:
     out_options: Mapping[str, Any] = field(default_factory=dict)
     resize: int | None = None
     resize_format: str = "jpeg"
+    labels: tuple[str, ...] | None = None
     workers: InitVar[int | None] = None
     executor: InitVar[str | None] = None
     dask_address: InitVar[str | None] = None
@@ -106,6 +111,8 @@ class WriteConfig:
             raise ConfigError(f"name must be a non-empty file prefix, got {self.name!r}")
         grouping.GroupBy.parse(self.group_by)
         Resize(1 if self.resize is None else self.resize, self.resize_format)  # checks both
+        if self.labels is not None:
+            object.__setattr__(self, "labels", check_labels(self.labels))
 
     @property
     def resized(self) -> Resize | None:
@@ -176,6 +183,14 @@ OPTIONS = (
         "on_error", str, "fail",
         "fail: stop at the first bad file; skip: record it in the manifest.",
         param=True, comment="fail | skip (skipped files are listed in the manifest)",
+    ),
+    Option(
+        "labels", str | None, None,
+        "Pinned label map: the label names in id order, comma-separated (cat,dog,bird); "
+        "a label's id is its position. A listed label missing from it stops the write: "
+        "append new labels, never reorder. none: ids follow the sorted label names.",
+        param=True, convert=parse_labels,
+        comment="none | label names in id order, comma-separated: append new ones, never reorder",
     ),
     Option(
         "resize", int, 0,

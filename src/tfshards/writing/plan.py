@@ -22,7 +22,7 @@ from tfshards.errors import ConfigError, InputError
 from tfshards.listing.protocol import FileListing, Rows
 from tfshards.shardset import grouping, layout
 from tfshards.shardset.manifest import FORMAT_VERSION
-from tfshards.writing import sharding
+from tfshards.writing import labelmap, sharding
 from tfshards.writing.config import WriteConfig
 from tfshards.writing.shard import ShardTask
 
@@ -40,11 +40,14 @@ class Plan:
         version: the version directory URL (``config.out`` + :func:`fingerprint`).
         params: the manifest's params (``on_error`` included, though not in the name).
         tasks: one per shard, in shard order.
+        labels: the manifest's label names, in id order: the pinned map
+            (``config.labels``), else the listing's.
     """
 
     version: str
     params: Mapping[str, Any]
     tasks: tuple[ShardTask, ...]
+    labels: tuple[str, ...]
 
     @property
     def fingerprint(self) -> str:
@@ -94,7 +97,8 @@ def plan(
     Each task carries :meth:`FileListing.rows` of its records: entries in
     memory, or line numbers of a stored listing (4 bytes per file) read
     where the shard is written. With ``config.group_by``, ``groups`` is
-    :func:`read_groups` of the same listing; read here when None.
+    :func:`read_groups` of the same listing; read here when None. With
+    ``config.labels``, each task's rows carry the pinned ids (:mod:`.labelmap`).
     """
     if transform_identity.split("@", 1)[0] != (config.transform or "none"):
         raise ConfigError(
@@ -103,6 +107,7 @@ def plan(
         )
     if not listing.files:
         raise InputError(f"{listing.root}: the listing has no files", path=listing.root)
+    ids = None if config.labels is None else labelmap.label_ids(listing.labels, config.labels)
     if config.group_by is not None and groups is None:
         groups = read_groups(listing, config.group_by)
     if grouping.GroupBy.parse(config.group_by) is None:
@@ -116,7 +121,7 @@ def plan(
             name=layout.shard_name(config.name, i, num_shards),
             source=source,
             out=out,
-            rows=rows,
+            rows=rows if ids is None else labelmap.relabel(rows, ids),
             image_feature=config.image_feature,
             transform=config.transform,
             compression=config.compression,
@@ -127,7 +132,8 @@ def plan(
         )
         for i, rows in enumerate(_shard_rows(listing, num_shards, config.seed, groups))
     )
-    return Plan(version, {**params, "on_error": config.on_error}, tasks)
+    labels = listing.labels if config.labels is None else config.labels
+    return Plan(version, {**params, "on_error": config.on_error}, tasks, labels)
 
 
 def _num_shards(listing: FileListing, config: WriteConfig, groups: grouping.Groups | None) -> int:
@@ -168,6 +174,8 @@ def _params(config: WriteConfig, num_shards: int, transform_identity: str) -> di
     resize = config.resized
     if resize is not None:  # absent otherwise: sets written without it keep their bytes and name
         params["resize"] = resize.params()
+    if config.labels is not None:  # absent otherwise, as group_by and resize
+        params["labels"] = list(config.labels)
     return params
 
 
