@@ -1,0 +1,76 @@
+"""`tfshards write --old-versions remove`: the out keeps the version just written, and only it."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from tfshards import storage
+from tfshards.cli import app
+from tfshards.listing.listing import list_files, write_listing
+from tfshards.shardset import lease
+
+
+@pytest.fixture
+def listing_dir(make_raw: Callable[..., Path], tmp_path: Path) -> Path:
+    write_listing(list_files(str(make_raw(12, 16, classes=2))), str(tmp_path / "listing"))
+    return tmp_path / "listing"
+
+
+def _write(listing_dir: Path, out: Path, *options: str) -> tuple[int, str]:
+    args = ["write", str(listing_dir), "--out", str(out), "--num-shards", "2", *options]
+    result = CliRunner().invoke(app, args)
+    return result.exit_code, result.stdout + result.stderr
+
+
+def _versions(out: Path) -> list[str]:
+    return sorted(p.name for p in out.iterdir() if p.is_dir())
+
+
+def test_remove_leaves_only_the_new_version_and_names_what_it_deleted(listing_dir, tmp_path):
+    out = tmp_path / "shards"
+    assert _write(listing_dir, out, "--seed", "1")[0] == 0
+    (first,) = _versions(out)
+    code, said = _write(listing_dir, out, "--seed", "2", "--old-versions", "remove")
+    assert code == 0, said
+    (second,) = _versions(out)
+    assert second != first
+    assert f"old_versions remove: deleted 1 other versions ({first})" in said
+
+
+def test_keep_is_the_default_and_keeps_every_version(listing_dir, tmp_path):
+    out = tmp_path / "shards"
+    for seed in ("1", "2"):
+        assert _write(listing_dir, out, "--seed", seed)[0] == 0
+    assert len(_versions(out)) == 2
+
+
+def test_remove_never_touches_what_tfshards_did_not_write_or_a_version_being_written(
+    listing_dir, tmp_path
+):
+    out = tmp_path / "shards"
+    assert _write(listing_dir, out, "--seed", "1")[0] == 0
+    (busy,) = _versions(out)
+    foreign = out / "0123456789abcdef"  # named like a version, but no manifest: not finished
+    foreign.mkdir()
+    (foreign / "notes.txt").write_text("mine")
+    (out / "photos").mkdir()
+    with lease.hold(
+        storage.open_url(str(out))[0], str(out / busy)
+    ):  # a writer re-writing the first version
+        code, said = _write(listing_dir, out, "--seed", "2", "--old-versions", "remove")
+    assert code == 0, said
+    assert busy in _versions(out) and (foreign / "notes.txt").read_text() == "mine"
+    assert (out / "photos").is_dir() and "deleted" not in said
+
+
+def test_a_value_other_than_keep_or_remove_is_one_line(listing_dir, tmp_path):
+    code, said = _write(listing_dir, tmp_path / "shards", "--old-versions", "purge")
+    assert code == 1
+    assert said.strip() == (
+        "error: old_versions: expected one of ('keep', 'remove'), got 'purge'"
+    ), said
+    assert not (tmp_path / "shards").exists()
