@@ -8,8 +8,8 @@ The one place where the text DVC renders into a command (``${write.seed}``,
 
 from __future__ import annotations
 
+import dataclasses
 import inspect
-import typing
 from collections.abc import Callable, Mapping, Sequence
 from typing import Annotated, Any, TypeVar
 
@@ -125,10 +125,21 @@ def config(cls: type[C], options: Sequence[Option], values: Mapping[str, Any], *
             nested.setdefault(head, {})[tail] = value
         else:
             fields[head] = value
-    hints = typing.get_type_hints(cls)
     for head, parts in nested.items():
-        fields[head] = hints[head](**parts)
+        fields[head] = dataclasses.replace(_default(cls, head), **parts)
     return cls(**fields, **extra)
+
+
+def _default(cls: Any, name: str) -> Any:
+    """The default value of dataclass ``cls``'s field ``name`` (a nested options value).
+
+    Read from the field itself: ``typing.get_type_hints`` on a config with
+    ``InitVar`` fields raises on Python 3.10.
+    """
+    (found,) = (f for f in dataclasses.fields(cls) if f.name == name)
+    if found.default_factory is not dataclasses.MISSING:
+        return found.default_factory()
+    return found.default
 
 
 # ----------------------------------------------------------------------------- DVC
