@@ -22,8 +22,8 @@ def listing_dir(make_raw: Callable[..., Path], tmp_path: Path) -> Path:
 
 def _write(listing_dir: Path, out: Path, *options: str) -> tuple[int, str]:
     manifest = str(out.parent / "manifest.json")
-    args = ["write", str(listing_dir), "--out", str(out), "--manifest", manifest, "--num-shards", "2"]
-    args += list(options)
+    args = ["write", str(listing_dir), "--out", str(out), "--manifest", manifest]
+    args += ["--num-shards", "2", *options]
     result = CliRunner().invoke(app, args)
     return result.exit_code, result.stdout + result.stderr
 
