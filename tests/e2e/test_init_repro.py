@@ -55,7 +55,10 @@ def test_repro_before_the_first_commit_runs_every_stage_then_none(tmp_path):
     new = Manifest.from_json((root / "data/manifest.json").read_bytes())
     assert new.root != old.root and new.records == 48
     assert (root / new.root / "manifest.json").exists()
-    assert (root / old.root / "manifest.json").exists()  # the old version stays
+    assert not (root / old.root).exists()  # old_versions: remove: the out is one version
+    _run(["git", "checkout", "--", "."], root, env)
+    _run(["dvc", "checkout", "--force"], root, env)  # the committed one, from DVC's cache
+    assert (root / old.root / "manifest.json").exists() and not (root / new.root).exists()
 
 
 @pytest.fixture
