@@ -70,6 +70,26 @@ def test_an_aborted_file_is_neither_synced_nor_published(tmp_path, monkeypatch):
     assert calls == [] and list(tmp_path.iterdir()) == []
 
 
+@pytest.mark.parametrize("interrupted", ["os.close", "os.replace"])
+def test_a_commit_interrupted_by_ctrl_c_aborts_cleanly(tmp_path, monkeypatch, interrupted):
+    """Ctrl-C inside commit, then abort: no second close of the same descriptor, no leftover."""
+    sink = atomicfile.AtomicSink(storage.open_url(str(tmp_path))[0], str(tmp_path / "x"))
+    sink.write([b"abc"])
+    real = getattr(os, interrupted.split(".")[1])
+
+    def then_interrupt(*args):
+        real(*args)
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(interrupted, then_interrupt)
+    with pytest.raises(KeyboardInterrupt):
+        sink.commit()
+    monkeypatch.undo()
+    sink.abort()
+    left = sorted(p.name for p in tmp_path.iterdir())
+    assert left == (["x"] if interrupted == "os.replace" else []), left
+
+
 def test_a_zombie_writers_temp_file_is_swept(tmp_path):
     """A killed writer that nobody reaped still answers kill(pid, 0): it is dead all the same."""
     script = (

@@ -84,9 +84,10 @@ class AtomicSink:
             # Durable before visible: without the fsync a power loss can leave the final
             # name pointing at missing content; the directory's fsync makes the rename last.
             os.fsync(self._fd)
-            os.close(self._fd)
-            self._fd = None
+            fd, self._fd = self._fd, None  # forget it first: a Ctrl-C here must not close it twice
+            os.close(fd)
             os.replace(self._tmp, self.path)
+            self._tmp = ""
             fsync_dir(os.path.dirname(self.path) or ".")
             return
         parent = posixpath.dirname(self.path)
@@ -99,10 +100,12 @@ class AtomicSink:
         """Drop everything written; nothing becomes visible."""
         self._chunks = []
         if self._fd is not None:
-            os.close(self._fd)
-            self._fd = None
+            fd, self._fd = self._fd, None
+            os.close(fd)
+        if self._tmp:  # also after a commit interrupted between its close and its rename
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(self._tmp)
+            self._tmp = ""
 
 
 def make_dirs(directory: str) -> None:
