@@ -42,7 +42,11 @@ class Companion:
 
 SIDECAR = Companion(WORK_DIR, ".done")  # the JSON record of a finished, hashed shard
 INDEX = Companion("index", ".idx")  # "offset size" per record, as tfrecord2idx writes it
-COMPANIONS: tuple[Companion, ...] = (SIDECAR, INDEX)
+# Each record's listing key, content token and label id, in record order: one JSON
+# array per line (tfshards.shardset.members). What a later version reuses or rewrites
+# this shard by, and what ``tfshards diff`` compares, without reading a record.
+RECORDS = Companion("records", ".jsonl")
+COMPANIONS: tuple[Companion, ...] = (SIDECAR, INDEX, RECORDS)
 # What tfds.builder_from_directory reads (tfshards.shardset.datasetinfo writes them).
 TFDS_FILES = ("dataset_info.json", "features.json", "label.labels.txt")
 FOLDERS = frozenset(c.folder for c in COMPANIONS) | {WORK_DIR}
@@ -68,6 +72,11 @@ def sidecar_path(version: str, shard: str) -> str:
 def index_path(version: str, shard: str) -> str:
     """Where the record index of ``shard`` lives."""
     return posixpath.join(version.rstrip("/"), INDEX.path(shard))
+
+
+def records_path(version: str, shard: str) -> str:
+    """Where the member list of ``shard`` lives."""
+    return posixpath.join(version.rstrip("/"), RECORDS.path(shard))
 
 
 def shard_name(name: str, index: int, count: int) -> str:

@@ -46,6 +46,10 @@ class ShardInfo:
 
     ``index_sha256`` is the sha256 of its record index file
     (:data:`tfshards.shardset.layout.INDEX`), or None when it has none (compressed).
+    ``bucket`` is the split bucket all its records hash to
+    (:mod:`tfshards.shardset.buckets`), and ``records_sha256`` the sha256 of its
+    member list (:data:`tfshards.shardset.layout.RECORDS`); both None in sets
+    written before buckets.
     """
 
     name: str
@@ -53,6 +57,8 @@ class ShardInfo:
     bytes: int
     sha256: str
     index_sha256: str | None = None
+    bucket: int | None = None
+    records_sha256: str | None = None
 
     def to_json(self) -> dict[str, Any]:
         doc: dict[str, Any] = {
@@ -61,19 +67,22 @@ class ShardInfo:
             "records": self.records,
             "sha256": self.sha256,
         }
-        if self.index_sha256 is not None:
-            doc["index_sha256"] = self.index_sha256
+        for key in ("index_sha256", "bucket", "records_sha256"):  # absent, not null
+            if getattr(self, key) is not None:
+                doc[key] = getattr(self, key)
         return doc
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> ShardInfo:
-        index = data.get("index_sha256")
+        index, bucket, members = (data.get(k) for k in ("index_sha256", "bucket", "records_sha256"))
         return cls(
             str(data["name"]),
             int(data["records"]),
             int(data["bytes"]),
             str(data["sha256"]),
             None if index is None else str(index),
+            None if bucket is None else int(bucket),
+            None if members is None else str(members),
         )
 
 

@@ -24,7 +24,8 @@ _FINGERPRINT = re.compile(r"[0-9a-f]{16}")  # tfshards.writing.plan.fingerprint
 _SHARD = re.compile(r"(?P<prefix>[^/\\]+)-(?P<index>[0-9]{5,})-of-(?P<count>[0-9]{5,})\.tfrecord")
 _SHOWN = 120  # characters of a found value in a message: a 10k-label list stays one short line
 
-ShardFields = tuple[str, int, int, str, str | None]  # name, records, bytes, sha256, index sha256
+# name, records, bytes, sha256, index sha256, bucket, records sha256
+ShardFields = tuple[str, int, int, str, str | None, int | None, str | None]
 
 
 def get(doc: Mapping[str, Any], key: str) -> Any:
@@ -112,7 +113,9 @@ def shards(source: str, value: Any, prefix: Any) -> tuple[ShardFields, ...]:
         if name in seen:
             raise bad(source, f"{where}.name", f"each shard once (shards[{seen[name]}] is)", name)
         seen[name] = i
-        index = entry.get("index_sha256")
+        index, bucket, members = (
+            entry.get(k) for k in ("index_sha256", "bucket", "records_sha256")
+        )
         out.append(
             (
                 name,
@@ -120,6 +123,8 @@ def shards(source: str, value: Any, prefix: Any) -> tuple[ShardFields, ...]:
                 count(source, f"{where}.bytes", get(entry, "bytes")),
                 sha256(source, f"{where}.sha256", get(entry, "sha256")),
                 None if index is None else sha256(source, f"{where}.index_sha256", index),
+                None if bucket is None else count(source, f"{where}.bucket", bucket),
+                None if members is None else sha256(source, f"{where}.records_sha256", members),
             )
         )
     return tuple(out)

@@ -75,11 +75,14 @@ class Split:
 def split(manifest: Manifest, val_fraction: float, seed: int = 0) -> Split:
     """Split the shard files of ``manifest`` into train and validation sets.
 
-    A pure function of ``(manifest, val_fraction, seed)``: the sorted shard
-    names are shuffled with ``random.Random(seed)`` (the same permutation on
-    every CPython and machine) and the first shards go to validation, as many
-    as bring the record count closest to ``val_fraction``. Whole files, so the
-    two sets never share a record and each reads sequentially.
+    A pure function of ``(manifest, val_fraction, seed)``: the sorted split
+    buckets (:mod:`tfshards.shardset.buckets`; the shard names, in a set written
+    before buckets) are shuffled with ``random.Random(seed)`` (the same
+    permutation on every CPython and machine) and the first go to validation,
+    as many as bring the record count closest to ``val_fraction``. Validation
+    gets every shard of its buckets: whole files, so the two sets never share a
+    record and each reads sequentially, and a record keeps its side in every
+    later version of the set (its bucket is a hash of its own key).
 
     Args:
         manifest: the shard set.
@@ -95,13 +98,19 @@ def split(manifest: Manifest, val_fraction: float, seed: int = 0) -> Split:
         SplitWarning: the effective fraction (in records) is off by more than
             10% of the one asked for; it is also in ``Split.effective_val_fraction``.
     """
-    train, val, effective = choose_val(
-        [s.name for s in manifest.shards],
-        [s.records for s in manifest.shards],
-        val_fraction,
-        seed,
-        unit="shard",
-    )
+    shards = manifest.shards
+    if shards and all(s.bucket is not None for s in shards):  # whole buckets, then their shards
+        buckets = sorted({s.bucket for s in shards if s.bucket is not None})
+        weights = [sum(s.records for s in shards if s.bucket == b) for b in buckets]
+        names = [f"bucket-{b:05d}" for b in buckets]
+        _, val_b, effective = choose_val(names, weights, val_fraction, seed, unit="bucket")
+        chosen = {buckets[i] for i in val_b}
+        val = [i for i, s in enumerate(shards) if s.bucket in chosen]
+        train = [i for i, s in enumerate(shards) if s.bucket not in chosen]
+    else:
+        names = [s.name for s in shards]
+        weights = [s.records for s in shards]
+        train, val, effective = choose_val(names, weights, val_fraction, seed, unit="shard")
     return Split(
         train=tuple(manifest.shards[i] for i in train),
         val=tuple(manifest.shards[i] for i in val),

@@ -13,6 +13,7 @@ from tfshards.option import Option, zero_is_none
 from tfshards.run.executor import RunOptions
 from tfshards.run.options import run_options, with_run_keywords
 from tfshards.shardset import grouping
+from tfshards.shardset.buckets import DEFAULT_BUCKETS
 from tfshards.shardset.resize import Resize
 from tfshards.writing import sharding
 from tfshards.writing.labelmap import check_labels, parse_labels
@@ -55,7 +56,14 @@ class WriteConfig:
         resize_format: ``"jpeg"`` or ``"raw"`` (uint8 pixels in a BMP) with ``resize``.
         labels: the pinned label map, label names in id order (a record's label id is
             its label's position here; :mod:`tfshards.writing.labelmap`); None: the
-            listing's sorted label names.
+            previous version's map with new labels appended, else the listing's.
+        buckets: split buckets (:mod:`tfshards.shardset.buckets`): each record hashes
+            into one by its key, each shard holds one bucket, validation takes whole
+            buckets. At most ``num_shards`` are used.
+        previous: the version this one grows from (:mod:`tfshards.writing.growth`): a
+            manifest path or URL, ``"auto"`` (``manifest_copy`` when it exists), or None
+            (write from scratch).
+        relabel: allow label ids to differ from the previous version's.
     """
 
     out: str
@@ -75,6 +83,9 @@ class WriteConfig:
     resize: int | None = None
     resize_format: str = "jpeg"
     labels: tuple[str, ...] | None = None
+    buckets: int = DEFAULT_BUCKETS
+    previous: str | None = "auto"
+    relabel: bool = False
     workers: InitVar[int | None] = None
     executor: InitVar[str | None] = None
     dask_address: InitVar[str | None] = None
@@ -113,6 +124,14 @@ class WriteConfig:
         Resize(1 if self.resize is None else self.resize, self.resize_format)  # checks both
         if self.labels is not None:
             object.__setattr__(self, "labels", check_labels(self.labels))
+        if isinstance(self.buckets, bool) or not isinstance(self.buckets, int) or self.buckets < 1:
+            raise ConfigError(f"buckets must be an integer >= 1, got {self.buckets!r}")
+        if self.previous is not None and (not isinstance(self.previous, str) or not self.previous):
+            raise ConfigError(
+                f"previous must be 'auto', 'none' or a manifest path, got {self.previous!r}"
+            )
+        if self.previous is not None and self.previous.lower() in ("none", "null"):
+            object.__setattr__(self, "previous", None)
 
     @property
     def resized(self) -> Resize | None:
@@ -191,6 +210,30 @@ OPTIONS = (
         "append new labels, never reorder. none: ids follow the sorted label names.",
         param=True, convert=parse_labels,
         comment="none | label names in id order, comma-separated: append new ones, never reorder",
+    ),
+    Option(
+        "relabel", bool, False,
+        "Allow label ids that differ from the previous version's (a renamed or "
+        "reordered label map). Without it such a write stops: a model trained on the "
+        "old ids would read the new ones wrong.",
+        param=True,
+        comment="true: allow label ids to differ from the previous version's (then set back)",
+    ),
+    Option(
+        "buckets", int, DEFAULT_BUCKETS,
+        "Split buckets: each record hashes into one by its path (or group), each shard "
+        "holds one bucket, and validation takes whole buckets, so a record keeps its side "
+        "in every later version. Validation fractions come in steps of 1/BUCKETS; at "
+        "most --num-shards are used.",
+        param=True,
+        comment="records hash into this many buckets; validation takes whole buckets",
+    ),
+    Option(
+        "previous", str | None, "auto",
+        "The version this one grows from: its shards whose records are all unchanged are "
+        "reused as they are (hard links on local disk, server-side copies on object "
+        "stores), the rest written anew. auto: the manifest at --manifest, when there is "
+        "one; none: write every shard; or a manifest path or URL.",
     ),
     Option(
         "resize", int, 0,

@@ -1,0 +1,24 @@
+"""Split buckets: a record's side of the train/validation split is a property of its key.
+
+Each record hashes into one of ``count`` buckets by its key alone (the path
+relative to the listing's root, or its ``group_by`` group), never by how many
+other records exist, and a shard holds the records of one bucket. The loader
+gives validation whole buckets chosen with the split seed
+(:func:`tfshards.shardset.split.split`), so adding or removing files never moves
+a surviving record across the split, and it still reads whole shard files.
+"""
+
+from __future__ import annotations
+
+import hashlib
+
+DEFAULT_BUCKETS = 16  # validation fractions in steps of 1/16 (0.2 asks for 3: 0.1875)
+
+
+def bucket_of(key: str, count: int) -> int:
+    """The bucket of ``key`` among ``count``: the first 8 bytes of its SHA-256, modulo ``count``.
+
+    The same on every machine and Python (no ``hash()``, which is salted per process).
+    """
+    digest = hashlib.sha256(key.encode("utf-8", "surrogatepass")).digest()
+    return int.from_bytes(digest[:8], "big") % count
