@@ -105,6 +105,8 @@ class Manifest:
         listed: number of inputs in the listing (``listed == records + len(rejected)``).
         metadata_files: other files of the version directory (paths relative
             to it, e.g. the TensorFlow Datasets metadata) and their sha256.
+        base: the fingerprint of the version this one grew from (its kept shards
+            are that version's bytes); empty for a set written from scratch.
         resolved_root: where :func:`load` found the version directory; never
             written. Empty: ``root`` as written (the writer's own manifest).
     """
@@ -120,6 +122,7 @@ class Manifest:
     listed: int = 0
     version: int = field(default=FORMAT_VERSION)
     metadata_files: Mapping[str, str] = field(default_factory=dict)
+    base: str = ""
     resolved_root: str = field(default="", compare=False, repr=False)
     resolved_for: str = field(default="", compare=False, repr=False)  # the root it resolves
 
@@ -189,6 +192,8 @@ class Manifest:
         }
         if self.metadata_files:  # absent, not empty: manifests without any keep their bytes
             doc["metadata_files"] = dict(sorted(self.metadata_files.items()))
+        if self.base:
+            doc["base"] = self.base
         return jsonfile.encode(doc)
 
     @classmethod
@@ -233,6 +238,7 @@ class Manifest:
             listed=fields.count(source, "totals.listed", fields.get(totals, "listed")),
             version=FORMAT_VERSION,
             metadata_files=fields.metadata_files(source, get("metadata_files")),
+            base=fields.base(source, get("base")),
         )
 
 

@@ -79,6 +79,15 @@ def root(source: str, value: Any, fingerprint: Any) -> tuple[str, str]:
     return value, fingerprint
 
 
+def base(source: str, value: Any) -> str:
+    """The fingerprint of the version a set grew from; empty when written from scratch."""
+    if value is MISSING:
+        return ""
+    if not isinstance(value, str) or not _FINGERPRINT.fullmatch(value):
+        raise bad(source, "base", "16 lowercase hex digits", value)
+    return value
+
+
 def labels(source: str, value: Any, pinned: Any = None) -> tuple[str, ...]:
     """Label names: a record's ``label`` is a position here, so order is meaning.
 

@@ -12,24 +12,33 @@ how the root was spelled: the same files give the same name on every clone.
 
 from __future__ import annotations
 
-import itertools
-from collections.abc import Iterator, Mapping
+import math
+from array import array
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from tfshards import jsonfile, storage
 from tfshards.errors import ConfigError, InputError
-from tfshards.listing.protocol import FileListing, Rows
-from tfshards.shardset import grouping, layout
-from tfshards.shardset.manifest import FORMAT_VERSION
-from tfshards.writing import labelmap, sharding
+from tfshards.listing.protocol import FileListing
+from tfshards.shardset import buckets, grouping, layout
+from tfshards.shardset.manifest import FORMAT_VERSION, Manifest, ShardInfo
+from tfshards.writing import growth, labelmap, placement, sharding
 from tfshards.writing.config import WriteConfig
 from tfshards.writing.shard import ShardTask
 
 # Bump whenever a change to tfshards changes the shard bytes written for the same
 # inputs and params (framing, feature encoding, record order): the version name
 # then changes too, so no directory ever holds two kinds of bytes under one name.
-BYTES_VERSION = 1
+BYTES_VERSION = 2  # 2: records placed by split bucket (tfshards.writing.placement)
+
+
+@dataclass(frozen=True)
+class KeptFile:
+    """A shard of the previous version that this one holds byte for byte, under a new name."""
+
+    name: str
+    info: ShardInfo  # as the previous manifest lists it
 
 
 @dataclass(frozen=True)
@@ -39,36 +48,56 @@ class Plan:
     Attributes:
         version: the version directory URL (``config.out`` + :func:`fingerprint`).
         params: the manifest's params (``on_error`` included, though not in the name).
-        tasks: one per shard, in shard order.
-        labels: the manifest's label names, in id order: the pinned map
-            (``config.labels``), else the listing's.
+        tasks: one per shard to write, in shard order.
+        labels: the manifest's label names, in id order (:func:`labelmap.resolve`).
+        kept: the previous version's shards this one reuses.
+        base: the version this one grows from, or None (written from scratch).
     """
 
     version: str
     params: Mapping[str, Any]
     tasks: tuple[ShardTask, ...]
     labels: tuple[str, ...]
+    kept: tuple[KeptFile, ...] = ()
+    base: Manifest | None = None
 
     @property
     def fingerprint(self) -> str:
         """The version directory's name."""
         return self.version.rstrip("/").rsplit("/", 1)[-1]
 
+    @property
+    def is_base(self) -> bool:
+        """Nothing changed: the plan keeps every previous shard, in order, with its params."""
+        base = self.base
+        return (
+            base is not None
+            and not self.tasks
+            and [k.info for k in self.kept] == list(base.shards)
+            and dict(self.params) == dict(base.params)
+            and self.labels == base.labels
+        )
 
-def fingerprint(listing: FileListing, params: Mapping[str, Any]) -> str:
+
+def fingerprint(
+    listing: FileListing, params: Mapping[str, Any], labels: Sequence[str], base: str = ""
+) -> str:
     """Name of the version directory: a hash of what goes into the shards.
 
     ``files.jsonl`` (each file's path relative to the root, label and content
-    token), the byte-shaping ``params`` and the format versions. Not the root:
-    the same files read from another folder or clone give the same shards.
+    token), the byte-shaping ``params``, the label map, the version it grows
+    from (``base``) and the format versions. Not the root: the same files read
+    from another folder or clone give the same shards.
     """
-    doc = {
+    doc: dict[str, Any] = {
         "bytes": BYTES_VERSION,
         "files_sha256": listing.digest,
         "format": FORMAT_VERSION,
-        "labels": list(listing.labels),
+        "labels": list(labels),
         "params": dict(params),
     }
+    if base:
+        doc["base"] = base
     return jsonfile.digest(doc)[:16]
 
 
@@ -84,11 +113,22 @@ def read_groups(listing: FileListing, group_by: str | None) -> grouping.Groups |
     return grouping.group_ids(parsed, listing.paths(), listing.root)
 
 
+def record_buckets(listing: FileListing, group_by: str | None, count: int) -> array[int]:
+    """Each file's split bucket: of its path, or of its group's key under ``group_by``."""
+    parsed = grouping.GroupBy.parse(group_by)
+    out = array("I")
+    for path in listing.paths():
+        key = path if parsed is None else parsed.key(path)
+        out.append(buckets.bucket_of(key if key is not None else path, count))
+    return out
+
+
 def plan(
     listing: FileListing,
     config: WriteConfig,
     transform_identity: str = "none",
     groups: grouping.Groups | None = None,
+    previous: Manifest | None = None,
 ) -> Plan:
     """The version directory, manifest params and shard tasks of writing ``listing``.
 
@@ -97,8 +137,9 @@ def plan(
     Each task carries :meth:`FileListing.rows` of its records: entries in
     memory, or line numbers of a stored listing (4 bytes per file) read
     where the shard is written. With ``config.group_by``, ``groups`` is
-    :func:`read_groups` of the same listing; read here when None. With
-    ``config.labels``, each task's rows carry the pinned ids (:mod:`.labelmap`).
+    :func:`read_groups` of the same listing; read here when None.
+    ``previous`` (:func:`growth.find`) lends its label ids, and its shards
+    whose records are all listed again unchanged (:mod:`.placement`).
     """
     if transform_identity.split("@", 1)[0] != (config.transform or "none"):
         raise ConfigError(
@@ -107,33 +148,78 @@ def plan(
         )
     if not listing.files:
         raise InputError(f"{listing.root}: the listing has no files", path=listing.root)
-    ids = None if config.labels is None else labelmap.label_ids(listing.labels, config.labels)
+    labels = labelmap.resolve(
+        listing.labels, config.labels, previous.labels if previous else None, config.relabel
+    )
+    ids = labelmap.label_ids(listing.labels, labels)
     if config.group_by is not None and groups is None:
         groups = read_groups(listing, config.group_by)
     if grouping.GroupBy.parse(config.group_by) is None:
         groups = None
     num_shards = _num_shards(listing, config, groups)
-    params = _params(config, num_shards, transform_identity)
-    version = storage.join(config.out, fingerprint(listing, params))
-    source, out = storage.absolute(listing.root), storage.absolute(version)
-    tasks = tuple(
-        ShardTask(
-            name=layout.shard_name(config.name, i, num_shards),
-            source=source,
-            out=out,
-            rows=rows if ids is None else labelmap.relabel(rows, ids),
-            image_feature=config.image_feature,
-            transform=config.transform,
-            compression=config.compression,
-            on_error=config.on_error,
-            source_options=dict(config.source_options),
-            out_options=dict(config.out_options),
-            resize=config.resized,
-        )
-        for i, rows in enumerate(_shard_rows(listing, num_shards, config.seed, groups))
+    params = _params(config, num_shards, transform_identity, labels, listing.labels)
+    base = previous if previous is not None and growth.growable(previous, params) else None
+    placed = _place(listing, config, params, num_shards, groups, base, ids)
+    names = [layout.shard_name(config.name, i, len(placed)) for i in range(len(placed))]
+    version = storage.join(
+        config.out, fingerprint(listing, params, labels, base.fingerprint if base else "")
     )
-    labels = listing.labels if config.labels is None else config.labels
-    return Plan(version, {**params, "on_error": config.on_error}, tasks, labels)
+    tasks = tuple(
+        _task(listing, config, version, name, p, ids)
+        for name, p in zip(names, placed, strict=True)
+        if isinstance(p, placement.NewShard)
+    )
+    kept = tuple(
+        KeptFile(name, base.shards[p.previous])
+        for name, p in zip(names, placed, strict=True)
+        if isinstance(p, placement.KeptShard) and base is not None
+    )
+    return Plan(version, {**params, "on_error": config.on_error}, tasks, labels, kept, base)
+
+
+def _place(
+    listing: FileListing,
+    config: WriteConfig,
+    params: Mapping[str, Any],
+    num_shards: int,
+    groups: grouping.Groups | None,
+    base: Manifest | None,
+    ids: Sequence[int],
+) -> list[placement.Placed]:
+    """Each shard's bucket and records: new ones, or a previous shard kept."""
+    count = int(params["buckets"])
+    members = placement.by_bucket(record_buckets(listing, config.group_by, count), count)
+    group_ids = None if groups is None else groups[0]
+    if base is None:
+        return placement.fresh(members, num_shards, config.seed, group_ids)
+    held = growth.match(base, listing, ids, **config.out_options)
+    target = math.ceil(listing.files / num_shards)
+    return placement.grown(members, held, target, config.seed, group_ids)
+
+
+def _task(
+    listing: FileListing,
+    config: WriteConfig,
+    version: str,
+    name: str,
+    shard: placement.NewShard,
+    ids: Sequence[int],
+) -> ShardTask:
+    rows = listing.rows(shard.indices)
+    return ShardTask(
+        name=name,
+        source=storage.absolute(listing.root),
+        out=storage.absolute(version),
+        rows=labelmap.relabel(rows, ids),
+        image_feature=config.image_feature,
+        transform=config.transform,
+        compression=config.compression,
+        on_error=config.on_error,
+        source_options=dict(config.source_options),
+        out_options=dict(config.out_options),
+        resize=config.resized,
+        bucket=shard.bucket,
+    )
 
 
 def _num_shards(listing: FileListing, config: WriteConfig, groups: grouping.Groups | None) -> int:
@@ -158,9 +244,16 @@ def _num_shards(listing: FileListing, config: WriteConfig, groups: grouping.Grou
     return num_shards
 
 
-def _params(config: WriteConfig, num_shards: int, transform_identity: str) -> dict[str, Any]:
+def _params(
+    config: WriteConfig,
+    num_shards: int,
+    transform_identity: str,
+    labels: Sequence[str],
+    listed: Sequence[str],
+) -> dict[str, Any]:
     """The parameters that shape the bytes, hashed into the version name."""
     params: dict[str, Any] = {
+        "buckets": min(config.buckets, num_shards),
         "compression": config.compression,
         "image_feature": config.image_feature,
         "name": config.name,
@@ -174,19 +267,6 @@ def _params(config: WriteConfig, num_shards: int, transform_identity: str) -> di
     resize = config.resized
     if resize is not None:  # absent otherwise: sets written without it keep their bytes and name
         params["resize"] = resize.params()
-    if config.labels is not None:  # absent otherwise, as group_by and resize
-        params["labels"] = list(config.labels)
+    if tuple(labels) != tuple(listed):  # a pinned, carried or numeric map: absent otherwise
+        params["labels"] = list(labels)
     return params
-
-
-def _shard_rows(
-    listing: FileListing, num_shards: int, seed: int, groups: grouping.Groups | None
-) -> Iterator[Rows]:
-    """Each shard's rows of ``listing``, in shard order."""
-    if groups is not None:
-        indices, cuts = sharding.grouped_indices(groups[0], groups[1], num_shards, seed)
-    else:
-        indices = sharding.shuffled_indices(listing.files, seed)  # 4 bytes per file
-        cuts = sharding.shard_boundaries(listing.files, num_shards)
-    for start, stop in itertools.pairwise(cuts):
-        yield listing.rows(indices[start:stop])

@@ -24,7 +24,7 @@ from tfshards.format.tfrecord import Compressor
 from tfshards.listing.entry import Entry
 from tfshards.listing.protocol import Rows
 from tfshards.run import transform as transforms
-from tfshards.shardset import layout
+from tfshards.shardset import layout, members
 from tfshards.shardset.manifest import Reject, ShardInfo, sidecar_from_json, sidecar_json
 from tfshards.shardset.resize import Resize
 from tfshards.writing.features import FeatureFiles, base_specs
@@ -48,6 +48,7 @@ class ShardTask:
     source_options: Mapping[str, Any]
     out_options: Mapping[str, Any]
     resize: Resize | None = None  # store each image resized (tfshards.writing.resize)
+    bucket: int | None = None  # the split bucket of all its records (tfshards.shardset.buckets)
 
 
 @dataclass(frozen=True)
@@ -68,10 +69,14 @@ def write_shard(task: ShardTask) -> ShardResult:
     source = _source(task, specs)
     rejects = _Rejects(task.source, task.on_error)
     shard = _ShardFile(fs_out, out_dir, task)
+    listed: list[tuple[str, str, int]] = []  # the member list: entries that became records
     try:
         buffer = RecordBuffer(shard.write, task.image_feature)
         for batch in task.rows.batches():
+            first = len(rejects.found)
             _frame_batch(source, buffer, batch, rejects)
+            left = {r.path for r in rejects.found[first:]}
+            listed.extend((e.path, e.token, e.label) for e in batch if e.path not in left)
         buffer.flush()
         shard.commit()
     except OSError as exc:  # reading a file became a reject above: this is the sink's last write
@@ -82,9 +87,21 @@ def write_shard(task: ShardTask) -> ShardResult:
         raise
     index_sha = None
     if shard.index is not None:
-        index_sha = _write_index(fs_out, out_dir, task.name, shard.index.to_bytes())
-    records = len(task.rows) - len(rejects.found)
-    info = ShardInfo(task.name, records, shard.sink.size, shard.hasher.hexdigest(), index_sha)
+        index_sha = _write_companion(
+            fs_out, layout.index_path(out_dir, task.name), shard.index.to_bytes()
+        )
+    members_sha = _write_companion(
+        fs_out, layout.records_path(out_dir, task.name), members.encode(listed)
+    )
+    info = ShardInfo(
+        task.name,
+        len(listed),
+        shard.sink.size,
+        shard.hasher.hexdigest(),
+        index_sha,
+        task.bucket,
+        members_sha,
+    )
     schema = tuple(specs[k] for k in sorted(specs))
     sidecar = layout.sidecar_path(out_dir, task.name)
     try:
@@ -194,14 +211,22 @@ def _reason(exc: Exception) -> str:
     return text[len(prefix) :] if path and text.startswith(prefix) else text
 
 
-def _write_index(fs: Any, out_dir: str, name: str, data: bytes) -> str:
-    """Publish a shard's record index file; its sha256."""
-    path = layout.index_path(out_dir, name)
+def _write_companion(fs: Any, path: str, data: bytes) -> str:
+    """Publish a shard's companion file (record index, member list); its sha256."""
     try:
         atomicfile.write_atomic(fs, path, [data])
     except OSError as exc:
         raise storage.write_error(fs, path, exc) from None
     return hashlib.sha256(data).hexdigest()
+
+
+def _companion_holds(fs: Any, path: str, sha256: str | None) -> bool:
+    """Whether the companion at ``path`` is there with the sha256 its sidecar records."""
+    try:
+        data = storage.read_bytes(fs, path)
+    except OSError:
+        return False
+    return sha256 is not None and hashlib.sha256(data).hexdigest() == sha256
 
 
 def _reuse(fs: Any, out_dir: str, task: ShardTask) -> ShardResult | None:
@@ -221,6 +246,10 @@ def _reuse(fs: Any, out_dir: str, task: ShardTask) -> ShardResult | None:
         return None
     if rejected:  # written with files left out: read them again (a reject may be transient,
         return None  # and under on_error "fail" one that persists must fail the write)
+    if info.bucket != task.bucket or not _companion_holds(
+        fs, layout.records_path(out_dir, task.name), info.records_sha256
+    ):
+        return None
     index_sha = None
     if task.compression == "none":
         try:
@@ -233,6 +262,6 @@ def _reuse(fs: Any, out_dir: str, task: ShardTask) -> ShardResult | None:
         except OSError:
             current = None
         if current != index:
-            _write_index(fs, out_dir, task.name, index)
+            _write_companion(fs, layout.index_path(out_dir, task.name), index)
     info = dataclasses.replace(info, index_sha256=index_sha)
     return ShardResult(info, rejected, schema, reused=True)

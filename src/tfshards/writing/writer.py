@@ -37,7 +37,7 @@ from tfshards.run.executor import Needs
 from tfshards.shardset import datasetinfo, layout, lease
 from tfshards.shardset.layout import MANIFEST_NAME
 from tfshards.shardset.manifest import Manifest
-from tfshards.writing import sharding
+from tfshards.writing import growth, reuse, sharding
 from tfshards.writing.config import BASE_FEATURES, WriteConfig
 from tfshards.writing.features import keys_differ
 from tfshards.writing.plan import Plan, plan, read_groups
@@ -63,22 +63,30 @@ def write(config: WriteConfig, listing: FileListing | str, *, progress: bool = T
     with pool:
         loaded = _load(listing, pool.options.executor)
         groups = read_groups(loaded, config.group_by)
-        planned = plan(loaded, config, transforms.identity(config.transform), groups)
+        previous = growth.find(config.previous, config.manifest_copy, **config.out_options)
+        planned = plan(loaded, config, transforms.identity(config.transform), groups, previous)
+        if planned.is_base and previous is not None:  # nothing changed since that version
+            if config.manifest_copy:
+                _publish(*storage.open_url(config.manifest_copy), previous)
+            return WriteResult(previous, len(previous.shards), time.monotonic() - start)
         fs_out, version_path = storage.open_url(planned.version, **config.out_options)
         # Held from before the first shard is reused until the manifest is out: prune
         # leaves the version alone meanwhile (tfshards.shardset.lease).
         with lease.hold(fs_out, version_path):
-            done = _write_shards(pool, planned, config.transform, loaded.files, progress)
+            kept = reuse.keep(fs_out, version_path, planned, **config.out_options)
+            done = _write_shards(pool, planned, config.transform, progress)
+            shards = sorted([*kept, *done], key=lambda r: r.info.name)
             manifest = Manifest(
                 root=planned.version,
                 fingerprint=planned.fingerprint,
                 params=planned.params,
-                schema=_merge_schema(done, planned.tasks),
+                schema=_merge_schema(done, planned.tasks, kept),
                 labels=planned.labels,
                 compression=config.compression,
-                shards=tuple(r.info for r in done),
+                shards=tuple(r.info for r in shards),
                 rejected=tuple(rej for r in done for rej in r.rejected),
                 listed=loaded.files,
+                base=planned.base.fingerprint if planned.base is not None else "",
             )
             manifest = _write_metadata(fs_out, version_path, manifest)
             _check_shards_present(fs_out, version_path, manifest)
@@ -88,7 +96,8 @@ def write(config: WriteConfig, listing: FileListing | str, *, progress: bool = T
     folders = (storage.join(version_path, folder) for folder in sorted(layout.FOLDERS))
     for directory in (version_path, *folders):  # a killed writer's temps, wherever it wrote
         atomicfile.remove_stale_temps(fs_out, directory)
-    return WriteResult(manifest, sum(r.reused for r in done), time.monotonic() - start)
+    reused = len(kept) + sum(r.reused for r in done)
+    return WriteResult(manifest, reused, time.monotonic() - start)
 
 
 def _start_pool(config: WriteConfig, listing: FileListing | str) -> executors.Executor:
@@ -128,12 +137,13 @@ def _write_shards(
     pool: executors.Executor,
     planned: Plan,
     transform: str | None,
-    listed: int,
     progress: bool,
 ) -> list[ShardResult]:
     """Run every shard task on ``pool``, with a progress bar; the results in task order."""
     tasks = planned.tasks
-    with Progress("write", total=listed, enabled=progress) as bar:
+    if not tasks:
+        return []
+    with Progress("write", total=sum(len(t.rows) for t in tasks), enabled=progress) as bar:
         return executors.in_order(
             pool.map(
                 write_shard,
@@ -199,9 +209,12 @@ def _write_metadata(fs: Any, version_path: str, manifest: Manifest) -> Manifest:
 
 
 def _merge_schema(
-    results: Sequence[ShardResult], tasks: Sequence[ShardTask]
+    results: Sequence[ShardResult], tasks: Sequence[ShardTask], kept: Sequence[ShardResult] = ()
 ) -> tuple[FeatureSpec, ...]:
+    """The features of every record: the written shards' (alike), merged with the kept ones'."""
     merged: dict[str, FeatureSpec] = {}
+    for spec in (spec for result in kept[:1] for spec in result.schema):
+        merged[spec.name] = spec
     first = ""  # the first good file of the first shard with records: its features are the rule
     for result, task in zip(results, tasks, strict=True):
         if result.info.records == 0:

@@ -1,0 +1,169 @@
+"""Which record goes to which shard: from scratch, or growing from a previous version.
+
+Pure functions over arrays of listing indices, no I/O. Every record hashes into
+a split bucket by its key (:mod:`tfshards.shardset.buckets`) and each shard
+holds one bucket, in bucket order. From scratch, a bucket's records are
+shuffled and cut into its share of the shards. Growing, a previous shard whose
+members are all still listed unchanged (same path, content token and label)
+is kept as it is; every other record of the bucket (added, changed, or from a
+shard that lost one) is shuffled into new shards of about the target size.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+import random
+from array import array
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from tfshards.writing import sharding
+
+# A kept shard under half the target size is merged back: its records join the
+# bucket's new shards, so small delta shards never pile up (at most one per bucket).
+SMALL_SHARD = 0.5
+
+
+@dataclass(frozen=True)
+class NewShard:
+    """A shard to write: the listing indices of its records, in record order."""
+
+    bucket: int
+    indices: array[int]
+
+
+@dataclass(frozen=True)
+class KeptShard:
+    """A shard of the previous version kept byte for byte: its position there."""
+
+    bucket: int
+    previous: int  # index into the previous manifest's shards
+    records: int
+
+
+Placed = NewShard | KeptShard
+
+
+def by_bucket(buckets: array[int], count: int) -> list[array[int]]:
+    """The listing indices of each bucket, in listing order."""
+    members: list[array[int]] = [array("I") for _ in range(count)]
+    for i, b in enumerate(buckets):
+        members[b].append(i)
+    return members
+
+
+def apportion(total: int, sizes: Sequence[int]) -> list[int]:
+    """``total`` shards shared among buckets by size (largest remainder), one at least each.
+
+    A bucket never gets more shards than records; an empty bucket gets none.
+    """
+    filled = [i for i, n in enumerate(sizes) if n]
+    counts = [0] * len(sizes)
+    if not filled:
+        return counts
+    records = sum(sizes)
+    spare = max(0, total - len(filled))
+    quotas = {i: spare * sizes[i] / records for i in filled}
+    for i in filled:
+        counts[i] = 1 + math.floor(quotas[i])
+    left = total - sum(counts)
+    for i in sorted(filled, key=lambda i: (-(quotas[i] % 1), i))[: max(0, left)]:
+        counts[i] += 1
+    return [min(c, n) for c, n in zip(counts, sizes, strict=True)]
+
+
+def fresh(
+    members: Sequence[array[int]],
+    num_shards: int,
+    seed: int,
+    groups: array[int] | None = None,
+) -> list[Placed]:
+    """Every bucket's records shuffled and cut into its share of ``num_shards``.
+
+    With ``groups`` (a group id per listing index), a group's records share a shard.
+    """
+    counts = apportion(num_shards, [len(m) for m in members])
+    placed: list[Placed] = []
+    for b, (indices, k) in enumerate(zip(members, counts, strict=True)):
+        placed.extend(NewShard(b, part) for part in _cut(indices, k, _seed(seed, b), groups))
+    return placed
+
+
+def grown(
+    members: Sequence[array[int]],
+    previous: Sequence[tuple[int, Sequence[int]]],
+    target: int,
+    seed: int,
+    groups: array[int] | None = None,
+) -> list[Placed]:
+    """Keep what the previous version still holds unchanged; write the rest.
+
+    Args:
+        members: the listing indices of each bucket.
+        previous: each previous shard's bucket and the listing indices of its
+            members, -1 for a member no longer listed as it was (removed, changed
+            or relabeled); in the previous shard order.
+        target: records per shard aimed at.
+        seed: seeds the shuffle of each bucket's new records.
+        groups: a group id per listing index: a shard that shares a group with
+            a record to write is written again, so every group stays in one shard.
+    """
+    small = SMALL_SHARD * target
+    kept: dict[int, list[int]] = {}
+    covered: set[int] = set()
+    for k, (bucket, held) in enumerate(previous):
+        if held and -1 not in held and len(held) >= small and bucket < len(members):
+            kept.setdefault(bucket, []).append(k)
+            covered.update(held)
+    placed: list[Placed] = []
+    for b, indices in enumerate(members):
+        mine = kept.get(b, [])
+        pending = array("I", (i for i in indices if i not in covered))
+        if groups is not None and pending:
+            mine, pending = _whole_groups(mine, pending, previous, groups)
+        placed.extend(KeptShard(b, k, len(previous[k][1])) for k in mine)
+        if pending:
+            parts = max(1, round(len(pending) / target))
+            placed.extend(NewShard(b, p) for p in _cut(pending, parts, _seed(seed, b), groups))
+    return placed
+
+
+def _whole_groups(
+    mine: list[int],
+    pending: array[int],
+    previous: Sequence[tuple[int, Sequence[int]]],
+    groups: array[int],
+) -> tuple[list[int], array[int]]:
+    """Give up kept shards holding a group that also has a record to write."""
+    open_groups = {groups[i] for i in pending}
+    keep, more = [], array("I")
+    for k in mine:
+        held = previous[k][1]
+        if any(groups[i] in open_groups for i in held):
+            more.extend(held)
+        else:
+            keep.append(k)
+    return keep, array("I", sorted(itertools.chain(pending, more)))
+
+
+def _seed(seed: int, bucket: int) -> int:
+    """One bucket's shuffle seed: distinct per bucket, the same on every machine."""
+    return seed * 1_000_003 + bucket
+
+
+def _cut(indices: array[int], parts: int, seed: int, groups: array[int] | None) -> list[array[int]]:
+    """``indices`` shuffled with ``seed`` and cut into ``parts`` (whole groups with ``groups``)."""
+    if not indices or parts < 1:
+        return []
+    if groups is None:
+        order = array("I", indices)
+        random.Random(seed).shuffle(order)
+        cuts = sharding.shard_boundaries(len(order), min(parts, len(order)))
+        return [order[a:b] for a, b in itertools.pairwise(cuts)]
+    local: dict[int, int] = {}  # global group id -> its rank among this bucket's groups
+    for g in sorted({groups[i] for i in indices}):
+        local[g] = len(local)
+    ids = array("I", (local[groups[i]] for i in indices))
+    order, cuts = sharding.grouped_indices(ids, len(local), min(parts, len(local)), seed)
+    return [array("I", (indices[j] for j in order[a:b])) for a, b in itertools.pairwise(cuts)]
