@@ -6,6 +6,11 @@ a pinned map a label's id is its position in the map: the listing's ids are
 translated once per entry where a shard reads its rows (:class:`RelabeledRows`),
 before any source frames them, so the C framing path and a transform see the
 pinned id. Labels in the map with no files keep their ids.
+
+:func:`resolve` picks a version's map: the pinned one (refused where it changes a
+previous version's id, unless relabelled), else the previous version's with new
+labels appended (a removed label's id is never reused), else the listing's. Folder
+names that are all decimal numbers map to their number (``"k"`` gets id ``k``).
 """
 
 from __future__ import annotations
@@ -18,6 +23,10 @@ from tfshards.listing.entry import Entry
 from tfshards.listing.protocol import Rows
 
 _NAMED = 5  # missing labels named in the error; the rest are counted
+_MAX_NUMERIC = 100_000  # most ids a numeric map may hold
+_SPARSE = 10  # a numeric map holds at most _SPARSE * labels + _SPARSE ids
+_EXAMPLE = 4  # names shown in an example write.labels value
+_RELABEL = "or accept the change with --relabel true (params.yaml write.relabel: true)"
 
 
 def parse_labels(text: str | None) -> tuple[str, ...] | None:
@@ -77,6 +86,129 @@ def label_ids(listed: Sequence[str], pinned: Sequence[str]) -> tuple[int, ...]:
             param="write.labels",
         )
     return tuple(position[name] for name in listed)
+
+
+def resolve(
+    listed: Sequence[str],
+    pinned: Sequence[str] | None,
+    previous: Sequence[str] | None,
+    relabel: bool,
+) -> tuple[str, ...]:
+    """The new version's label names in id order (a label's id is its position).
+
+    ``pinned`` (write.labels) is the map; else ``previous`` (the previous version's
+    manifest labels) with the listed labels it lacks appended; else the ``listed``
+    names sorted, or ``0..max`` where every one is a decimal number.
+
+    Raises:
+        ConfigError: one line: a listed label is not pinned; the pinned map changes a
+            previous id and ``relabel`` is False; numeric names with leading zeros, or
+            too large for a map of their numbers.
+    """
+    if pinned is not None:
+        names = check_labels(pinned)
+        label_ids(listed, names)
+        if previous and not relabel:
+            _check_unchanged(previous, names)
+        return names
+    if previous:
+        return _grown(listed, tuple(previous))
+    numbers = _numbers(listed)
+    if numbers is None:
+        return tuple(sorted(set(listed)))
+    return _numeric(max(numbers, default=-1) + 1, listed)
+
+
+def _check_unchanged(previous: Sequence[str], pinned: tuple[str, ...]) -> None:
+    """Refuse a pinned map that moves or drops a label of ``previous`` (one line)."""
+    position = {name: i for i, name in enumerate(pinned)}
+    for old, name in enumerate(previous):
+        new = position.get(name)
+        if new == old:
+            continue
+        to = "no id (write.labels lacks it)" if new is None else f"id {new}"
+        raise ConfigError(
+            f"labels: write.labels moves label {name!r} from id {old} in the previous "
+            f"version to {to}; ids must not change, since a model trained on the old ids "
+            f"reads the new ones wrong; keep the previous labels in their order and "
+            f"append new ones, {_RELABEL}",
+            option="relabel",
+            param="write.relabel",
+        )
+
+
+def _grown(listed: Sequence[str], previous: tuple[str, ...]) -> tuple[str, ...]:
+    """``previous`` with the listed labels it lacks appended; every old id kept.
+
+    A numeric previous map (``0..n-1``) grows to ``0..m`` for a new number ``m``;
+    other new labels follow, sorted.
+    """
+    known = set(previous)
+    new = sorted(set(listed) - known)
+    if not new:
+        return previous
+    if any(name != str(i) for i, name in enumerate(previous)):
+        return previous + tuple(new)
+    everything = [*previous, *new]
+    if _numbers(everything) is None:  # refuses leading zeros in an all-number listing
+        numbers = [int(name) for name in new if _canonical(name)]
+        rest = tuple(name for name in new if not _canonical(name))
+    else:
+        numbers, rest = [int(name) for name in new], ()
+    if not numbers:
+        return previous + rest
+    return _numeric(max(numbers) + 1, everything) + rest
+
+
+def _canonical(name: str) -> bool:
+    """``name`` is a non-negative decimal integer as ``str(int)`` writes it."""
+    return name.isascii() and name.isdigit() and str(int(name)) == name
+
+
+def _numbers(names: Sequence[str]) -> list[int] | None:
+    """The names as ints when every one is a decimal number; None when one is not.
+
+    Raises:
+        ConfigError: all are digits but one has leading zeros (``007``): no id is its own.
+    """
+    if not all(name.isascii() and name.isdigit() for name in names):
+        return None
+    for name in sorted(names):
+        if not _canonical(name):
+            raise ConfigError(
+                f"labels: folder name {name!r} is a number with leading zeros, so it "
+                f"cannot be its own id; {_pin_hint(names)}",
+                option="labels",
+                param="write.labels",
+            )
+    return [int(name) for name in names]
+
+
+def _numeric(size: int, names: Sequence[str]) -> tuple[str, ...]:
+    """The map ``0..size-1`` (label ``"k"`` has id ``k``), unless too large for ``names``.
+
+    Raises:
+        ConfigError: ``size`` over 100,000 or over 10 ids per label (plus 10).
+    """
+    count = len(set(names))
+    if size > _MAX_NUMERIC or size > _SPARSE * count + _SPARSE:
+        raise ConfigError(
+            f"labels: numeric folder names run up to {size - 1}, a map of {size} ids for "
+            f"{count} labels; {_pin_hint(names)}",
+            option="labels",
+            param="write.labels",
+        )
+    return tuple(str(i) for i in range(size))
+
+
+def _pin_hint(names: Sequence[str]) -> str:
+    """How to pin the map, with an example value built from ``names``."""
+    ordered = sorted(set(names), key=lambda name: (not _canonical(name), len(name), name))
+    shown = ",".join(ordered[:_EXAMPLE]) + (",..." if len(ordered) > _EXAMPLE else "")
+    return (
+        f"pin the label map with write.labels in params.yaml or --labels (names in id "
+        f"order, comma-separated), e.g. write.labels: {shown}"
+    )
 
 
 def relabel(rows: Rows, ids: Sequence[int]) -> Rows:
