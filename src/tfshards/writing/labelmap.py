@@ -235,17 +235,3 @@ class RelabeledRows:
         ids = self.ids
         for batch in self.rows.batches():
             yield [Entry(path, size, ids[label], token) for path, size, label, token in batch]
-
-
-def resolve(
-    listed: Sequence[str],
-    pinned: Sequence[str] | None,
-    previous: Sequence[str] | None,
-    relabel: bool,
-) -> tuple[str, ...]:
-    """TEMPORARY (replaced by the merge): pinned, else previous + new sorted, else listed."""
-    if pinned is not None:
-        return tuple(pinned)
-    if previous is not None:
-        return tuple(previous) + tuple(sorted(set(listed) - set(previous)))
-    return tuple(listed)
