@@ -53,9 +53,16 @@ def test_names_that_are_not_all_decimal_numbers_sort_as_names(listed):
     assert resolve(listed, None, None, False) == tuple(sorted(listed))
 
 
-def test_leading_zeros_are_refused_with_how_to_pin():
+def test_zero_padded_numbers_are_their_numbers_and_keep_their_spelling():
+    assert resolve(["00", "01", "02", "10"], None, None, False) == (
+        "00", "01", "02", "3", "4", "5", "6", "7", "8", "9", "10",
+    )  # fmt: skip
+    assert resolve(["02", "00", "01"], None, None, False) == ("00", "01", "02")
+
+
+def test_two_names_of_one_number_are_refused_with_how_to_pin():
     error = _refused(["000", "001", "007", "1"], None, None, False)
-    assert str(error).startswith("labels: folder name '000' is a number with leading zeros")
+    assert str(error).startswith("labels: folder names '001' and '1' are the same number")
     assert "write.labels in params.yaml or --labels" in str(error)
     assert str(error).endswith("e.g. write.labels: 1,000,001,007")
     assert (error.option, error.param) == ("labels", "write.labels")
@@ -84,9 +91,10 @@ def test_a_numeric_previous_map_grows_to_the_new_number():
     assert resolve([*previous, "cat"], None, previous, False) == (*previous, "cat")
 
 
-def test_a_numeric_previous_map_refuses_leading_zeros_and_huge_numbers():
+def test_a_numeric_previous_map_grows_by_number_and_refuses_huge_numbers():
     previous = ("0", "1")
-    assert "'02'" in str(_refused(["0", "02"], None, previous, False))
+    assert resolve(["0", "02"], None, previous, False) == ("0", "1", "02")
+    assert "'01' and '1'" in str(_refused(["0", "01"], None, previous, False))
     assert "run up to 99999" in str(_refused(["0", "99999"], None, previous, False))
     assert resolve(["0", "02", "x"], None, previous, False) == ("0", "1", "02", "x")
 

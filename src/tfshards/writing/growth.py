@@ -29,7 +29,7 @@ SAME_BYTES = ("compression", "image_feature", "name", "resize", "seed", "transfo
 # Params that decide a record's bucket, hence its side of the split.
 SAME_SPLIT = ("buckets", "group_by")
 
-PreviousShards = list[tuple[int, array[int]]]  # per previous shard: bucket, listing index or -1
+PreviousShards = list[tuple[int, "array[int]"]]  # per previous shard: bucket, listing index or -1
 
 
 def find(previous: str | None, manifest_copy: str | None, **options: Any) -> Manifest | None:

@@ -98,12 +98,12 @@ def resolve(
 
     ``pinned`` (write.labels) is the map; else ``previous`` (the previous version's
     manifest labels) with the listed labels it lacks appended; else the ``listed``
-    names sorted, or ``0..max`` where every one is a decimal number.
+    names sorted, or ``0..max`` where every one is a decimal number (its id).
 
     Raises:
         ConfigError: one line: a listed label is not pinned; the pinned map changes a
-            previous id and ``relabel`` is False; numeric names with leading zeros, or
-            too large for a map of their numbers.
+            previous id and ``relabel`` is False; two numeric names of one number, or
+            numbers too large for a map of them.
     """
     if pinned is not None:
         names = check_labels(pinned)
@@ -113,10 +113,10 @@ def resolve(
         return names
     if previous:
         return _grown(listed, tuple(previous))
-    numbers = _numbers(listed)
-    if numbers is None:
+    by_value = _numbers(listed)
+    if by_value is None:
         return tuple(sorted(set(listed)))
-    return _numeric(max(numbers, default=-1) + 1, listed)
+    return _numeric(by_value, listed)
 
 
 def _check_unchanged(previous: Sequence[str], pinned: tuple[str, ...]) -> None:
@@ -140,56 +140,58 @@ def _check_unchanged(previous: Sequence[str], pinned: tuple[str, ...]) -> None:
 def _grown(listed: Sequence[str], previous: tuple[str, ...]) -> tuple[str, ...]:
     """``previous`` with the listed labels it lacks appended; every old id kept.
 
-    A numeric previous map (``0..n-1``) grows to ``0..m`` for a new number ``m``;
-    other new labels follow, sorted.
+    A numeric previous map (label ``k``'s number is ``k``) grows to ``0..m`` for
+    a new number ``m``; other new labels follow, sorted.
     """
-    known = set(previous)
-    new = sorted(set(listed) - known)
+    new = sorted(set(listed) - set(previous))
     if not new:
         return previous
-    if any(name != str(i) for i, name in enumerate(previous)):
+    if any(not _digits(name) or int(name) != i for i, name in enumerate(previous)):
         return previous + tuple(new)
-    everything = [*previous, *new]
-    if _numbers(everything) is None:  # refuses leading zeros in an all-number listing
-        numbers = [int(name) for name in new if _canonical(name)]
-        rest = tuple(name for name in new if not _canonical(name))
-    else:
-        numbers, rest = [int(name) for name in new], ()
-    if not numbers:
+    numbered = [name for name in new if _digits(name)]
+    rest = tuple(name for name in new if not _digits(name))
+    if not numbered:
         return previous + rest
-    return _numeric(max(numbers) + 1, everything) + rest
+    by_value = _numbers([*previous, *numbered])
+    assert by_value is not None  # every name is digits
+    return _numeric(by_value, [*previous, *numbered]) + rest
 
 
-def _canonical(name: str) -> bool:
-    """``name`` is a non-negative decimal integer as ``str(int)`` writes it."""
-    return name.isascii() and name.isdigit() and str(int(name)) == name
+def _digits(name: str) -> bool:
+    """``name`` is a decimal number: ASCII digits only (``007`` too)."""
+    return name.isascii() and name.isdigit()
 
 
-def _numbers(names: Sequence[str]) -> list[int] | None:
-    """The names as ints when every one is a decimal number; None when one is not.
+def _numbers(names: Sequence[str]) -> dict[int, str] | None:
+    """Each number and its name when every name is a decimal number; None when one is not.
+
+    ``007`` is 7: equal-width names (``00``..``25``) keep their spelling.
 
     Raises:
-        ConfigError: all are digits but one has leading zeros (``007``): no id is its own.
+        ConfigError: two names of the same number (``7`` and ``007``).
     """
-    if not all(name.isascii() and name.isdigit() for name in names):
+    if not all(_digits(name) for name in names):
         return None
-    for name in sorted(names):
-        if not _canonical(name):
+    by_value: dict[int, str] = {}
+    for name in sorted(set(names)):
+        other = by_value.setdefault(int(name), name)
+        if other != name:
             raise ConfigError(
-                f"labels: folder name {name!r} is a number with leading zeros, so it "
-                f"cannot be its own id; {_pin_hint(names)}",
+                f"labels: folder names {other!r} and {name!r} are the same number, so "
+                f"neither can be its id; {_pin_hint(names)}",
                 option="labels",
                 param="write.labels",
             )
-    return [int(name) for name in names]
+    return by_value
 
 
-def _numeric(size: int, names: Sequence[str]) -> tuple[str, ...]:
-    """The map ``0..size-1`` (label ``"k"`` has id ``k``), unless too large for ``names``.
+def _numeric(by_value: dict[int, str], names: Sequence[str]) -> tuple[str, ...]:
+    """The map ``0..max``: label of number ``k`` has id ``k`` (a gap is named ``str(k)``).
 
     Raises:
-        ConfigError: ``size`` over 100,000 or over 10 ids per label (plus 10).
+        ConfigError: more than 100,000 ids, or more than 10 ids per label (plus 10).
     """
+    size = max(by_value, default=-1) + 1
     count = len(set(names))
     if size > _MAX_NUMERIC or size > _SPARSE * count + _SPARSE:
         raise ConfigError(
@@ -198,12 +200,12 @@ def _numeric(size: int, names: Sequence[str]) -> tuple[str, ...]:
             option="labels",
             param="write.labels",
         )
-    return tuple(str(i) for i in range(size))
+    return tuple(by_value.get(i, str(i)) for i in range(size))
 
 
 def _pin_hint(names: Sequence[str]) -> str:
     """How to pin the map, with an example value built from ``names``."""
-    ordered = sorted(set(names), key=lambda name: (not _canonical(name), len(name), name))
+    ordered = sorted(set(names), key=lambda name: (not _digits(name), len(name), name))
     shown = ",".join(ordered[:_EXAMPLE]) + (",..." if len(ordered) > _EXAMPLE else "")
     return (
         f"pin the label map with write.labels in params.yaml or --labels (names in id "

@@ -20,8 +20,9 @@ from dataclasses import dataclass
 
 from tfshards.writing import sharding
 
-# A kept shard under half the target size is merged back: its records join the
-# bucket's new shards, so small delta shards never pile up (at most one per bucket).
+# A kept shard under half the target size is merged back when its bucket has new
+# records: they are written together, so small delta shards never pile up (at most
+# one per bucket), and a write with nothing new keeps everything.
 SMALL_SHARD = 0.5
 
 
@@ -109,17 +110,21 @@ def grown(
         groups: a group id per listing index: a shard that shares a group with
             a record to write is written again, so every group stays in one shard.
     """
-    small = SMALL_SHARD * target
     kept: dict[int, list[int]] = {}
     covered: set[int] = set()
     for k, (bucket, held) in enumerate(previous):
-        if held and -1 not in held and len(held) >= small and bucket < len(members):
+        if held and -1 not in held and 0 <= bucket < len(members):
             kept.setdefault(bucket, []).append(k)
             covered.update(held)
     placed: list[Placed] = []
     for b, indices in enumerate(members):
         mine = kept.get(b, [])
         pending = array("I", (i for i in indices if i not in covered))
+        if pending:  # a small kept shard joins the new records: deltas never pile up
+            small = [k for k in mine if len(previous[k][1]) < SMALL_SHARD * target]
+            mine = [k for k in mine if k not in small]
+            back = (i for k in small for i in previous[k][1])
+            pending = array("I", sorted(itertools.chain(pending, back)))
         if groups is not None and pending:
             mine, pending = _whole_groups(mine, pending, previous, groups)
         placed.extend(KeptShard(b, k, len(previous[k][1])) for k in mine)
