@@ -40,7 +40,8 @@ def test_builder_from_directory_reads_decoded_images_with_label_names_and_counts
     split = builder.info.splits["train"]
     assert list(builder.info.splits) == ["train"]
     assert builder.info.features["label"].names == ["00", "01", "02"] == list(manifest.labels)
-    assert split.shard_lengths == [s.records for s in manifest.shards] == [10, 10, 10]
+    assert split.shard_lengths == [s.records for s in manifest.shards]
+    assert len(split.shard_lengths) == 3
     assert split.num_examples == manifest.records == 30
     assert split.num_bytes == manifest.bytes
     assert [Path(f).name for f in split.filenames] == [s.name for s in manifest.shards]

@@ -211,7 +211,8 @@ def test_shard_globs_match_shards_only_and_read_every_record_after_a_resume(
         assert sorted(glob.glob(str(version / pattern))) == shards, pattern
         assert _tf_count(str(version / pattern)) == first.records == 60, pattern
     leftover = sorted(p.name for p in version.iterdir())
-    top = [MANIFEST_NAME, layout.WORK_DIR, layout.INDEX.folder, *layout.TFDS_FILES]
+    top = [MANIFEST_NAME, layout.WORK_DIR, layout.INDEX.folder, layout.RECORDS.folder]
+    top += layout.TFDS_FILES
     assert leftover == sorted([*top, *(s.name for s in first.shards)])
 
 

@@ -27,6 +27,7 @@ from tfshards.listing.listing import Listing, list_files, write_listing
 from tfshards.listing.storedlisting import StoredListing
 from tfshards.run.executor import RunOptions
 from tfshards.run.localexec import ProcessExecutor
+from tfshards.shardset.buckets import bucket_of
 from tfshards.shardset.layout import MANIFEST_NAME
 from tfshards.shardset.manifest import Manifest
 from tfshards.writing import plan, writer
@@ -91,7 +92,10 @@ def test_shard_names_and_counts_are_exact(write_set, listing, tmp_path):
     assert [s.name for s in manifest.shards] == [
         f"digits-0000{i}-of-00004.tfrecord" for i in range(4)
     ]
-    assert [s.records for s in manifest.shards] == [25, 26, 26, 26]
+    buckets = [bucket_of(e.path, 4) for e in listing.entries]  # one shard per bucket
+    held = [buckets.count(s.bucket) for s in manifest.shards]
+    assert [s.records for s in manifest.shards] == held
+    assert sorted(s.bucket for s in manifest.shards) == [0, 1, 2, 3]
     assert manifest.records == manifest.listed == 103
     root = Path(manifest.root)
     on_disk = sorted(str(p.relative_to(root)) for p in root.rglob("*") if p.is_file())
@@ -100,6 +104,7 @@ def test_shard_names_and_counts_are_exact(write_set, listing, tmp_path):
         + [s.name for s in manifest.shards]
         + [f"_work/{s.name}.done" for s in manifest.shards]
         + [f"index/{s.name}.idx" for s in manifest.shards]
+        + [f"records/{s.name}.jsonl" for s in manifest.shards]
         + ["dataset_info.json", "features.json", "label.labels.txt"]
     )
     for shard in manifest.shards:

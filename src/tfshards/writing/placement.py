@@ -11,8 +11,8 @@ shard that lost one) is shuffled into new shards of about the target size.
 
 from __future__ import annotations
 
+import heapq
 import itertools
-import math
 import random
 from array import array
 from collections.abc import Sequence
@@ -54,24 +54,26 @@ def by_bucket(buckets: array[int], count: int) -> list[array[int]]:
     return members
 
 
-def apportion(total: int, sizes: Sequence[int]) -> list[int]:
-    """``total`` shards shared among buckets by size (largest remainder), one at least each.
+def apportion(total: int, sizes: Sequence[int], room: Sequence[int] | None = None) -> list[int]:
+    """``total`` shards shared among buckets by size, one at least each non-empty one.
 
-    A bucket never gets more shards than records; an empty bucket gets none.
+    Highest averages (D'Hondt): each next shard goes to the bucket whose shards
+    would stay largest, ties to the lower bucket. A bucket gets at most
+    ``room[b]`` shards (its records, or its groups under ``group_by``; default:
+    its records), so ``total`` is met whenever the records allow.
     """
-    filled = [i for i, n in enumerate(sizes) if n]
-    counts = [0] * len(sizes)
-    if not filled:
-        return counts
-    records = sum(sizes)
-    spare = max(0, total - len(filled))
-    quotas = {i: spare * sizes[i] / records for i in filled}
-    for i in filled:
-        counts[i] = 1 + math.floor(quotas[i])
-    left = total - sum(counts)
-    for i in sorted(filled, key=lambda i: (-(quotas[i] % 1), i))[: max(0, left)]:
-        counts[i] += 1
-    return [min(c, n) for c, n in zip(counts, sizes, strict=True)]
+    room = sizes if room is None else room
+    counts = [1 if n else 0 for n in sizes]
+    heap = [(-n / 2, b) for b, n in enumerate(sizes) if n and room[b] > 1]
+    heapq.heapify(heap)
+    for _ in range(total - sum(counts)):
+        if not heap:
+            break
+        _, b = heapq.heappop(heap)
+        counts[b] += 1
+        if counts[b] < room[b]:
+            heapq.heappush(heap, (-sizes[b] / (counts[b] + 1), b))
+    return counts
 
 
 def fresh(
@@ -84,7 +86,9 @@ def fresh(
 
     With ``groups`` (a group id per listing index), a group's records share a shard.
     """
-    counts = apportion(num_shards, [len(m) for m in members])
+    sizes = [len(m) for m in members]
+    room = sizes if groups is None else [len({groups[i] for i in m}) for m in members]
+    counts = apportion(num_shards, sizes, room)
     placed: list[Placed] = []
     for b, (indices, k) in enumerate(zip(members, counts, strict=True)):
         placed.extend(NewShard(b, part) for part in _cut(indices, k, _seed(seed, b), groups))
