@@ -13,6 +13,7 @@ import typer
 
 from tfshards._version import __version__
 from tfshards.cli._common import run_app
+from tfshards.cli.diff import diff_command
 from tfshards.cli.doctor import doctor_command
 from tfshards.cli.init import init_command
 from tfshards.cli.list import list_files_command
@@ -75,6 +76,7 @@ app.command("list")(list_files_command)
 app.command("write", context_settings=WRITE_CONTEXT)(write_command)
 app.command("validate")(validate_command)
 app.command("train", context_settings=CONTEXT)(train_command)
+app.command("diff")(diff_command)
 app.command("prune")(prune_command)
 app.command("doctor")(doctor_command)
 

@@ -7,4 +7,5 @@ Writing produces this; reading, validation and training consume it.
 """
 
 # The modules other wings may import; the rest are this wing's own.
-__all__ = ["check", "datasetinfo", "grouping", "layout", "lease", "manifest", "resize", "split"]
+__all__ = ["buckets", "check", "datasetinfo", "diff", "grouping", "layout", "lease",
+           "manifest", "resize", "split"]  # fmt: skip

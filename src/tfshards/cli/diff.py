@@ -1,0 +1,110 @@
+"""``tfshards diff``: what changed between two versions, from their manifests and member lists."""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Sequence
+from typing import Annotated
+
+import typer
+
+from tfshards import jsonfile, storage
+from tfshards.cli._common import one_line_errors
+from tfshards.shardset.diff import Changes, compare, load_members
+from tfshards.shardset.layout import MANIFEST_NAME
+from tfshards.shardset.manifest import load
+
+VERSION_NAME = re.compile(r"[0-9a-f]{16}")  # a version directory's name: its fingerprint
+_FORMS = (
+    "A manifest (path or fsspec URL), a version directory (its manifest.json), or a "
+    "version name (16 hex digits) under --out."
+)
+
+
+def manifest_url(spec: str, out: str) -> str:
+    """The manifest ``spec`` names: itself, ``<spec>/manifest.json``, or ``<out>/<spec>/...``.
+
+    A version name that is also a local path is that path.
+    """
+    if VERSION_NAME.fullmatch(spec) and not os.path.exists(spec):
+        return storage.join(out, spec, MANIFEST_NAME)
+    fs, path = storage.open_url(spec)
+    return storage.join(spec, MANIFEST_NAME) if fs.isdir(path) else spec
+
+
+def path_lines(what: str, paths: Sequence[str], limit: int) -> list[str]:
+    """``what (n):`` and the first ``limit`` paths, indented; nothing when there are none."""
+    if not paths:
+        return []
+    lines = [f"{what} ({len(paths)}):", *(f"  {p}" for p in paths[:limit])]
+    if len(paths) > limit:
+        lines.append(f"  ... and {len(paths) - limit} more")
+    return lines
+
+
+def summary(changes: Changes, limit: int | None) -> list[str]:
+    """The summary lines, then (``limit`` not None) the first paths of each kind."""
+    lines = changes.lines()
+    if limit is not None:
+        for what, paths in (
+            ("added", changes.added_paths),
+            ("removed", changes.removed_paths),
+            ("changed", changes.changed_paths),
+            ("relabeled", changes.relabeled_paths),
+        ):
+            lines += path_lines(what, paths, limit)
+    return lines
+
+
+@one_line_errors
+def diff_command(
+    old: Annotated[str, typer.Argument(help="The old version. " + _FORMS, show_default=False)],
+    new: Annotated[str, typer.Argument(help="The new version, in any form OLD takes.")],
+    out: Annotated[
+        str,
+        typer.Option(
+            help="Shard location (path or fsspec URL) a version name OLD or NEW is looked up in."
+        ),
+    ] = "data/shards",
+    metrics: Annotated[
+        str | None,
+        typer.Option(
+            help='Also write the counts as JSON here, under a "diff" key: a DVC metric '
+            "(`dvc metrics diff` compares them across commits)."
+        ),
+    ] = None,
+    paths: Annotated[
+        bool,
+        typer.Option(
+            "--paths/--no-paths", help="List the added, removed, changed and relabeled paths."
+        ),
+    ] = True,
+    limit: Annotated[
+        int, typer.Option(min=0, help="List at most this many paths of each kind.")
+    ] = 20,
+) -> None:
+    """Compare two versions record by record: added, removed, changed, relabeled.
+
+    OLD and NEW are each a manifest (path or fsspec URL), a version directory
+    (its manifest.json is read), or a version name (16 hex digits, the
+    directory's name) looked up under --out. Records are matched by their listed
+    path; a changed record has another content token, a relabeled one the same
+    token under another label name. Also printed: records per label, labels
+    added, removed or given another id, and records whose split bucket moved.
+    Reads the manifests and each shard's member list (records/<shard>.jsonl),
+    never a shard.
+    """
+    old_manifest, new_manifest = (load(manifest_url(s, out)) for s in (old, new))
+    changes = compare(
+        old_manifest, new_manifest, load_members(old_manifest), load_members(new_manifest)
+    )
+    for side, manifest in (("old", old_manifest), ("new", new_manifest)):
+        typer.echo(
+            f"{side}: {manifest.directory} ({manifest.records} records, "
+            f"{len(manifest.shards)} shards)"
+        )
+    for line in summary(changes, limit if paths else None):
+        typer.echo(line)
+    if metrics is not None:
+        jsonfile.save({"diff": changes.to_metrics()}, metrics)
