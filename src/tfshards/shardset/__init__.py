@@ -1,11 +1,12 @@
 """A shard set's contract: what every stage agrees a version directory is.
 
 The manifest and its fields, the directory layout and the writer's lease on
-it, grouping of related files, how images were resized, the interop files
-TensorFlow Datasets reads, and the train/validation split by shard file.
+it, each shard's member list, grouping of related files, how images were
+resized, the interop files TensorFlow Datasets reads, the split buckets and the
+train/validation split by whole bucket, and the comparison of two versions.
 Writing produces this; reading, validation and training consume it.
 """
 
 # The modules other wings may import; the rest are this wing's own.
 __all__ = ["buckets", "check", "datasetinfo", "diff", "grouping", "layout", "lease",
-           "manifest", "resize", "split"]  # fmt: skip
+           "manifest", "members", "resize", "split"]  # fmt: skip
