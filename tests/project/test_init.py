@@ -130,7 +130,7 @@ def test_local_shards_are_a_persisted_out_that_validate_and_train_depend_on():
 
 def test_remote_shards_leave_only_the_manifest_and_metrics_to_dvc():
     stages = pipeline.stages(remote=True, program=lambda s: f"tfshards {s}")
-    assert stages["write"]["outs"] == [pipeline.MANIFEST]
+    assert stages["write"]["outs"] == [{pipeline.MANIFEST: {"persist": True}}]
     for name in ("validate", "train"):
         assert not any("write.out" in str(dep) for dep in stages[name]["deps"])
     assert pipeline.VALIDATE_METRICS in stages["train"]["deps"]  # train runs after validate
@@ -234,7 +234,9 @@ def test_init_reads_the_shard_location_back_from_params(repo):
     assert _init("--shards", "memory://bucket/shards").exit_code == 0
     (repo / "dvc.yaml").unlink()
     assert _init().exit_code == 0  # no --shards: params.yaml says memory://
-    assert _load(repo / "dvc.yaml")["stages"]["write"]["outs"] == [pipeline.MANIFEST]
+    assert _load(repo / "dvc.yaml")["stages"]["write"]["outs"] == [
+        {pipeline.MANIFEST: {"persist": True}}
+    ]
 
 
 def test_an_option_that_contradicts_params_needs_force(repo):
@@ -249,7 +251,9 @@ def test_an_option_that_contradicts_params_needs_force(repo):
     forced = _init("--shards", "s3://bucket/shards", "--force")
     assert forced.exit_code == 0, forced.output
     assert _load(repo / "params.yaml")["write"]["out"] == "s3://bucket/shards"
-    assert _load(repo / "dvc.yaml")["stages"]["write"]["outs"] == [pipeline.MANIFEST]
+    assert _load(repo / "dvc.yaml")["stages"]["write"]["outs"] == [
+        {pipeline.MANIFEST: {"persist": True}}
+    ]
     assert "replaced stages write, validate, train" in forced.output
 
 

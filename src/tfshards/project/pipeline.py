@@ -182,7 +182,9 @@ def stages(*, remote: bool, program: Callable[[str], str]) -> dict[str, dict[str
             ),
             "deps": [LISTING],
             "params": ["write"],
-            "outs": [MANIFEST, *shard_outs],
+            # Persisted: DVC would delete it before the run, and it names the version
+            # the next one grows from (write --previous auto).
+            "outs": [{MANIFEST: {"persist": True}}, *shard_outs],
         },
         "validate": {
             # The split params are train's: the same shards are held out here and there.
