@@ -44,6 +44,14 @@ def _write(values: dict[str, Any]) -> None:
         f"{len(m.rejected)} rejected, {result.reused} shards reused) to {m.root} "
         f"in {result.seconds:.1f}s"
     )
+    if m.base:
+        c = m.changes
+        typer.echo(
+            f"grew from version {m.base}: {c.get('added', 0)} records added, "
+            f"{c.get('removed', 0)} removed, {c.get('changed', 0)} changed, "
+            f"{c.get('relabeled', 0)} relabeled; {c.get('labels_added', 0)} new labels "
+            f"(tfshards diff lists them)"
+        )
     if values["old_versions"] == "remove":
         _remove_old_versions(config, storage.join(m.directory, MANIFEST_NAME))
 
@@ -66,14 +74,20 @@ write_command = one_line_errors(
         name="write_command",
         doc="""Write the listed files into versioned TFRecord shards of tf.train.Example.
 
-    Records are shuffled globally with SEED and cut into shards; the same
-    listing and options give byte-identical shards and manifest whatever the
-    number of workers. With --group-by, groups are shuffled and packed whole
-    into shards, then each shard's records are shuffled. Shards go to
-    OUT/<fingerprint>/ and the manifest, written last, commits the set. A
-    re-run after a crash keeps the finished shards. Storage credentials come
-    from the environment (e.g. AWS_ACCESS_KEY_ID, AWS_ENDPOINT_URL), never
-    from options.
+    Each record hashes into one of BUCKETS split buckets by its path (or its
+    --group-by group); each bucket's records are shuffled with SEED and cut
+    into shards, so every shard holds one bucket and validation takes whole
+    buckets. The same listing and options give byte-identical shards and
+    manifest whatever the number of workers. Shards go to OUT/<fingerprint>/
+    and the manifest, written last, commits the set. A re-run after a crash
+    keeps the finished shards.
+
+    With a previous version (--previous; by default the manifest at
+    --manifest), the new version keeps its label ids and reuses each of its
+    shards whose records are all listed again unchanged; added and changed
+    files, and the other records of a shard that lost one, go into new shards.
+    Storage credentials come from the environment (e.g. AWS_ACCESS_KEY_ID,
+    AWS_ENDPOINT_URL), never from options.
     """,
     )
 )

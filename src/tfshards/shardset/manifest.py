@@ -107,6 +107,8 @@ class Manifest:
             to it, e.g. the TensorFlow Datasets metadata) and their sha256.
         base: the fingerprint of the version this one grew from (its kept shards
             are that version's bytes); empty for a set written from scratch.
+        changes: what changed since ``base``, as counts
+            (:meth:`tfshards.shardset.diff.Changes.to_metrics`); empty without a base.
         resolved_root: where :func:`load` found the version directory; never
             written. Empty: ``root`` as written (the writer's own manifest).
     """
@@ -123,6 +125,7 @@ class Manifest:
     version: int = field(default=FORMAT_VERSION)
     metadata_files: Mapping[str, str] = field(default_factory=dict)
     base: str = ""
+    changes: Mapping[str, int] = field(default_factory=dict)
     resolved_root: str = field(default="", compare=False, repr=False)
     resolved_for: str = field(default="", compare=False, repr=False)  # the root it resolves
 
@@ -194,6 +197,8 @@ class Manifest:
             doc["metadata_files"] = dict(sorted(self.metadata_files.items()))
         if self.base:
             doc["base"] = self.base
+        if self.changes:
+            doc["changes"] = dict(sorted(self.changes.items()))
         return jsonfile.encode(doc)
 
     @classmethod
@@ -239,6 +244,7 @@ class Manifest:
             version=FORMAT_VERSION,
             metadata_files=fields.metadata_files(source, get("metadata_files")),
             base=fields.base(source, get("base")),
+            changes=fields.changes(source, get("changes")),
         )
 
 

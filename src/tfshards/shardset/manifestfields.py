@@ -88,6 +88,14 @@ def base(source: str, value: Any) -> str:
     return value
 
 
+def changes(source: str, value: Any) -> dict[str, int]:
+    """Counts of what changed since the base version; empty when absent."""
+    if value is MISSING:
+        return {}
+    found = mapping(source, "changes", value)
+    return {str(k): count(source, f"changes.{k}", n) for k, n in found.items()}
+
+
 def labels(source: str, value: Any, pinned: Any = None) -> tuple[str, ...]:
     """Label names: a record's ``label`` is a position here, so order is meaning.
 

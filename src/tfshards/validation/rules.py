@@ -338,6 +338,24 @@ def one_label_per_payload(shards: ShardSet) -> Findings:
     )
 
 
+def records_keep_their_split_side(shards: ShardSet) -> Findings:
+    """A set grown from a base moved no surviving record to another split bucket.
+
+    A record's side of the split is its bucket's, so a record of the base's
+    training side can reach this version's validation side only by changing
+    bucket: the writer counts those (``changes.moved_buckets``); it must be 0.
+    """
+    m = shards.manifest
+    moved = m.changes.get("moved_buckets", 0)
+    if not moved:
+        return _each([])
+    what = (
+        f"split: expected 0 records of the base version {m.base} in another split bucket, "
+        f"found {moved}: they may have crossed between training and validation"
+    )
+    return _each([Problem(_manifest_name(shards), what)])
+
+
 SET_RULES: tuple[SetRule, ...] = (
     total_records_match,
     inputs_add_up,
@@ -347,6 +365,7 @@ SET_RULES: tuple[SetRule, ...] = (
     groups_in_one_shard,
     no_leakage_across_splits,
     one_label_per_payload,
+    records_keep_their_split_side,
 )
 
 

@@ -53,6 +53,7 @@ class ShardCheck:
     max_problems: int
     storage_options: Mapping[str, Any]
     index_sha256: str | None = None  # of its record index file; None: it has none
+    records_sha256: str | None = None  # of its member list; None: it has none
     group_by: str | None = None  # the manifest's grouping: report each record's group
 
     @property
@@ -90,6 +91,7 @@ class ShardCheck:
             storage_options=dict(storage_options or {}),
             # A copy elsewhere (the loader's cache) has no index beside it.
             index_sha256=shard.index_sha256 if path is None else None,
+            records_sha256=shard.records_sha256 if path is None else None,
             group_by=manifest.group_by,
         )
 
@@ -167,7 +169,9 @@ def validate_shard(task: ShardCheck) -> ShardReport:
     fs, root = storage.open_url(task.root, **task.storage_options)
     records, size = _check_shard(fs, root, tally)
     if task.index_sha256 is not None:
-        _check_index(fs, root, task, tally.found)
+        _check_companion(fs, root, task, tally.found, layout.INDEX, task.index_sha256)
+    if task.records_sha256 is not None:
+        _check_companion(fs, root, task, tally.found, layout.RECORDS, task.records_sha256)
     return ShardReport(
         task.name,
         records,
@@ -245,20 +249,25 @@ def _size(f: Any) -> int | None:
     return size
 
 
-def _check_index(fs: Any, root: str, task: ShardCheck, found: _Found) -> None:
-    """The record index file against the sha256 the manifest holds for it."""
-    rel = layout.INDEX.path(task.name)
+_COMPANION_NAMES = {layout.INDEX: "record index", layout.RECORDS: "member list"}
+
+
+def _check_companion(
+    fs: Any, root: str, task: ShardCheck, found: _Found, companion: layout.Companion, sha: str
+) -> None:
+    """A companion file (record index, member list) against the sha256 the manifest holds."""
+    rel = companion.path(task.name)
     try:
         data = storage.read_bytes(fs, storage.join(root, rel))
     except FileNotFoundError:
-        found.add_at(rel, f"missing: expected the record index of {task.name}")
+        found.add_at(rel, f"missing: expected the {_COMPANION_NAMES[companion]} of {task.name}")
         return
     except OSError as exc:
         found.add_at(rel, f"cannot read: {exc.strerror or exc}")
         return
     digest = hashlib.sha256(data).hexdigest()
-    if digest != task.index_sha256:
-        found.add_at(rel, f"sha256 mismatch: expected {task.index_sha256}, found {digest}")
+    if digest != sha:
+        found.add_at(rel, f"sha256 mismatch: expected {sha}, found {digest}")
 
 
 READ_CHUNK = check.READ_BYTES  # hashed and walked at a time past what is held

@@ -74,6 +74,8 @@ class ValidationReport:
             "records_per_label": dict(self.records_per_label),
             "rejected_inputs": len(self.manifest.rejected),
             **({"grouping": self.groups.metrics()} if self.groups is not None else {}),
+            # What changed since the version this one grew from (absent: written from scratch).
+            **({"growth": dict(self.manifest.changes)} if self.manifest.changes else {}),
             "shards": len(self.manifest.shards),
             "split": {
                 **{

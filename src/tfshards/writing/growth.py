@@ -102,9 +102,9 @@ def match(
     out: PreviousShards = []
     for shard in previous.shards:
         held = array("i")
-        for member in members.read(fs, directory, shard.name):
-            i = where.get(_key(member.path), -1)
-            same = i >= 0 and content[i] == _key(f"{member.token}\0{member.label}")
+        for path, token, label in members.load(fs, directory, shard):
+            i = where.get(_key(path), -1)
+            same = i >= 0 and content[i] == _key(f"{token}\0{label}")
             held.append(i if same else -1)
         out.append((shard.bucket if shard.bucket is not None else -1, held))
     return out

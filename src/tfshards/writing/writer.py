@@ -34,7 +34,7 @@ from tfshards.progress import Progress
 from tfshards.run import executor as executors
 from tfshards.run import transform as transforms
 from tfshards.run.executor import Needs
-from tfshards.shardset import datasetinfo, layout, lease
+from tfshards.shardset import datasetinfo, diff, layout, lease
 from tfshards.shardset.layout import MANIFEST_NAME
 from tfshards.shardset.manifest import Manifest
 from tfshards.writing import growth, reuse, sharding
@@ -88,6 +88,14 @@ def write(config: WriteConfig, listing: FileListing | str, *, progress: bool = T
                 listed=loaded.files,
                 base=planned.base.fingerprint if planned.base is not None else "",
             )
+            if planned.base is not None:  # from the member lists alone, no record read
+                changes = diff.compare(
+                    planned.base,
+                    manifest,
+                    diff.load_members(planned.base, **config.out_options),
+                    diff.load_members(manifest, **config.out_options),
+                )
+                manifest = dataclasses.replace(manifest, changes=changes.to_metrics())
             manifest = _write_metadata(fs_out, version_path, manifest)
             _check_shards_present(fs_out, version_path, manifest)
             _publish(fs_out, storage.join(version_path, MANIFEST_NAME), manifest)
