@@ -146,9 +146,10 @@ def _whole_groups(
 ) -> tuple[list[int], array[int]]:
     """Give up kept shards holding a group that also has a record to write."""
     open_groups = {groups[i] for i in pending}
-    keep, more = [], array("I")
+    keep: list[int] = []
+    more: list[int] = []
     for k in mine:
-        held = previous[k][1]
+        held = previous[k][1]  # kept shards: every member is listed (no -1)
         if any(groups[i] in open_groups for i in held):
             more.extend(held)
         else:

@@ -1,0 +1,229 @@
+"""Data that grows: a version written from a previous one reuses its unchanged shards,
+keeps every surviving record on its side of the split and its label id, and says what
+changed; no reader ever serves a removed record."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import os
+import random
+import shutil
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from tfshards.cli import app
+from tfshards.errors import ConfigError, InputError
+from tfshards.listing.listing import list_files, write_listing
+from tfshards.shardset import diff
+from tfshards.shardset.manifest import Manifest
+from tfshards.shardset.split import split
+from tfshards.validation.config import ValidateConfig
+from tfshards.validation.validate import validate
+from tfshards.writing.config import WriteConfig
+from tfshards.writing.writer import WriteResult, write
+
+FILES = 2000
+
+
+@pytest.fixture
+def raw(make_raw) -> Path:
+    return make_raw(FILES, 8, fmt="png", classes=10)
+
+
+def _grow(raw: Path, out: Path, **kw) -> WriteResult:
+    config = WriteConfig(
+        out=str(out / "shards"), manifest_copy=str(out / "manifest.json"), executor="serial", **kw
+    )
+    return write(config, list_files(str(raw)), progress=False)
+
+
+def _add(raw: Path, count: int, seed: int = 1) -> list[str]:
+    """Copies of ``count`` existing files under new names, in their label folders."""
+    files = sorted(p for p in raw.rglob("*.png"))
+    added = []
+    for p in random.Random(seed).sample(files, count):
+        new = p.with_name(f"new{seed}_{p.name}")
+        shutil.copyfile(p, new)
+        added.append(str(new.relative_to(raw)))
+    return added
+
+
+def _members(m: Manifest) -> dict[str, tuple[str, int]]:
+    """path -> (shard name, label id), from the member lists."""
+    return {row[0]: (shard.name, row[2]) for shard, rows in diff.load_members(m) for row in rows}
+
+
+def _inodes(m: Manifest) -> dict[int, str]:
+    return {os.stat(Path(m.directory) / s.name).st_ino: s.name for s in m.shards}
+
+
+def test_an_append_of_one_percent_reuses_every_shard_as_the_same_inode(raw, tmp_path):
+    first = _grow(raw, tmp_path, num_shards=32).manifest
+    added = _add(raw, FILES // 100)
+    grown = _grow(raw, tmp_path, num_shards=32)
+    second = grown.manifest
+    assert second.base == first.fingerprint != second.fingerprint
+    old = _inodes(first)
+    kept = [ino for ino in _inodes(second) if ino in old]
+    assert len(kept) / len(first.shards) >= 0.95 and grown.reused == len(kept)
+    where = _members(second)
+    assert set(where) == {*_members(first), *added}
+    new_shards = {where[p][0] for p in added}
+    assert not new_shards & {old[ino] for ino in kept}  # added records went to new shards
+    assert second.changes["added"] == len(added) and second.changes["moved_buckets"] == 0
+    assert validate(ValidateConfig(str(tmp_path / "manifest.json"))).ok
+    again = _grow(raw, tmp_path, num_shards=32)  # nothing new: the same version
+    assert again.manifest == second and again.reused == len(second.shards)
+
+
+def test_five_changed_files_rewrite_at_most_five_previous_shards(raw, tmp_path):
+    first = _grow(raw, tmp_path, num_shards=32).manifest
+    changed = sorted(raw.rglob("*.png"))[::400][:5]
+    for p in changed:
+        p.write_bytes(sorted(raw.rglob("*.png"))[-1].read_bytes())  # other valid content
+    second = _grow(raw, tmp_path, num_shards=32).manifest
+    old = {s.sha256 for s in first.shards}
+    rewritten = len(first.shards) - sum(s.sha256 in old for s in second.shards)
+    assert rewritten <= 5
+    assert second.changes["changed"] == 5 and second.changes["added"] == 0
+
+
+def test_removed_files_are_served_by_no_reader(raw, tmp_path):
+    import tensorflow as tf
+
+    from tfshards.reading.loader import make_dataset
+
+    _grow(raw, tmp_path, num_shards=32)
+    files = sorted(raw.rglob("*.png"))
+    gone = random.Random(3).sample(files, 10)  # 0.5%, spread over the shards
+    for p in gone:
+        p.unlink()
+    second = _grow(raw, tmp_path, num_shards=32).manifest
+    removed = {str(p.relative_to(raw)) for p in gone}
+    assert second.changes["removed"] == 10 and not removed & set(_members(second))
+    read = set()
+    ds = make_dataset(
+        second.shards, second, batch_size=256, training=False, decode=False, features=["path"]
+    )
+    for batch, _ in ds:
+        read.update(p.decode() for p in batch["path"].numpy())
+    assert len(read) == FILES - 10 and not read & removed
+    pattern = f"{second.directory}/{second.params['name']}-*"  # as an outside reader globs
+    outside = tf.data.TFRecordDataset(tf.io.gfile.glob(pattern))
+    desc = {"path": tf.io.FixedLenFeature([], tf.string)}
+    paths = {tf.io.parse_single_example(r, desc)["path"].numpy().decode() for r in outside}
+    assert len(paths) == FILES - 10 and not paths & removed
+    assert validate(ValidateConfig(str(tmp_path / "manifest.json"))).ok
+
+
+def test_no_surviving_record_changes_side_and_new_ones_reach_val_at_the_fraction(raw, tmp_path):
+    first = _grow(raw, tmp_path, num_shards=32).manifest
+    for p in random.Random(5).sample(sorted(raw.rglob("*.png")), 100):
+        p.unlink()
+    added = _add(raw, 1000, seed=2)
+    second = _grow(raw, tmp_path, num_shards=32).manifest
+
+    def sides(m: Manifest) -> dict[str, str]:
+        part = split(m, 0.2, seed=7)
+        val = {s.name for s in part.val}
+        return {
+            path: "val" if shard in val else "train" for path, (shard, _) in _members(m).items()
+        }
+
+    before, after = sides(first), sides(second)
+    survivors = before.keys() & after.keys()
+    assert len(survivors) == FILES - 100
+    assert [p for p in survivors if before[p] != after[p]] == []
+    effective = split(second, 0.2, seed=7).effective_val_fraction
+    share = sum(after[p] == "val" for p in added) / len(added)
+    sigma = math.sqrt(effective * (1 - effective) / len(added))
+    assert abs(share - effective) <= 3 * sigma  # the stated tolerance: 3 standard errors
+    assert abs(effective - 0.2) <= 0.2 * 0.1 + 3 * sigma
+
+
+def test_groups_stay_whole_when_a_group_grows(raw, tmp_path):
+    group_by = r"^(\d+/(?:new\d+_)?\d{4})"  # <= 10 files a group
+    first = _grow(raw, tmp_path, num_shards=16, group_by=group_by).manifest
+    added = _add(raw, 20)  # "new1_..." names: groups of their own
+    for p in sorted(raw.rglob("0*/00*.png"))[:3]:  # and records joining existing groups
+        shutil.copyfile(p, p.with_name(p.name.replace(".png", "9.png")))
+    second = _grow(raw, tmp_path, num_shards=16, group_by=group_by).manifest
+    assert second.base == first.fingerprint and added
+    report = validate(ValidateConfig(str(tmp_path / "manifest.json")))
+    assert report.ok and report.groups is not None and report.groups.spanning == 0
+
+
+def test_a_new_label_is_appended_and_old_ids_hold(raw, tmp_path):
+    first = _grow(raw, tmp_path, num_shards=16).manifest
+    (raw / "aardvark").mkdir()
+    for p in sorted((raw / "03").glob("*.png"))[:5]:
+        shutil.copyfile(p, raw / "aardvark" / p.name)
+    second = _grow(raw, tmp_path, num_shards=16).manifest
+    assert second.labels == (*first.labels, "aardvark")
+    old, new = _members(first), _members(second)
+    assert all(new[p][1] == label for p, (_, label) in old.items())
+    assert {new[p][1] for p in new if p.startswith("aardvark/")} == {10}
+    info = (Path(second.directory) / "label.labels.txt").read_text().split()
+    assert info == list(second.labels)
+
+
+def test_numeric_folders_map_to_their_number(tmp_path):
+    raw = tmp_path / "raw"
+    for n in (0, 1, 2, 10, 11, 25):
+        (raw / str(n)).mkdir(parents=True)
+        (raw / str(n) / "a.png").write_bytes(b"\x89PNG\r\n\x1a\n" + bytes([n]) * 64)
+    m = _grow(raw, tmp_path, num_shards=2, on_error="skip").manifest
+    assert m.labels == tuple(str(i) for i in range(26))
+    assert {p: label for p, (_, label) in _members(m).items()} == {
+        f"{n}/a.png": n for n in (0, 1, 2, 10, 11, 25) if f"{n}/a.png" in _members(m)
+    }
+
+
+def test_an_id_change_needs_relabel_and_says_so_in_one_line(raw, tmp_path):
+    first = _grow(raw, tmp_path, num_shards=16).manifest
+    swapped = (first.labels[1], first.labels[0], *first.labels[2:])
+    listing = tmp_path / "listing"
+    write_listing(list_files(str(raw)), str(listing))
+    args = ["write", str(listing), "--out", str(tmp_path / "shards"), "--manifest",
+            str(tmp_path / "manifest.json"), "--labels", ",".join(swapped), "--no-progress",
+            "--executor", "serial"]  # fmt: skip
+    refused = CliRunner().invoke(app, args)
+    assert refused.exit_code != 0
+    line = refused.output.strip()
+    assert "\n" not in line and "moves label '00' from id 0" in line and "--relabel" in line
+    done = CliRunner().invoke(app, [*args, "--relabel", "true"])
+    assert done.exit_code == 0, done.output
+    assert "grew from version" in done.output
+
+
+def test_another_bucket_count_is_refused_unless_the_lineage_starts_anew(raw, tmp_path):
+    _grow(raw, tmp_path, num_shards=32)
+    with pytest.raises(ConfigError, match=r"^buckets: the previous version .* --previous none"):
+        _grow(raw, tmp_path, num_shards=32, buckets=8)
+    fresh = _grow(raw, tmp_path, num_shards=32, buckets=8, previous=None).manifest
+    assert fresh.base == "" and fresh.params["buckets"] == 8
+
+
+def test_a_previous_version_that_is_gone_is_one_line(raw, tmp_path):
+    first = _grow(raw, tmp_path, num_shards=16).manifest
+    shutil.rmtree(first.directory)
+    with pytest.raises(InputError, match=r"dvc pull.*--previous none") as caught:
+        _grow(raw, tmp_path, num_shards=16)
+    assert "\n" not in str(caught.value)
+
+
+def test_the_same_history_gives_the_same_bytes_in_another_folder(raw, tmp_path):
+    other = tmp_path / "clone" / "raw"
+    shutil.copytree(raw, other)
+    names = []
+    for root, out in ((raw, tmp_path / "a"), (other, tmp_path / "b")):
+        _grow(root, out, num_shards=16)
+        _add(root, 30)
+        names.append(_grow(root, out, num_shards=16).manifest)
+    a, b = names
+    assert a.fingerprint == b.fingerprint and a.base == b.base != ""
+    assert [s.sha256 for s in a.shards] == [s.sha256 for s in b.shards]
+    assert dataclasses.replace(a, root=b.root).to_json() == b.to_json()
