@@ -7,6 +7,7 @@ commit and say why in its message.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import os
@@ -33,20 +34,25 @@ _MTIME = 1_700_000_000
 # only), so its pin covers their bytes too.
 PINNED = {
     "digits": (
-        "c54282dcc8e8b707245e09dd0b88ab4bcb21b43d82c07307601436c6ad06b272",
-        "13a814882817fb08f9b643fbaefaee922a680c212217c8992ac4ece82fadf0af",
+        "61fbad36a11dad9a8cd4321bcf0434c830e159482fe2f6d6e12140be13911465",
+        "94d99d279009b7c10f4e9a1188b7943313c4e5683a48419035d915a0c2998796",
     ),
     "synth-jpeg-none": (
-        "557aba005f80ad6080a0606144dd4aa3fd80358c3100b90c3ae5d46332382708",
-        "2b654aa429d2d91dae416e92c8432e9a63d8eb14621abc1937e4fc86f9e7a2cc",
+        "cd0cefc564549d08d220679a14f046b7115dab72d2d2496a36c8195d3267fff3",
+        "39070d6b39b450b8155a1f88f2b1bf538a9ba93a3e3810b93919a059ab3103d4",
     ),
-    "synth-png-gzip": (
-        "0973701c65dc333d75133542e85389f595f4c08d2dcf750b793cde94d75126f8",
-        "68061e088fd875f909d58d30c83ca343befab5d514b871b5e0064886b7b45ff7",
+    # synth-jpeg-none grown: 10 files added, 2 removed, written from the first version.
+    "synth-jpeg-none+grown": (
+        "18bf8bbb353153fec3bbeeacce2ca2bf3e7d481f46bcd9cb09f6442eaa85a728",
+        "2225cc7042e6512063756332acff3c397f4a037044f425b49d6d7360ca51cb5c",
     ),
     "synth-jpeg-zlib": (
-        "3ad086d615d066805e2bf329a66f48c25fbc2be2203c7af6b767f1561e5ca4ad",
-        "d881ceb8325acd6c3114894fd7cd631c0d4cbb371d49921610f506c634ad3036",
+        "1a69c2a54287cfa2eee0864cb11bb07ddf4d96dcd4d2dc37e55a283b3418f4a0",
+        "2094e0facdbdfea69437c2495c81cf23691f7f787eb1653b37bbe40d0fc536a8",
+    ),
+    "synth-png-gzip": (
+        "ca745647a2f58bca42f5d6f320375b96d6d936bc1ac61fac1fe5e5ad6a2e125b",
+        "71b48d0af08c8a9f439b91dbde7ddebfcaa928a1bd7641f510b1d8f398ecdbfc",
     ),
 }
 
@@ -92,7 +98,7 @@ def _write_case(
             workers=workers,
         )
     else:
-        fmt, compression = case.split("-")[1:]
+        fmt, compression = case.split("+")[0].split("-")[1:]
         write_synthetic(str(raw), 103, 24, fmt=fmt, classes=5, seed=3, workers=1)
         _fix_mtimes(raw)
         listing = list_files("raw")
@@ -105,10 +111,25 @@ def _write_case(
             executor=executor,
             workers=workers,
         )
+    if case.endswith("+grown"):
+        config = dataclasses.replace(config, manifest_copy="manifest.json")
+        write(config, listing, progress=False)
+        _grow(raw)
+        listing = list_files("raw")
     if stored:
         write_listing(listing, "listing")
     result = write(config, "listing" if stored else listing, progress=False)
     return _digests(Path("shards"), result.manifest.root)
+
+
+def _grow(raw: Path) -> None:
+    """Copy 10 files under new names, remove 2: the same change on every run."""
+    files = sorted(raw.rglob("*.*"))
+    for path in files[::10][:10]:
+        (path.parent / f"added_{path.name}").write_bytes(path.read_bytes())
+    for path in files[5:7]:
+        path.unlink()
+    _fix_mtimes(raw)
 
 
 @pytest.mark.parametrize("case", sorted(PINNED))
@@ -148,7 +169,7 @@ def test_a_new_executor_is_one_class_and_writes_the_pinned_bytes(tmp_path, monke
 
 
 @pytest.mark.parametrize("workers", [1, 2, 8])
-@pytest.mark.parametrize("case", ["digits", "synth-png-gzip"])
+@pytest.mark.parametrize("case", ["digits", "synth-png-gzip", "synth-jpeg-none+grown"])
 def test_a_listing_directory_read_line_by_line_writes_the_pinned_bytes(
     case, workers, loop, tmp_path, monkeypatch
 ):
