@@ -98,6 +98,7 @@ def render(doc: dict[str, Any]) -> str:
                 f"{_num(r['cpu_s']['median'], 2)} | {_spread(r['peak_rss_mb'], 0)} | "
                 f"{_num(r['peak_single_mb']['median'])} | {r['ratio']['median']:.2f} |"
             )
+    lines += _grow([r for r in rows if r["group"] == "grow"])
     bound = [r for r in rows if r["group"] == "bound"]
     if bound:
         datas = list(dict.fromkeys(r["data"] for r in bound))
@@ -117,3 +118,38 @@ def render(doc: dict[str, Any]) -> str:
             cells = " | ".join(_num(doc["bounds"].get(d, {}).get(job)) for d in datas)
             lines.append(f"| **{job} bound, records/s** ({' + '.join(steps)}) | {cells} |")
     return "\n".join(lines) + "\n"
+
+
+def _grow(rows: Sequence[dict[str, Any]]) -> list[str]:
+    """The growth table: each version's write, against the full write, and what it kept."""
+    if not rows:
+        return []
+    lines = [
+        "",
+        f"#### Grow a shard set ({rows[0]['records']:,} small files, {rows[0]['shards']} shards "
+        "from scratch; each version grown from the one above)",
+        "",
+        "| step | files | wall s (min-max) | CPU s | of full write | previous shards kept "
+        "(same inode) | previous shards rewritten | of them holding a changed or removed file "
+        "| new shards | records written |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for r in rows:
+        grown = "previous_shards" in r
+        kept = f"{r['kept']} of {r['previous_shards']}" if grown else "-"
+        if grown:
+            kept += f" ({r['kept'] / r['previous_shards']:.0%})"
+        cells = [
+            r["name"],
+            f"{r['records']:,}",
+            _spread(r["wall_s"]),
+            _num(r["cpu_s"]["median"], 2),
+            _spread(r["of_full"]),
+            kept,
+            str(r["rewritten"]) if grown else "-",
+            str(r["held_changes"]) if grown else "-",
+            str(r["new_shards"]),
+            f"{r['records_written']:,}",
+        ]
+        lines.append("| " + " | ".join(cells) + " |")
+    return lines

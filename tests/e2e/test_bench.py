@@ -21,7 +21,7 @@ BENCH = REPO / "bench"
 # What each part of bench/ may import from bench/ besides itself: the suite and every study
 # share only bench.common, and a study imports no other study.
 ALLOWED = {"common": {"common"}, "suite": {"suite", "common"}, "studies": {"common"}}
-SECTIONS = "bound,write,validate,read,generator,memory"
+SECTIONS = "bound,write,validate,read,generator,memory,grow"
 
 WRITE = {
     "naive loop (1 process)",
@@ -58,6 +58,13 @@ GENERATOR = {
 }
 GRAPH = "tfshards from_files, graph (same work in TF ops)"  # only where the work is TF ops
 PIECES = {"read_file", "read_shard", "sha256", "crc32c", "decode_tf", "decode_pil"}
+GROW = (  # the growth section's steps, in order; at scale 0.005 the small set has 100 files
+    ("full write (from scratch)", 100),
+    ("grow: 1 file added (1%)", 101),
+    ("grow: 5 files changed", 101),
+    ("grow: 1 file removed (0.5%)", 100),
+    ("the final listing from scratch", 100),
+)
 
 
 def _module_name(path: Path) -> str:
@@ -245,6 +252,14 @@ def test_tiny_run_reports_every_contender_with_positive_numbers(
         _positive_timings(r)
         assert r["cpu_s"]["median"] > 0 and r["peak_rss_mb"]["median"] > 0
 
+    grow = _rows(doc, "grow")  # checked for correctness by the bench itself; here the shape
+    assert [(r["name"], r["records"]) for r in grow] == list(GROW)
+    for r in grow:
+        _positive_timings(r)
+        assert r["of_full"]["median"] > 0 and r["new_shards"] > 0
+    assert grow[1]["kept"] == grow[1]["previous_shards"]  # adding files rewrites no shard
+    assert grow[2]["rewritten"] > 0 and grow[2]["held_changes"] <= 5
+
     bound = _rows(doc, "bound")
     assert {(r["data"], r["name"]) for r in bound} == {
         (d, p) for d in ("small", "large") for p in PIECES
@@ -252,7 +267,7 @@ def test_tiny_run_reports_every_contender_with_positive_numbers(
     assert all(r["us_per_record"] > 0 for r in bound)
 
     headings = ("#### Write shards", "#### Validate shards", "#### Read one epoch of decoded")
-    for heading in (*headings, "#### Read one epoch of the large images resized"):
+    for heading in (*headings, "#### Read one epoch of the large images resized", "#### Grow"):
         assert heading in stdout
     assert "python -m bench.suite.run --scale 0.005" in stdout
 
