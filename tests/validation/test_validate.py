@@ -261,10 +261,10 @@ def test_unlisted_shard_and_stale_temp_file_are_reported(shard_set):
 
 def test_manifest_count_off_by_one_is_reported_per_shard_and_in_total(shard_set):
     manifest_path, manifest = shard_set
-    _edit_manifest(manifest_path, lambda doc: doc["shards"][0].update(records=11))
-    assert manifest.shards[0].records == 10
+    n = manifest.shards[0].records
+    _edit_manifest(manifest_path, lambda doc: doc["shards"][0].update(records=n + 1))
     assert _lines(_check(manifest_path)) == [
-        f"{SHARD[0]}: record count mismatch: expected 11, found 10",
+        f"{SHARD[0]}: record count mismatch: expected {n + 1}, found {n}",
         f"manifest.json: total record count mismatch: expected {COUNT + 1}, found {COUNT}",
         f"manifest.json: inputs do not add up: expected {COUNT} listed = records + rejected, "
         f"found {COUNT + 1} + 0",
@@ -319,7 +319,8 @@ def test_wrong_stored_sha256_feature_is_reported(shard_set):
     features["sha256"] = ("bytes", [hashlib.sha256(b"other").hexdigest().encode()])
     offset = _append_record(manifest_path, manifest, 0, features)
     assert _lines(_check(manifest_path)) == [
-        f"{SHARD[0]}: record 10 at byte {offset}: feature 'sha256' does not match the sha256 "
+        f"{SHARD[0]}: record {manifest.shards[0].records} at byte {offset}: feature 'sha256' "
+        "does not match the sha256 "
         f"of feature 'image': expected {hashlib.sha256(image).hexdigest()}, "
         f"found {hashlib.sha256(b'other').hexdigest()}"
     ]
@@ -330,7 +331,8 @@ def test_label_out_of_range_is_reported_and_not_counted(shard_set):
     offset = _append_record(manifest_path, manifest, 1, _good_features(b"img", label=CLASSES))
     report = _check(manifest_path)
     assert _lines(report) == [
-        f"{SHARD[1]}: record 10 at byte {offset}: label out of range: expected 0..3 "
+        f"{SHARD[1]}: record {manifest.shards[1].records} at byte {offset}: label out of "
+        "range: expected 0..3 "
         f"(4 labels), found {CLASSES}"
     ]
     assert sum(report.records_per_label.values()) == COUNT
@@ -343,7 +345,8 @@ def test_decode_option_reports_undecodable_images(shard_set):
     assert _check(manifest_path).ok
     (line,) = _lines(_check(manifest_path, decode_images=True))
     assert line.startswith(
-        f"{SHARD[2]}: record 10 at byte {offset}: feature 'image' of 01/crafted.bin "
+        f"{SHARD[2]}: record {manifest.shards[2].records} at byte {offset}: feature 'image' "
+        "of 01/crafted.bin "
         "does not decode as an image: "
         "UnidentifiedImageError: "
     )
@@ -351,6 +354,7 @@ def test_decode_option_reports_undecodable_images(shard_set):
 
 def test_valid_record_in_another_key_order_passes_through_the_general_decoder(shard_set):
     manifest_path, manifest = shard_set
+    before = _check(manifest_path).records_per_label["02"]
     features = _good_features(b"\xff\xd8 payload", label=2)
     entries = [encode_bytes({k: v})[2:] for k, v in features.items()]  # drop Example head
     body = b"".join(reversed(entries))  # not the sorted order the fast path expects
@@ -360,13 +364,14 @@ def test_valid_record_in_another_key_order_passes_through_the_general_decoder(sh
         f.write(b"".join(tfrecord.frame([data])))
 
     def fix(doc):  # type: ignore[no-untyped-def]
-        doc["shards"][0].update(records=11, bytes=path.stat().st_size, sha256=_sha(path))
+        n = manifest.shards[0].records + 1
+        doc["shards"][0].update(records=n, bytes=path.stat().st_size, sha256=_sha(path))
         doc["totals"]["listed"] += 1
 
     _edit_manifest(manifest_path, fix)
     report = _check(manifest_path)
     assert report.ok, _lines(report)
-    assert report.records_per_label["02"] == 11
+    assert report.records_per_label["02"] == before + 1
 
 
 def test_cli_passes_a_clean_set_and_writes_byte_stable_metrics(shard_set, tmp_path):
@@ -388,8 +393,10 @@ def test_cli_passes_a_clean_set_and_writes_byte_stable_metrics(shard_set, tmp_pa
 def test_cli_lists_problems_up_to_a_bound_then_a_summary_and_exits_1(shard_set, tmp_path):
     manifest_path, manifest = shard_set
     path = _path(manifest, 0)
-    for record in _records(path)[:8]:
+    flipped = _records(path)[:8]
+    for record in flipped:
         _flip(path, record.offset + 20)
+    problems = 1 + len(flipped)  # the file's sha256, then each record's CRC
     metrics = tmp_path / "m.json"
     result = CliRunner().invoke(
         app,
@@ -409,10 +416,10 @@ def test_cli_lists_problems_up_to_a_bound_then_a_summary_and_exits_1(shard_set, 
     assert len(lines) == 5, lines
     assert lines[0].startswith(f"{SHARD[0]}: sha256 mismatch: ")
     assert lines[1].startswith(f"{SHARD[0]}: record 0 at byte 0: data CRC mismatch (stored ")
-    assert lines[3] == "... and 6 more problems"
+    assert lines[3] == f"... and {problems - 3} more problems"
     assert lines[4].startswith(f"error: validated {COUNT} records in {SHARDS} shards (")
-    assert lines[4].endswith(f": 9 problems in {manifest.root}")
-    assert json.loads(metrics.read_text())["problems"] == 9
+    assert lines[4].endswith(f": {problems} problems in {manifest.root}")
+    assert json.loads(metrics.read_text())["problems"] == problems
     assert json.loads(metrics.read_text())["ok"] is False
 
 

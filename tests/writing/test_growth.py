@@ -56,6 +56,11 @@ def _members(m: Manifest) -> dict[str, tuple[str, int]]:
     return {row[0]: (shard.name, row[2]) for shard, rows in diff.load_members(m) for row in rows}
 
 
+def _compared(old: Manifest, new: Manifest) -> dict[str, int]:
+    """What ``tfshards diff`` finds from the member lists: the writer's counts must agree."""
+    return diff.compare(old, new, diff.load_members(old), diff.load_members(new)).to_metrics()
+
+
 def _inodes(m: Manifest) -> dict[int, str]:
     return {os.stat(Path(m.directory) / s.name).st_ino: s.name for s in m.shards}
 
@@ -89,6 +94,7 @@ def test_five_changed_files_rewrite_at_most_five_previous_shards(raw, tmp_path):
     rewritten = len(first.shards) - sum(s.sha256 in old for s in second.shards)
     assert rewritten <= 5
     assert second.changes["changed"] == 5 and second.changes["added"] == 0
+    assert second.changes == _compared(first, second)
 
 
 def test_removed_files_are_served_by_no_reader(raw, tmp_path):
@@ -96,7 +102,7 @@ def test_removed_files_are_served_by_no_reader(raw, tmp_path):
 
     from tfshards.reading.loader import make_dataset
 
-    _grow(raw, tmp_path, num_shards=32)
+    first = _grow(raw, tmp_path, num_shards=32).manifest
     files = sorted(raw.rglob("*.png"))
     gone = random.Random(3).sample(files, 10)  # 0.5%, spread over the shards
     for p in gone:
@@ -104,6 +110,7 @@ def test_removed_files_are_served_by_no_reader(raw, tmp_path):
     second = _grow(raw, tmp_path, num_shards=32).manifest
     removed = {str(p.relative_to(raw)) for p in gone}
     assert second.changes["removed"] == 10 and not removed & set(_members(second))
+    assert second.changes == _compared(first, second)
     read = set()
     ds = make_dataset(
         second.shards, second, batch_size=256, training=False, decode=False, features=["path"]
@@ -163,6 +170,7 @@ def test_a_new_label_is_appended_and_old_ids_hold(raw, tmp_path):
         shutil.copyfile(p, raw / "aardvark" / p.name)
     second = _grow(raw, tmp_path, num_shards=16).manifest
     assert second.labels == (*first.labels, "aardvark")
+    assert second.changes == _compared(first, second) and second.changes["labels_added"] == 1
     old, new = _members(first), _members(second)
     assert all(new[p][1] == label for p, (_, label) in old.items())
     assert {new[p][1] for p in new if p.startswith("aardvark/")} == {10}

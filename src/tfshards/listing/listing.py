@@ -103,6 +103,10 @@ class Listing:
         """Each file's path relative to the root, in order."""
         return map(_PATH, self.entries)
 
+    def scan(self) -> Iterator[tuple[str, str, int]]:
+        """Each file's ``(path, token, label id)``, in order."""
+        return ((e.path, e.token, e.label) for e in self.entries)
+
     def rows(self, indices: array[int]) -> EntryRows:
         """The entries at ``indices`` (record order), for a shard task."""
         entries = self.entries

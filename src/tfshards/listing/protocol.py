@@ -52,6 +52,10 @@ class FileListing(Protocol):
         """Each file's path relative to the root, in listing order."""
         ...
 
+    def scan(self) -> Iterator[tuple[str, str, int]]:
+        """Each file's ``(path, token, label id)``, in listing order, in one streamed pass."""
+        ...
+
     def rows(self, indices: array[int]) -> Rows:
         """The entries at ``indices`` (0-based, record order), for a shard task."""
         ...

@@ -10,9 +10,9 @@ its records are in the new listing.
 
 from __future__ import annotations
 
-import hashlib
 from array import array
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from tfshards import storage
@@ -84,39 +84,85 @@ def growable(previous: Manifest, params: Mapping[str, Any]) -> bool:
     return all(previous.params.get(k) == params.get(k) for k in SAME_BYTES)
 
 
-def match(
-    previous: Manifest, listing: FileListing, ids: Sequence[int], **options: Any
-) -> PreviousShards:
-    """For each previous shard: its bucket and where each of its records is in ``listing``.
+@dataclass(frozen=True)
+class Match:
+    """The previous version against the new listing, record by record.
 
-    A record is found when the listing has its path with the same content token
-    and the same label id (``ids``: the new id of each listing label); -1 otherwise.
-    Holds one small int per listed file, never its path.
+    Attributes:
+        held: per previous shard, its bucket and where each of its records is in
+            the listing (-1: no longer listed as it was).
+        found: per previous shard, where each record's path is listed now (-1: gone),
+            whatever its content.
+        added / removed / changed / relabeled / unchanged: record counts, by path:
+            changed is another content token, relabeled another label name.
+    """
+
+    held: PreviousShards
+    found: PreviousShards
+    added: int
+    removed: int
+    changed: int
+    relabeled: int
+    unchanged: int
+
+
+def match(previous: Manifest, listing: FileListing, ids: Sequence[int], **options: Any) -> Match:
+    """Where each record of ``previous`` is in ``listing``, and what became of it.
+
+    A record is held when the listing has its path with the same content token,
+    label name and label id (``ids``: the new id of each listing label). Paths
+    and tokens are compared by Python's own 64-bit hashes (one process: a
+    collision among a million keys has odds of 3e-8), so it holds three ints
+    per listed file, never its path.
     """
     where: dict[int, int] = {}
-    content = array("Q")
-    for i, (path, _, label, token) in enumerate(_entries(listing)):
-        where[_key(path)] = i
-        content.append(_key(f"{token}\0{ids[label]}"))
+    tokens, label_of = array("q"), array("i")
+    for i, (path, token, label) in enumerate(listing.scan()):
+        where[hash(path)] = i
+        tokens.append(hash(token))
+        label_of.append(label)
+    listed_names = listing.labels
     fs, directory = storage.open_url(previous.directory, **options)
-    out: PreviousShards = []
+    old_names = previous.labels
+    held_all: PreviousShards = []
+    found_all: PreviousShards = []
+    changed = relabeled = unchanged = removed = survivors = 0
     for shard in previous.shards:
-        held = array("i")
+        held, found = array("i"), array("i")
         for path, token, label in members.load(fs, directory, shard):
-            i = where.get(_key(path), -1)
-            same = i >= 0 and content[i] == _key(f"{token}\0{label}")
+            i = where.get(hash(path), -1)
+            found.append(i)
+            same = False
+            if i < 0:
+                removed += 1
+            elif tokens[i] != hash(token):
+                changed += 1
+            elif listed_names[label_of[i]] != old_names[label]:
+                relabeled += 1
+            else:
+                unchanged += 1
+                same = ids[label_of[i]] == label  # a relabeled map changes the bytes too
             held.append(i if same else -1)
-        out.append((shard.bucket if shard.bucket is not None else -1, held))
-    return out
+            survivors += i >= 0
+        bucket = shard.bucket if shard.bucket is not None else -1
+        held_all.append((bucket, held))
+        found_all.append((bucket, found))
+    added = listing.files - survivors
+    return Match(held_all, found_all, added, removed, changed, relabeled, unchanged)
 
 
-def _entries(listing: FileListing) -> Any:
-    every = array("I", range(listing.files))
-    for batch in listing.rows(every).batches():
-        yield from batch
-
-
-def _key(text: str) -> int:
-    """An 8-byte digest of ``text``: a collision among a million keys has odds of 3e-8."""
-    digest = hashlib.blake2b(text.encode("utf-8", "surrogatepass"), digest_size=8).digest()
-    return int.from_bytes(digest, "big")
+def changes(found: Match, previous: Manifest, labels: Sequence[str], moved: int) -> dict[str, int]:
+    """The counts the manifest keeps under ``changes`` (``diff.Changes.to_metrics``)."""
+    old, new = previous.labels, tuple(labels)
+    position = {name: i for i, name in enumerate(new)}
+    return {
+        "added": found.added,
+        "changed": found.changed,
+        "ids_changed": sum(position.get(name, i) != i for i, name in enumerate(old)),
+        "labels_added": len(set(new) - set(old)),
+        "labels_removed": len(set(old) - set(new)),
+        "moved_buckets": moved,
+        "relabeled": found.relabeled,
+        "removed": found.removed,
+        "unchanged": found.unchanged,
+    }

@@ -95,6 +95,11 @@ def fresh(
     return placed
 
 
+def covered(previous: Sequence[tuple[int, Sequence[int]]]) -> set[int]:
+    """The listing indices of the previous shards whose records are all listed unchanged."""
+    return {i for _, held in previous if held and -1 not in held for i in held}
+
+
 def grown(
     members: Sequence[array[int]],
     previous: Sequence[tuple[int, Sequence[int]]],
@@ -105,7 +110,8 @@ def grown(
     """Keep what the previous version still holds unchanged; write the rest.
 
     Args:
-        members: the listing indices of each bucket.
+        members: per bucket, the listing indices of its records that no kept
+            shard holds (:func:`covered`).
         previous: each previous shard's bucket and the listing indices of its
             members, -1 for a member no longer listed as it was (removed, changed
             or relabeled); in the previous shard order.
@@ -115,15 +121,12 @@ def grown(
             a record to write is written again, so every group stays in one shard.
     """
     kept: dict[int, list[int]] = {}
-    covered: set[int] = set()
     for k, (bucket, held) in enumerate(previous):
         if held and -1 not in held and 0 <= bucket < len(members):
             kept.setdefault(bucket, []).append(k)
-            covered.update(held)
     placed: list[Placed] = []
-    for b, indices in enumerate(members):
+    for b, pending in enumerate(members):
         mine = kept.get(b, [])
-        pending = array("I", (i for i in indices if i not in covered))
         if pending:  # a small kept shard joins the new records: deltas never pile up
             small = [k for k in mine if len(previous[k][1]) < SMALL_SHARD * target]
             mine = [k for k in mine if k not in small]

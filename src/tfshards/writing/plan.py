@@ -14,8 +14,8 @@ from __future__ import annotations
 
 import math
 from array import array
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 from tfshards import jsonfile, storage
@@ -52,6 +52,7 @@ class Plan:
         labels: the manifest's label names, in id order (:func:`labelmap.resolve`).
         kept: the previous version's shards this one reuses.
         base: the version this one grows from, or None (written from scratch).
+        changes: what changed since ``base``, as the manifest's ``changes`` counts.
     """
 
     version: str
@@ -60,6 +61,7 @@ class Plan:
     labels: tuple[str, ...]
     kept: tuple[KeptFile, ...] = ()
     base: Manifest | None = None
+    changes: Mapping[str, int] = field(default_factory=dict)
 
     @property
     def fingerprint(self) -> str:
@@ -113,11 +115,20 @@ def read_groups(listing: FileListing, group_by: str | None) -> grouping.Groups |
     return grouping.group_ids(parsed, listing.paths(), listing.root)
 
 
-def record_buckets(listing: FileListing, group_by: str | None, count: int) -> array[int]:
-    """Each file's split bucket: of its path, or of its group's key under ``group_by``."""
+def record_buckets(
+    listing: FileListing, group_by: str | None, count: int, indices: array[int] | None = None
+) -> array[int]:
+    """Each file's split bucket (of ``indices`` only, when given), in that order.
+
+    A file's key is its path, or its group's key under ``group_by``.
+    """
     parsed = grouping.GroupBy.parse(group_by)
+    if indices is None:
+        paths: Iterator[str] = (path for path, _, _ in listing.scan())
+    else:
+        paths = (e.path for batch in listing.rows(indices).batches() for e in batch)
     out = array("I")
-    for path in listing.paths():
+    for path in paths:
         key = path if parsed is None else parsed.key(path)
         out.append(buckets.bucket_of(key if key is not None else path, count))
     return out
@@ -159,7 +170,7 @@ def plan(
     num_shards = _num_shards(listing, config, groups)
     params = _params(config, num_shards, transform_identity, labels, listing.labels)
     base = previous if previous is not None and growth.growable(previous, params) else None
-    placed = _place(listing, config, params, num_shards, groups, base, ids)
+    placed, found, moved = _place(listing, config, params, num_shards, groups, base, ids)
     names = [layout.shard_name(config.name, i, len(placed)) for i in range(len(placed))]
     version = storage.join(
         config.out, fingerprint(listing, params, labels, base.fingerprint if base else "")
@@ -174,7 +185,10 @@ def plan(
         for name, p in zip(names, placed, strict=True)
         if isinstance(p, placement.KeptShard) and base is not None
     )
-    return Plan(version, {**params, "on_error": config.on_error}, tasks, labels, kept, base)
+    changes = {} if found is None or base is None else growth.changes(found, base, labels, moved)
+    return Plan(
+        version, {**params, "on_error": config.on_error}, tasks, labels, kept, base, changes
+    )
 
 
 def _place(
@@ -185,16 +199,28 @@ def _place(
     groups: grouping.Groups | None,
     base: Manifest | None,
     ids: Sequence[int],
-) -> list[placement.Placed]:
-    """Each shard's bucket and records: new ones, or a previous shard kept."""
+) -> tuple[list[placement.Placed], growth.Match | None, int]:
+    """Each shard's bucket and records, new or kept; the match with the base; records moved.
+
+    Growing, only the files no kept shard holds are hashed into buckets.
+    """
     count = int(params["buckets"])
-    members = placement.by_bucket(record_buckets(listing, config.group_by, count), count)
     group_ids = None if groups is None else groups[0]
     if base is None:
-        return placement.fresh(members, num_shards, config.seed, group_ids)
-    held = growth.match(base, listing, ids, **config.out_options)
+        members = placement.by_bucket(record_buckets(listing, config.group_by, count), count)
+        return placement.fresh(members, num_shards, config.seed, group_ids), None, 0
+    found = growth.match(base, listing, ids, **config.out_options)
+    covered = placement.covered(found.held)
+    rest = array("I", (i for i in range(listing.files) if i not in covered))
+    rest_buckets = record_buckets(listing, config.group_by, count, rest)
+    pending: list[array[int]] = [array("I") for _ in range(count)]
+    for i, b in zip(rest, rest_buckets, strict=True):
+        pending[b].append(i)
     target = math.ceil(listing.files / num_shards)
-    return placement.grown(members, held, target, config.seed, group_ids)
+    placed = placement.grown(pending, found.held, target, config.seed, group_ids)
+    was = {i: b for b, held in found.found for i in held if i >= 0}
+    moved = sum(was.get(i, b) != b for i, b in zip(rest, rest_buckets, strict=True))
+    return placed, found, moved
 
 
 def _task(

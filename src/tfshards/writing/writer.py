@@ -14,16 +14,17 @@ The TensorFlow Datasets metadata (:mod:`tfshards.shardset.datasetinfo`) comes ne
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import hashlib
 import posixpath
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from tfshards import atomicfile, storage
-from tfshards.errors import ShardError, TransformError
+from tfshards.errors import ShardError, TfshardsError, TransformError
 from tfshards.format import native
 from tfshards.format.schema import FeatureSpec, merge_specs
 from tfshards.listing.listing import read_listing
@@ -34,7 +35,7 @@ from tfshards.progress import Progress
 from tfshards.run import executor as executors
 from tfshards.run import transform as transforms
 from tfshards.run.executor import Needs
-from tfshards.shardset import datasetinfo, diff, layout, lease
+from tfshards.shardset import datasetinfo, layout, lease
 from tfshards.shardset.layout import MANIFEST_NAME
 from tfshards.shardset.manifest import Manifest
 from tfshards.writing import growth, reuse, sharding
@@ -71,8 +72,9 @@ def write(config: WriteConfig, listing: FileListing | str, *, progress: bool = T
             return WriteResult(previous, len(previous.shards), time.monotonic() - start)
         fs_out, version_path = storage.open_url(planned.version, **config.out_options)
         # Held from before the first shard is reused until the manifest is out: prune
-        # leaves the version alone meanwhile (tfshards.shardset.lease).
-        with lease.hold(fs_out, version_path):
+        # leaves the version, and the one it grows from, alone meanwhile
+        # (tfshards.shardset.lease).
+        with lease.hold(fs_out, version_path), _hold_base(fs_out, planned):
             kept = reuse.keep(fs_out, version_path, planned, **config.out_options)
             done = _write_shards(pool, planned, config.transform, progress)
             shards = sorted([*kept, *done], key=lambda r: r.info.name)
@@ -87,15 +89,8 @@ def write(config: WriteConfig, listing: FileListing | str, *, progress: bool = T
                 rejected=tuple(rej for r in done for rej in r.rejected),
                 listed=loaded.files,
                 base=planned.base.fingerprint if planned.base is not None else "",
+                changes=planned.changes,
             )
-            if planned.base is not None:  # from the member lists alone, no record read
-                changes = diff.compare(
-                    planned.base,
-                    manifest,
-                    diff.load_members(planned.base, **config.out_options),
-                    diff.load_members(manifest, **config.out_options),
-                )
-                manifest = dataclasses.replace(manifest, changes=changes.to_metrics())
             manifest = _write_metadata(fs_out, version_path, manifest)
             _check_shards_present(fs_out, version_path, manifest)
             _publish(fs_out, storage.join(version_path, MANIFEST_NAME), manifest)
@@ -106,6 +101,26 @@ def write(config: WriteConfig, listing: FileListing | str, *, progress: bool = T
         atomicfile.remove_stale_temps(fs_out, directory)
     reused = len(kept) + sum(r.reused for r in done)
     return WriteResult(manifest, reused, time.monotonic() - start)
+
+
+@contextlib.contextmanager
+def _hold_base(fs_out: Any, planned: Plan) -> Iterator[None]:
+    """A lease on the version this one grows from, where it shares the output's store.
+
+    A base this process cannot write to (a read-only store) is read without one.
+    """
+    base = planned.base
+    if base is None or not planned.kept:
+        yield
+        return
+    fs_base, base_path = storage.open_url(base.directory)
+    if storage.protocol(fs_base) != storage.protocol(fs_out):
+        yield
+        return
+    with contextlib.ExitStack() as stack:
+        with contextlib.suppress(TfshardsError):
+            stack.enter_context(lease.hold(fs_out, base_path))
+        yield
 
 
 def _start_pool(config: WriteConfig, listing: FileListing | str) -> executors.Executor:
