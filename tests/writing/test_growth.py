@@ -235,3 +235,17 @@ def test_the_same_history_gives_the_same_bytes_in_another_folder(raw, tmp_path):
     assert a.fingerprint == b.fingerprint and a.base == b.base != ""
     assert [s.sha256 for s in a.shards] == [s.sha256 for s in b.shards]
     assert dataclasses.replace(a, root=b.root).to_json() == b.to_json()
+
+
+@pytest.mark.parametrize("odd", ["ü_tilde.png", 'q"uote.png', "back\\slash.png"])
+def test_paths_with_escapes_or_non_ascii_are_matched(make_raw, tmp_path, odd):
+    raw = make_raw(60, 8, fmt="png", classes=2)
+    first_file = sorted(raw.rglob("*.png"))[0]
+    shutil.copyfile(first_file, first_file.parent / odd)
+    first = _grow(raw, tmp_path, num_shards=4).manifest
+    added = _add(raw, 1)
+    second = _grow(raw, tmp_path, num_shards=4).manifest
+    assert second.changes["added"] == 1 and second.changes["unchanged"] == 61
+    assert second.changes == _compared(first, second)
+    assert {s.sha256 for s in first.shards} <= {s.sha256 for s in second.shards}
+    assert added[0] in _members(second)

@@ -103,6 +103,10 @@ class Listing:
         """Each file's path relative to the root, in order."""
         return map(_PATH, self.entries)
 
+    def raw_rows(self) -> None:
+        """None: the entries are in memory already (:meth:`scan`)."""
+        return None
+
     def scan(self) -> Iterator[tuple[str, str, int]]:
         """Each file's ``(path, token, label id)``, in order."""
         return ((e.path, e.token, e.label) for e in self.entries)

@@ -56,6 +56,10 @@ class FileListing(Protocol):
         """Each file's ``(path, token, label id)``, in listing order, in one streamed pass."""
         ...
 
+    def raw_rows(self) -> list[tuple[bytes, bytes, int]] | None:
+        """Each file's path and token as JSON string bytes, and its label id; None if not cheap."""
+        ...
+
     def rows(self, indices: array[int]) -> Rows:
         """The entries at ``indices`` (0-based, record order), for a shard task."""
         ...

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 from collections.abc import Iterable, Iterator, Sequence
 from typing import Any, NamedTuple
 
@@ -36,7 +37,7 @@ def encode(members: Iterable[tuple[str, str, int]]) -> bytes:
     return "".join(dumps([path, token, label]) + "\n" for path, token, label in members).encode()
 
 
-def decode(data: bytes, source: str) -> list[Row]:
+def decode(data: bytes, source: str, *, trusted: bool = False) -> list[Row]:
     """The rows of a member list: one ``json.loads`` of the whole file as an array.
 
     3x faster than a parse line by line (0.15 s against 0.44 s for 100,000
@@ -52,19 +53,57 @@ def decode(data: bytes, source: str) -> list[Row]:
     except ValueError:
         rows = None
     lines = body.count(b"\n") + 1 if body else 0
-    if rows is None or len(rows) != lines or not all(map(_is_row, rows)):
+    if rows is None or len(rows) != lines or not (trusted or all(map(_is_row, rows))):
         return list(_by_line(data, source))
     checked: list[Row] = rows
     return checked
 
 
-def load(fs: Any, version: str, shard: ShardInfo) -> list[Row]:
+# A member line whose strings hold no escaped character: path and token as JSON
+# string bytes, the label id; read by one regex pass.
+_PLAIN_ROW = re.compile(rb'^\["([^"\\\n]*)","([^"\\\n]*)",(\d+)\]$', re.M)
+
+
+def raw_rows(fs: Any, version: str, shard: ShardInfo) -> list[tuple[bytes, bytes, int]]:
+    """``shard``'s members with path and token as the JSON bytes of their strings.
+
+    Compared with :meth:`tfshards.listing.storedlisting.StoredListing.raw_rows`:
+    both are written by ``json`` with ``ensure_ascii=False``, so equal strings
+    are equal bytes. A list with an escaped character is decoded and re-encoded.
+
+    Raises:
+        InputError: as :func:`load`.
+    """
+    data = _read(fs, version, shard)
+    found = _PLAIN_ROW.findall(data)
+    if len(found) == shard.records:
+        return [(path, token, int(label)) for path, token, label in found]
+    where = storage.unstrip(fs, layout.records_path(version, shard.name))
+    return [(_json_bytes(p), _json_bytes(t), label) for p, t, label in _checked(data, where, shard)]
+
+
+def _json_bytes(text: str) -> bytes:
+    return json.dumps(text, ensure_ascii=False)[1:-1].encode()
+
+
+def load(fs: Any, version: str, shard: ShardInfo, *, trusted: bool = False) -> list[Row]:
     """The rows of ``shard``'s member list in the version directory ``version`` on ``fs``.
+
+    ``trusted``: when the sha256 matches the manifest's, skip the check of each
+    row's types (1.5 us a row); the caller then turns a malformed row's
+    ``TypeError`` or ``IndexError`` into an error of its own.
 
     Raises:
         InputError: the list is missing or malformed, holds another number of
             records than its shard, or does not match the manifest's ``records_sha256``.
     """
+    data = _read(fs, version, shard)
+    where = storage.unstrip(fs, layout.records_path(version, shard.name))
+    return _checked(data, where, shard, trusted=trusted)
+
+
+def _read(fs: Any, version: str, shard: ShardInfo) -> bytes:
+    """The member list's bytes, checked against the manifest's ``records_sha256``."""
     path = layout.records_path(version, shard.name)
     where = storage.unstrip(fs, path)
     try:
@@ -83,7 +122,12 @@ def load(fs: Any, version: str, shard: ShardInfo) -> list[Row]:
                 f"records_sha256), found {found}",
                 path=where,
             )
-    rows = decode(data, where)
+    return data
+
+
+def _checked(data: bytes, where: str, shard: ShardInfo, *, trusted: bool = False) -> list[Row]:
+    """The rows of ``data``, as many as the shard's records."""
+    rows = decode(data, where, trusted=trusted and shard.records_sha256 is not None)
     if len(rows) != shard.records:
         raise InputError(
             f"{where}: expected {shard.records} members (the manifest's records), "

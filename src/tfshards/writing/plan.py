@@ -170,7 +170,7 @@ def plan(
     num_shards = _num_shards(listing, config, groups)
     params = _params(config, num_shards, transform_identity, labels, listing.labels)
     base = previous if previous is not None and growth.growable(previous, params) else None
-    placed, found, moved = _place(listing, config, params, num_shards, groups, base, ids)
+    placed, found, moved = _place(listing, config, params, num_shards, groups, base, labels, ids)
     names = [layout.shard_name(config.name, i, len(placed)) for i in range(len(placed))]
     version = storage.join(
         config.out, fingerprint(listing, params, labels, base.fingerprint if base else "")
@@ -198,6 +198,7 @@ def _place(
     num_shards: int,
     groups: grouping.Groups | None,
     base: Manifest | None,
+    labels: Sequence[str],
     ids: Sequence[int],
 ) -> tuple[list[placement.Placed], growth.Match | None, int]:
     """Each shard's bucket and records, new or kept; the match with the base; records moved.
@@ -209,7 +210,7 @@ def _place(
     if base is None:
         members = placement.by_bucket(record_buckets(listing, config.group_by, count), count)
         return placement.fresh(members, num_shards, config.seed, group_ids), None, 0
-    found = growth.match(base, listing, ids, **config.out_options)
+    found = growth.match(base, listing, labels, ids, **config.out_options)
     covered = placement.covered(found.held)
     rest = array("I", (i for i in range(listing.files) if i not in covered))
     rest_buckets = record_buckets(listing, config.group_by, count, rest)
