@@ -202,7 +202,7 @@ def test_an_id_change_needs_relabel_and_says_so_in_one_line(raw, tmp_path):
     assert refused.exit_code != 0
     line = refused.output.strip()
     assert "\n" not in line and "moves label '00' from id 0" in line and "--relabel" in line
-    done = CliRunner().invoke(app, [*args, "--relabel", "true"])
+    done = CliRunner().invoke(app, [*args, "--relabel"])
     assert done.exit_code == 0, done.output
     assert "grew from version" in done.output
 

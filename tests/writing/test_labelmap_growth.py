@@ -111,7 +111,7 @@ def test_a_pinned_map_that_swaps_previous_ids_needs_relabel():
     assert message.startswith("labels: write.labels moves label 'a' from id 0 in the previous ")
     assert "version to id 1; ids must not change" in message
     assert "a model trained on the old ids reads the new ones wrong" in message
-    assert message.endswith("--relabel true (params.yaml write.relabel: true)")
+    assert message.endswith("--relabel (params.yaml write.relabel: true)")
     assert (error.option, error.param) == ("relabel", "write.relabel")
     assert resolve(TEN, pinned, TEN, True) == pinned
 

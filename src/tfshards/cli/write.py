@@ -72,6 +72,7 @@ write_command = one_line_errors(
         OPTIONS,
         _write,
         name="write_command",
+        unpacked=True,
         doc="""Write the listed files into versioned TFRecord shards of tf.train.Example.
 
     Each record hashes into one of BUCKETS split buckets by its path (or its

@@ -49,20 +49,24 @@ def optional_int(value: str, option: str) -> int | None:
 # ----------------------------------------------------------------------------- typer
 
 
-def _text(option: Option) -> str | None:
-    """The metavar of an option given as text (DVC interpolates a value), else None."""
-    if option.type is bool and option.param:
+def _text(option: Option, unpacked: bool = False) -> str | None:
+    """The metavar of an option given as text (DVC interpolates a value), else None.
+
+    In a stage whose section DVC unpacks (``unpacked``), a ``bool`` param is a
+    switch: DVC writes ``--flag`` for true and nothing for false.
+    """
+    if option.type is bool and option.param and not unpacked:
         return "BOOL"
     return "INT|none" if option.type == int | None else None
 
 
-def _parameter(option: Option) -> inspect.Parameter:
+def _parameter(option: Option, unpacked: bool) -> inspect.Parameter:
     """``option`` as a typer-annotated keyword parameter."""
     kind = inspect.Parameter.KEYWORD_ONLY
     if option.argument:
         info: Any = typer.Argument(help=option.help)
         return inspect.Parameter(option.name, kind, annotation=Annotated[option.type, info])
-    metavar = _text(option)
+    metavar = _text(option, unpacked)
     if metavar is None:
         info = typer.Option(help=option.help)
         return inspect.Parameter(
@@ -74,9 +78,9 @@ def _parameter(option: Option) -> inspect.Parameter:
     return inspect.Parameter(option.name, kind, default=shown, annotation=Annotated[str, info])
 
 
-def _value(option: Option, given: Any) -> Any:
+def _value(option: Option, given: Any, unpacked: bool) -> Any:
     """A parsed command-line value: text options through the one parser of each kind."""
-    metavar = _text(option)
+    metavar = _text(option, unpacked)
     if metavar == "BOOL":
         return parse_bool(given, option.flag)
     if metavar == "INT|none":
@@ -85,16 +89,23 @@ def _value(option: Option, given: Any) -> Any:
 
 
 def command(
-    options: Sequence[Option], body: Callable[[dict[str, Any]], None], *, name: str, doc: str
+    options: Sequence[Option],
+    body: Callable[[dict[str, Any]], None],
+    *,
+    name: str,
+    doc: str,
+    unpacked: bool = False,
 ) -> Callable[..., None]:
     """A function typer reads as a command with ``options``; it calls ``body`` with the values.
 
-    The values are parsed (:func:`parse_bool`, :func:`optional_int`) and keyed by option name.
+    The values are parsed (:func:`parse_bool`, :func:`optional_int`) and keyed by
+    option name. ``unpacked``: the stage's DVC command passes its section as
+    ``${section}`` (:func:`dvc_command`), so a ``bool`` param is a switch.
     """
-    parameters = [_parameter(o) for o in options]
+    parameters = [_parameter(o, unpacked) for o in options]
 
     def run(**given: Any) -> None:
-        body({o.name: _value(o, given[o.name]) for o in options})
+        body({o.name: _value(o, given[o.name], unpacked) for o in options})
 
     run.__signature__ = inspect.Signature(parameters)  # type: ignore[attr-defined]
     run.__annotations__ = {p.name: p.annotation for p in parameters}

@@ -26,7 +26,7 @@ _NAMED = 5  # missing labels named in the error; the rest are counted
 _MAX_NUMERIC = 100_000  # most ids a numeric map may hold
 _SPARSE = 10  # a numeric map holds at most _SPARSE * labels + _SPARSE ids
 _EXAMPLE = 4  # names shown in an example write.labels value
-_RELABEL = "or accept the change with --relabel true (params.yaml write.relabel: true)"
+_RELABEL = "or accept the change with --relabel (params.yaml write.relabel: true)"
 
 
 def parse_labels(text: str | None) -> tuple[str, ...] | None:
