@@ -85,6 +85,8 @@ def test_an_append_of_one_percent_reuses_every_shard_as_the_same_inode(raw, tmp_
 
 
 def test_five_changed_files_rewrite_at_most_five_previous_shards(raw, tmp_path):
+    _grow(raw, tmp_path, num_shards=32)
+    _add(raw, FILES // 100)  # an append first: its small delta shards stay put below
     first = _grow(raw, tmp_path, num_shards=32).manifest
     changed = sorted(raw.rglob("*.png"))[::400][:5]
     for p in changed:
@@ -202,17 +204,28 @@ def test_an_id_change_needs_relabel_and_says_so_in_one_line(raw, tmp_path):
     assert refused.exit_code != 0
     line = refused.output.strip()
     assert "\n" not in line and "moves label '00' from id 0" in line and "--relabel" in line
-    done = CliRunner().invoke(app, [*args, "--relabel"])
+    done = CliRunner().invoke(app, [*args[:-3], "--relabel", *args[-3:]])  # as DVC unpacks it
     assert done.exit_code == 0, done.output
     assert "grew from version" in done.output
+    again = CliRunner().invoke(app, [*args[:-3], "--relabel", *args[-3:]])
+    assert again.exit_code == 0 and "nothing changed since version" in again.output
+    reseeded = CliRunner().invoke(app, [*args, "--seed", "9"])
+    assert "every shard written anew: seed differs from the previous version's" in reseeded.output
 
 
 def test_another_bucket_count_is_refused_unless_the_lineage_starts_anew(raw, tmp_path):
     _grow(raw, tmp_path, num_shards=32)
-    with pytest.raises(ConfigError, match=r"^buckets: the previous version .* --previous none"):
+    with pytest.raises(
+        ConfigError, match=r"^buckets: the previous version .* write.previous: none"
+    ):
         _grow(raw, tmp_path, num_shards=32, buckets=8)
-    fresh = _grow(raw, tmp_path, num_shards=32, buckets=8, previous=None).manifest
-    assert fresh.base == "" and fresh.params["buckets"] == 8
+    (raw / "aardvark").mkdir()  # sorts first, yet keeps the next id: ids are carried
+    shutil.copyfile(next(raw.rglob("*.png")), raw / "aardvark" / "a.png")
+    before = _grow(raw, tmp_path, num_shards=32).manifest.labels
+    result = _grow(raw, tmp_path, num_shards=32, buckets=8, previous=None)
+    fresh = result.manifest
+    assert fresh.base == "" and fresh.params["buckets"] == 8 and result.fresh
+    assert fresh.labels == before and before[-1] == "aardvark"
 
 
 def test_a_previous_version_that_is_gone_is_one_line(raw, tmp_path):

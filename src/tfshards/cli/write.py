@@ -44,14 +44,18 @@ def _write(values: dict[str, Any]) -> None:
         f"{len(m.rejected)} rejected, {result.reused} shards reused) to {m.root} "
         f"in {result.seconds:.1f}s"
     )
-    if m.base:
+    if result.unchanged:
+        typer.echo(f"nothing changed since version {m.fingerprint}: kept it as it is")
+    elif m.base:
         c = m.changes
         typer.echo(
             f"grew from version {m.base}: {c.get('added', 0)} records added, "
             f"{c.get('removed', 0)} removed, {c.get('changed', 0)} changed, "
-            f"{c.get('relabeled', 0)} relabeled; {c.get('labels_added', 0)} new labels "
-            f"(tfshards diff lists them)"
+            f"{c.get('relabeled', 0)} relabeled, {c.get('labels_added', 0)} labels added "
+            "(tfshards diff OLD NEW lists them)"
         )
+    elif result.fresh:
+        typer.echo(f"every shard written anew: {result.fresh}; label ids kept")
     if values["old_versions"] == "remove":
         _remove_old_versions(config, storage.join(m.directory, MANIFEST_NAME))
 

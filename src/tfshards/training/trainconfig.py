@@ -42,7 +42,7 @@ class TrainConfig:
         scaled_decode: decode a JPEG at least twice ``image_size`` at 1/2, 1/4 or
             1/8 scale before resizing (:func:`tfshards.reading.decode.decode_image`):
             less CPU, slightly different pixels; False decodes whole.
-        val_fraction: share of records (whole shards) held out, in [0, 1).
+        val_fraction: share of records (whole split buckets of shards) held out, in [0, 1).
         seed: seeds Python, NumPy, TensorFlow and the input order.
         split_seed: picks the validation shards; None: ``seed``.
         deterministic: same seed, same result: op determinism and a fixed input order.
@@ -192,7 +192,7 @@ COMMENTS = {
     "image_dtype": "float32 | uint8 (a quarter of the bytes; scaled in the model)",
     "image_size": "images are resized to this square size, in pixels",
     "scaled_decode": "decode large JPEGs at 1/2..1/8 scale, then resize (false: whole)",
-    "val_fraction": "held out as whole shards (the effective fraction is logged)",
+    "val_fraction": "held out as whole split buckets (the effective fraction is logged)",
     "seed": "seeds training: weights, dropout, input order",
     "split_seed": "picks the validation shards; null = the same as seed",
     "deterministic": "op determinism: the same seed gives the same run",

@@ -233,7 +233,10 @@ OPTIONS = (
         "The version this one grows from: its shards whose records are all unchanged are "
         "reused as they are (hard links on local disk, server-side copies on object "
         "stores), the rest written anew. auto: the manifest at --manifest, when there is "
-        "one; none: write every shard; or a manifest path or URL.",
+        "one; none: write every shard anew (label ids are still kept); or a manifest path "
+        "or URL.",
+        param=True,
+        comment="auto: grow from the last version (--manifest) | none: write every shard anew",
     ),
     Option(
         "resize", int, 0,
@@ -254,7 +257,7 @@ OPTIONS = (
         "old_versions", str, "keep",
         "keep | remove. remove: once this version's manifest is out, delete the other "
         "finished versions under OUT that nothing is writing (as `tfshards prune --delete "
-        "--min-age 0` does), so OUT holds exactly this version: a DVC out of it then "
+        "--min-age-minutes 0` does), so OUT holds exactly this version: a DVC out of it then "
         "hashes the same on every clone. Folders tfshards did not write are never touched.",
         param=True, field=None,
         comment="keep | remove: the other versions under out (a DVC out: remove)",

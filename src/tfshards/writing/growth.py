@@ -32,56 +32,90 @@ SAME_SPLIT = ("buckets", "group_by")
 PreviousShards = list[tuple[int, "array[int]"]]  # per previous shard: bucket, listing index or -1
 
 
+_RESTORE = (
+    "restore it (dvc checkout, or dvc pull), or set write.previous: none (--previous none) "
+    "to write every shard anew; label ids are kept either way"
+)
+
+
+def last(manifest_copy: str | None) -> Manifest | None:
+    """The manifest at ``manifest_copy`` (the pipeline's last version), its shards or not.
+
+    What label ids are carried from, even when no shard is reused.
+    """
+    if manifest_copy is None:
+        return None
+    fs, path = storage.open_url(manifest_copy)
+    try:
+        data = storage.read_bytes(fs, path)
+    except FileNotFoundError:
+        return None
+    return Manifest.from_json(data, source=manifest_copy)
+
+
 def find(previous: str | None, manifest_copy: str | None, **options: Any) -> Manifest | None:
-    """The previous version's manifest, or None to write from scratch.
+    """The version to grow from, or None to write every shard anew.
 
     ``previous``: ``"auto"`` (the manifest at ``manifest_copy``, when there is
     one), a manifest path or URL, or None.
 
     Raises:
-        InputError: the manifest names a version directory that is gone (one line
-            saying how to get it back or start anew).
+        InputError: no manifest at an explicit ``previous``, or a manifest whose
+            version directory is gone (one line saying how to restore it or start anew).
     """
     url = manifest_copy if previous == "auto" else previous
-    if url is None:
+    if url is None or (previous == "auto" and last(url) is None):
         return None
-    if previous == "auto":
-        fs, path = storage.open_url(url)
-        if not fs.exists(path):
-            return None
+    fs, path = storage.open_url(url, **options)
+    try:
+        manifest = Manifest.from_json(storage.read_bytes(fs, path), source=url)
+    except FileNotFoundError:
+        raise InputError(f"{url}: manifest not found", path=url) from None
+    try:
+        manifests.locate(manifest, fs, path, url)
+    except InputError:
+        raise InputError(
+            f"{url}: the previous version {manifest.fingerprint} is missing (its folder "
+            f"{manifest.root} is not there); {_RESTORE}",
+            path=url,
+        ) from None
     found = manifests.load(url, **options)
     fs, directory = storage.open_url(found.directory, **options)
     if not fs.exists(storage.join(directory, MANIFEST_NAME)):
         raise InputError(
-            f"{url}: previous version {found.directory}: expected its shards and manifest, "
-            "found no manifest there; fetch it (dvc pull) to grow from it, or pass "
-            "--previous none to write every shard anew",
+            f"{url}: the previous version {found.fingerprint} is missing (no manifest in "
+            f"{found.directory}); {_RESTORE}",
             path=url,
         )
     return found
 
 
-def growable(previous: Manifest, params: Mapping[str, Any]) -> bool:
-    """Whether ``previous`` can lend its shards to a write with ``params``.
+def growable(previous: Manifest, params: Mapping[str, Any]) -> str:
+    """Why ``previous`` cannot lend its shards to a write with ``params``; "" when it can.
 
     Raises:
         ConfigError: records would hash into other buckets, so surviving records
             would change sides of the split (one line: what changed, what to do).
     """
-    if "buckets" not in previous.params:  # written before split buckets
-        return False
+    if "buckets" not in previous.params:
+        return "the previous version was written before split buckets"
     for key in SAME_SPLIT:
         old, new = previous.params.get(key), params.get(key)
         if old != new:
+            capped = " (buckets is at most num_shards)" if key == "buckets" else ""
             raise ConfigError(
                 f"{key}: the previous version {previous.fingerprint} was written with "
-                f"{key} {old!r}, this write has {new!r}: records would change sides of the "
-                f"train/validation split; keep {key} (buckets are at most num_shards), or "
-                "pass --previous none to start a new lineage",
+                f"{key} {old!r}, this write has {new!r}{capped}: records would change sides "
+                "of the train/validation split; keep it, or set write.previous: none "
+                "(--previous none) for one write to write every shard anew (label ids are kept)",
                 option=key,
                 param=f"write.{key}",
             )
-    return all(previous.params.get(k) == params.get(k) for k in SAME_BYTES)
+    for key in SAME_BYTES:
+        old, new = previous.params.get(key), params.get(key)
+        if old != new:
+            return f"{key} differs from the previous version's ({old!r} -> {new!r})"
+    return ""
 
 
 @dataclass(frozen=True)

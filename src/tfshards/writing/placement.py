@@ -20,9 +20,10 @@ from dataclasses import dataclass
 
 from tfshards.writing import sharding
 
-# A kept shard under half the target size is merged back when its bucket has new
-# records: they are written together, so small delta shards never pile up (at most
-# one per bucket), and a write with nothing new keeps everything.
+# A kept shard under half the target size is merged back when its bucket's records
+# to write would make a small shard of their own: they are written together, so small
+# delta shards never pile up (at most one per bucket). Records enough for a shard of
+# their own (a rewritten full shard) leave it alone, and so does a write with nothing new.
 SMALL_SHARD = 0.5
 
 
@@ -127,7 +128,8 @@ def grown(
     placed: list[Placed] = []
     for b, pending in enumerate(members):
         mine = kept.get(b, [])
-        if pending:  # a small kept shard joins the new records: deltas never pile up
+        if pending and len(pending) < SMALL_SHARD * target:  # they alone would be a small
+            # shard: a small kept shard joins them, so small shards never pile up
             small = [k for k in mine if len(previous[k][1]) < SMALL_SHARD * target]
             mine = [k for k in mine if k not in small]
             back = (i for k in small for i in previous[k][1])

@@ -53,6 +53,7 @@ class Plan:
         kept: the previous version's shards this one reuses.
         base: the version this one grows from, or None (written from scratch).
         changes: what changed since ``base``, as the manifest's ``changes`` counts.
+        fresh: why a previous version lent no shard ("" when there was none, or it did).
     """
 
     version: str
@@ -62,6 +63,7 @@ class Plan:
     kept: tuple[KeptFile, ...] = ()
     base: Manifest | None = None
     changes: Mapping[str, int] = field(default_factory=dict)
+    fresh: str = ""
 
     @property
     def fingerprint(self) -> str:
@@ -140,6 +142,7 @@ def plan(
     transform_identity: str = "none",
     groups: grouping.Groups | None = None,
     previous: Manifest | None = None,
+    carried: Sequence[str] | None = None,
 ) -> Plan:
     """The version directory, manifest params and shard tasks of writing ``listing``.
 
@@ -149,8 +152,9 @@ def plan(
     memory, or line numbers of a stored listing (4 bytes per file) read
     where the shard is written. With ``config.group_by``, ``groups`` is
     :func:`read_groups` of the same listing; read here when None.
-    ``previous`` (:func:`growth.find`) lends its label ids, and its shards
-    whose records are all listed again unchanged (:mod:`.placement`).
+    ``previous`` (:func:`growth.find`) lends its shards whose records are all
+    listed again unchanged (:mod:`.placement`); label ids come from it, else
+    from ``carried`` (:func:`growth.last`: the pipeline's last version).
     """
     if transform_identity.split("@", 1)[0] != (config.transform or "none"):
         raise ConfigError(
@@ -159,9 +163,9 @@ def plan(
         )
     if not listing.files:
         raise InputError(f"{listing.root}: the listing has no files", path=listing.root)
-    labels = labelmap.resolve(
-        listing.labels, config.labels, previous.labels if previous else None, config.relabel
-    )
+    if previous is not None:
+        carried = previous.labels
+    labels = labelmap.resolve(listing.labels, config.labels, carried, config.relabel)
     ids = labelmap.label_ids(listing.labels, labels)
     if config.group_by is not None and groups is None:
         groups = read_groups(listing, config.group_by)
@@ -169,7 +173,8 @@ def plan(
         groups = None
     num_shards = _num_shards(listing, config, groups)
     params = _params(config, num_shards, transform_identity, labels, listing.labels)
-    base = previous if previous is not None and growth.growable(previous, params) else None
+    fresh = "" if previous is None else growth.growable(previous, params)
+    base = previous if previous is not None and not fresh else None
     placed, found, moved = _place(listing, config, params, num_shards, groups, base, labels, ids)
     names = [layout.shard_name(config.name, i, len(placed)) for i in range(len(placed))]
     version = storage.join(
@@ -187,7 +192,7 @@ def plan(
     )
     changes = {} if found is None or base is None else growth.changes(found, base, labels, moved)
     return Plan(
-        version, {**params, "on_error": config.on_error}, tasks, labels, kept, base, changes
+        version, {**params, "on_error": config.on_error}, tasks, labels, kept, base, changes, fresh
     )
 
 

@@ -47,9 +47,17 @@ from tfshards.writing.shard import ShardResult, ShardTask, write_shard
 
 @dataclass(frozen=True)
 class WriteResult:
+    """A committed write: its manifest, shards reused, seconds.
+
+    ``unchanged``: nothing changed since the previous version, which is the
+    result. ``fresh``: why a previous version lent no shard ("" otherwise).
+    """
+
     manifest: Manifest
     reused: int
     seconds: float
+    unchanged: bool = False
+    fresh: str = ""
 
 
 def write(config: WriteConfig, listing: FileListing | str, *, progress: bool = True) -> WriteResult:
@@ -65,11 +73,14 @@ def write(config: WriteConfig, listing: FileListing | str, *, progress: bool = T
         loaded = _load(listing, pool.options.executor)
         groups = read_groups(loaded, config.group_by)
         previous = growth.find(config.previous, config.manifest_copy, **config.out_options)
-        planned = plan(loaded, config, transforms.identity(config.transform), groups, previous)
+        last = previous or growth.last(config.manifest_copy)
+        identity = transforms.identity(config.transform)
+        planned = plan(loaded, config, identity, groups, previous, last.labels if last else None)
         if planned.is_base and previous is not None:  # nothing changed since that version
             if config.manifest_copy:
                 _publish(*storage.open_url(config.manifest_copy), previous)
-            return WriteResult(previous, len(previous.shards), time.monotonic() - start)
+            seconds = time.monotonic() - start
+            return WriteResult(previous, len(previous.shards), seconds, unchanged=True)
         fs_out, version_path = storage.open_url(planned.version, **config.out_options)
         # Held from before the first shard is reused until the manifest is out: prune
         # leaves the version, and the one it grows from, alone meanwhile
@@ -100,7 +111,8 @@ def write(config: WriteConfig, listing: FileListing | str, *, progress: bool = T
     for directory in (version_path, *folders):  # a killed writer's temps, wherever it wrote
         atomicfile.remove_stale_temps(fs_out, directory)
     reused = len(kept) + sum(r.reused for r in done)
-    return WriteResult(manifest, reused, time.monotonic() - start)
+    fresh = planned.fresh or ("previous is none" if previous is None and last else "")
+    return WriteResult(manifest, reused, time.monotonic() - start, fresh=fresh)
 
 
 @contextlib.contextmanager
