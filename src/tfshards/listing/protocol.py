@@ -56,8 +56,8 @@ class FileListing(Protocol):
         """Each file's ``(path, token, label id)``, in listing order, in one streamed pass."""
         ...
 
-    def raw_rows(self) -> list[tuple[bytes, bytes, int]] | None:
-        """Each file's path and token as JSON string bytes, and its label id; None if not cheap."""
+    def raw_rows(self) -> list[tuple[bytes, bytes, bytes]] | None:
+        """Each file's label id, path and token as JSON bytes, when cheap; else None."""
         ...
 
     def rows(self, indices: array[int]) -> Rows:

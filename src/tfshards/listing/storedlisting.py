@@ -81,8 +81,8 @@ class StoredListing:
         """
         return (path for path, _, _ in self.scan())
 
-    def raw_rows(self) -> list[tuple[bytes, bytes, int]] | None:
-        """Each file's path and token as the JSON bytes of their strings, and its label id.
+    def raw_rows(self) -> list[tuple[bytes, bytes, bytes]] | None:
+        """Each file's label id, path and token as the line holds them (JSON bytes).
 
         One regex pass over ``files.jsonl`` (24 ms for 20,000 lines where a
         ``json.loads`` took 82 ms), for comparing with other JSON written the
@@ -91,10 +91,8 @@ class StoredListing:
         """
         fs, base = storage.open_url(self.directory)
         data = storage.read_bytes(fs, storage.join(base, "files.jsonl"))
-        found = _PLAIN_LINE.findall(data)
-        if len(found) != self.files:
-            return None
-        return [(path, token, int(label)) for label, path, token in found]
+        found: list[tuple[bytes, bytes, bytes]] = _PLAIN_LINE.findall(data)
+        return found if len(found) == self.files else None
 
     def scan(self) -> Iterator[tuple[str, str, int]]:
         """Each file's ``(path, token, label id)``, in line order, in one streamed pass.

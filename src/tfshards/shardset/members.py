@@ -64,8 +64,8 @@ def decode(data: bytes, source: str, *, trusted: bool = False) -> list[Row]:
 _PLAIN_ROW = re.compile(rb'^\["([^"\\\n]*)","([^"\\\n]*)",(\d+)\]$', re.M)
 
 
-def raw_rows(fs: Any, version: str, shard: ShardInfo) -> list[tuple[bytes, bytes, int]]:
-    """``shard``'s members with path and token as the JSON bytes of their strings.
+def raw_rows(fs: Any, version: str, shard: ShardInfo) -> list[tuple[bytes, bytes, bytes]]:
+    """``shard``'s members: path, token and label id as the JSON bytes of the list.
 
     Compared with :meth:`tfshards.listing.storedlisting.StoredListing.raw_rows`:
     both are written by ``json`` with ``ensure_ascii=False``, so equal strings
@@ -75,11 +75,12 @@ def raw_rows(fs: Any, version: str, shard: ShardInfo) -> list[tuple[bytes, bytes
         InputError: as :func:`load`.
     """
     data = _read(fs, version, shard)
-    found = _PLAIN_ROW.findall(data)
+    found: list[tuple[bytes, bytes, bytes]] = _PLAIN_ROW.findall(data)
     if len(found) == shard.records:
-        return [(path, token, int(label)) for path, token, label in found]
+        return found
     where = storage.unstrip(fs, layout.records_path(version, shard.name))
-    return [(_json_bytes(p), _json_bytes(t), label) for p, t, label in _checked(data, where, shard)]
+    rows = _checked(data, where, shard)
+    return [(_json_bytes(p), _json_bytes(t), str(label).encode()) for p, t, label in rows]
 
 
 def _json_bytes(text: str) -> bytes:

@@ -11,7 +11,7 @@ its records are in the new listing.
 from __future__ import annotations
 
 from array import array
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -159,27 +159,37 @@ def match(
     only otherwise.
     """
     fs, directory = storage.open_url(previous.directory, **options)
-    raw = listing.raw_rows()  # bytes compared with bytes: no JSON decoded on either side
-    read = members.raw_rows if raw is not None else _decoded
-    scanned = raw if raw is not None else listing.scan()
-    listed = {path: (i, token, label) for i, (path, token, label) in enumerate(scanned)}
-    old_names, new_names = previous.labels, labels
-    same_name = [old_names[i] == new_names[i] if i < len(new_names) else False
-                 for i in range(len(old_names))]  # fmt: skip
+    old_names, new_names = previous.labels, tuple(labels)
+    # The id a kept record must carry: its new id, when that id still names its label.
+    keep = [new if new < len(old_names) and old_names[new] == new_names[new] else -1 for new in ids]
+    raw = listing.raw_rows()  # bytes against bytes: no JSON decoded on either side
+    if raw is not None:
+        read: Callable[..., Sequence[tuple[Any, Any, Any]]] = members.raw_rows
+        want: dict[Any, Any] = {str(li).encode(): str(k).encode() for li, k in enumerate(keep)}
+        lines: Sequence[tuple[Any, Any, Any]] = raw
+    else:
+        read = _decoded
+        want = dict(enumerate(keep))
+        lines = [(label, path, token) for path, token, label in listing.scan()]
+    expected = {path: (path, token, want[li]) for li, path, token in lines}
+    index = {path: i for i, (_, path, _) in enumerate(lines)}
     held_all: PreviousShards = []
     found_all: PreviousShards = []
     counts = [0, 0, 0, 0]  # removed, changed, relabeled, unchanged
     survivors = 0
     for shard in previous.shards:
         rows = read(fs, directory, shard)
+        bucket = shard.bucket if shard.bucket is not None else -1
+        paths = [row[0] for row in rows]
+        if list(map(expected.get, paths)) == rows:  # the common case, compared in C
+            held = array("i", map(index.__getitem__, paths))
+            held_all.append((bucket, held))
+            found_all.append((bucket, held))
+            counts[3] += len(rows)
+            survivors += len(rows)
+            continue
         try:
-            look = [listed.get(row[0]) for row in rows]
-            intact = None not in look and all(  # the common case, at C speed
-                x[1] == row[1] and ids[x[2]] == row[2] and same_name[row[2]]  # type: ignore[index]
-                for x, row in zip(look, rows, strict=True)
-            )
-            if not intact:
-                held, found = _classify(look, rows, ids, old_names, listing.labels, counts)
+            held, found = _classify(rows, lines, index, old_names, listing.labels, counts)
         except (TypeError, IndexError, ValueError):
             where = storage.unstrip(fs, layout.records_path(directory, shard.name))
             raise InputError(
@@ -187,56 +197,12 @@ def match(
                 f"{len(old_names)}, found another row",
                 path=where,
             ) from None
-        bucket = shard.bucket if shard.bucket is not None else -1
-        if intact:
-            held = array("i", [x[0] for x in look])  # type: ignore[index]
-            held_all.append((bucket, held))
-            found_all.append((bucket, held))
-            counts[3] += len(rows)
-            survivors += len(rows)
-            continue
         held_all.append((bucket, held))
         found_all.append((bucket, found))
         survivors += sum(i >= 0 for i in found)
     removed, changed, relabeled, unchanged = counts
     added = listing.files - survivors
     return Match(held_all, found_all, added, removed, changed, relabeled, unchanged)
-
-
-def _decoded(fs: Any, directory: str, shard: ShardInfo) -> Sequence[members.Row]:
-    return members.load(fs, directory, shard, trusted=True)
-
-
-def _classify(
-    look: Sequence[tuple[int, Any, int] | None],
-    rows: Sequence[Sequence[Any]],
-    ids: Sequence[int],
-    old_names: Sequence[str],
-    listed_names: Sequence[str],
-    counts: list[int],
-) -> tuple[array[int], array[int]]:
-    """A shard that lost a record: each record held or not, counted as removed,
-    changed, relabeled or unchanged (``counts``, in that order)."""
-    held, found = array("i"), array("i")
-    for x, (_, token, label) in zip(look, rows, strict=True):
-        if x is None:
-            counts[0] += 1
-            held.append(-1)
-            found.append(-1)
-            continue
-        i, listed_token, listed_label = x
-        found.append(i)
-        if listed_token != token:
-            counts[1] += 1
-        elif listed_names[listed_label] != old_names[label]:
-            counts[2] += 1
-        else:
-            counts[3] += 1
-            if ids[listed_label] == label:  # a relabeled map changes the bytes too
-                held.append(i)
-                continue
-        held.append(-1)
-    return held, found
 
 
 def changes(found: Match, previous: Manifest, labels: Sequence[str], moved: int) -> dict[str, int]:
@@ -254,3 +220,36 @@ def changes(found: Match, previous: Manifest, labels: Sequence[str], moved: int)
         "removed": found.removed,
         "unchanged": found.unchanged,
     }
+
+
+def _decoded(fs: Any, directory: str, shard: ShardInfo) -> list[tuple[Any, Any, Any]]:
+    return [(row[0], row[1], row[2]) for row in members.load(fs, directory, shard)]
+
+
+def _classify(
+    rows: Sequence[tuple[Any, Any, Any]],
+    lines: Sequence[tuple[Any, Any, Any]],
+    index: dict[Any, int],
+    old_names: Sequence[str],
+    listed_names: Sequence[str],
+    counts: list[int],
+) -> tuple[array[int], array[int]]:
+    """A shard that lost a record: each record held or not, counted as removed,
+    changed, relabeled or unchanged (``counts``, in that order)."""
+    held, found = array("i"), array("i")
+    for path, token, label in rows:
+        i = index.get(path, -1)
+        found.append(i)
+        if i < 0:
+            counts[0] += 1
+            held.append(-1)
+            continue
+        listed_label, _, listed_token = lines[i]
+        if listed_token != token:
+            counts[1] += 1
+        elif listed_names[int(listed_label)] != old_names[int(label)]:
+            counts[2] += 1
+        else:
+            counts[3] += 1
+        held.append(-1)  # a shard that lost a record is written again whole
+    return held, found
