@@ -83,6 +83,16 @@ def raw_rows(fs: Any, version: str, shard: ShardInfo) -> list[tuple[bytes, bytes
     return [(_json_bytes(p), _json_bytes(t), str(label).encode()) for p, t, label in rows]
 
 
+def lines(fs: Any, version: str, shard: ShardInfo) -> list[bytes]:
+    """``shard``'s member lines as written (:func:`encode`), without their newlines.
+
+    Raises:
+        InputError: the list is missing or does not match the manifest's ``records_sha256``.
+    """
+    data = _read(fs, version, shard)
+    return data.split(b"\n")[:-1] if data.endswith(b"\n") else data.split(b"\n")
+
+
 def _json_bytes(text: str) -> bytes:
     return json.dumps(text, ensure_ascii=False)[1:-1].encode()
 

@@ -171,24 +171,33 @@ def match(
         read = _decoded
         want = dict(enumerate(keep))
         lines = [(label, path, token) for path, token, label in listing.scan()]
-    expected = {path: (path, token, want[li]) for li, path, token in lines}
+    expected = {}
+    if raw is not None:  # each member line as the writer would encode it (members.encode)
+        by_line = {b'["%b","%b",%b]' % (p, t, want[li]): i for i, (li, p, t) in enumerate(raw)}
+    else:
+        expected = {path: (path, token, want[li]) for li, path, token in lines}
     index = {path: i for i, (_, path, _) in enumerate(lines)}
     held_all: PreviousShards = []
     found_all: PreviousShards = []
     counts = [0, 0, 0, 0]  # removed, changed, relabeled, unchanged
     survivors = 0
     for shard in previous.shards:
-        rows = read(fs, directory, shard)
         bucket = shard.bucket if shard.bucket is not None else -1
-        paths = [row[0] for row in rows]
-        if list(map(expected.get, paths)) == rows:  # the common case, compared in C
-            held = array("i", map(index.__getitem__, paths))
+        if raw is not None:  # the common case, in C: every line is one the listing expects
+            held = _held(list(map(by_line.get, members.lines(fs, directory, shard))), shard)
+        else:
+            rows = read(fs, directory, shard)
+            paths = [row[0] for row in rows]
+            intact = list(map(expected.get, paths)) == rows
+            held = array("i", map(index.__getitem__, paths)) if intact else None
+        if held is not None:
             held_all.append((bucket, held))
             found_all.append((bucket, held))
-            counts[3] += len(rows)
-            survivors += len(rows)
+            counts[3] += len(held)
+            survivors += len(held)
             continue
         try:
+            rows = read(fs, directory, shard)
             held, found = _classify(rows, lines, index, old_names, listing.labels, counts)
         except (TypeError, IndexError, ValueError):
             where = storage.unstrip(fs, layout.records_path(directory, shard.name))
@@ -220,6 +229,13 @@ def changes(found: Match, previous: Manifest, labels: Sequence[str], moved: int)
         "removed": found.removed,
         "unchanged": found.unchanged,
     }
+
+
+def _held(at: list[int | None], shard: ShardInfo) -> array[int] | None:
+    """The listing indices of a shard's lines, when every line is expected; else None."""
+    if None in at or len(at) != shard.records:
+        return None
+    return array("i", at)  # type: ignore[arg-type]
 
 
 def _decoded(fs: Any, directory: str, shard: ShardInfo) -> list[tuple[Any, Any, Any]]:
