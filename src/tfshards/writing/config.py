@@ -223,8 +223,9 @@ OPTIONS = (
         "buckets", int, DEFAULT_BUCKETS,
         "Split buckets: each record hashes into one by its path (or group), each shard "
         "holds one bucket, and validation takes whole buckets, so a record keeps its side "
-        "in every later version. Validation fractions come in steps of 1/BUCKETS; at "
-        "most --num-shards are used.",
+        "in every later version. Validation fractions come in steps of 1/BUCKETS. A first "
+        "version uses at most --num-shards of them; later versions keep its count (fewer "
+        "is refused: records would cross the split; more needs --previous none).",
         param=True,
         comment="records hash into this many buckets; validation takes whole buckets",
     ),

@@ -102,12 +102,11 @@ def growable(previous: Manifest, params: Mapping[str, Any]) -> str:
     for key in SAME_SPLIT:
         old, new = previous.params.get(key), params.get(key)
         if old != new:
-            capped = " (buckets is at most num_shards)" if key == "buckets" else ""
             raise ConfigError(
                 f"{key}: the previous version {previous.fingerprint} was written with "
-                f"{key} {old!r}, this write has {new!r}{capped}: records would change sides "
-                "of the train/validation split; keep it, or set write.previous: none "
-                "(--previous none) for one write to write every shard anew (label ids are kept)",
+                f"{key} {old!r}, this write has {new!r}: records would change sides of the "
+                "train/validation split; keep it, or set write.previous: none (--previous "
+                "none) for one write to start a new lineage (label ids are kept)",
                 option=key,
                 param=f"write.{key}",
             )

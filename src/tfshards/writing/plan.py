@@ -173,6 +173,7 @@ def plan(
         groups = None
     num_shards = _num_shards(listing, config, groups)
     params = _params(config, num_shards, transform_identity, labels, listing.labels)
+    params["buckets"] = bucket_count(config.buckets, num_shards, previous)
     fresh = "" if previous is None else growth.growable(previous, params)
     base = previous if previous is not None and not fresh else None
     placed, found, moved = _place(listing, config, params, num_shards, groups, base, labels, ids)
@@ -276,6 +277,20 @@ def _num_shards(listing: FileListing, config: WriteConfig, groups: grouping.Grou
     return num_shards
 
 
+def bucket_count(asked: int, num_shards: int, previous: Manifest | None) -> int:
+    """The split buckets of this version: a lineage keeps its first version's count.
+
+    A first version has ``min(asked, num_shards)`` (a bucket needs a shard). A
+    later one keeps the previous version's count, whatever ``num_shards`` is now,
+    unless ``asked`` is lower: that would move records across the split, which
+    :func:`growth.growable` refuses.
+    """
+    before = previous.params.get("buckets") if previous is not None else None
+    if isinstance(before, int) and asked >= before:
+        return before
+    return min(asked, num_shards)
+
+
 def _params(
     config: WriteConfig,
     num_shards: int,
@@ -285,7 +300,6 @@ def _params(
 ) -> dict[str, Any]:
     """The parameters that shape the bytes, hashed into the version name."""
     params: dict[str, Any] = {
-        "buckets": min(config.buckets, num_shards),
         "compression": config.compression,
         "image_feature": config.image_feature,
         "name": config.name,
