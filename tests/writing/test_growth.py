@@ -262,3 +262,17 @@ def test_paths_with_escapes_or_non_ascii_are_matched(make_raw, tmp_path, odd):
     assert second.changes == _compared(first, second)
     assert {s.sha256 for s in first.shards} <= {s.sha256 for s in second.shards}
     assert added[0] in _members(second)
+
+
+def test_a_previous_version_missing_a_shard_lends_none_and_the_write_still_completes(raw, tmp_path):
+    _grow(raw, tmp_path, num_shards=16)
+    _add(raw, 20)
+    grown = _grow(raw, tmp_path, num_shards=16).manifest
+    (Path(grown.directory) / grown.shards[3].name).unlink()  # an interrupted copy, a hand
+    again = _grow(raw, tmp_path, num_shards=16)
+    assert (
+        again.fresh
+        == f"the previous version {grown.fingerprint} lacks shard {grown.shards[3].name} as listed"
+    )
+    assert again.manifest.base == "" and again.manifest.labels == grown.labels
+    assert validate(ValidateConfig(str(tmp_path / "manifest.json"))).ok

@@ -10,6 +10,7 @@ its records are in the new listing.
 
 from __future__ import annotations
 
+import posixpath
 from array import array
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -88,6 +89,27 @@ def find(previous: str | None, manifest_copy: str | None, **options: Any) -> Man
             path=url,
         )
     return found
+
+
+def damage(previous: Manifest, **options: Any) -> str:
+    """What the previous version lacks (a shard missing or of another size), or "".
+
+    One listing of its folder. A version with a shard gone (an interrupted
+    upload, a hand) lends none: the write plans anew, and resumes that version
+    itself when the plan names it again.
+    """
+    fs, directory = storage.open_url(previous.directory, **options)
+    try:
+        found = {
+            posixpath.basename(str(p)): int(info.get("size") or 0)
+            for p, info in fs.find(directory, maxdepth=1, detail=True).items()
+        }
+    except FileNotFoundError:
+        found = {}
+    for shard in previous.shards:
+        if found.get(shard.name) != shard.bytes:
+            return f"the previous version {previous.fingerprint} lacks shard {shard.name} as listed"
+    return ""
 
 
 def growable(previous: Manifest, params: Mapping[str, Any]) -> str:

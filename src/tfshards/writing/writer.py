@@ -74,6 +74,9 @@ def write(config: WriteConfig, listing: FileListing | str, *, progress: bool = T
         groups = read_groups(loaded, config.group_by)
         previous = growth.find(config.previous, config.manifest_copy, **config.out_options)
         last = previous or growth.last(config.manifest_copy)
+        damaged = growth.damage(previous, **config.out_options) if previous else ""
+        if damaged:  # plan anew: the same name resumes that version, else a fresh lineage
+            previous = None
         identity = transforms.identity(config.transform)
         planned = plan(loaded, config, identity, groups, previous, last.labels if last else None)
         if planned.is_base and previous is not None:  # nothing changed since that version
@@ -111,7 +114,7 @@ def write(config: WriteConfig, listing: FileListing | str, *, progress: bool = T
     for directory in (version_path, *folders):  # a killed writer's temps, wherever it wrote
         atomicfile.remove_stale_temps(fs_out, directory)
     reused = len(kept) + sum(r.reused for r in done)
-    fresh = planned.fresh or ("previous is none" if previous is None and last else "")
+    fresh = planned.fresh or damaged or ("previous is none" if previous is None and last else "")
     return WriteResult(manifest, reused, time.monotonic() - start, fresh=fresh)
 
 
