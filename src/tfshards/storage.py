@@ -142,6 +142,15 @@ def resolve_relative(url: str, near: str) -> str:
     return url if found is None else found
 
 
+def file_sizes(fs: Any, directory: str) -> dict[str, int]:
+    """Name -> size of what ``directory`` holds at its top, in one listing call ({} if absent)."""
+    try:
+        found = fs.find(directory, maxdepth=1, detail=True)
+    except FileNotFoundError:
+        return {}
+    return {posixpath.basename(str(p)): int(info.get("size") or 0) for p, info in found.items()}
+
+
 def write_error(fs: Any, path: str, exc: OSError) -> ShardError:
     """A failed write of the shard set (disk full, file too large, read-only), located."""
     where = unstrip(fs, path)

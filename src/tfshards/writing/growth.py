@@ -10,7 +10,6 @@ its records are in the new listing.
 
 from __future__ import annotations
 
-import posixpath
 from array import array
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -98,14 +97,7 @@ def damage(previous: Manifest, **options: Any) -> str:
     upload, a hand) lends none: the write plans anew, and resumes that version
     itself when the plan names it again.
     """
-    fs, directory = storage.open_url(previous.directory, **options)
-    try:
-        found = {
-            posixpath.basename(str(p)): int(info.get("size") or 0)
-            for p, info in fs.find(directory, maxdepth=1, detail=True).items()
-        }
-    except FileNotFoundError:
-        found = {}
+    found = storage.file_sizes(*storage.open_url(previous.directory, **options))
     for shard in previous.shards:
         if found.get(shard.name) != shard.bytes:
             return f"the previous version {previous.fingerprint} lacks shard {shard.name} as listed"

@@ -17,7 +17,6 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import hashlib
-import posixpath
 import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
@@ -207,13 +206,7 @@ def _check_shards_present(fs: Any, version_path: str, manifest: Manifest) -> Non
         ShardError: a shard went away while this write ran (a concurrent
             ``prune`` from another host, or a user): no manifest is published.
     """
-    try:
-        found = {
-            posixpath.basename(str(p)): int(info.get("size") or 0)
-            for p, info in fs.find(version_path, maxdepth=1, detail=True).items()
-        }
-    except FileNotFoundError:
-        found = {}
+    found = storage.file_sizes(fs, version_path)
     for shard in manifest.shards:
         size = found.get(shard.name)
         if size != shard.bytes:
