@@ -5,6 +5,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from bench.suite import startup
+
 TITLES = {
     "write": "Write shards (raw JPEG files -> 16 TFRecord shards)",
     "validate": "Validate shards",
@@ -99,6 +101,7 @@ def render(doc: dict[str, Any]) -> str:
                 f"{_num(r['peak_single_mb']['median'])} | {r['ratio']['median']:.2f} |"
             )
     lines += _grow([r for r in rows if r["group"] == "grow"])
+    lines += startup.table([r for r in rows if r["group"] == "start"])
     bound = [r for r in rows if r["group"] == "bound"]
     if bound:
         datas = list(dict.fromkeys(r["data"] for r in bound))

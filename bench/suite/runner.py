@@ -13,7 +13,7 @@ from typing import Any
 
 from bench.common.data import LARGE, SMALL, DataSet, ensure, listing_of, subset
 from bench.suite import bound as bounds
-from bench.suite import checkers, growth, memory, readers, report, writers
+from bench.suite import checkers, growth, memory, readers, report, startup, writers
 from bench.suite.rounds import Contender, Epochs, compare, cpu_count, row
 from tfshards.listing.listing import Listing
 from tfshards.shardset.layout import MANIFEST_NAME
@@ -284,6 +284,8 @@ def run(
             log("grow / small: a write from scratch, then versions grown one from another")
             small_root = listings[SMALL.name].root
             bench.rows += growth.compare(SMALL.scaled(scale), small_root, reps, workroot, log)
+        if "start" in only:
+            bench.rows += startup.compare(max(reps, 5), log)
     finally:
         shutil.rmtree(workroot, ignore_errors=True)
     info["load_after"] = _load()

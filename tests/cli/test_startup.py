@@ -30,12 +30,12 @@ else:
     sys.argv = ["tfshards", *args]
     with contextlib.redirect_stdout(io.StringIO()), contextlib.suppress(SystemExit):
         main()
-print(json.dumps(sorted({m.partition(".")[0] for m in sys.modules})))
+print(json.dumps(sorted(sys.modules)))
 """
 
 
 def imported(*args: str) -> set[str]:
-    """The top-level packages a fresh interpreter holds after ``tfshards ARGS``."""
+    """The modules a fresh interpreter holds after ``tfshards ARGS``."""
     done = subprocess.run(
         [sys.executable, "-c", PROBE, *args],
         cwd=REPO,
@@ -50,6 +50,10 @@ def imported(*args: str) -> set[str]:
 def test_the_probe_sees_a_heavy_import() -> None:
     # The probe itself: a command that runs has imported its work (validate parses with numpy).
     assert "numpy" in imported("validate", "nowhere/manifest.json")
+
+
+def heavy(modules: set[str]) -> set[str]:
+    return {m.partition(".")[0] for m in modules} & set(HEAVY)
 
 
 @pytest.mark.parametrize(
@@ -69,4 +73,29 @@ def test_the_probe_sees_a_heavy_import() -> None:
     ids=" ".join,
 )
 def test_a_command_imports_nothing_heavy_before_it_runs(args: tuple[str, ...]) -> None:
-    assert imported(*args) & set(HEAVY) == set()
+    assert heavy(imported(*args)) == set()
+
+
+def commands(modules: set[str]) -> set[str]:
+    """The subcommand modules (``tfshards.cli.write`` ...) among ``modules``."""
+    return {m for m in modules if m.startswith("tfshards.cli.") and m != "tfshards.cli._common"}
+
+
+def test_only_the_command_used_is_imported() -> None:
+    assert commands(imported("--version")) == set()
+    assert commands(imported("list", "--help")) == {"tfshards.cli.list"}
+    assert len(commands(imported("--help"))) == 9  # the group's help lists every command
+
+
+@pytest.mark.parametrize("script", sorted(p.name for p in (REPO / "stages").glob("*.py")))
+def test_a_stage_script_imports_nothing_heavy_for_its_help(script: str) -> None:
+    done = subprocess.run(
+        [sys.executable, "-X", "importtime", f"stages/{script}", "--help"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr
+    names = {line.rpartition("|")[2].strip() for line in done.stderr.splitlines()}
+    assert heavy(names) == set()

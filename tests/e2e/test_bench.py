@@ -15,13 +15,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from bench.suite import startup
 
 REPO = Path(__file__).resolve().parents[2]
 BENCH = REPO / "bench"
 # What each part of bench/ may import from bench/ besides itself: the suite and every study
 # share only bench.common, and a study imports no other study.
 ALLOWED = {"common": {"common"}, "suite": {"suite", "common"}, "studies": {"common"}}
-SECTIONS = "bound,write,validate,read,generator,memory,grow"
+SECTIONS = "bound,write,validate,read,generator,memory,grow,start"
 
 WRITE = {
     "naive loop (1 process)",
@@ -260,6 +261,11 @@ def test_tiny_run_reports_every_contender_with_positive_numbers(
     assert grow[1]["kept"] == grow[1]["previous_shards"]  # adding files rewrites no shard
     assert grow[2]["rewritten"] > 0 and grow[2]["held_changes"] <= 5
 
+    start = _rows(doc, "start")  # fresh processes: the floors and each command's start
+    assert [r["name"] for r in start] == list(startup.commands())
+    for r in start:
+        assert r["wall_s"]["min"] > 0 and r["cpu_s"]["median"] > 0
+
     bound = _rows(doc, "bound")
     assert {(r["data"], r["name"]) for r in bound} == {
         (d, p) for d in ("small", "large") for p in PIECES
@@ -267,7 +273,12 @@ def test_tiny_run_reports_every_contender_with_positive_numbers(
     assert all(r["us_per_record"] > 0 for r in bound)
 
     headings = ("#### Write shards", "#### Validate shards", "#### Read one epoch of decoded")
-    for heading in (*headings, "#### Read one epoch of the large images resized", "#### Grow"):
+    more = (
+        "#### Read one epoch of the large images resized",
+        "#### Grow",
+        "#### A command's start",
+    )
+    for heading in (*headings, *more):
         assert heading in stdout
     assert "python -m bench.suite.run --scale 0.005" in stdout
 

@@ -7,25 +7,63 @@ time, so ``tfshards --help`` answers at once.
 
 from __future__ import annotations
 
-from typing import Annotated
+import importlib
+from typing import Annotated, Any
 
 import typer
+import typer.core
+import typer.main
 
 from tfshards._version import __version__
 from tfshards.cli._common import run_app
-from tfshards.cli.diff import diff_command
-from tfshards.cli.doctor import doctor_command
-from tfshards.cli.init import init_command
-from tfshards.cli.list import list_files_command
-from tfshards.cli.prune import prune_command
-from tfshards.cli.sample import sample_app
-from tfshards.cli.train import CONTEXT, train_command
-from tfshards.cli.validate import validate_command
-from tfshards.cli.write import CONTEXT as WRITE_CONTEXT
-from tfshards.cli.write import write_command
+
+# Each subcommand, in pipeline order (sample -> list -> write -> validate -> train, then
+# the tools), and the module and name of its function (or sub-app). A module is imported
+# when its command runs or its help is shown, so `tfshards --version` and `tfshards list
+# --help` pay for nothing else. Its ``CONTEXT``, if any, is the command's context settings.
+COMMANDS = {
+    "init": ("tfshards.cli.init", "init_command"),
+    "sample": ("tfshards.cli.sample", "sample_app"),
+    "list": ("tfshards.cli.list", "list_files_command"),
+    "write": ("tfshards.cli.write", "write_command"),
+    "validate": ("tfshards.cli.validate", "validate_command"),
+    "train": ("tfshards.cli.train", "train_command"),
+    "diff": ("tfshards.cli.diff", "diff_command"),
+    "prune": ("tfshards.cli.prune", "prune_command"),
+    "doctor": ("tfshards.cli.doctor", "doctor_command"),
+}
+
+
+def load_command(name: str) -> Any:
+    """The click command ``name`` names in :data:`COMMANDS`, its module imported now."""
+    module_name, attribute = COMMANDS[name]
+    module = importlib.import_module(module_name)
+    found = getattr(module, attribute)
+    if isinstance(found, typer.Typer):
+        command = typer.main.get_command(found)
+    else:
+        single = typer.Typer(add_completion=False, rich_markup_mode=None)
+        single.command(name, context_settings=getattr(module, "CONTEXT", None))(found)
+        command = typer.main.get_command(single)
+    command.name = name
+    return command
+
+
+class LazyCommands(typer.core.TyperGroup):
+    """The ``tfshards`` group: a command's module is imported only when that command is used."""
+
+    def list_commands(self, ctx: Any) -> list[str]:
+        return list(COMMANDS)
+
+    def get_command(self, ctx: Any, cmd_name: str) -> Any:
+        if cmd_name in COMMANDS and cmd_name not in self.commands:
+            self.commands[cmd_name] = load_command(cmd_name)
+        return self.commands.get(cmd_name)
+
 
 app = typer.Typer(
     name="tfshards",
+    cls=LazyCommands,
     help="Turn raw files into reproducible, validated TFRecord shards (DVC pipeline stages).",
     no_args_is_help=True,
     add_completion=False,
@@ -68,18 +106,6 @@ def pin_version(
             err=True,
         )
         raise typer.Exit(1)
-
-
-app.command("init")(init_command)
-# In pipeline order: sample -> list -> write -> validate -> train.
-app.add_typer(sample_app, name="sample")
-app.command("list")(list_files_command)
-app.command("write", context_settings=WRITE_CONTEXT)(write_command)
-app.command("validate")(validate_command)
-app.command("train", context_settings=CONTEXT)(train_command)
-app.command("diff")(diff_command)
-app.command("prune")(prune_command)
-app.command("doctor")(doctor_command)
 
 
 def main() -> None:

@@ -1,0 +1,104 @@
+"""What a command costs before it does any work: fresh processes, as DVC starts each stage.
+
+Every DVC stage, every ``--help`` and every ``--version`` is a new
+interpreter, so what ``tfshards`` imports at start is paid each time. Each
+command runs ``reps`` times, interleaved with the others, after one untimed
+warm-up (the bytecode cache written). Wall is ``perf_counter`` around the
+child; CPU is the child's user + system time (``RUSAGE_CHILDREN``). Two floors
+frame the numbers: the bare interpreter and importing typer, the CLI library
+every command is built on.
+"""
+
+from __future__ import annotations
+
+import os
+import resource
+import statistics
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+from bench.common.timing import spread
+
+REPO = Path(__file__).resolve().parents[2]
+AIM_S = 0.3  # a command should answer --help, or start its work, within this
+
+
+def _tfshards() -> list[str]:
+    """The console script beside this interpreter (what a user types), else ``-m tfshards``."""
+    script = Path(sys.executable).with_name("tfshards")
+    return [str(script)] if script.exists() else [sys.executable, "-m", "tfshards"]
+
+
+def commands() -> dict[str, list[str]]:
+    """Name -> argv of each contender; the first two are floors, not tfshards."""
+    py = sys.executable
+    return {
+        "python -c pass (floor)": [py, "-c", "pass"],
+        "python -c 'import typer' (floor)": [py, "-c", "import typer"],
+        "tfshards --version": [*_tfshards(), "--version"],
+        "tfshards list --help": [*_tfshards(), "list", "--help"],
+        "tfshards write --help": [*_tfshards(), "write", "--help"],
+        "python stages/write_shards.py --help": [py, "stages/write_shards.py", "--help"],
+    }
+
+
+def _once(argv: Sequence[str]) -> tuple[float, float]:
+    """Wall and CPU seconds of one run of ``argv`` in a fresh process."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    start = time.perf_counter()
+    subprocess.run(argv, cwd=REPO, check=True, capture_output=True, env=os.environ.copy())
+    wall = time.perf_counter() - start
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    return wall, cpu
+
+
+def compare(reps: int, log: Callable[[str], None]) -> list[dict[str, Any]]:
+    """One row per command: wall and CPU spreads over ``reps`` interleaved rounds."""
+    argvs = commands()
+    for argv in argvs.values():  # warm-up: bytecode cache, page cache
+        _once(argv)
+    walls: dict[str, list[float]] = {name: [] for name in argvs}
+    cpus: dict[str, list[float]] = {name: [] for name in argvs}
+    for round_ in range(reps):
+        log(f"start / round {round_ + 1} of {reps}")
+        for name, argv in argvs.items():
+            wall, cpu = _once(argv)
+            walls[name].append(wall)
+            cpus[name].append(cpu)
+    return [
+        {
+            "group": "start",
+            "name": name,
+            "wall_s": spread(walls[name]),
+            "cpu_s": spread(cpus[name]),
+            "within_aim": statistics.median(walls[name]) <= AIM_S,
+        }
+        for name in argvs
+    ]
+
+
+def table(rows: Sequence[dict[str, Any]]) -> list[str]:
+    """The start-up table, in markdown lines; nothing when the section did not run."""
+    if not rows:
+        return []
+    lines = [
+        "",
+        f"#### A command's start, fresh process (aim: at most {AIM_S} s)",
+        "",
+        "| command | wall s (min-max) | CPU s | within the aim |",
+        "|---|---:|---:|---|",
+    ]
+    for r in rows:
+        w, c = r["wall_s"], r["cpu_s"]
+        floor = "(floor)" in r["name"]
+        aim = "-" if floor else ("yes" if r["within_aim"] else "no")
+        lines.append(
+            f"| {r['name']} | {w['median']:.3f} ({w['min']:.3f}-{w['max']:.3f}) "
+            f"| {c['median']:.3f} | {aim} |"
+        )
+    return lines
