@@ -189,7 +189,9 @@ def match(
         by_line = {b'["%b","%b",%b]' % (p, t, want[li]): i for i, (li, p, t) in enumerate(raw)}
     else:
         expected = {path: (path, token, want[li]) for li, path, token in lines}
-    index = {path: i for i, (_, path, _) in enumerate(lines)}
+    # Each listed path's position: needed at once without raw lines, else only for a
+    # shard not held whole (36 ms for 20,000 files that an append does not spend).
+    index = {} if raw is not None else _positions(lines)
     held_all: PreviousShards = []
     found_all: PreviousShards = []
     counts = [0, 0, 0, 0]  # removed, changed, relabeled, unchanged
@@ -211,6 +213,7 @@ def match(
             continue
         try:
             rows = read(fs, directory, shard)
+            index = index or _positions(lines)
             held, found = _classify(rows, lines, index, old_names, listing.labels, counts)
         except (TypeError, IndexError, ValueError):
             where = storage.unstrip(fs, layout.records_path(directory, shard.name))
@@ -242,6 +245,11 @@ def changes(found: Match, previous: Manifest, labels: Sequence[str], moved: int)
         "removed": found.removed,
         "unchanged": found.unchanged,
     }
+
+
+def _positions(lines: Sequence[tuple[Any, Any, Any]]) -> dict[Any, int]:
+    """Each listed path -> its line number."""
+    return {path: i for i, (_, path, _) in enumerate(lines)}
 
 
 def _held(at: list[int | None], shard: ShardInfo) -> array[int] | None:
