@@ -10,7 +10,7 @@ import pytest
 from typer.testing import CliRunner
 
 from tfshards.cli import app
-from tfshards.cli.train import parse_bool, parse_model_args
+from tfshards.project.stageoptions import parse_bool, parse_pairs
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -23,14 +23,14 @@ def test_bool_options_take_what_dvc_writes(text: str, expected: bool) -> None:
 def test_model_args_take_what_dvc_writes_for_a_mapping() -> None:
     # DVC renders {units: 8, rate: 0.5, name: wide, bn: true, sizes: [1, 2]} like this.
     args = ["--units", "8", "--rate", "0.5", "--name", "wide", "--bn", "--sizes", "1", "2"]
-    assert parse_model_args(args) == {
+    assert parse_pairs(args, "--model-args") == {
         "units": 8,
         "rate": 0.5,
         "name": "wide",
         "bn": True,
         "sizes": [1, 2],
     }
-    assert parse_model_args([]) == {}
+    assert parse_pairs([], "--model-args") == {}
 
 
 def test_unknown_model_on_the_command_line_is_one_line_and_exit_1() -> None:

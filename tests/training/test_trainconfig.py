@@ -7,8 +7,9 @@ from typing import Any
 import pytest
 
 from tfshards.errors import ConfigError
+from tfshards.project import stageoptions
 from tfshards.training.models import MODELS, model_spec
-from tfshards.training.trainconfig import TrainConfig, from_options
+from tfshards.training.trainconfig import OPTIONS, TrainConfig
 
 
 def test_unknown_model_name_lists_the_valid_names() -> None:
@@ -71,7 +72,14 @@ def test_bad_training_option_is_a_config_error(changes: dict[str, Any], message:
         TrainConfig(**changes)
 
 
+def from_options(changes: dict[str, Any]) -> TrainConfig:
+    """The config from every option's default, with ``changes``, as the command line gives them."""
+    values = {o.name: o.default for o in OPTIONS}
+    return stageoptions.config(TrainConfig, OPTIONS, {**values, **changes})
+
+
 def test_options_as_the_command_line_spells_them_make_the_config() -> None:
+    assert from_options({}) == TrainConfig()  # the options' defaults are the config's
     config = from_options(
         {"augment": " flip,crop ", "export_out": "", "checkpoint_dir": "", "epochs": 3}
     )

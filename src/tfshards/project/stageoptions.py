@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import inspect
+import json
 from collections.abc import Callable, Mapping, Sequence
 from typing import Annotated, Any, TypeVar
 
@@ -44,6 +45,40 @@ def optional_int(value: str, option: str) -> int | None:
         raise typer.BadParameter(
             f"expected an integer or none, got {value!r}", param_hint=option
         ) from None
+
+
+def parse_pairs(args: Sequence[str], option: str) -> dict[str, Any]:
+    """``--name value`` words (DVC's rendering of a params mapping after ``--``) as a dict.
+
+    A value is read as JSON when it is JSON (``3``, ``0.5``, ``true``), else
+    kept as text; ``--name`` alone is ``True``; several values make a list.
+    """
+    out: dict[str, Any] = {}
+    name = None
+    for arg in args:
+        if arg.startswith("--") and len(arg) > 2:
+            name = arg[2:].replace("-", "_")
+            out[name] = True
+        elif name is None:
+            raise typer.BadParameter(
+                f"expected --name value pairs after --, got {arg!r}", param_hint=option
+            )
+        else:
+            value = _scalar(arg)
+            current = out[name]
+            out[name] = value if current is True else [*_listed(current), value]
+    return out
+
+
+def _scalar(text: str) -> Any:
+    try:
+        return json.loads(text)
+    except ValueError:
+        return text
+
+
+def _listed(value: Any) -> list[Any]:
+    return value if isinstance(value, list) else [value]
 
 
 # ----------------------------------------------------------------------------- typer
@@ -99,13 +134,26 @@ def command(
     """A function typer reads as a command with ``options``; it calls ``body`` with the values.
 
     The values are parsed (:func:`parse_bool`, :func:`optional_int`) and keyed by
-    option name. ``unpacked``: the stage's DVC command passes its section as
-    ``${section}`` (:func:`dvc_command`), so a ``bool`` param is a switch.
+    option name; an option whose default is a mapping takes the words after ``--``
+    (:func:`parse_pairs`; the command needs ``allow_extra_args``). ``unpacked``:
+    the stage's DVC command passes its section as ``${section}``
+    (:func:`dvc_command`), so a ``bool`` param is a switch.
     """
-    parameters = [_parameter(o, unpacked) for o in options]
+    # A mapping option takes the words after `--` (its DVC command puts it last).
+    mappings = [o for o in options if isinstance(o.default, Mapping)]
+    assert len(mappings) <= 1, "one option at most takes the words after --"
+    after = mappings[0] if mappings else None
+    parameters = [_parameter(o, unpacked) for o in options if o is not after]
+    if after is not None:
+        context = inspect.Parameter("ctx", inspect.Parameter.KEYWORD_ONLY, annotation=typer.Context)
+        parameters.insert(0, context)
 
     def run(**given: Any) -> None:
-        body({o.name: _value(o, given[o.name], unpacked) for o in options})
+        ctx = given.pop("ctx", None)
+        values = {o.name: _value(o, given[o.name], unpacked) for o in options if o is not after}
+        if after is not None:
+            values[after.name] = parse_pairs(ctx.args, after.flag)
+        body(values)
 
     run.__signature__ = inspect.Signature(parameters)  # type: ignore[attr-defined]
     run.__annotations__ = {p.name: p.annotation for p in parameters}

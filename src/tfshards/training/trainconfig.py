@@ -151,64 +151,167 @@ class TrainConfig:
         return {k: v for k, v in values.items() if k not in _OUTPUTS}
 
 
-def from_options(options: Mapping[str, Any]) -> TrainConfig:
-    """The config of options named as its fields, spelled as ``tfshards train`` takes them.
-
-    ``augment`` is text: names separated by commas, ``none`` (or ``''``) for
-    none. ``export_out`` and ``checkpoint_dir`` are ``''`` for none. Every other
-    value is taken as it is.
-    """
-    names = options["augment"].split(",")
-    return TrainConfig(
-        **{
-            **options,
-            "augment": tuple(a.strip() for a in names if a.strip() not in ("", "none")),
-            "export_out": options["export_out"] or None,
-            "checkpoint_dir": options["checkpoint_dir"] or None,
-        }
-    )
-
-
 def _inside(path: str, folder: str) -> bool:
     return path.startswith(folder.rstrip(os.sep) + os.sep)
 
 
-# The comment beside each param in params.yaml.
-COMMENTS = {
-    "model": "small_cnn | mobilenet_v3_small (needs image_size >= 32) | package.module:function",
-    "model_args": "keyword arguments for a package.module:function model (built-ins take none)",
-    "batch_size": "global: split evenly over the replicas under strategy mirrored",
-    "learning_rate": "the peak rate under a schedule",
-    "optimizer": "adam | sgd | adamw",
-    "momentum": "sgd only",
-    "weight_decay": "adamw only (decoupled weight decay)",
-    "lr_schedule": "constant | cosine (half cosine to 0 at the last step)",
-    "warmup_epochs": "linear warm-up from 0 over this many epochs (cosine only)",
-    "early_stopping": "stop after this many epochs without a better early_stopping_metric; 0 = off",
-    "early_stopping_metric": "val_loss | val_accuracy",
-    "label_smoothing": "share of each target spread over all classes, in [0, 1)",
-    "class_weight": "none | balanced (from the training shards' label counts)",
-    "augment": "none | flip | crop | flip,crop (on the device, training only)",
-    "image_dtype": "float32 | uint8 (a quarter of the bytes; scaled in the model)",
-    "image_size": "images are resized to this square size, in pixels",
-    "scaled_decode": "decode large JPEGs at 1/2..1/8 scale, then resize (false: whole)",
-    "val_fraction": "held out as whole split buckets (the effective fraction is logged)",
-    "seed": "seeds training: weights, dropout, input order",
-    "split_seed": "picks the validation shards; null = the same as seed",
-    "deterministic": "op determinism: the same seed gives the same run",
-    "mixed_precision": "auto (on when a GPU is present) | on | off",
-    "jit_compile": "XLA",
-    "strategy": "one | mirrored (a replica per local GPU) | auto (mirrored with 2+ GPUs)",
-}
-# The train stage's options as DVC passes them, one per field: the paths are fixed by
-# the pipeline, the rest are params (its typer options are written out in cli/train.py).
-_DEFAULTS = TrainConfig()
-OPTIONS = tuple(
+def _augmentations(text: str) -> tuple[str, ...]:
+    """``flip,crop`` as names; ``none`` (or ``''``) for none."""
+    return tuple(a.strip() for a in text.split(",") if a.strip() not in ("", "none"))
+
+
+def _none_if_empty(text: str) -> str | None:
+    return text or None
+
+
+_D = TrainConfig()
+# The train stage's options, one per field, in field order: its `tfshards train` options
+# (made by tfshards.project.stageoptions), its DVC command (the output paths fixed by
+# the pipeline, model_args after `--`) and its params.yaml section with comments.
+OPTIONS = (
+    Option("manifest", str, _D.manifest, "manifest.json of the validated shards (path or URL)."),
     Option(
-        f.name,
-        default=getattr(_DEFAULTS, f.name),
-        param=f.name not in ("manifest", *_OUTPUTS),
-        comment=COMMENTS.get(f.name),
-    )
-    for f in dataclasses.fields(TrainConfig)
-)
+        "model", str, _D.model,
+        f"Model to train: {' | '.join(models.MODELS)}, or package.module:function "
+        "(called with the input shape, the class count and the arguments after --).",
+        param=True,
+        comment="small_cnn | mobilenet_v3_small (needs image_size >= 32) | package.module:function",
+    ),
+    Option(
+        "model_args", dict, {}, "Keyword arguments for a package.module:function model, "
+        "after --: --units 64 --rate 0.5.",
+        param=True,
+        comment="keyword arguments for a package.module:function model (built-ins take none)",
+    ),
+    Option("epochs", int, _D.epochs, "Passes over the training shards.", param=True),
+    Option(
+        "batch_size", int, _D.batch_size, "Records per training step.", param=True,
+        comment="global: split evenly over the replicas under strategy mirrored",
+    ),
+    Option(
+        "learning_rate", float, _D.learning_rate, "Learning rate (the peak one under a schedule).",
+        param=True, comment="the peak rate under a schedule",
+    ),
+    Option(
+        "optimizer", str, _D.optimizer, f"{' | '.join(optim.OPTIMIZERS)}.",
+        param=True, comment="adam | sgd | adamw",
+    ),
+    Option(
+        "momentum", float, _D.momentum, "sgd's momentum.", param=True, comment="sgd only"
+    ),
+    Option(
+        "weight_decay", float, _D.weight_decay, "adamw's decoupled weight decay.",
+        param=True, comment="adamw only (decoupled weight decay)",
+    ),
+    Option(
+        "lr_schedule", str, _D.lr_schedule,
+        f"{' | '.join(optim.SCHEDULES)}: cosine decays to 0 at the last step.",
+        param=True, comment="constant | cosine (half cosine to 0 at the last step)",
+    ),
+    Option(
+        "warmup_epochs", int, _D.warmup_epochs, "Epochs of linear warm-up from 0 (cosine only).",
+        param=True, comment="linear warm-up from 0 over this many epochs (cosine only)",
+    ),
+    Option(
+        "early_stopping", int, _D.early_stopping,
+        "Stop after N epochs without a better --early-stopping-metric; 0: off.",
+        param=True,
+        comment="stop after this many epochs without a better early_stopping_metric; 0 = off",
+    ),
+    Option(
+        "early_stopping_metric", str, _D.early_stopping_metric, "val_loss | val_accuracy.",
+        param=True, comment="val_loss | val_accuracy",
+    ),
+    Option(
+        "label_smoothing", float, _D.label_smoothing,
+        "Share of the target spread over all classes, in [0, 1).",
+        param=True, comment="share of each target spread over all classes, in [0, 1)",
+    ),
+    Option(
+        "class_weight", str, _D.class_weight,
+        f"{' | '.join(optim.CLASS_WEIGHTS)}: balanced weighs classes by the inverse of "
+        "their training record counts.",
+        param=True, comment="none | balanced (from the training shards' label counts)",
+    ),
+    Option(
+        "augment", str, "none",
+        f"none, or comma-separated among {', '.join(models.AUGMENTATIONS)}: random "
+        "horizontal flip, random crop resized back; on the device, training only.",
+        param=True, comment="none | flip | crop | flip,crop (on the device, training only)",
+        convert=_augmentations,
+    ),
+    Option(
+        "image_dtype", str, _D.image_dtype,
+        "float32 | uint8: uint8 sends a quarter of the bytes, scaled in the model.",
+        param=True, comment="float32 | uint8 (a quarter of the bytes; scaled in the model)",
+    ),
+    Option(
+        "image_size", int, _D.image_size,
+        "Images are resized to SIZE x SIZE (small_cnn >= 8, mobilenet_v3_small >= 32).",
+        param=True, comment="images are resized to this square size, in pixels",
+    ),
+    Option(
+        "scaled_decode", bool, _D.scaled_decode,
+        "true: decode a JPEG at least twice --image-size at 1/2, 1/4 or 1/8 scale "
+        "before resizing (~30% less CPU at 512 -> 224 px, slightly different pixels); "
+        "false: decode whole.",
+        param=True, comment="decode large JPEGs at 1/2..1/8 scale, then resize (false: whole)",
+    ),
+    Option(
+        "val_fraction", float, _D.val_fraction,
+        "Share of records held out for validation, as whole split buckets.",
+        param=True, comment="held out as whole split buckets (the effective fraction is logged)",
+    ),
+    Option(
+        "seed", int, _D.seed, "Seeds Python, NumPy, TensorFlow and the input order.",
+        param=True, comment="seeds training: weights, dropout, input order",
+    ),
+    Option(
+        "split_seed", int | None, _D.split_seed,
+        "Picks the validation buckets; none: the same as --seed.",
+        param=True, comment="picks the validation shards; null = the same as seed",
+    ),
+    Option(
+        "deterministic", bool, _D.deterministic,
+        "true: the same seed gives the same run (op determinism, fixed input order); "
+        "false: faster on GPU.",
+        param=True, comment="op determinism: the same seed gives the same run",
+    ),
+    Option(
+        "mixed_precision", str, _D.mixed_precision,
+        f"{' | '.join(MIXED_PRECISION)}: float16 compute; auto = on a GPU only.",
+        param=True, comment="auto (on when a GPU is present) | on | off",
+    ),
+    Option(
+        "jit_compile", bool, _D.jit_compile, "true: compile the steps with XLA.",
+        param=True, comment="XLA",
+    ),
+    Option(
+        "strategy", str, _D.strategy,
+        f"{' | '.join(STRATEGIES)}: mirrored copies the model to every local GPU and "
+        "splits each batch (global) between them; auto: mirrored with 2+ GPUs.",
+        param=True,
+        comment="one | mirrored (a replica per local GPU) | auto (mirrored with 2+ GPUs)",
+    ),
+    Option("metrics", str, _D.metrics, "Summary metrics JSON (the DVC metrics file)."),
+    Option(
+        "live_dir", str, str(_D.live_dir), "dvclive directory: per-epoch metrics and plots."
+    ),
+    Option("model_out", str, str(_D.model_out), "Where to save the trained model (.keras)."),
+    Option(
+        "split_out", str, str(_D.split_out),
+        "Where to save the train/val split (shards and records per side).",
+    ),
+    Option(
+        "export_out", str, "",
+        "Local folder for a SavedModel serving encoded image bytes; '' for none.",
+        convert=_none_if_empty,
+    ),
+    Option(
+        "checkpoint_dir", str, "",
+        "Local folder for per-epoch checkpoints: a killed run resumes from it. "
+        "It must be new, empty or made by tfshards, and hold no other output; "
+        "its checkpoint files are removed when the run finishes. '' for none.",
+        convert=_none_if_empty,
+    ),
+)  # fmt: skip
