@@ -119,7 +119,7 @@ def hash_local(batches: Sequence[Batch], threads: int) -> Iterator[tuple[str, in
         for (folder, rel_dir, names), hashed in zip(chunks, done, strict=True):
             for name, (size, digest) in zip(names, hashed, strict=True):
                 if size < 0:
-                    raise _unreadable(os.path.join(folder, name), size)
+                    raise unreadable_file(os.path.join(folder, name), size)
                 yield rel_dir + name, size, f"{SHA256}:{digest.hex()}"
     finally:  # on an error, do not hash the rest of the tree first
         pool.shutdown(cancel_futures=True)
@@ -213,14 +213,14 @@ def hash_files(
     try:
         for (rel, _), (size, digest) in zip(rows, pool.map(run, rows), strict=True):
             if size < 0:
-                raise _unreadable(storage.join(root, rel), size)
+                raise unreadable_file(storage.join(root, rel), size)
             out.append((size, sha256_token(digest)))
     finally:
         pool.shutdown(cancel_futures=True)
     return out
 
 
-def _unreadable(where: str, code: int) -> InputError:
+def unreadable_file(where: str, code: int) -> InputError:
     found = "a folder or special file" if -code == errno.EINVAL else os.strerror(-code)
     return InputError(
         f"{where}: cannot read while listing: expected a regular file, found {found}", path=where
@@ -265,7 +265,7 @@ def check_stats(folder: str, names: Sequence[str], stats: bytes) -> None:
     sizes = memoryview(stats).cast("q")[2::5]
     if min(sizes, default=0) < 0:
         i = next(i for i, size in enumerate(sizes) if size < 0)
-        raise _unreadable(os.path.join(folder, names[i]), sizes[i])
+        raise unreadable_file(os.path.join(folder, names[i]), sizes[i])
 
 
 def _hash_path(path: str) -> tuple[int, bytes]:

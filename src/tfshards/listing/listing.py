@@ -32,6 +32,7 @@ from tfshards.listing.hashcache import HashCache
 from tfshards.listing.indexfile import read_index, scan_index
 from tfshards.listing.meta import FILES_NAME, META_NAME, VERSION, read_meta
 from tfshards.listing.protocol import EntryRows
+from tfshards.listing.sortedscan import scan_local
 from tfshards.listing.storedlisting import OFFSETS_NAME, offsets_bytes, parse_line
 from tfshards.listing.walker import TreeFilter, check_root, scan_tree
 
@@ -237,16 +238,17 @@ def _scan(
     cache: HashCache | None,
 ) -> tuple[list[str], list[Entry]]:
     """Labels and entries (sorted by path, each with its token) from the tree or the index."""
+    if index is None and storage.is_local(fs):  # walked in path order, every file hashed
+        return scan_local(fs, base, filt, counts, threads, cache)
     if index is None:
-        labels, entries = scan_tree(fs, base, filt, counts, threads, cache)
+        labels, entries = scan_tree(fs, base, filt, counts)
     else:
         same = get_protocol(index) == get_protocol(root)
         index_fs, index_path = storage.open_url(index, **(options if same else {}))
         rows = read_index(index_fs, index_path, index)
         labels, entries = scan_index(fs, base, root, rows, index, filt, counts)
     entries.sort(key=_PATH)  # unique paths; str keys sort ~3x faster than tuples
-    if index is not None or not storage.is_local(fs):  # a local walk hashed every file
-        _hash_contents(fs, base, root, entries, threads, cache)
+    _hash_contents(fs, base, root, entries, threads, cache)
     return labels, entries
 
 
