@@ -1,0 +1,170 @@
+"""``tfshards list`` in bounded memory: a local tree's lines go to disk as they are walked.
+
+A local tree is walked in path order (:mod:`tfshards.listing.sortedscan`), so
+each folder's lines are encoded and written at once, with their offsets
+(``files.idx``) and the running SHA-256; nothing per file stays in memory.
+The bytes are those of :func:`~tfshards.listing.listing.write_listing` of
+:func:`~tfshards.listing.listing.list_files`. Index files, other storage, and
+a tree with a label folder whose files are all skipped (its ids shift after
+lines are written) go through those two instead.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from array import array
+from collections import Counter
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from tfshards import atomicfile, jsonfile, storage
+from tfshards.listing import jsonlines
+from tfshards.listing.foldertokens import Tokens
+from tfshards.listing.hashcache import HashCache
+from tfshards.listing.listing import (
+    DEFAULT_EXTENSIONS,
+    SKIP_REASONS,
+    Listing,
+    list_files,
+    no_cycle_collection,
+    normalize_root,
+    nothing_listed,
+    write_listing,
+)
+from tfshards.listing.meta import FILES_NAME, META_NAME, meta_doc
+from tfshards.listing.sortedscan import label_runs
+from tfshards.listing.storedlisting import OFFSETS_NAME, offsets_bytes
+from tfshards.listing.walker import TreeFilter, check_root
+
+_IDX_FLUSH = 1 << 16  # offsets held before they are written: 512 KB
+
+
+@dataclass(frozen=True)
+class ListedSummary:
+    """What ``tfshards list`` reports of the listing it wrote."""
+
+    root: str
+    labels: tuple[str, ...]
+    files_per_label: dict[str, int]
+    skipped: dict[str, int]
+    total_bytes: int
+    digest: str  # SHA-256 (hex) of files.jsonl
+
+    @property
+    def files(self) -> int:
+        return sum(self.files_per_label.values())
+
+    @classmethod
+    def of(cls, listing: Listing) -> ListedSummary:
+        return cls(
+            listing.root,
+            listing.labels,
+            listing.files_per_label(),
+            dict(listing.skipped),
+            listing.total_bytes,
+            listing.digest,
+        )
+
+
+def list_to(
+    root: str,
+    out: str,
+    *,
+    index: str | None = None,
+    extensions: Sequence[str] | None = DEFAULT_EXTENSIONS,
+    glob: str | None = None,
+    storage_options: Mapping[str, Any] | None = None,
+    threads: int | None = None,
+    hash_cache: str | None = None,
+) -> ListedSummary:
+    """``write_listing(list_files(root, ...), out)``, in memory bounded by the largest folder.
+
+    Same arguments, checks, errors and bytes as :func:`~tfshards.listing.listing.list_files`.
+    """
+    options = dict(storage_options or {})
+    fs, base = storage.open_url(root, **options)
+    with no_cycle_collection():
+        if index is None and storage.is_local(fs):
+            summary = _stream(fs, base, root, out, extensions, glob, threads, hash_cache)
+            if summary is not None:
+                return summary
+        listing = list_files(
+            root,
+            index=index,
+            extensions=extensions,
+            glob=glob,
+            storage_options=options,
+            threads=threads,
+            hash_cache=hash_cache,
+        )
+        write_listing(listing, out)
+        return ListedSummary.of(listing)
+
+
+def _stream(
+    fs: Any,
+    base: str,
+    root: str,
+    out: str,
+    extensions: Sequence[str] | None,
+    glob: str | None,
+    threads: int | None,
+    hash_cache: str | None,
+) -> ListedSummary | None:
+    """Walk, hash and write the local tree; None when a label folder had no kept file."""
+    check_root(fs, base, root)
+    filt = TreeFilter.build(extensions, glob)
+    counts: Counter[str] = Counter()
+    if threads is None:
+        threads = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else 1
+    cache = HashCache(hash_cache) if hash_cache else None
+    out_fs, out_base = storage.open_url(out)
+    lines = atomicfile.AtomicSink(out_fs, storage.join(out_base, FILES_NAME))
+    idx = atomicfile.AtomicSink(out_fs, storage.join(out_base, OFFSETS_NAME))
+    try:
+        found, runs = label_runs(fs, base, filt, counts, threads, cache)
+        heads = jsonlines.label_heads(found.names)
+        digest = hashlib.sha256()
+        offsets, end, total = array("Q", [0]), 0, 0
+        for label, run in runs:
+            folder, lo, hi = run.folder, run.lo, run.hi
+            tokens: Tokens = folder.result
+            sizes = tokens.sizes[lo:hi]
+            text = jsonlines.run_lines(
+                heads[label], folder.rel_dir, folder.names[lo:hi], sizes, tokens.hexes[lo:hi]
+            )
+            data = jsonlines.chunk(text, end, offsets)
+            end += len(data)
+            total += sum(sizes)
+            digest.update(data)
+            lines.write([data])
+            if len(offsets) >= _IDX_FLUSH:
+                idx.write([offsets_bytes(offsets)])
+                offsets = array("Q")
+        idx.write([offsets_bytes(offsets)])
+        skipped = {reason: counts[reason] for reason in SKIP_REASONS}
+        if end == 0:
+            raise nothing_listed(root, False, skipped, filt)
+        if found.final_ids() is not None:  # ids shift: written again from memory
+            lines.abort()
+            idx.abort()
+            return None
+        lines.commit()
+        idx.commit()
+    except BaseException:
+        lines.abort()
+        idx.abort()
+        raise
+    finally:
+        if cache is not None:
+            cache.close()
+    labels = found.labels()
+    per_label = dict(zip(labels, [n for n in found.counts if n], strict=True))
+    summary = ListedSummary(
+        normalize_root(root), tuple(labels), per_label, skipped, total, digest.hexdigest()
+    )
+    meta = meta_doc(summary.root, labels, total, per_label, skipped, summary.digest)
+    atomicfile.write_atomic(out_fs, storage.join(out_base, META_NAME), [jsonfile.encode(meta)])
+    return summary
