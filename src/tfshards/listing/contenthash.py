@@ -231,10 +231,18 @@ def _hash_local(folder: str, names: Sequence[str]) -> list[tuple[int, bytes]]:
     """``(size or -errno, raw digest)`` of each file ``names`` in ``folder``."""
     c = native.NATIVE
     if c is not None:
-        digests, sizes = c.hash_files(os.fsencode(folder), [os.fsencode(n) for n in names])
+        digests, sizes = c.hash_files(os.fsencode(folder), _fsencoded(c, names))
         sized = memoryview(sizes).cast("q")
         return [(sized[i], digests[32 * i : 32 * i + 32]) for i in range(len(names))]
     return [_hash_path(os.path.join(folder, name)) for name in names]
+
+
+def _fsencoded(c: Any, names: Sequence[str]) -> list[bytes]:
+    """``os.fsencode`` of each name, in one C call where the module has it."""
+    encode = getattr(c, "fsencode_all", None)
+    if encode is not None and isinstance(names, list):
+        return cast(list[bytes], encode(names))
+    return [os.fsencode(n) for n in names]
 
 
 def stat_local(folder: str, names: Sequence[str]) -> bytes:
@@ -245,7 +253,7 @@ def stat_local(folder: str, names: Sequence[str]) -> bytes:
     """
     c = native.NATIVE
     if c is not None:
-        return c.stat_files(os.fsencode(folder), [os.fsencode(n) for n in names])
+        return c.stat_files(os.fsencode(folder), _fsencoded(c, names))
     out = array("q")
     for name in names:
         try:

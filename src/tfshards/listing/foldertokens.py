@@ -88,7 +88,9 @@ class FolderTokens:
         names, cache = folder.names, self.cache
         stats: bytes | None = None
         if cache is not None:
-            stats = contenthash.stat_local(folder.path, names)
+            stats = folder.stats
+            if stats is None:
+                stats = contenthash.stat_local(folder.path, names)
             contenthash.check_stats(folder.path, names, stats)
             known = cache.lookup(folder.path, names, stats)
             if None not in known:

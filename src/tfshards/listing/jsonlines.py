@@ -14,10 +14,11 @@ import re
 from array import array
 from collections.abc import Iterable, Sequence
 from itertools import accumulate, islice
-from json.encoder import encode_basestring  # type: ignore[attr-defined]
+from json.encoder import encode_basestring
 
 from tfshards.listing.entry import Entry
 
+_PLUS_ONE = (1).__add__  # a line's length and its newline
 _ESCAPED = re.compile(r'[\x00-\x1f"\\]')  # what encode_basestring changes
 
 
@@ -56,7 +57,10 @@ def chunk(lines: list[str], end: int, offsets: array[int] | None) -> bytes:
     text = "\n".join(lines) + "\n"
     data = text.encode()
     if offsets is not None:
-        ascii_text = len(data) == len(text)  # a character is a byte
-        lengths = (len(line) + 1 if ascii_text else len(line.encode()) + 1 for line in lines)
+        lengths: Iterable[int]
+        if len(data) == len(text):  # ASCII: a character is a byte
+            lengths = map(_PLUS_ONE, map(len, lines))
+        else:
+            lengths = (len(line.encode()) + 1 for line in lines)
         offsets.extend(islice(accumulate(lengths, initial=end), 1, None))
     return data

@@ -61,7 +61,9 @@ def label_runs(
     def runs() -> Iterator[tuple[int, Run]]:
         tokens = FolderTokens(threads, cache)
         for i in order:
-            steps = walk_sorted(os.path.join(base, names[i]), names[i] + "/", filt, skipped)
+            steps = walk_sorted(
+                os.path.join(base, names[i]), names[i] + "/", filt, skipped, cache is not None
+            )
             for run in tokens.runs(steps):
                 found.counts[i] += run.hi - run.lo
                 yield i, run
