@@ -9,5 +9,6 @@ __all__ = [
     "meta",
     "protocol",
     "storedlisting",
+    "treelisting",
     "walker",
 ]

@@ -130,6 +130,8 @@ def _stream(
         offsets, end, total = array("Q", [0]), 0, 0
         for label, run in runs:
             folder, lo, hi = run.folder, run.lo, run.hi
+            if lo == hi:  # a folder's last run, when all its files sort before a subfolder
+                continue
             tokens: Tokens = folder.result
             sizes = tokens.sizes[lo:hi]
             text = jsonlines.run_lines(
