@@ -48,8 +48,22 @@ if __name__ == "__main__":
         print(len(pool.map(digest, paths, chunksize=256)))
 """
 BOUND_WARM = """
-import sys, time
-from bench.studies.list_scale import plain_walk
+import os, sys
+
+def plain_walk(root):  # bench.studies.list_scale.plain_walk, without importing tfshards
+    out = []
+    stack = [root]
+    while stack:
+        with os.scandir(stack.pop()) as it:
+            for entry in it:
+                if entry.is_dir():
+                    stack.append(entry.path)
+                elif not entry.name.startswith("."):
+                    st = entry.stat()
+                    out.append((entry.path, st.st_size, st.st_mtime_ns))
+    out.sort()
+    return out
+
 print(len(plain_walk(sys.argv[1])))
 """
 LIST = """

@@ -11,6 +11,7 @@ lines are written) go through those two instead.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 from array import array
@@ -120,9 +121,7 @@ def _stream(
     if threads is None:
         threads = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else 1
     cache = HashCache(hash_cache) if hash_cache else None
-    out_fs, out_base = storage.open_url(out)
-    lines = atomicfile.AtomicSink(out_fs, storage.join(out_base, FILES_NAME))
-    idx = atomicfile.AtomicSink(out_fs, storage.join(out_base, OFFSETS_NAME))
+    sink = _Files(out)
     try:
         found, runs = label_runs(fs, base, filt, counts, threads, cache)
         heads = jsonlines.label_heads(found.names)
@@ -141,23 +140,18 @@ def _stream(
             end += len(data)
             total += sum(sizes)
             digest.update(data)
-            lines.write([data])
+            sink.write(data, offsets)
             if len(offsets) >= _IDX_FLUSH:
-                idx.write([offsets_bytes(offsets)])
                 offsets = array("Q")
-        idx.write([offsets_bytes(offsets)])
         skipped = {reason: counts[reason] for reason in SKIP_REASONS}
         if end == 0:
             raise nothing_listed(root, False, skipped, filt)
         if found.final_ids() is not None:  # ids shift: written again from memory
-            lines.abort()
-            idx.abort()
+            sink.abort()
             return None
-        lines.commit()
-        idx.commit()
+        sink.commit(offsets)
     except BaseException:
-        lines.abort()
-        idx.abort()
+        sink.abort()
         raise
     finally:
         if cache is not None:
@@ -168,5 +162,47 @@ def _stream(
         normalize_root(root), tuple(labels), per_label, skipped, total, digest.hexdigest()
     )
     meta = meta_doc(summary.root, labels, total, per_label, skipped, summary.digest)
-    atomicfile.write_atomic(out_fs, storage.join(out_base, META_NAME), [jsonfile.encode(meta)])
+    atomicfile.write_atomic(sink.fs, storage.join(sink.base, META_NAME), [jsonfile.encode(meta)])
     return summary
+
+
+class _Files:
+    """``files.jsonl`` and ``files.idx``, published together; nothing is created before a line.
+
+    A listing that fails leaves no trace: not even the output folder, when it made it.
+    """
+
+    def __init__(self, out: str) -> None:
+        self.fs, self.base = storage.open_url(out)
+        self._made = storage.is_local(self.fs) and not os.path.isdir(self.base)
+        self._sinks: tuple[atomicfile.AtomicSink, atomicfile.AtomicSink] | None = None
+
+    def _open(self) -> tuple[atomicfile.AtomicSink, atomicfile.AtomicSink]:
+        if self._sinks is None:
+            self._sinks = (
+                atomicfile.AtomicSink(self.fs, storage.join(self.base, FILES_NAME)),
+                atomicfile.AtomicSink(self.fs, storage.join(self.base, OFFSETS_NAME)),
+            )
+        return self._sinks
+
+    def write(self, data: bytes, offsets: array[int]) -> None:
+        """Lines; their offsets too once :data:`_IDX_FLUSH` of them are held (then cleared)."""
+        lines, idx = self._open()
+        lines.write([data])
+        if len(offsets) >= _IDX_FLUSH:
+            idx.write([offsets_bytes(offsets)])
+
+    def commit(self, offsets: array[int]) -> None:
+        """Write the last offsets; publish ``files.jsonl``, then ``files.idx``."""
+        lines, idx = self._open()
+        idx.write([offsets_bytes(offsets)])
+        lines.commit()
+        idx.commit()
+
+    def abort(self) -> None:
+        for sink in self._sinks or ():
+            sink.abort()
+        self._sinks = None
+        if self._made:
+            with contextlib.suppress(OSError):
+                os.rmdir(self.base)  # only when empty

@@ -1,12 +1,10 @@
 """Walk a folder tree into listing entries, labelled by their first folder (ImageFolder).
 
-Local disk gets an ``os.scandir`` walk that stats no file (the directory
-entry's type says which are files) and holds no per-file dicts
-(``LocalFileSystem.find(detail=True)`` builds a dict per file); each kept
-file is then opened and hashed (:mod:`tfshards.listing.contenthash`), which also gives
-its size, unless a hash cache (:mod:`tfshards.listing.hashcache`) knows its stat.
-Other filesystems are walked with ``fs.walk(detail=True)``, one
-directory listing at a time, their content tokens taken from the listing.
+What a tree walk keeps and skips (:class:`TreeFilter`), the root's and the
+label folders' checks, and the walk of storage other than local disk:
+``fs.walk(detail=True)``, one directory listing at a time, content tokens
+taken from the listing. Local trees are walked in path order by
+:mod:`tfshards.listing.sortedwalk`, with the checks and messages here.
 """
 
 from __future__ import annotations
