@@ -1,8 +1,14 @@
-"""Whether a process is alive, told apart from a later process that reused its pid."""
+"""Whether a process is alive (told apart from a later process that reused its pid), and how
+many cores this one may use."""
 
 from __future__ import annotations
 
 import os
+
+
+def cpu_count() -> int:
+    """Cores this process may use (its affinity mask where the OS has one): the default width."""
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
 
 
 def pid_alive(pid: int, start: int | None = None) -> bool:

@@ -14,9 +14,6 @@ import posixpath
 import stat
 from typing import Any
 
-import fsspec
-from fsspec.implementations.local import LocalFileSystem
-
 from tfshards.errors import ConfigError, ShardError, StorageError
 
 Chunk = bytes | bytearray | memoryview
@@ -31,6 +28,8 @@ def open_url(url: str, **storage_options: Any) -> tuple[Any, str]:
     if not url:
         raise ConfigError("storage URL is empty")
     reject_credentials(url)
+    import fsspec  # on first use: ~0.1 s that `tfshards --help` need not pay
+
     try:
         fs, path = fsspec.core.url_to_fs(url, **storage_options)
     except (ImportError, ValueError) as exc:
@@ -77,6 +76,8 @@ def backend_error(exc: BaseException) -> StorageError | None:
 
 def is_local(fs: Any) -> bool:
     """True when ``fs`` is local disk (rename is atomic, os calls are safe)."""
+    from fsspec.implementations.local import LocalFileSystem
+
     return isinstance(fs, LocalFileSystem)
 
 
@@ -97,10 +98,22 @@ def absolute(url: str) -> str:
     Tasks carry absolute paths: a worker started in another directory (a Dask
     worker) would resolve a relative one against its own.
     """
-    protocol, path = fsspec.core.split_protocol(url)
+    protocol, path = split_protocol(url)
     if protocol is None:
         return os.path.abspath(str(path))
     return url
+
+
+def split_protocol(url: str) -> tuple[str | None, str]:
+    """``("s3", "bucket/key")`` for ``s3://bucket/key``; ``(None, url)`` for a local path.
+
+    fsspec's rule (``fsspec.core.split_protocol``) without importing fsspec: a
+    scheme of two or more characters before ``://`` (one letter is a Windows drive).
+    """
+    scheme, found, rest = str(url).partition("://")
+    if found and len(scheme) > 1:
+        return scheme, rest
+    return None, str(url)
 
 
 PROJECT_MARKERS = (".dvc", ".git")  # a folder holding one is a project's top
@@ -132,7 +145,7 @@ def resolve_relative(url: str, near: str) -> str:
     the project folder where it was written); :func:`find_upward` looks from
     there. Unchanged when found nowhere: the caller's error names it.
     """
-    protocol, path = fsspec.core.split_protocol(url)
+    protocol, path = split_protocol(url)
     if protocol is not None or os.path.isabs(url) or os.path.exists(url):
         return url
     fs, folder = open_url(near)

@@ -232,7 +232,7 @@ def test_a_params_value_of_the_wrong_type_is_one_line_naming_option_and_value(
     lines = out.stderr.splitlines()
     assert len(lines) == 1 and "╭" not in out.stderr, out.stderr
     assert lines[0].startswith("error: Invalid value for '--num-shards'")
-    assert "found 'abc'" in lines[0] and "--help" in lines[0]
+    assert "'abc' is not a valid int" in lines[0] and "--help" in lines[0]
 
 
 def test_an_unknown_option_is_one_line():

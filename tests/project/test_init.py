@@ -172,7 +172,7 @@ def test_write_reads_options_spelled_as_params_keys(tmp_path: Path):
     )
     assert said.returncode == 2  # --num_shards was taken as --num-shards, then its value refused
     assert said.stderr.startswith("error: Invalid value for '--num-shards': ")
-    assert "found 'oops'" in said.stderr and said.stderr.count("\n") == 1
+    assert "'oops' is not a valid int" in said.stderr and said.stderr.count("\n") == 1
 
 
 def test_a_bad_name_is_refused_naming_the_option():

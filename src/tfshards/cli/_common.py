@@ -14,7 +14,7 @@ import typer
 import typer.exceptions
 
 from tfshards.errors import TfshardsError
-from tfshards.run.mpcontext import cpu_count
+from tfshards.processes import cpu_count
 from tfshards.storage import backend_error, reject_credentials
 
 P = ParamSpec("P")
@@ -123,7 +123,8 @@ def run_app(app: typer.Typer, args: Sequence[str] | None = None) -> NoReturn:
     interrupt is one line (exit 130), never a usage box or a traceback.
 
     A value from ``params.yaml`` that does not parse (``num_shards: abc``) reaches
-    the command as an option, so the line names the option and the value.
+    the command as an option, so the line names the option and the value
+    (``'abc' is not a valid int``).
     TensorFlow's C++ start-up logging (``E0000 ...`` lines that are not errors) is
     silenced unless ``TF_CPP_MIN_LOG_LEVEL`` is already set.
     """
@@ -136,7 +137,7 @@ def run_app(app: typer.Typer, args: Sequence[str] | None = None) -> NoReturn:
             sys.exit(0)
         ctx = getattr(exc, "ctx", None)
         hint = f" (see `{ctx.command_path} --help`)" if ctx is not None else ""
-        typer.echo(f"error: {' '.join(exc.format_message().split())}{_found(exc)}{hint}", err=True)
+        typer.echo(f"error: {' '.join(exc.format_message().split())}{hint}", err=True)
         sys.exit(exc.exit_code)
     except (typer.Abort, KeyboardInterrupt):
         code = INTERRUPTED
@@ -145,21 +146,11 @@ def run_app(app: typer.Typer, args: Sequence[str] | None = None) -> NoReturn:
     sys.exit(code if isinstance(code, int) else 0)
 
 
-def _found(exc: BaseException) -> str:
-    """``, found 'abc'`` when the value that failed to parse is known (typer keeps it in the
-    cause it re-raises), else nothing."""
-    errors = getattr(exc.__cause__, "errors", None)
-    try:
-        return f", found {errors()[0]['input']!r}" if callable(errors) else ""
-    except (LookupError, TypeError):
-        return ""
-
-
 def run_command(
     command: Callable[..., Any], context_settings: dict[str, Any] | None = None
 ) -> NoReturn:
     """Run one command function as a program (a ``stages/*.py`` script), as :func:`run_app`."""
-    app = typer.Typer(add_completion=False, pretty_exceptions_enable=False)
+    app = typer.Typer(add_completion=False, pretty_exceptions_enable=False, rich_markup_mode=None)
     app.command(context_settings=context_settings)(command)
     run_app(app)
 

@@ -5,15 +5,16 @@ from __future__ import annotations
 import os
 import re
 from collections.abc import Sequence
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from tfshards import jsonfile, storage
+from tfshards import storage
 from tfshards.cli._common import one_line_errors
-from tfshards.shardset.diff import Changes, compare, load_members
 from tfshards.shardset.layout import MANIFEST_NAME
-from tfshards.shardset.manifest import load
+
+if TYPE_CHECKING:
+    from tfshards.shardset.diff import Changes
 
 VERSION_NAME = re.compile(r"[0-9a-f]{16}")  # a version directory's name: its fingerprint
 _FORMS = (
@@ -95,6 +96,10 @@ def diff_command(
     Reads the manifests and each shard's member list (records/<shard>.jsonl),
     never a shard.
     """
+    from tfshards import jsonfile
+    from tfshards.shardset.diff import compare, load_members
+    from tfshards.shardset.manifest import load
+
     old_manifest, new_manifest = (load(manifest_url(s, out)) for s in (old, new))
     changes = compare(
         old_manifest, new_manifest, load_members(old_manifest), load_members(new_manifest)

@@ -11,7 +11,6 @@ import os
 import platform
 import sys
 from collections.abc import Iterator
-from importlib import metadata
 from pathlib import Path
 from typing import Annotated
 
@@ -32,6 +31,8 @@ PACKAGES = {
 
 
 def _version(dist: str) -> str | None:
+    from importlib import metadata  # 20 ms that every other command need not pay
+
     try:
         return metadata.version(dist)
     except metadata.PackageNotFoundError:
@@ -69,7 +70,7 @@ def _loops() -> str:
 
 def _devices() -> str:
     """CPUs this process may use and, where TensorFlow is installed, what it sees."""
-    from tfshards.run.mpcontext import cpu_count
+    from tfshards.processes import cpu_count
 
     cpus = f"{cpu_count()} CPUs usable of {os.cpu_count()}"
     if not any(_version(d) for d in TENSORFLOW):

@@ -6,10 +6,9 @@ from typing import Annotated
 
 import typer
 
-from tfshards import jsonfile
 from tfshards.cli._common import one_line_errors
 from tfshards.listing.hashcache import OFF, default_path
-from tfshards.listing.listing import DEFAULT_EXTENSIONS, format_skipped, list_files, write_listing
+from tfshards.listing.treefilter import DEFAULT_EXTENSIONS
 
 RootArgument = Annotated[
     str,
@@ -100,6 +99,9 @@ def list_files_command(
     A local file's SHA-256 is remembered with its stat (device, inode, size,
     mtime, ctime) in --hash-cache: listing an unchanged tree again reads no file.
     """
+    from tfshards import jsonfile
+    from tfshards.listing.listing import format_skipped, list_files, write_listing
+
     if hash_cache is None:
         hash_cache = default_path()
     elif hash_cache.strip().lower() == OFF:

@@ -11,6 +11,7 @@ from tfshards.cli._common import default_workers, one_line_errors
 sample_app = typer.Typer(
     help="Write sample image trees (ImageFolder layout) to try the pipeline on.",
     no_args_is_help=True,
+    rich_markup_mode=None,
 )
 
 OutDir = Annotated[

@@ -12,10 +12,11 @@ import typer
 from tfshards.cli._common import one_line_errors
 from tfshards.project import stageoptions
 from tfshards.validation.config import OPTIONS, ValidateConfig
-from tfshards.validation.validate import validate, write_balance, write_metrics
 
 
 def _validate(values: dict[str, Any]) -> None:
+    from tfshards.validation.validate import validate, write_balance, write_metrics
+
     split_seed = values["split_seed"]
     config = stageoptions.config(
         ValidateConfig,

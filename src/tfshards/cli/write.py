@@ -6,14 +6,10 @@ from typing import Any
 
 import typer
 
-from tfshards import storage
 from tfshards.cli._common import one_line_errors
 from tfshards.errors import ConfigError
 from tfshards.project import stageoptions
-from tfshards.project.prune import PruneConfig, prune
-from tfshards.shardset.layout import MANIFEST_NAME
 from tfshards.writing.config import OPTIONS, WriteConfig
-from tfshards.writing.writer import write
 
 
 def dashed(token: str) -> str:
@@ -30,6 +26,10 @@ OLD_VERSIONS = ("keep", "remove")
 
 
 def _write(values: dict[str, Any]) -> None:
+    from tfshards import storage
+    from tfshards.shardset.layout import MANIFEST_NAME
+    from tfshards.writing.writer import write
+
     config = stageoptions.config(WriteConfig, OPTIONS, values)
     if values["old_versions"] not in OLD_VERSIONS:
         raise ConfigError(
@@ -62,6 +62,8 @@ def _write(values: dict[str, Any]) -> None:
 
 def _remove_old_versions(config: WriteConfig, manifest: str) -> None:
     """Delete the other finished, idle versions under ``config.out`` and say so."""
+    from tfshards.project.prune import PruneConfig, prune
+
     pruned = PruneConfig(
         manifest, config.out, min_age_s=0, delete=True, storage_options=config.out_options
     )

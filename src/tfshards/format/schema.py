@@ -4,18 +4,20 @@ from __future__ import annotations
 
 import functools
 import math
+import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
-
-import numpy as np
+from typing import TYPE_CHECKING, Any, TypeAlias
 
 from tfshards.errors import ConfigError, TransformError
 from tfshards.format import wire
 from tfshards.format.wire import Dtype
 
+if TYPE_CHECKING:
+    import numpy as np
+
 DTYPES: tuple[Dtype, ...] = ("bytes", "int64", "float")
-Values = list[bytes] | list[int] | list[float] | np.ndarray
+Values: TypeAlias = "list[bytes] | list[int] | list[float] | np.ndarray"
 
 
 @dataclass(frozen=True)
@@ -101,11 +103,14 @@ def normalize(name: str, value: Any) -> tuple[Dtype, Values, tuple[int, ...]]:
         return "bytes", [bytes(value) if not isinstance(value, bytes) else value], ()
     if isinstance(value, str):
         return "bytes", [_utf8(name, value)], ()
-    if isinstance(value, (bool, int, np.integer, np.bool_)):
+    # numpy is not imported here (0.3 s at every start); a value can only be a numpy
+    # object when whoever made it has imported numpy already.
+    np = sys.modules.get("numpy")
+    if isinstance(value, (bool, int)) or (np and isinstance(value, (np.integer, np.bool_))):
         return "int64", [_int64(name, int(value))], ()
-    if isinstance(value, (float, np.floating)):
+    if isinstance(value, float) or (np and isinstance(value, np.floating)):
         return "float", [_float32(name, float(value))], ()
-    if isinstance(value, np.ndarray):
+    if np and isinstance(value, np.ndarray):
         return _array(name, value)
     if isinstance(value, (list, tuple)):
         return _sequence(name, value)
@@ -147,6 +152,8 @@ def _float32(name: str, value: float, where: str = "") -> float:
 
 
 def _array(name: str, value: np.ndarray) -> tuple[Dtype, Values, tuple[int, ...]]:
+    import numpy as np
+
     kind = value.dtype.kind
     if kind in "iub":
         if kind == "u" and value.size and value.max() > INT64_MAX:

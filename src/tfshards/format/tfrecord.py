@@ -12,18 +12,19 @@ from __future__ import annotations
 
 import zlib
 from collections.abc import Iterable, Iterator, Sequence
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
 import crc32c
-import numpy as np
 
 from tfshards.errors import ConfigError
 from tfshards.format import native
-from tfshards.format.wire import CRC, FOOTER_BYTES, HEADER_BYTES, LENGTH, MASK_DELTA
+from tfshards.format.wire import COMPRESSIONS, CRC, FOOTER_BYTES, HEADER_BYTES, LENGTH, MASK_DELTA
+
+if TYPE_CHECKING:
+    import numpy as np
 
 _U32 = 0xFFFFFFFF
 
-COMPRESSIONS = ("none", "gzip", "zlib")
 _WBITS = {"gzip": 31, "zlib": 15}  # what TF's ZlibInputStream expects for each
 
 
@@ -206,6 +207,8 @@ def record_starts(buf: bytes | bytearray | memoryview) -> tuple[np.ndarray, int]
     boundaries before the records are checked. Also returns where the last
     whole record ends. The C loop (``frame_offsets``) walks where built.
     """
+    import numpy as np  # here, not at the top: `tfshards --help` never needs it
+
     c = native.NATIVE
     if c is not None:
         offsets, end = c.frame_offsets(buf)

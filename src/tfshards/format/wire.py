@@ -26,6 +26,7 @@ import struct
 from typing import Literal
 
 Dtype = Literal["bytes", "int64", "float"]  # a Feature's kind, as the schema names it
+COMPRESSIONS = ("none", "gzip", "zlib")  # a shard file as written: as is, or one stream
 
 # ----------------------------------------------------------------------------- TFRecord
 LENGTH = struct.Struct("<Q")  # a record's length field

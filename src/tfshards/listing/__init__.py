@@ -9,6 +9,7 @@ __all__ = [
     "meta",
     "protocol",
     "storedlisting",
+    "treefilter",
     "treelisting",
     "walker",
 ]

@@ -18,7 +18,8 @@ from tfshards import storage
 from tfshards.errors import InputError
 from tfshards.listing.contenthash import storage_token
 from tfshards.listing.entry import Entry
-from tfshards.listing.walker import TreeFilter, info_name, why
+from tfshards.listing.treefilter import TreeFilter
+from tfshards.listing.walker import info_name, why
 
 FORMATS = {".csv": "csv", ".jsonl": "jsonl", ".json": "jsonl"}
 _DIR_CACHE = 256  # directory listings kept while matching index rows on object stores

@@ -21,8 +21,6 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from fsspec.utils import get_protocol
-
 from tfshards import atomicfile, jsonfile, storage
 from tfshards.errors import ConfigError, InputError
 from tfshards.listing import contenthash, jsonlines
@@ -33,9 +31,9 @@ from tfshards.listing.meta import FILES_NAME, META_NAME, meta_doc, read_meta
 from tfshards.listing.protocol import EntryRows
 from tfshards.listing.sortedscan import scan_local
 from tfshards.listing.storedlisting import OFFSETS_NAME, offsets_bytes, parse_line
-from tfshards.listing.walker import TreeFilter, check_root, scan_tree
+from tfshards.listing.treefilter import DEFAULT_EXTENSIONS, TreeFilter
+from tfshards.listing.walker import check_root, scan_tree
 
-DEFAULT_EXTENSIONS = (".png", ".jpg", ".jpeg", ".gif", ".bmp", ".webp")
 SKIP_REASONS = ("hidden", "extension", "glob", "no-label", "not-a-file")
 _SIZE = operator.attrgetter("size")
 _PATH = operator.itemgetter(0)
@@ -249,6 +247,8 @@ def _scan(
     if index is None:
         labels, entries = scan_tree(fs, base, filt, counts)
     else:
+        from fsspec.utils import get_protocol
+
         same = get_protocol(index) == get_protocol(root)
         index_fs, index_path = storage.open_url(index, **(options if same else {}))
         rows = read_index(index_fs, index_path, index)
@@ -403,7 +403,6 @@ def read_listing(out_dir: str) -> Listing:
 
 
 __all__ = [
-    "DEFAULT_EXTENSIONS",
     "SKIP_REASONS",
     "Listing",
     "format_skipped",

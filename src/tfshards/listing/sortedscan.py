@@ -20,7 +20,8 @@ from tfshards.listing.entry import Entry
 from tfshards.listing.foldertokens import FolderTokens, Tokens
 from tfshards.listing.hashcache import HashCache
 from tfshards.listing.sortedwalk import Run, walk_sorted
-from tfshards.listing.walker import TreeFilter, label_folders
+from tfshards.listing.treefilter import TreeFilter
+from tfshards.listing.walker import label_folders
 
 
 @dataclass

@@ -26,8 +26,8 @@ from typing import Any
 from tfshards.errors import InputError
 from tfshards.format import native
 from tfshards.listing import contenthash
+from tfshards.listing.treefilter import TreeFilter
 from tfshards.listing.walker import (
-    TreeFilter,
     check_link_label,
     checked_name,
     unreadable,

@@ -25,7 +25,6 @@ from tfshards.listing import jsonlines
 from tfshards.listing.foldertokens import Tokens
 from tfshards.listing.hashcache import HashCache
 from tfshards.listing.listing import (
-    DEFAULT_EXTENSIONS,
     SKIP_REASONS,
     Listing,
     list_files,
@@ -37,7 +36,8 @@ from tfshards.listing.listing import (
 from tfshards.listing.meta import FILES_NAME, META_NAME, meta_doc
 from tfshards.listing.sortedscan import label_runs
 from tfshards.listing.storedlisting import OFFSETS_NAME, offsets_bytes
-from tfshards.listing.walker import TreeFilter, check_root
+from tfshards.listing.treefilter import DEFAULT_EXTENSIONS, TreeFilter
+from tfshards.listing.walker import check_root
 
 _IDX_FLUSH = 1 << 16  # offsets held before they are written: 512 KB
 

@@ -23,10 +23,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-import fsspec.utils
-
 from tfshards.errors import ConfigError
-from tfshards.listing.listing import DEFAULT_EXTENSIONS
+from tfshards.listing.treefilter import DEFAULT_EXTENSIONS
 from tfshards.project import stageoptions
 from tfshards.training import trainconfig
 from tfshards.training.trainconfig import TrainConfig
@@ -128,6 +126,8 @@ class PipelineSpec:
 
 def is_remote(url: str) -> bool:
     """True for a URL whose protocol is not local disk (``s3://``, ``gs://``, ``memory://``)."""
+    import fsspec.utils  # on first use: `tfshards --help` does not pay for fsspec
+
     return fsspec.utils.get_protocol(url) not in ("file", "local")
 
 

@@ -19,9 +19,9 @@ from PIL import Image
 
 from tfshards import atomicfile, storage
 from tfshards.errors import ConfigError
+from tfshards.processes import cpu_count
 from tfshards.progress import Progress
 from tfshards.run import executor as executors
-from tfshards.run.mpcontext import cpu_count
 
 FORMATS = {"jpeg": ".jpg", "png": ".png"}
 JPEG_QUALITY = 90  # typical of photo datasets; with the noise below gives ~4 KB at 96 px

@@ -21,9 +21,9 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from tfshards.errors import InputError
+from tfshards.processes import cpu_count
 from tfshards.run.executor import canonical
 from tfshards.run.localexec import process_pool
-from tfshards.run.mpcontext import cpu_count
 
 DEFAULT_THREADS = 32  # 16 calls + 16 threads gave 5.8x on a 2 ms wait (2 cores); more waits more
 CHUNK_ITEMS = 64  # elements per task / per yield when not batching: amortizes IPC and tf.data

@@ -1,4 +1,4 @@
-"""How many worker processes by default, how they start (``fork`` when safe, else a lean
+"""How worker processes start (``fork`` when safe, else a lean
 ``forkserver``) and how they die with their parent."""
 
 from __future__ import annotations
@@ -25,11 +25,6 @@ PRELOAD = [
 ]  # what forkserver workers import once
 _PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
 WATCH_SECONDS = 0.5  # how often a worker without PR_SET_PDEATHSIG looks for its parent
-
-
-def cpu_count() -> int:
-    """Cores this process may use (its affinity mask where the OS has one): the default width."""
-    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
 
 
 def mp_context() -> multiprocessing.context.BaseContext:

@@ -6,8 +6,8 @@ import dataclasses
 from typing import Any
 
 from tfshards.option import Option
+from tfshards.processes import cpu_count
 from tfshards.run.executor import RunOptions
-from tfshards.run.mpcontext import cpu_count
 
 
 def run_options(executor_help: str) -> tuple[Option, ...]:

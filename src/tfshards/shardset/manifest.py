@@ -16,8 +16,6 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-import fsspec
-
 from tfshards import jsonfile, storage
 from tfshards.errors import InputError
 from tfshards.format.schema import FeatureSpec, schema_from_json, schema_to_json
@@ -279,7 +277,7 @@ def locate(manifest: Manifest, fs: Any, path: str, url: str) -> str:
         InputError: a relative ``root`` that is under none of those folders.
     """
     root = manifest.root
-    if fsspec.core.split_protocol(root)[0] is not None or posixpath.isabs(root):
+    if storage.split_protocol(root)[0] is not None or posixpath.isabs(root):
         return root
     folder = posixpath.dirname(posixpath.normpath(path))
     if posixpath.basename(folder) == manifest.fingerprint:

@@ -15,7 +15,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from tfshards.errors import InputError
-from tfshards.format.tfrecord import COMPRESSIONS
+from tfshards.format.wire import COMPRESSIONS
 from tfshards.shardset.layout import shard_name
 
 MISSING: Any = object()  # what ``get`` gives for an absent key: shown as "nothing"

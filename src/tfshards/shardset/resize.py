@@ -10,7 +10,6 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from importlib import metadata
 from typing import Any
 
 from tfshards.errors import ConfigError
@@ -42,7 +41,7 @@ class Resize:
     def params(self) -> dict[str, Any]:
         """What shapes the stored bytes, for the manifest and the version name."""
         doc: dict[str, Any] = {
-            "encoder": f"pillow {metadata.version('pillow')}",
+            "encoder": f"pillow {_pillow_version()}",
             "filter": "bilinear",
             "format": self.format,
             "size": self.size,
@@ -58,3 +57,10 @@ class Resize:
         if not isinstance(doc, Mapping):
             return None
         return cls(int(doc["size"]), str(doc["format"]))
+
+
+def _pillow_version() -> str:
+    """The installed Pillow's version (its encoder shapes resized bytes); read on first use."""
+    from importlib import metadata  # ~20 ms that a command's start need not pay
+
+    return metadata.version("pillow")

@@ -10,7 +10,8 @@ from tfshards.errors import ConfigError
 from tfshards.option import Option
 from tfshards.run.executor import RunOptions
 from tfshards.run.options import run_options, with_run_keywords
-from tfshards.validation.shardcheck import MAX_PROBLEMS
+
+MAX_PROBLEMS = 50  # kept per shard, and printed: enough to see a pattern, few enough to read
 
 
 @dataclass(frozen=True)

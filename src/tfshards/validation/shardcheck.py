@@ -28,11 +28,10 @@ from tfshards.format.wire import HEADER_BYTES
 from tfshards.shardset import check, layout
 from tfshards.shardset.grouping import GroupBy
 from tfshards.shardset.manifest import Manifest, ShardInfo
+from tfshards.validation.config import MAX_PROBLEMS
 from tfshards.validation.recordcheck import RecordChecker, check_records
 from tfshards.validation.rules import Problem
 from tfshards.validation.streamcheck import check_stream, frame_size, whole_records
-
-MAX_PROBLEMS = 50  # kept per shard, and printed: enough to see a pattern, few enough to read
 
 
 @dataclass(frozen=True)

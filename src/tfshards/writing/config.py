@@ -8,7 +8,7 @@ from dataclasses import InitVar, dataclass, field
 from typing import Any, Literal
 
 from tfshards.errors import ConfigError
-from tfshards.format.tfrecord import COMPRESSIONS
+from tfshards.format.wire import COMPRESSIONS
 from tfshards.option import Option, zero_is_none
 from tfshards.run.executor import RunOptions
 from tfshards.run.options import run_options, with_run_keywords
