@@ -27,7 +27,6 @@ import stat
 from array import array
 from collections import defaultdict
 from collections.abc import Iterator, Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any, cast
 
 from tfshards import storage
@@ -50,6 +49,13 @@ _BATCH = 1024  # files per task: enough to amortize a thread hand-off (~50 us)
 _CHUNK = 1 << 20  # read size: one read for most images, bounded memory for any file
 _HEX_MD5 = re.compile(r"^[0-9a-f]{32}$")
 SizedPath = tuple[str, int]  # (path relative to the root, size found when listed)
+
+
+def _pool(threads: int) -> Any:
+    """A thread pool; imported here, as a re-list with a warm cache starts none (~20 ms)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    return ThreadPoolExecutor(max(1, threads))
 
 
 def storage_token(info: Mapping[str, Any]) -> str:
@@ -113,7 +119,7 @@ def hash_local(batches: Sequence[Batch], threads: int) -> Iterator[tuple[str, in
     def run(chunk: Batch) -> list[tuple[int, bytes]]:
         return _hash_local(chunk[0], chunk[2])
 
-    pool = ThreadPoolExecutor(max(1, threads))
+    pool = _pool(threads)
     try:
         done = pool.map(run, chunks) if threads > 1 and len(chunks) > 1 else map(run, chunks)
         for (folder, rel_dir, names), hashed in zip(chunks, done, strict=True):
@@ -137,7 +143,7 @@ def hash_local_cached(
     """
     todo: list[Batch] = []
     pending: list[tuple[list[str], bytes, list[str | None]]] = []
-    pool = ThreadPoolExecutor(max(1, threads))
+    pool = _pool(threads)
     try:
         stats = pool.map(lambda batch: stat_local(batch[0], batch[2]), batches)
         for (folder, rel_dir, names), found in zip(batches, stats, strict=True):
@@ -209,7 +215,7 @@ def hash_files(
         return _hash_remote(fs, storage.join(base, row[0]))
 
     out = []
-    pool = ThreadPoolExecutor(max(1, threads))
+    pool = _pool(threads)
     try:
         for (rel, _), (size, digest) in zip(rows, pool.map(run, rows), strict=True):
             if size < 0:

@@ -14,8 +14,8 @@ import itertools
 import os
 from collections import deque
 from collections.abc import Iterable, Iterator
-from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
+from typing import Any
 
 from tfshards.listing import contenthash
 from tfshards.listing.hashcache import HashCache
@@ -40,7 +40,17 @@ class _Pending:
     stats: bytes | None  # taken before hashing, for the cache; None without a cache
     known: list[str | None]  # digest per name, None where hashed now
     missing: list[str]
-    futures: list[Future[list[tuple[int, bytes]]]]
+    futures: list[Any]  # concurrent.futures.Future of contenthash._hash_local's list
+
+
+@dataclass
+class _Done:
+    """A result computed at once, read like a future's."""
+
+    value: list[tuple[int, bytes]]
+
+    def result(self) -> list[tuple[int, bytes]]:
+        return self.value
 
 
 def _split_hex(digests: bytes) -> list[str]:
@@ -54,7 +64,7 @@ class FolderTokens:
     def __init__(self, threads: int, cache: HashCache | None) -> None:
         self.threads = max(1, threads)
         self.cache = cache
-        self._pool: ThreadPoolExecutor | None = None
+        self._pool: Any = None  # a ThreadPoolExecutor once a file is hashed
 
     def runs(self, steps: Iterable[Step]) -> Iterator[Run]:
         """The walk's runs, in order, each with ``run.folder.result`` a :class:`Tokens`."""
@@ -101,14 +111,14 @@ class FolderTokens:
         else:
             known, missing = [None] * len(names), names
         if self._pool is None and self.threads > 1:
+            from concurrent.futures import ThreadPoolExecutor  # a warm re-list starts none
+
             self._pool = ThreadPoolExecutor(self.threads)
         futures = []
         for at in range(0, len(missing), _BATCH):
             chunk = missing[at : at + _BATCH]
             if self._pool is None:
-                done: Future[list[tuple[int, bytes]]] = Future()
-                done.set_result(contenthash._hash_local(folder.path, chunk))
-                futures.append(done)
+                futures.append(_Done(contenthash._hash_local(folder.path, chunk)))
             else:
                 futures.append(self._pool.submit(contenthash._hash_local, folder.path, chunk))
         folder.result = _Pending(stats, known, missing, futures)

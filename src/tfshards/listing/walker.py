@@ -14,7 +14,6 @@ import os
 import stat
 from collections import Counter
 from collections.abc import Iterator, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from tfshards import storage
@@ -82,6 +81,8 @@ def _walk_remote(
         return list(_walk(fs, storage.join(base, name), name + "/", filt, counts)), counts
 
     workers = max(1, min(REMOTE_LISTERS, len(names)))
+    from concurrent.futures import ThreadPoolExecutor  # remote storage only
+
     with ThreadPoolExecutor(workers) as pool:
         futures = [pool.submit(walk, name) for name in names]
         try:
