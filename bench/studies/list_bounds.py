@@ -10,11 +10,12 @@ Bounds (whole process, CPU of it and its children, from ``os.wait4``):
 - warm: ``os.scandir`` + ``stat`` + sort (:func:`bench.studies.list_scale.plain_walk`):
   what looking at every file costs, which a re-list with a warm cache should be near.
 
-Rows ``list_to`` run :func:`tfshards.listing.treelisting.list_to` (what
-``tfshards list`` does) with a fresh or a warm hash cache and
+Rows ``list_to`` run :func:`tfshards.listing.treelisting.list_to` (the streamed
+``tfshards list``) with a fresh or a warm hash cache and
 ``threads=2``; ``in-process`` is the CPU of the listing call alone (all
-threads), without interpreter start and imports. ``cli`` rows run the
-``tfshards list`` command, imports included. Ratios are bound / row (1.0: at
+threads), without interpreter start and imports (fsspec's too, ~0.2 s, which
+:mod:`tfshards.storage` imports on first use). ``cli`` rows run the
+``tfshards list`` command as it stands, imports included. Ratios are bound / row (1.0: at
 the bound), medians of ``--repeat`` runs, all from one run of this study.
 Trees are 4.2 KB ``.jpg`` stubs, hard links to one file per folder
 (:func:`bench.common.trees.make_tree`), in the page cache throughout.
@@ -68,6 +69,7 @@ print(len(plain_walk(sys.argv[1])))
 """
 LIST = """
 import sys, time
+import fsspec.implementations.local  # storage imports it on first use: not the listing's work
 from tfshards.listing.treelisting import list_to
 cpu = time.process_time()
 summary = list_to(sys.argv[1], sys.argv[2], hash_cache=sys.argv[3], threads=2)
