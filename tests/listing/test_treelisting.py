@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from tfshards.errors import InputError
-from tfshards.listing import hashcache
+from tfshards.listing import hashcache, treelisting
 from tfshards.listing.listing import list_files, write_listing
 from tfshards.listing.treelisting import list_to
 
@@ -84,8 +84,15 @@ def test_streamed_listing_is_byte_identical(
 
 
 @pytest.mark.usefixtures("loop")
-def test_a_label_folder_with_every_file_skipped_is_no_label(tmp_path: Path) -> None:
+def test_a_label_folder_with_every_file_skipped_is_no_label(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     root = _make(tmp_path / "raw", {"a/x.txt": b"t", "b/y.jpg": b"y", "c/z.jpg": b"z"})
+
+    def in_memory(*args: object, **kw: object) -> None:
+        raise AssertionError("a local tree is streamed, walked twice at most")
+
+    monkeypatch.setattr(treelisting, "list_files", in_memory)
     _same(root, tmp_path)
     assert (tmp_path / "streamed" / "files.jsonl").read_text().count('"label_index":0') == 1
 

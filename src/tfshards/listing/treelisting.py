@@ -4,9 +4,9 @@ A local tree is walked in path order (:mod:`tfshards.listing.sortedscan`), so
 each folder's lines are encoded and written at once, with their offsets
 (``files.idx``) and the running SHA-256; nothing per file stays in memory.
 The bytes are those of :func:`~tfshards.listing.listing.write_listing` of
-:func:`~tfshards.listing.listing.list_files`. Index files, other storage, and
-a tree with a label folder whose files are all skipped (its ids shift after
-lines are written) go through those two instead.
+:func:`~tfshards.listing.listing.list_files`. A label folder whose files are
+all skipped is walked a second time (label ids shift); index files and other
+storage go through those two functions, in memory.
 """
 
 from __future__ import annotations
@@ -88,9 +88,12 @@ def list_to(
     fs, base = storage.open_url(root, **options)
     with no_cycle_collection():
         if index is None and storage.is_local(fs):
-            summary = _stream(fs, base, root, out, extensions, glob, threads, hash_cache)
-            if summary is not None:
-                return summary
+            empty: frozenset[str] = frozenset()
+            for _ in range(2):  # again when a label folder had every file skipped
+                found = _stream(fs, base, root, out, extensions, glob, threads, hash_cache, empty)
+                if isinstance(found, ListedSummary):
+                    return found
+                empty = found
         listing = list_files(
             root,
             index=index,
@@ -113,8 +116,15 @@ def _stream(
     glob: str | None,
     threads: int | None,
     hash_cache: str | None,
-) -> ListedSummary | None:
-    """Walk, hash and write the local tree; None when a label folder had no kept file."""
+    empty: frozenset[str],
+) -> ListedSummary | frozenset[str]:
+    """Walk, hash and write the local tree, the folders in ``empty`` being no label.
+
+    A label id counts the labels before it by name, and a folder whose files
+    are all skipped is no label, which is known only once it is walked: when
+    the empty folders are not ``empty``, nothing is published and they are
+    returned, for a second walk (with a hash cache, one that reads no file).
+    """
     check_root(fs, base, root)
     filt = TreeFilter.build(extensions, glob)
     counts: Counter[str] = Counter()
@@ -124,7 +134,10 @@ def _stream(
     sink = _Files(out)
     try:
         found, runs = label_runs(fs, base, filt, counts, threads, cache)
-        heads = jsonlines.label_heads(found.names)
+        labels = [name for name in found.names if name not in empty]
+        ids = {name: i for i, name in enumerate(labels)}
+        label_heads = jsonlines.label_heads(labels)
+        heads = [label_heads[ids[name]] if name in ids else "" for name in found.names]
         digest = hashlib.sha256()
         offsets, end, total = array("Q", [0]), 0, 0
         for label, run in runs:
@@ -146,9 +159,9 @@ def _stream(
         skipped = {reason: counts[reason] for reason in SKIP_REASONS}
         if end == 0:
             raise nothing_listed(root, False, skipped, filt)
-        if found.final_ids() is not None:  # ids shift: written again from memory
+        if frozenset(found.names) - frozenset(found.labels()) != empty:
             sink.abort()
-            return None
+            return frozenset(found.names) - frozenset(found.labels())
         sink.commit(offsets)
     except BaseException:
         sink.abort()
@@ -156,7 +169,6 @@ def _stream(
     finally:
         if cache is not None:
             cache.close()
-    labels = found.labels()
     per_label = dict(zip(labels, [n for n in found.counts if n], strict=True))
     summary = ListedSummary(
         normalize_root(root), tuple(labels), per_label, skipped, total, digest.hexdigest()
