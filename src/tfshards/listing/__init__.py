@@ -10,5 +10,6 @@ __all__ = [
     "protocol",
     "storedlisting",
     "treefilter",
+    "treelisting",
     "walker",
 ]

@@ -27,7 +27,6 @@ import stat
 from array import array
 from collections import defaultdict
 from collections.abc import Iterator, Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any, cast
 
 from tfshards import storage
@@ -50,6 +49,13 @@ _BATCH = 1024  # files per task: enough to amortize a thread hand-off (~50 us)
 _CHUNK = 1 << 20  # read size: one read for most images, bounded memory for any file
 _HEX_MD5 = re.compile(r"^[0-9a-f]{32}$")
 SizedPath = tuple[str, int]  # (path relative to the root, size found when listed)
+
+
+def _pool(threads: int) -> Any:
+    """A thread pool; imported here, as a re-list with a warm cache starts none (~20 ms)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    return ThreadPoolExecutor(max(1, threads))
 
 
 def storage_token(info: Mapping[str, Any]) -> str:
@@ -113,13 +119,13 @@ def hash_local(batches: Sequence[Batch], threads: int) -> Iterator[tuple[str, in
     def run(chunk: Batch) -> list[tuple[int, bytes]]:
         return _hash_local(chunk[0], chunk[2])
 
-    pool = ThreadPoolExecutor(max(1, threads))
+    pool = _pool(threads)
     try:
         done = pool.map(run, chunks) if threads > 1 and len(chunks) > 1 else map(run, chunks)
         for (folder, rel_dir, names), hashed in zip(chunks, done, strict=True):
             for name, (size, digest) in zip(names, hashed, strict=True):
                 if size < 0:
-                    raise _unreadable(os.path.join(folder, name), size)
+                    raise unreadable_file(os.path.join(folder, name), size)
                 yield rel_dir + name, size, f"{SHA256}:{digest.hex()}"
     finally:  # on an error, do not hash the rest of the tree first
         pool.shutdown(cancel_futures=True)
@@ -137,7 +143,7 @@ def hash_local_cached(
     """
     todo: list[Batch] = []
     pending: list[tuple[list[str], bytes, list[str | None]]] = []
-    pool = ThreadPoolExecutor(max(1, threads))
+    pool = _pool(threads)
     try:
         stats = pool.map(lambda batch: stat_local(batch[0], batch[2]), batches)
         for (folder, rel_dir, names), found in zip(batches, stats, strict=True):
@@ -209,18 +215,18 @@ def hash_files(
         return _hash_remote(fs, storage.join(base, row[0]))
 
     out = []
-    pool = ThreadPoolExecutor(max(1, threads))
+    pool = _pool(threads)
     try:
         for (rel, _), (size, digest) in zip(rows, pool.map(run, rows), strict=True):
             if size < 0:
-                raise _unreadable(storage.join(root, rel), size)
+                raise unreadable_file(storage.join(root, rel), size)
             out.append((size, sha256_token(digest)))
     finally:
         pool.shutdown(cancel_futures=True)
     return out
 
 
-def _unreadable(where: str, code: int) -> InputError:
+def unreadable_file(where: str, code: int) -> InputError:
     found = "a folder or special file" if -code == errno.EINVAL else os.strerror(-code)
     return InputError(
         f"{where}: cannot read while listing: expected a regular file, found {found}", path=where
@@ -231,10 +237,18 @@ def _hash_local(folder: str, names: Sequence[str]) -> list[tuple[int, bytes]]:
     """``(size or -errno, raw digest)`` of each file ``names`` in ``folder``."""
     c = native.NATIVE
     if c is not None:
-        digests, sizes = c.hash_files(os.fsencode(folder), [os.fsencode(n) for n in names])
+        digests, sizes = c.hash_files(os.fsencode(folder), _fsencoded(c, names))
         sized = memoryview(sizes).cast("q")
         return [(sized[i], digests[32 * i : 32 * i + 32]) for i in range(len(names))]
     return [_hash_path(os.path.join(folder, name)) for name in names]
+
+
+def _fsencoded(c: Any, names: Sequence[str]) -> list[bytes]:
+    """``os.fsencode`` of each name, in one C call where the module has it."""
+    encode = getattr(c, "fsencode_all", None)
+    if encode is not None and isinstance(names, list):
+        return cast(list[bytes], encode(names))
+    return [os.fsencode(n) for n in names]
 
 
 def stat_local(folder: str, names: Sequence[str]) -> bytes:
@@ -245,7 +259,7 @@ def stat_local(folder: str, names: Sequence[str]) -> bytes:
     """
     c = native.NATIVE
     if c is not None:
-        return c.stat_files(os.fsencode(folder), [os.fsencode(n) for n in names])
+        return c.stat_files(os.fsencode(folder), _fsencoded(c, names))
     out = array("q")
     for name in names:
         try:
@@ -265,7 +279,7 @@ def check_stats(folder: str, names: Sequence[str], stats: bytes) -> None:
     sizes = memoryview(stats).cast("q")[2::5]
     if min(sizes, default=0) < 0:
         i = next(i for i, size in enumerate(sizes) if size < 0)
-        raise _unreadable(os.path.join(folder, names[i]), sizes[i])
+        raise unreadable_file(os.path.join(folder, names[i]), sizes[i])
 
 
 def _hash_path(path: str) -> tuple[int, bytes]:

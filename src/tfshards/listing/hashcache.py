@@ -153,10 +153,10 @@ class HashCache:
         if row is None:
             return [None] * len(names)
         known_names, known_stats, digests = row
-        hexes = digests.hex()
         if known_stats == stats and known_names == _SEP.join(names):
             self.hits += len(names)
-            return [hexes[64 * i : 64 * i + 64] for i in range(len(names))]
+            return digests.hex(" ", 32).split(" ") if names else []  # type: ignore[return-value]
+        hexes = digests.hex()
         where = {name: i for i, name in enumerate(known_names.split(_SEP))} if known_names else {}
         out: list[str | None] = []
         for j, name in enumerate(names):

@@ -8,6 +8,7 @@ finds both consistent knows neither is stale or truncated.
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from tfshards import storage
@@ -16,6 +17,27 @@ from tfshards.errors import InputError
 VERSION = 2  # 2: tokens name the content (sha256 or the storage's hash), never an mtime
 FILES_NAME = "files.jsonl"
 META_NAME = "meta.json"
+
+
+def meta_doc(
+    root: str,
+    labels: Sequence[str],
+    total_bytes: int,
+    files_per_label: Mapping[str, int],
+    skipped: Mapping[str, int],
+    digest: str,
+) -> dict[str, Any]:
+    """``meta.json``'s document: the listing's counts, labels and the SHA-256 of its lines."""
+    return {
+        "version": VERSION,
+        "root": root,
+        "labels": list(labels),
+        "files": sum(files_per_label.values()),
+        "bytes": total_bytes,
+        "files_per_label": dict(files_per_label),
+        "skipped": dict(skipped),
+        "files_sha256": digest,
+    }
 
 
 def listing_root(out_dir: str) -> str:

@@ -1,12 +1,10 @@
 """Walk a folder tree into listing entries, labelled by their first folder (ImageFolder).
 
-Local disk gets an ``os.scandir`` walk that stats no file (the directory
-entry's type says which are files) and holds no per-file dicts
-(``LocalFileSystem.find(detail=True)`` builds a dict per file); each kept
-file is then opened and hashed (:mod:`tfshards.listing.contenthash`), which also gives
-its size, unless a hash cache (:mod:`tfshards.listing.hashcache`) knows its stat.
-Other filesystems are walked with ``fs.walk(detail=True)``, one
-directory listing at a time, their content tokens taken from the listing.
+What a tree walk keeps and skips (:class:`TreeFilter`), the root's and the
+label folders' checks, and the walk of storage other than local disk:
+``fs.walk(detail=True)``, one directory listing at a time, content tokens
+taken from the listing. Local trees are walked in path order by
+:mod:`tfshards.listing.sortedwalk`, with the checks and messages here.
 """
 
 from __future__ import annotations
@@ -15,16 +13,13 @@ import errno
 import os
 import stat
 from collections import Counter
-from collections.abc import Iterable, Iterator, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 from tfshards import storage
 from tfshards.errors import InputError
-from tfshards.listing import contenthash
 from tfshards.listing.contenthash import storage_token
 from tfshards.listing.entry import Entry
-from tfshards.listing.hashcache import HashCache
 from tfshards.listing.treefilter import TreeFilter
 
 FoundFile = tuple[str, int, str]  # (path relative to the root, size, token)
@@ -53,24 +48,16 @@ def scan_tree(
     base: str,
     filt: TreeFilter,
     skipped: Counter[str],
-    threads: int = 1,
-    cache: HashCache | None = None,
 ) -> tuple[list[str], list[Entry]]:
     """Every first-level folder with at least one kept file is a label; returns labels, entries.
 
     Files directly under ``base`` count as ``no-label``; ``skipped`` is updated in place.
-    Local files whose stat ``cache`` remembers are not read.
+    For storage other than local disk (:mod:`tfshards.listing.sortedscan` walks local trees).
     """
     labels: list[str] = []
     entries: list[Entry] = []
-    names = _label_folders(fs, base, filt, skipped)
-    if storage.is_local(fs):
-        found: Iterable[list[FoundFile]] = (
-            _walk_local(storage.join(base, name), name + "/", filt, skipped, threads, cache)
-            for name in names
-        )
-    else:
-        found = _walk_remote(fs, base, names, filt, skipped)
+    names = label_folders(fs, base, filt, skipped)
+    found = _walk_remote(fs, base, names, filt, skipped)
     for name, rows in zip(names, found, strict=True):
         label_id, before = len(labels), len(entries)
         entries += [Entry(rel, size, label_id, token) for rel, size, token in rows]
@@ -94,6 +81,8 @@ def _walk_remote(
         return list(_walk(fs, storage.join(base, name), name + "/", filt, counts)), counts
 
     workers = max(1, min(REMOTE_LISTERS, len(names)))
+    from concurrent.futures import ThreadPoolExecutor  # remote storage only
+
     with ThreadPoolExecutor(workers) as pool:
         futures = [pool.submit(walk, name) for name in names]
         try:
@@ -106,7 +95,7 @@ def _walk_remote(
                 future.cancel()
 
 
-def _label_folders(fs: Any, base: str, filt: TreeFilter, skipped: Counter[str]) -> list[str]:
+def label_folders(fs: Any, base: str, filt: TreeFilter, skipped: Counter[str]) -> list[str]:
     """Sorted names of the folders under ``base``; counts the files beside them."""
     labels = []
     if storage.is_local(fs):
@@ -122,7 +111,7 @@ def _label_folders(fs: Any, base: str, filt: TreeFilter, skipped: Counter[str]) 
         if name.startswith("."):
             skipped["hidden"] += 1
         elif is_dir:
-            labels.append(_checked_name(name, base))
+            labels.append(checked_name(name, base))
         else:
             skipped[filt.reason(name) or "no-label"] += 1
     return sorted(labels)
@@ -157,80 +146,7 @@ def _walk(
         raise InputError(f"{where}: cannot list folder ({why(exc)})", path=where) from None
 
 
-def _walk_local(
-    base: str,
-    prefix: str,
-    filt: TreeFilter,
-    skipped: Counter[str],
-    threads: int,
-    cache: HashCache | None = None,
-) -> list[FoundFile]:
-    """Every kept file under ``base``, hashed here (``threads`` at once) unless ``cache`` knows it.
-
-    A list, not a generator: one generator level less per file (~10% of a
-    warm re-list of 200,000 files).
-    """
-    # Depth-first with an explicit stack; `ancestors` (device, inode) pairs stop symlink loops.
-    # Without a cache no stat per file: the kept files of each folder are hashed
-    # afterwards, and the hash reports the size of the bytes it read. With one,
-    # each kept file is stat'ed (following links) and only the files whose stat
-    # the cache does not know are read.
-    if os.path.islink(base.rstrip(os.sep)):
-        _check_link_label(base.rstrip(os.sep), base, prefix)
-    top = os.stat(base)
-    Frame = tuple[str, str, tuple[tuple[int, int], ...]]
-    stack: list[Frame] = [(base, prefix, ((top.st_dev, top.st_ino),))]
-    reason = filt.reason
-    batches: list[contenthash.Batch] = []
-    while stack:
-        directory, rel_dir, ancestors = stack.pop()
-        try:
-            it = os.scandir(directory)
-        except OSError as exc:
-            raise InputError(
-                f"{directory}: cannot list folder ({why(exc)})", path=directory
-            ) from None
-        names: list[str] = []
-        with it:
-            for entry in it:
-                name = entry.name
-                if name[0] == ".":
-                    skipped["hidden"] += 1
-                    continue
-                rel = rel_dir + name
-                if not name.isascii():
-                    _checked_name(rel, base)
-                try:  # is_dir follows symlinks: datasets are often assembled from links
-                    st = entry.stat() if entry.is_dir() else None
-                except OSError as exc:  # a symlink loop, a path longer than PATH_MAX
-                    raise _unreadable(entry.path, exc) from None
-                if st is not None:
-                    key = (st.st_dev, st.st_ino)
-                    if key in ancestors:
-                        raise InputError(
-                            f"{entry.path}: symlink loop: expected a folder below the root, "
-                            "found a link to one of its own parents",
-                            path=entry.path,
-                        )
-                    if entry.is_symlink():
-                        _check_link_label(entry.path, base, prefix)
-                    stack.append((entry.path, rel + "/", (*ancestors, key)))
-                    continue
-                skip = reason(rel)
-                if skip is None:
-                    if entry.is_file():  # the directory entry's type: no stat unless a link
-                        names.append(name)
-                        continue
-                    skip = "not-a-file"  # socket, FIFO, device, dangling symlink
-                skipped[skip] += 1
-        if names:
-            batches.append((directory, rel_dir, names))
-    if cache is None:
-        return list(contenthash.hash_local(batches, threads))
-    return list(contenthash.hash_local_cached(batches, threads, cache))
-
-
-def _check_link_label(path: str, base: str, prefix: str) -> None:
+def check_link_label(path: str, base: str, prefix: str) -> None:
     """A linked folder may not bring another label's files under this label.
 
     Links are followed (data sets are often assembled from them), but a link
@@ -258,7 +174,7 @@ def info_name(info: dict[str, Any]) -> str:
     return str(info["name"]).rstrip("/").rsplit("/", 1)[-1]
 
 
-def _checked_name(rel: str, base: str) -> str:
+def checked_name(rel: str, base: str) -> str:
     """File names must survive UTF-8 encoding (files.jsonl, TFRecord features)."""
     try:
         rel.encode("utf-8")
@@ -270,7 +186,7 @@ def _checked_name(rel: str, base: str) -> str:
     return rel
 
 
-def _unreadable(path: str, exc: OSError) -> InputError:
+def unreadable(path: str, exc: OSError) -> InputError:
     """A file or folder under the root that cannot be looked at, named with its errno."""
     code = errno.errorcode.get(exc.errno or 0, "")
     reason = f"{why(exc)}{', ' + code if code else ''}"
