@@ -100,27 +100,27 @@ def list_files_command(
     mtime, ctime) in --hash-cache: listing an unchanged tree again reads no file.
     """
     from tfshards import jsonfile
-    from tfshards.listing.listing import format_skipped, list_files, write_listing
+    from tfshards.listing.listing import format_skipped
+    from tfshards.listing.treelisting import list_to
 
     if hash_cache is None:
         hash_cache = default_path()
     elif hash_cache.strip().lower() == OFF:
         hash_cache = None
-    listing = list_files(
-        root, index=index, extensions=extensions.split(","), glob=glob, hash_cache=hash_cache
+    summary = list_to(
+        root, out, index=index, extensions=extensions.split(","), glob=glob, hash_cache=hash_cache
     )
-    write_listing(listing, out)
     if metrics is not None:
         doc = {
-            "files": len(listing.entries),
-            "files_per_label": listing.files_per_label(),
-            "labels": len(listing.labels),
-            "skipped": dict(listing.skipped),
+            "files": summary.files,
+            "files_per_label": summary.files_per_label,
+            "labels": len(summary.labels),
+            "skipped": summary.skipped,
         }
         jsonfile.save(doc, metrics)
-    total = sum(listing.skipped.values())
-    detail = f" = {format_skipped(listing.skipped)}" if total else ""
+    total = sum(summary.skipped.values())
+    detail = f" = {format_skipped(summary.skipped)}" if total else ""
     typer.echo(
-        f"listed {len(listing.entries)} files in {len(listing.labels)} labels "
+        f"listed {summary.files} files in {len(summary.labels)} labels "
         f"(skipped: {total}{detail}) -> {out}"
     )
