@@ -29,6 +29,7 @@ COMMANDS = {
     "validate": ("tfshards.cli.validate", "validate_command"),
     "train": ("tfshards.cli.train", "train_command"),
     "diff": ("tfshards.cli.diff", "diff_command"),
+    "show": ("tfshards.cli.show", "show_command"),
     "prune": ("tfshards.cli.prune", "prune_command"),
     "doctor": ("tfshards.cli.doctor", "doctor_command"),
 }

@@ -1,5 +1,16 @@
-"""Reading shards into tf.data: splits by shard file, verified local copies, decoding,
+"""Reading shards: into tf.data (splits, verified local copies, decoding), one record or a
+contact sheet without TensorFlow,
 and raw files through a per-file function on thread or process pools."""
 
 # The modules other wings may import; the rest are this wing's own.
-__all__ = ["cache", "corruption", "decode", "filesplit", "generator", "loader", "options"]
+__all__ = [
+    "cache",
+    "corruption",
+    "decode",
+    "filesplit",
+    "generator",
+    "loader",
+    "lookup",
+    "options",
+    "sheet",
+]

@@ -1,0 +1,125 @@
+"""``tfshards show``: one record of a version, its image as PNG, or a contact sheet of many."""
+
+from __future__ import annotations
+
+import itertools
+import warnings
+from typing import Annotated, Any
+
+import typer
+
+from tfshards.cli._common import one_line_errors
+
+SIDES = ("all", "train", "val")
+
+
+def _value(kind: str, values: list[Any]) -> str:
+    """A feature's values as one short line: bytes by size and head, numbers as they are."""
+    if kind != "bytes":
+        return str(values if len(values) != 1 else values[0])[:120]
+    shown = []
+    for value in values[:3]:
+        text = bytes(value)
+        printable = text.isascii() and text.decode().isprintable()
+        shown.append(
+            repr(text.decode()) if printable and len(text) <= 80 else f"<{len(text):,} bytes>"
+        )
+    return ", ".join(shown) + (f" (+{len(values) - 3} more)" if len(values) > 3 else "")
+
+
+@one_line_errors
+def show_command(
+    manifest: Annotated[
+        str, typer.Argument(help="The version's manifest.json (path or fsspec URL).")
+    ],
+    record: Annotated[
+        str | None,
+        typer.Argument(
+            help="A listed path (relative to the listing's root), or SHARD:INDEX where SHARD "
+            "is a shard's name or number. Without it: a contact sheet (--sheet).",
+            show_default=False,
+        ),
+    ] = None,
+    png: Annotated[str | None, typer.Option(help="Write the record's image here as PNG.")] = None,
+    sheet: Annotated[
+        str | None,
+        typer.Option(help="Write a contact sheet PNG of --count images here (of --label, --side)."),
+    ] = None,
+    label: Annotated[
+        str | None, typer.Option(help="Only this label's records on the sheet.")
+    ] = None,
+    side: Annotated[
+        str,
+        typer.Option(
+            help="all | train | val: only one side of the split (--val-fraction, --seed)."
+        ),
+    ] = "all",
+    count: Annotated[int, typer.Option(min=1, max=1000, help="Images on the sheet.")] = 100,
+    columns: Annotated[int, typer.Option(min=1, help="Images per row of the sheet.")] = 10,
+    val_fraction: Annotated[
+        float, typer.Option(help="The split's validation share, as train.val_fraction.")
+    ] = 0.2,
+    seed: Annotated[int, typer.Option(help="The split's seed, as train.split_seed.")] = 0,
+    feature: Annotated[
+        str | None, typer.Option(help="The image feature. Default: the manifest's.")
+    ] = None,
+) -> None:
+    """Print one record of a version, write its image, or draw a contact sheet of many.
+
+    With RECORD: its shard and place, listed path, label and every feature
+    (bytes by size), read through the index files without TensorFlow; --png
+    writes its image. Without RECORD, --sheet draws --count images in shard
+    order, of one --label and one --side of the split if asked, as a grid
+    of 96 px cells a person can open (or `dvc plots` shows).
+    """
+    from tfshards.reading import sheet as sheets
+    from tfshards.reading.lookup import Version
+    from tfshards.shardset.manifest import load
+    from tfshards.storage import open_url
+
+    version = Version(load(manifest))
+    image = feature or str(version.manifest.params.get("image_feature", "image"))
+    if record is not None:
+        found = version.find(record)
+        typer.echo(f"{found.shard}:{found.index}  {found.path}  label {found.label}")
+        for name, (kind, values) in sorted(found.features.items()):
+            typer.echo(f"  {name} ({kind}): {_value(kind, values)}")
+        if png is not None:
+            data = sheets.to_png(sheets.image_bytes(found.features, image), found.path)
+            _save(open_url, png, data)
+            typer.echo(f"image -> {png}")
+        return
+    if sheet is None:
+        raise typer.BadParameter("give a RECORD, or --sheet FILE for a contact sheet")
+    if side not in SIDES:
+        raise typer.BadParameter(
+            f"expected one of {', '.join(SIDES)}, got {side!r}", param_hint="--side"
+        )
+    shards = _side(version.manifest, side, val_fraction, seed)
+    chosen = (
+        version.of_label(label, shards)
+        if label is not None
+        else (version.read(s, i) for s in shards for i in range(s.records))
+    )
+    picked = [
+        (r.path, sheets.image_bytes(r.features, image)) for r in itertools.islice(chosen, count)
+    ]
+    _save(open_url, sheet, sheets.contact_sheet(picked, columns))
+    typer.echo(f"{len(picked)} images -> {sheet}")
+
+
+def _side(manifest: Any, side: str, val_fraction: float, seed: int) -> list[Any]:
+    if side == "all":
+        return list(manifest.shards)
+    from tfshards.shardset.split import SplitWarning, split
+
+    with warnings.catch_warnings():  # how close the split came is train's and validate's to say
+        warnings.simplefilter("ignore", SplitWarning)
+        chosen = split(manifest, val_fraction, seed)
+    return list(chosen.train if side == "train" else chosen.val)
+
+
+def _save(open_url: Any, url: str, data: bytes) -> None:
+    fs, path = open_url(url)
+    with fs.open(path, "wb") as f:
+        f.write(data)

@@ -1,0 +1,69 @@
+"""Images of records as a person sees them: one image, or a contact sheet of many (Pillow)."""
+
+from __future__ import annotations
+
+import io
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+from tfshards.errors import InputError
+
+CELL = 96  # a sheet cell's side in pixels: enough to tell images apart, 10 x 10 fit a screen
+MAX_IMAGES = 1_000  # a sheet of more is no longer looked at, and costs ~30 KB of memory each
+
+
+def image_bytes(features: Mapping[str, tuple[str, Sequence[Any]]], feature: str) -> bytes:
+    """The encoded image a record stores under ``feature`` (JPEG, PNG, BMP ...)."""
+    found = features.get(feature)
+    if found is None or found[0] != "bytes" or len(found[1]) != 1:
+        kinds = {name: kind for name, (kind, _) in features.items()}
+        raise InputError(
+            f"feature {feature!r}: expected one encoded image (bytes), found "
+            f"{found[0] + ' x ' + str(len(found[1])) if found else 'no such feature'} "
+            f"(features: {kinds})"
+        )
+    return bytes(found[1][0])
+
+
+def to_png(data: bytes, source: str) -> bytes:
+    """``data`` (any format Pillow reads) as PNG bytes."""
+    out = io.BytesIO()
+    _open(data, source).save(out, format="PNG")
+    return out.getvalue()
+
+
+def contact_sheet(
+    images: Iterable[tuple[str, bytes]], columns: int = 10, cell: int = CELL
+) -> bytes:
+    """A PNG grid of ``(name, encoded image)`` pairs, each fitted into a ``cell`` square."""
+    from PIL import Image
+
+    thumbs = []
+    for name, data in images:
+        image = _open(data, name).convert("RGB")
+        image.thumbnail((cell, cell))
+        thumbs.append(image)
+        if len(thumbs) > MAX_IMAGES:
+            raise InputError(f"contact sheet: expected at most {MAX_IMAGES} images, found more")
+    if not thumbs:
+        raise InputError("contact sheet: expected at least one image, found none")
+    columns = max(1, min(columns, len(thumbs)))
+    rows = -(-len(thumbs) // columns)
+    sheet = Image.new("RGB", (columns * cell, rows * cell), "white")
+    for i, thumb in enumerate(thumbs):
+        x, y = (i % columns) * cell, (i // columns) * cell
+        sheet.paste(thumb, (x + (cell - thumb.width) // 2, y + (cell - thumb.height) // 2))
+    out = io.BytesIO()
+    sheet.save(out, format="PNG")
+    return out.getvalue()
+
+
+def _open(data: bytes, source: str) -> Any:
+    from PIL import Image, UnidentifiedImageError
+
+    try:
+        image = Image.open(io.BytesIO(data))
+        image.load()
+    except (UnidentifiedImageError, OSError, ValueError) as exc:
+        raise InputError(f"{source}: expected an image Pillow reads, found {exc}") from None
+    return image

@@ -1,0 +1,82 @@
+"""``tfshards show``: one record by path or place, its image, a contact sheet; one-line errors."""
+
+from __future__ import annotations
+
+import io
+import os
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+from PIL import Image
+from typer.testing import CliRunner
+
+from tfshards.cli import app
+from tfshards.reading.lookup import Version
+from tfshards.shardset.layout import MANIFEST_NAME
+from tfshards.shardset.manifest import Manifest
+
+runner = CliRunner()
+RawMaker = Callable[..., Path]
+SetWriter = Callable[..., Manifest]
+
+
+@pytest.fixture(params=["none", "gzip"])
+def version(
+    request: pytest.FixtureRequest, shared_raw: RawMaker, write_set: SetWriter, tmp_path: Path
+) -> Manifest:
+    raw = shared_raw(40, 24, classes=4)
+    return write_set(raw, tmp_path / "shards", num_shards=8, compression=request.param)
+
+
+def manifest_path(m: Manifest) -> str:
+    return os.path.join(m.directory, MANIFEST_NAME)
+
+
+def test_a_record_by_path_is_the_file_listed_there(version: Manifest, shared_raw: RawMaker) -> None:
+    raw = shared_raw(40, 24, classes=4)
+    path = sorted(p.relative_to(raw).as_posix() for p in raw.rglob("*.jpg"))[17]
+    found = Version(version).find(path)
+    assert found.path == path and found.label == path.split("/")[0]
+    assert bytes(found.features["image"][1][0]) == (raw / path).read_bytes()
+    shard = next(s for s in version.shards if s.name == found.shard)
+    assert Version(version).find(f"{shard.name}:{found.index}") == found
+    number = [s.name for s in version.shards].index(found.shard)
+    assert Version(version).find(f"{number}:{found.index}") == found
+
+
+def test_show_prints_the_record_and_writes_its_png(version: Manifest, tmp_path: Path) -> None:
+    png = tmp_path / "one.png"
+    result = runner.invoke(app, ["show", manifest_path(version), "0:0", "--png", str(png)])
+    assert result.exit_code == 0, result.output
+    first, *features = result.output.splitlines()[:-1]
+    assert first.startswith(f"{version.shards[0].name}:0  ")
+    assert any(line.startswith("  image (bytes): <") for line in features)
+    assert any(line.startswith("  label (int64): ") for line in features)
+    assert Image.open(png).format == "PNG" and Image.open(png).size == (24, 24)
+
+
+def test_a_sheet_of_one_label_on_one_side(version: Manifest, tmp_path: Path) -> None:
+    sheet = tmp_path / "sheet.png"
+    args = ["show", manifest_path(version), "--sheet", str(sheet), "--label", "01"]
+    result = runner.invoke(app, [*args, "--count", "4", "--columns", "3", "--side", "train"])
+    assert result.exit_code == 0, result.output
+    assert result.output.strip() == f"4 images -> {sheet}"
+    assert Image.open(io.BytesIO(sheet.read_bytes())).size == (3 * 96, 2 * 96)
+
+
+@pytest.mark.parametrize(
+    ("args", "said"),
+    [
+        (["nope/0.jpg"], "nope/0.jpg: no record of version"),
+        (["99:0"], "99:0: expected a shard name of version"),
+        (["0:999"], "0:999: expected a record index below"),
+        (["--sheet", "x.png", "--label", "zebra"], "label 'zebra': expected one of"),
+        (["--sheet", "x.png", "--side", "both"], "expected one of all, train, val"),
+        ([], "give a RECORD, or --sheet FILE"),
+    ],
+)
+def test_a_bad_request_is_one_line(version: Manifest, args: list[str], said: str) -> None:
+    result = runner.invoke(app, ["show", manifest_path(version), *args])
+    assert result.exit_code in (1, 2) and said in result.output, result.output
+    assert "Traceback" not in result.output
