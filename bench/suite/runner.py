@@ -222,9 +222,9 @@ class Bench:
                         note="the loader's decode plan",
                     ),
                     Contender(
-                        "tfshards make_dataset, per_record=False",
+                        "tfshards make_dataset, per_record=False, scaled_decode=False",
                         Epochs(
-                            partial(readers.tfshards_read_resized, manifest, side, True, False),
+                            partial(readers.tfshards_read_resized, manifest, side, False, False),
                             payload,
                         ),
                         note="parsed and decoded a batch at a time",

@@ -21,7 +21,7 @@ BENCH = REPO / "bench"
 # What each part of bench/ may import from bench/ besides itself: the suite and every study
 # share only bench.common, and a study imports no other study.
 ALLOWED = {"common": {"common"}, "suite": {"suite", "common"}, "studies": {"common"}}
-SECTIONS = "bound,write,validate,read,generator,memory,grow"
+SECTIONS = "bound,write,validate,read,sizes,generator,memory,grow"
 
 WRITE = {
     "naive loop (1 process)",
@@ -49,6 +49,12 @@ READ_RESIZED = {
     "tfshards make_dataset, written with resize {side} jpeg",
     "tfshards make_dataset, written with resize {side} raw",
 }
+READ_BY_SIZE = {
+    "usual reader (parse_single_example, decode_jpeg, resize)",
+    "tfshards make_dataset",
+    "tfshards make_dataset, per_record=False, scaled_decode=False",
+}
+SIZES = ("32 px -> 32 px", "96 px -> 96 px", "224 px -> 224 px", "512 px -> 224 px")
 SHARD_MB = re.compile(r" \(shards ([\d.]+) MB\)$")  # the shard set's size, after some names
 GENERATOR = {
     "serial from_generator",
@@ -229,6 +235,14 @@ def test_tiny_run_reports_every_contender_with_positive_numbers(
         _positive_timings(r)
         assert r["ratio"] is None or r["ratio"]["median"] > 0
 
+    sized = _rows(doc, "read by size")  # each source side at its target side, with the count
+    assert [d.split(" (")[0] for d in dict.fromkeys(r["data"] for r in sized)] == list(SIZES)
+    for data in {r["data"] for r in sized}:
+        assert {r["name"] for r in sized if r["data"] == data} == READ_BY_SIZE, data
+    for r in sized:
+        _positive_timings(r)
+        assert r["ratio"] is None or r["ratio"]["median"] > 0
+
     generator = _rows(doc, "generator")
     expected = {
         "PIL decode+resize": GENERATOR | {GRAPH},
@@ -267,7 +281,8 @@ def test_tiny_run_reports_every_contender_with_positive_numbers(
     assert all(r["us_per_record"] > 0 for r in bound)
 
     headings = ("#### Write shards", "#### Validate shards", "#### Read one epoch of decoded")
-    for heading in (*headings, "#### Read one epoch of the large images resized", "#### Grow"):
+    resized = ("#### Read one epoch of the large images resized", "#### Read one epoch of JPEGs of")
+    for heading in (*headings, *resized, "#### Grow"):
         assert heading in stdout
     assert "python -m bench.suite.run --scale 0.005" in stdout
 
