@@ -1,22 +1,20 @@
 """Feed Keras from shards: a seeded train/val split by shard file, and a fast tf.data reader.
 
 The reader is ``interleave`` over the shard files (seeded file order when
-training) -> record ``shuffle`` -> ``repeat`` -> ``batch`` -> one vectorized
-``parse_example`` per batch -> image decode (one op per image, batches in
-parallel) -> ``prefetch``. Batching before parsing was 1.55x faster than
-parsing record by record, and the final ``prefetch`` 1.4x (20,000 x 96 px
-JPEGs, 2 cores).
+training) -> record ``shuffle`` -> ``repeat`` -> parse and decode record by
+record in a parallel map -> ``batch`` -> ``prefetch``.
+:mod:`tfshards.reading.plan` picks that path, and whether JPEGs are decoded at
+a reduced scale, from the set's image size. ``per_record=False`` batches
+first, parses a batch with one ``parse_example`` and decodes it with one op
+per image in the batch's graph (:func:`decode_images`): ~20% less CPU per
+32-96 px image, but its few large work items kept fewer threads busy on 2
+shared cores, and it read no faster (see the plan's notes).
 
-Measured on the 2-core machine (20,000 x 96 px JPEGs in the page cache, CPU
-per record): decoding ~93 us; the whole default pipeline ~103 us (uint8
-output ~87 us), against ~152 us for interleave -> shuffle -> per-record
-``parse_single_example`` + decode -> batch. A parallel ``interleave`` cost
-10-17 us per record against 5-7 us on one thread and bought nothing (the
-files are local: remote shards are read from the cache), so reads stay on
-one thread there; large records, decoded one by one, read in parallel (see
-``parallel_reads``). A per-element ``tf.data``
-map costs ~40 us per call here; decoding a batch with one op per image in the
-batch's graph costs least (see :func:`decode_images`).
+A parallel ``interleave`` cost 10-17 us per record against 5-7 us on one
+thread (20,000 x 96 px JPEGs, 2 cores) and bought nothing a batch at a time
+(the files are local: remote shards are read from the cache), so reads stay
+on one thread there; record by record they read in parallel (see
+``parallel_reads``).
 
 TensorFlow is imported on first use, not with this module: :func:`split` is
 pure and runs where TensorFlow is absent or too slow to import (a DVC stage).
