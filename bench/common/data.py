@@ -35,6 +35,9 @@ class DataSet:
 # ~4 KB and ~72 KB JPEGs: thumbnail-sized and photo-sized records.
 SMALL = DataSet("small", 20_000, 96)
 LARGE = DataSet("large", 2_000, 512)
+# ~1.3 KB and ~16 KB JPEGs: the read-by-size rows' other two sizes (with SMALL and LARGE).
+TINY = DataSet("tiny", 5_000, 32)
+MEDIUM = DataSet("medium", 2_000, 224)
 
 
 def ensure(data: DataSet, base: str) -> tuple[str, float]:

@@ -98,8 +98,13 @@ def seed_read_resized(manifest: Manifest, side: int) -> Any:
     )
 
 
-def tfshards_read_resized(manifest: Manifest, side: int, scaled: bool = True) -> Any:
-    """``make_dataset`` resizing to ``side`` (scaled JPEG decode unless ``scaled`` is False)."""
+def tfshards_read_resized(
+    manifest: Manifest, side: int, scaled: bool = True, per_record: bool | None = None
+) -> Any:
+    """``make_dataset`` resizing to ``side`` (scaled JPEG decode unless ``scaled`` is False).
+
+    ``per_record``: as :func:`make_dataset` takes it (None: the loader's plan picks).
+    """
     return make_dataset(
         manifest.shards,
         manifest,
@@ -108,4 +113,10 @@ def tfshards_read_resized(manifest: Manifest, side: int, scaled: bool = True) ->
         image_size=(side, side),
         channels=3,
         scaled_decode=scaled,
+        per_record=per_record,
     )
+
+
+# Source side -> target side of the read-by-size rows: a model's input size; the 512 px
+# JPEGs read at ImageNet's 224. Each set is read by the usual resizing reader and by tfshards.
+SIZES = {32: 32, 96: 96, 224: 224, 512: 224}

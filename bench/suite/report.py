@@ -12,6 +12,7 @@ TITLES = {
     "validate": "Validate shards",
     "read": "Read one epoch of decoded (image, label) batches",
     "read resized": "Read one epoch of the large images resized (float32 batches of 128)",
+    "read by size": "Read one epoch of JPEGs of each size, resized (float32 batches of 128)",
     "generator": "Parallelize a per-item Python function feeding tf.data",
 }
 

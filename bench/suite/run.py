@@ -21,7 +21,9 @@ import typer
 
 # Only typer and the standard library here: process pools started with
 # forkserver import this module again in every worker (as `__mp_main__`).
-SECTIONS = ("bound", "write", "validate", "read", "generator", "memory", "grow", "start")
+SECTIONS = (
+    "bound", "write", "validate", "read", "sizes", "generator", "memory", "grow", "start",
+)  # fmt: skip
 
 
 def _sections(value: str) -> tuple[str, ...]:

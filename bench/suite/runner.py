@@ -11,7 +11,7 @@ import tempfile
 from functools import partial
 from typing import Any
 
-from bench.common.data import LARGE, SMALL, DataSet, ensure, listing_of, subset
+from bench.common.data import LARGE, MEDIUM, SMALL, TINY, DataSet, ensure, listing_of, subset
 from bench.suite import bound as bounds
 from bench.suite import checkers, growth, memory, readers, report, startup, writers
 from bench.suite.rounds import Contender, Epochs, compare, cpu_count, row
@@ -202,6 +202,55 @@ class Bench:
                 None,
             )
 
+    def read_sizes(self, listings: dict[int, Listing]) -> None:
+        """Each source side of ``readers.SIZES`` read at its target side: usual reader, tfshards."""
+        for source, listing in listings.items():
+            side = readers.SIZES[source]
+            _, manifest, _ = _prepare_shards(listing, self.workroot, False)
+            payload = listing.total_bytes
+            self.job(
+                "read by size",
+                f"{source} px -> {side} px ({len(listing.entries):,} JPEGs)",
+                [
+                    Contender(
+                        "usual reader (parse_single_example, decode_jpeg, resize)",
+                        Epochs(partial(readers.seed_read_resized, manifest, side), payload),
+                    ),
+                    Contender(
+                        "tfshards make_dataset",
+                        Epochs(partial(readers.tfshards_read_resized, manifest, side), payload),
+                        note="the loader's decode plan",
+                    ),
+                    Contender(
+                        "tfshards make_dataset, per_record=False, scaled_decode=False",
+                        Epochs(
+                            partial(readers.tfshards_read_resized, manifest, side, False, False),
+                            payload,
+                        ),
+                        note="parsed and decoded a batch at a time",
+                    ),
+                ],
+                None,
+            )
+
+
+def sized_sets(listings: dict[str, Listing], scale: float, data_dir: str) -> dict[int, Listing]:
+    """The listing of each source side of ``readers.SIZES``, generated where missing.
+
+    Tiny and medium whole; every 4th image of small and large (5,000 and 500 at scale 1).
+    """
+    sized: dict[int, Listing] = {}
+    for data, every in ((TINY, 1), (SMALL, 4), (MEDIUM, 1), (LARGE, 4)):
+        if data.name in listings:
+            listing = listings[data.name]
+        else:
+            root, seconds = ensure(data.scaled(scale), data_dir)
+            if seconds:
+                log(f"generated {data.scaled(scale).count} {data.size}px JPEGs ({seconds:.0f} s)")
+            listing = listing_of(root)
+        sized[data.size] = subset(listing, every)
+    return sized
+
 
 RESIZE_FORMATS = ("jpeg", "raw")  # write.resize_format values the bench reads back
 
@@ -271,6 +320,8 @@ def run(
                     bench.read(name, listing, manifest, tfds_dir)
                     if name == LARGE.name:
                         bench.read_resized(name, listing, manifest)
+        if "sizes" in only:
+            bench.read_sizes(sized_sets(listings, scale, data_dir))
         if "generator" in only:
             from bench.suite import generators
 

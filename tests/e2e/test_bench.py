@@ -22,7 +22,7 @@ BENCH = REPO / "bench"
 # What each part of bench/ may import from bench/ besides itself: the suite and every study
 # share only bench.common, and a study imports no other study.
 ALLOWED = {"common": {"common"}, "suite": {"suite", "common"}, "studies": {"common"}}
-SECTIONS = "bound,write,validate,read,generator,memory,grow,start"
+SECTIONS = "bound,write,validate,read,sizes,generator,memory,grow,start"
 
 WRITE = {
     "naive loop (1 process)",
@@ -50,6 +50,12 @@ READ_RESIZED = {
     "tfshards make_dataset, written with resize {side} jpeg",
     "tfshards make_dataset, written with resize {side} raw",
 }
+READ_BY_SIZE = {
+    "usual reader (parse_single_example, decode_jpeg, resize)",
+    "tfshards make_dataset",
+    "tfshards make_dataset, per_record=False, scaled_decode=False",
+}
+SIZES = ("32 px -> 32 px", "96 px -> 96 px", "224 px -> 224 px", "512 px -> 224 px")
 SHARD_MB = re.compile(r" \(shards ([\d.]+) MB\)$")  # the shard set's size, after some names
 GENERATOR = {
     "serial from_generator",
@@ -230,6 +236,14 @@ def test_tiny_run_reports_every_contender_with_positive_numbers(
         _positive_timings(r)
         assert r["ratio"] is None or r["ratio"]["median"] > 0
 
+    sized = _rows(doc, "read by size")  # each source side at its target side, with the count
+    assert [d.split(" (")[0] for d in dict.fromkeys(r["data"] for r in sized)] == list(SIZES)
+    for data in {r["data"] for r in sized}:
+        assert {r["name"] for r in sized if r["data"] == data} == READ_BY_SIZE, data
+    for r in sized:
+        _positive_timings(r)
+        assert r["ratio"] is None or r["ratio"]["median"] > 0
+
     generator = _rows(doc, "generator")
     expected = {
         "PIL decode+resize": GENERATOR | {GRAPH},
@@ -275,6 +289,7 @@ def test_tiny_run_reports_every_contender_with_positive_numbers(
     headings = ("#### Write shards", "#### Validate shards", "#### Read one epoch of decoded")
     more = (
         "#### Read one epoch of the large images resized",
+        "#### Read one epoch of JPEGs of",
         "#### Grow",
         "#### A command's start",
     )

@@ -83,3 +83,46 @@ def test_per_record_and_per_batch_paths_give_the_same_batches(large_set, scaled)
     for (xa, ya), (xb, yb) in zip(by_record, by_batch, strict=True):
         np.testing.assert_array_equal(ya, yb)
         np.testing.assert_allclose(xa, xb, atol=1e-6)
+
+
+@pytest.fixture(scope="module")
+def small_set(tmp_path_factory: pytest.TempPathFactory):  # type: ignore[no-untyped-def]
+    base = tmp_path_factory.mktemp("small")
+    write_synthetic(str(base / "img"), 12, 48, workers=1)
+    config = WriteConfig(out=str(base / "shards"), num_shards=2, executor="serial")
+    return write(config, list_files(str(base / "img")), progress=False).manifest
+
+
+def _batches(manifest, side: int, scaled: bool, per_record: bool | None = None) -> np.ndarray:  # type: ignore[no-untyped-def]
+    ds = loader.make_dataset(
+        manifest.shards,
+        manifest,
+        batch_size=4,
+        training=False,
+        image_size=(side, side),
+        channels=3,
+        scaled_decode=scaled,
+        per_record=per_record,
+    )
+    return np.concatenate([x.numpy() for x, _ in ds])
+
+
+@pytest.mark.parametrize("per_record", [True, False])
+def test_images_under_twice_the_target_decode_whole_as_the_switch_would(small_set, per_record):
+    import tensorflow as tf
+
+    # 48 px read at 32 and at 48: the plan leaves the switch out; the switch would pick 1/1.
+    for side in (32, 48):
+        read = _batches(small_set, side, True, per_record)
+        np.testing.assert_array_equal(read, _batches(small_set, side, False, per_record))
+        data = tf.constant(_jpeg(48))
+        switched = decode_image(data, (side, side, 3), resize=True).numpy()
+        whole = decode_image(data, (side, side, 3), resize=True, scaled=False).numpy()
+        np.testing.assert_array_equal(switched, whole)
+
+
+def test_a_set_twice_the_target_is_decoded_scaled(large_set):
+    # 256 px read at 64: decoded at 1/4 scale, pixels a little off the full decode
+    scaled, whole = _batches(large_set, 64, True), _batches(large_set, 64, False)
+    assert scaled.shape == whole.shape == (24, 64, 64, 3)
+    assert 0.0 < np.abs(scaled - whole).mean() < 0.02

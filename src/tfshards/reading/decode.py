@@ -13,15 +13,6 @@ if TYPE_CHECKING:
     import tensorflow as tf
 
 MAX_UNROLL = 256  # images per batch decoded by one op each; larger batches loop (graph size)
-# Mean record size from which images are decoded record by record in a parallel
-# map rather than a batch at a time (2 cores): on 4 KB JPEGs the per-batch graph
-# read 1.28x the per-record map, on 72 KB JPEGs resized to 224 the per-record
-# map read 2.0x the per-batch graph (fewer, larger ops balance worse across cores).
-PER_RECORD_BYTES = 16 << 10
-# The same choice for a set written resized (its image size known): 224 px
-# JPEGs of ~9 KB cost 377 us of CPU each per record against 458 us a batch at
-# a time (2 cores), while 96 px ones read faster a batch at a time (above).
-PER_RECORD_PIXELS = 128 * 128
 JPEG_RATIOS = (1, 2, 4, 8)  # the scales libjpeg decodes at in the DCT domain
 _TF_DTYPE = {"bytes": "string", "int64": "int64", "float": "float32"}
 
@@ -70,10 +61,12 @@ def decode_images(
     scales each image to ``shape`` (bilinear); without it every image must
     already have that shape. ``scaled``: see :func:`decode_image`.
 
-    A batch of ``batch_size`` (up to ``MAX_UNROLL``) is decoded by one op per
-    image in the graph, which TensorFlow may also run side by side; other
-    sizes (the last partial batch) go through ``tf.map_fn``, whose loop cost
-    ~5 us more per image here (and a per-element ``tf.data`` map ~40 us).
+    A batch of up to ``batch_size`` (at most ``MAX_UNROLL``) is decoded by one
+    op per image in the graph, which TensorFlow may also run side by side; a
+    shorter batch (the last) is padded with its first image and cut back after:
+    one ``tf.cond`` per batch graph of 128 96 px JPEGs took it from 262-286 to
+    330-353 us of CPU per image. Without ``batch_size`` the images go through
+    ``tf.map_fn``.
     """
     import tensorflow as tf
 
@@ -85,15 +78,15 @@ def decode_images(
     def looped() -> tf.Tensor:
         return tf.map_fn(one, encoded, fn_output_signature=tf.TensorSpec(shape, decoded))
 
-    def unrolled() -> tf.Tensor:
-        return tf.stack([one(data) for data in tf.unstack(encoded, num=batch_size)])
-
     if batch_size is None or batch_size > MAX_UNROLL:
         images = looped()
     elif encoded.shape[0] == batch_size:
-        images = unrolled()
+        images = tf.stack([one(data) for data in tf.unstack(encoded, num=batch_size)])
     else:
-        images = tf.cond(tf.shape(encoded)[0] == batch_size, unrolled, looped)
+        count = tf.shape(encoded)[0]
+        padding = tf.repeat(encoded[:1], batch_size - count)
+        padded = tf.reshape(tf.concat([encoded, padding], 0), [batch_size])
+        images = tf.stack([one(data) for data in tf.unstack(padded, num=batch_size)])[:count]
     if dtype == "uint8":
         return images
     return tf.cast(images, tf.float32) * (1.0 / 255.0)
@@ -119,6 +112,9 @@ def decode_image(
     differ slightly from a full decode + bilinear resize: libjpeg averages
     each 2x2 (4x4, 8x8) block while decoding, so there is less aliasing. Pass
     ``scaled=False`` for the full decode. Other formats always decode whole.
+    The per-image choice is a ``tf.cond`` and a ``switch_case``, ~60-80 us of
+    control flow per image in a ``tf.data`` map: :mod:`tfshards.reading.plan`
+    turns it on only for sets whose images are at least twice the target.
     ``rescale`` divides ``float32`` images by 255 (``decode_images`` does it
     once per batch instead).
     """

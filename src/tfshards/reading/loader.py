@@ -1,22 +1,20 @@
 """Feed Keras from shards: a seeded train/val split by shard file, and a fast tf.data reader.
 
 The reader is ``interleave`` over the shard files (seeded file order when
-training) -> record ``shuffle`` -> ``repeat`` -> ``batch`` -> one vectorized
-``parse_example`` per batch -> image decode (one op per image, batches in
-parallel) -> ``prefetch``. Batching before parsing was 1.55x faster than
-parsing record by record, and the final ``prefetch`` 1.4x (20,000 x 96 px
-JPEGs, 2 cores).
+training) -> record ``shuffle`` -> ``repeat`` -> parse and decode record by
+record in a parallel map -> ``batch`` -> ``prefetch``.
+:mod:`tfshards.reading.plan` picks that path, and whether JPEGs are decoded at
+a reduced scale, from the set's image size. ``per_record=False`` batches
+first, parses a batch with one ``parse_example`` and decodes it with one op
+per image in the batch's graph (:func:`decode_images`): ~20% less CPU per
+32-96 px image, but its few large work items kept fewer threads busy on 2
+shared cores, and it read no faster (see the plan's notes).
 
-Measured on the 2-core machine (20,000 x 96 px JPEGs in the page cache, CPU
-per record): decoding ~93 us; the whole default pipeline ~103 us (uint8
-output ~87 us), against ~152 us for interleave -> shuffle -> per-record
-``parse_single_example`` + decode -> batch. A parallel ``interleave`` cost
-10-17 us per record against 5-7 us on one thread and bought nothing (the
-files are local: remote shards are read from the cache), so reads stay on
-one thread there; large records, decoded one by one, read in parallel (see
-``parallel_reads``). A per-element ``tf.data``
-map costs ~40 us per call here; decoding a batch with one op per image in the
-batch's graph costs least (see :func:`decode_images`).
+A parallel ``interleave`` cost 10-17 us per record against 5-7 us on one
+thread (20,000 x 96 px JPEGs, 2 cores) and bought nothing a batch at a time
+(the files are local: remote shards are read from the cache), so reads stay
+on one thread there; record by record they read in parallel (see
+``parallel_reads``).
 
 TensorFlow is imported on first use, not with this module: :func:`split` is
 pure and runs where TensorFlow is absent or too slow to import (a DVC stage).
@@ -51,15 +49,10 @@ from tfshards.errors import ConfigError, RecordError, ShardError
 from tfshards.reading import chunks
 from tfshards.reading.cache import ShardCache
 from tfshards.reading.corruption import find_corrupt_record
-from tfshards.reading.decode import (
-    PER_RECORD_BYTES,
-    PER_RECORD_PIXELS,
-    decode_image,
-    decode_images,
-    parse_fn,
-)
+from tfshards.reading.decode import decode_image, decode_images, parse_fn
 from tfshards.reading.gate import Gate
 from tfshards.reading.options import DecodeOptions, ReadOptions
+from tfshards.reading.plan import DecodePlan, plan
 from tfshards.shardset.manifest import Manifest, ShardInfo
 
 if TYPE_CHECKING:
@@ -159,13 +152,20 @@ def from_options(
     paths, gate = resolve_paths(manifest, shards, cache_dir=read.cache_dir, **read.storage_options)
     names = [manifest.image_feature] if decoding.features is None else list(decoding.features)
     shape: tuple[int, int, int] | None = None
+    source: tuple[int, int] | None = None
     if decoding.decode and manifest.image_feature in names:
-        shape = _image_shape(shards, paths, gate, manifest.image_feature, decoding)
-    per_record = _per_record(manifest, decoding)
-    records = _shuffled_records(shards, manifest, paths, gate, read, per_record)
-    to_inputs = _to_inputs(manifest, names, shape, decoding, per_record, read.batch_size)
+        shape, source = _image_shape(shards, paths, gate, manifest, decoding)
+    target = _resize_to(manifest, decoding)
+    how = plan(
+        source=source,
+        target=target,
+        per_record=decoding.per_record,
+        scaled_decode=decoding.scaled_decode,
+    )
+    records = _shuffled_records(shards, manifest, paths, gate, read, how.per_record)
+    to_inputs = _to_inputs(manifest, names, shape, decoding, how, read.batch_size)
     parallel = {"num_parallel_calls": tf.data.AUTOTUNE, "deterministic": read.deterministic}
-    if per_record:
+    if how.per_record:
         batches = records.map(to_inputs, **parallel).batch(
             read.batch_size, drop_remainder=read.drops_remainder
         )
@@ -179,14 +179,12 @@ def from_options(
     return batches.prefetch(tf.data.AUTOTUNE).with_options(data_options)
 
 
-def _per_record(manifest: Manifest, decoding: DecodeOptions) -> bool:
-    """Parse and decode record by record: asked for, or picked by record (or image) size."""
-    if decoding.per_record is not None:
-        return decoding.per_record
-    stored = manifest.resize
-    return manifest.bytes >= PER_RECORD_BYTES * max(1, manifest.records) or (
-        stored is not None and stored.size**2 >= PER_RECORD_PIXELS
-    )
+def _resize_to(manifest: Manifest, decoding: DecodeOptions) -> tuple[int, int] | None:
+    """The size images are resized to; None when kept (or written resized at that size)."""
+    size, stored = decoding.image_size, manifest.resize
+    if size is None or (stored is not None and tuple(size) == (stored.size,) * 2):
+        return None
+    return (size[0], size[1])
 
 
 def _shuffled_records(
@@ -226,16 +224,15 @@ def _to_inputs(
     names: Sequence[str],
     shape: tuple[int, int, int] | None,
     decoding: DecodeOptions,
-    per_record: bool,
+    how: DecodePlan,
     batch_size: int,
 ) -> Callable[[tf.Tensor], tuple[Any, tf.Tensor]]:
     """Serialized records (one, or a batch) -> ``(inputs, label)``: parsed, image decoded."""
     image_feature = manifest.image_feature
-    stored = manifest.resize  # written at this size: decode only
-    size = decoding.image_size
-    resize = size is not None and (stored is None or tuple(size) != (stored.size,) * 2)
+    resize = _resize_to(manifest, decoding) is not None
+    per_record, scaled = how.per_record, how.scaled
     parse = parse_fn(manifest, [*names, "label"], single=per_record)
-    dtype, scaled = decoding.image_dtype, decoding.scaled_decode
+    dtype = decoding.image_dtype
 
     def to_inputs(serialized: tf.Tensor) -> tuple[Any, tf.Tensor]:
         parsed = parse(serialized)
@@ -302,27 +299,42 @@ def _image_shape(
     shards: Sequence[ShardInfo],
     paths: Sequence[str],
     gate: Gate,
-    image_feature: str,
+    manifest: Manifest,
     decoding: DecodeOptions,
-) -> tuple[int, int, int]:
-    """The static image shape: asked for, or read from the first record."""
+) -> tuple[tuple[int, int, int], tuple[int, int] | None]:
+    """The static image shape (asked for, or the first image's) and the stored image size.
+
+    The stored size is the written ``resize``, or the first image's: read
+    (header only for a JPEG) when the shape or the decode plan needs it.
+    """
     image_size, channels = decoding.image_size, decoding.channels
+    side = None if manifest.resize is None else manifest.resize.size
+    stored = None if side is None else (side, side)
+    asked = None
     if image_size is not None and channels is not None:
-        return (image_size[0], image_size[1], channels)
+        asked = (image_size[0], image_size[1], channels)
+    if asked is not None and (stored is not None or not decoding.scaled_decode):
+        return asked, stored
     import tensorflow as tf
 
     nonempty = [p for s, p in zip(shards, paths, strict=True) if s.records]
     first = chunks.first_record(gate, nonempty[0]) if nonempty else None
     if first is None:
+        if asked is not None:
+            return asked, stored
         raise ConfigError("the shards hold no records; nothing to read")
-    data = tf.io.parse_single_example(first, {image_feature: tf.io.FixedLenFeature([], tf.string)})[
-        image_feature
-    ]
-    image = tf.io.decode_image(data, channels=channels or 0, expand_animations=False)
-    height, width, found = (int(d) for d in image.shape)
+    feature = manifest.image_feature
+    spec = {feature: tf.io.FixedLenFeature([], tf.string)}
+    data = tf.io.parse_single_example(first, spec)[feature]
+    if asked is not None and bool(tf.io.is_jpeg(data)):
+        height, width, found = (int(d) for d in tf.io.extract_jpeg_shape(data))
+    else:
+        image = tf.io.decode_image(data, channels=channels or 0, expand_animations=False)
+        height, width, found = (int(d) for d in image.shape)
+    source = (height, width)
     if image_size is not None:
         height, width = image_size
-    return (height, width, channels or found)
+    return (height, width, channels or found), source
 
 
 # ----------------------------------------------------------------------------- files

@@ -96,16 +96,16 @@ class DecodeOptions:
             sends a quarter of the bytes to an accelerator; scale in the model
             (``keras.layers.Rescaling(1 / 255)``).
         decode: decode the image; False returns its encoded bytes.
-        scaled_decode: when resizing, decode a JPEG at least twice the target
-            size at 1/2, 1/4 or 1/8 scale first (see
-            :func:`tfshards.reading.decode.decode_image`: ~30% less CPU for 512 px
-            read at 224, slightly different pixels); False decodes whole.
+        scaled_decode: when resizing a set whose first image is at least twice
+            the target size in both sides, decode each JPEG that is at 1/2, 1/4
+            or 1/8 scale first (see :func:`tfshards.reading.decode.decode_image`:
+            ~30% less CPU for 512 px read at 224, slightly different pixels);
+            False decodes whole. Sets of smaller images always decode whole
+            (:mod:`tfshards.reading.plan`).
         per_record: parse and decode record by record in a parallel map, then
-            batch; False parses and decodes a batch at a time. None picks by
-            the mean record size (per record from
-            ``tfshards.reading.decode.PER_RECORD_BYTES``), or for a set written
-            resized by its image size (``PER_RECORD_PIXELS``), whichever
-            measured faster.
+            batch; False parses and decodes a batch at a time. None: record by
+            record, the one of the two that never fell far behind the usual
+            reader at 224 px and above (:mod:`tfshards.reading.plan`).
         features: names to return as a dict ``{name: batch}`` instead of the
             image alone; the image feature among them is decoded, variable
             length features come back ragged.

@@ -1,0 +1,40 @@
+"""The decode plan: scaled JPEG decode only for sets of images at least twice the target."""
+
+from __future__ import annotations
+
+import pytest
+
+from tfshards.reading.plan import DecodePlan, plan
+
+
+@pytest.mark.parametrize(
+    ("source", "target", "scaled"),
+    [
+        ((512, 512), (224, 224), True),  # 2.3x: decoded at 1/2
+        ((448, 448), (224, 224), True),  # exactly 2x
+        ((447, 448), (224, 224), False),  # one side short of 2x: the switch would pick 1/1
+        ((224, 224), (224, 224), False),
+        ((96, 96), (96, 96), False),
+        ((96, 96), (32, 32), True),
+        ((1024, 300), (224, 224), False),  # the short side decides
+        ((512, 512), None, False),  # not resized: decoded as stored
+        (None, (224, 224), False),  # size unknown: nothing decoded yet
+    ],
+)
+def test_scaled_decode_only_where_the_source_is_twice_the_target(source, target, scaled):
+    assert plan(source=source, target=target).scaled is scaled
+
+
+def test_scaled_decode_off_when_asked():
+    assert not plan(source=(512, 512), target=(64, 64), scaled_decode=False).scaled
+
+
+@pytest.mark.parametrize("source", [(32, 32), (96, 96), (512, 512)])
+def test_record_by_record_by_default_and_as_asked(source):
+    assert plan(source=source, target=(32, 32)).per_record
+    assert plan(source=source, target=None, per_record=True).per_record
+    assert not plan(source=source, target=(32, 32), per_record=False).per_record
+
+
+def test_the_plan_is_a_value():
+    assert plan(source=(512, 512), target=(224, 224)) == DecodePlan(per_record=True, scaled=True)
