@@ -170,6 +170,29 @@ def test_training_epoch_without_repeat_reads_every_record_exactly_once(shard_set
     assert _collect(ds) == collections.Counter(dict.fromkeys(truth, 1))
 
 
+@pytest.mark.parametrize(
+    ("shards", "keywords", "expected"),
+    [
+        (slice(None), {"training": False}, 13),  # 200 records in batches of 16: 12 and 8 left
+        (slice(None), {"training": False, "drop_remainder": True}, 12),
+        (slice(0, 3), {"training": True, "repeat": False}, None),  # the three shards' records
+    ],
+)
+def test_one_pass_knows_its_length_from_the_manifest(shard_set, shards, keywords, expected):
+    manifest, _ = shard_set
+    chosen = manifest.shards[shards]
+    ds = loader.make_dataset(chosen, manifest, batch_size=16, decode=False, **keywords)
+    if expected is None:
+        expected = -(-sum(s.records for s in chosen) // 16)  # one pass keeps a partial batch
+    assert int(ds.cardinality()) == expected == sum(1 for _ in ds)
+
+
+def test_a_repeating_stream_is_infinite(shard_set):
+    manifest, _ = shard_set
+    ds = loader.make_dataset(manifest.shards, manifest, batch_size=16, training=True, decode=False)
+    assert int(ds.cardinality()) == -1  # tf.data.INFINITE_CARDINALITY
+
+
 def test_labels_travel_with_their_images(shard_set):
     manifest, truth = shard_set
     ds = loader.make_dataset(

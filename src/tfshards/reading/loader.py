@@ -173,10 +173,19 @@ def from_options(
         batches = records.batch(read.batch_size, drop_remainder=read.drops_remainder).map(
             to_inputs, **parallel
         )
+    if not read.repeats:  # the manifest counts the records: Keras shows steps, not "Unknown"
+        batches = batches.apply(tf.data.experimental.assert_cardinality(_batches(shards, read)))
     data_options = tf.data.Options()
     if read.deterministic is not None:
         data_options.deterministic = read.deterministic
     return batches.prefetch(tf.data.AUTOTUNE).with_options(data_options)
+
+
+def _batches(shards: Sequence[ShardInfo], read: ReadOptions) -> int:
+    """How many batches one pass over ``shards`` gives (their manifest record counts)."""
+    records = sum(shard.records for shard in shards)
+    whole, part = divmod(records, read.batch_size)
+    return whole + (1 if part and not read.drops_remainder else 0)
 
 
 def _resize_to(manifest: Manifest, decoding: DecodeOptions) -> tuple[int, int] | None:
