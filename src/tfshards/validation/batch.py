@@ -52,7 +52,8 @@ class Batch:
     def scalar(self, name: str, kind: int) -> np.ndarray:
         """Rows where ``name`` holds one value of ``kind`` (what ``Record.first`` reads)."""
         k = self.column(name)
-        return (self.kind[:, k] == kind) & (self.count[:, k] == 1)
+        one: np.ndarray = (self.kind[:, k] == kind) & (self.count[:, k] == 1)
+        return one
 
     def spans(self, name: str) -> tuple[np.ndarray, np.ndarray]:
         """Each row's first bytes value of ``name``, as (start, stop) in ``view``."""

@@ -74,9 +74,10 @@ def sha256_in_bulk(shard: rules.Shard, batch: Batch) -> np.ndarray:
     hexed[:, 0::2] = _HEX[digests.reshape(-1, 32) >> 4]
     hexed[:, 1::2] = _HEX[digests.reshape(-1, 32) & 15]
     s0, s1 = batch.spans("sha256")
-    clear = batch.scalar(shard.image_feature, BYTES) & batch.scalar("sha256", BYTES)
+    clear: np.ndarray = batch.scalar(shard.image_feature, BYTES) & batch.scalar("sha256", BYTES)
     clear &= s1 - s0 == 64
-    return clear & (batch.heads("sha256", 64) == hexed).all(axis=1)
+    clear &= (batch.heads("sha256", 64) == hexed).all(axis=1)
+    return clear
 
 
 def _signatures() -> list[tuple[int, bytes]]:
@@ -94,7 +95,8 @@ def images_known(shard: rules.Shard, batch: Batch) -> np.ndarray:
     for at, sign in _signatures():
         want = np.frombuffer(sign, dtype=np.uint8)
         clear |= (head[:, at : at + len(want)] == want).all(axis=1) & (stop - start >= len(want))
-    return clear & batch.scalar(shard.image_feature, BYTES)
+    clear &= batch.scalar(shard.image_feature, BYTES)
+    return clear
 
 
 def nothing_to_decode(shard: rules.Shard, batch: Batch) -> np.ndarray:
