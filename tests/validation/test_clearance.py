@@ -79,3 +79,15 @@ def test_payload_hashes_are_sha256_on_every_path(monkeypatch, lanes):
     assert C.hash_spans(buf, starts[:0], ends[:0]) == b""
     with pytest.raises(ValueError, match="outside a buffer"):
         C.hash_spans(buf, np.array([5], dtype=np.int64), np.array([len(buf) + 1], dtype=np.int64))
+
+
+@needs_c
+def test_heads_are_each_value_s_first_bytes_zero_padded():
+    assert C is not None
+    rng = random.Random(3)
+    values = [rng.randbytes(rng.randrange(0, 80)) for _ in range(40)]
+    buf = b"".join(b"".join(frame(encode({"v": ("bytes", [v])})[0])) for v in values)
+    batch, _ = parse_batch(C, buf, ["v"])
+    for size in (1, 18, 64, 100):
+        want = [list(v[:size].ljust(size, b"\0")) for v in values]
+        assert batch.heads("v", size).tolist() == want

@@ -13,9 +13,10 @@ look at it record by record.
 from __future__ import annotations
 
 from collections.abc import Collection, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
+from numpy.lib.stride_tricks import sliding_window_view
 
 from tfshards.format import wire
 from tfshards.format.exampleparser import Outline
@@ -42,6 +43,7 @@ class Batch:
     kind: np.ndarray  # uint8 (n, k)
     count: np.ndarray  # int64 (n, k)
     first: np.ndarray  # int64 (n, k, 2)
+    held: dict[tuple[str, int], np.ndarray] = field(default_factory=dict)  # heads read
 
     def __len__(self) -> int:
         return len(self.index)
@@ -64,12 +66,29 @@ class Batch:
         )
 
     def heads(self, name: str, size: int) -> np.ndarray:
-        """Each row's first ``size`` bytes of ``name``'s first value, zero-padded: (n, size)."""
+        """Each row's first ``size`` bytes of ``name``'s first value, zero-padded: (n, size).
+
+        Kept: the sha256 rule and the digests kept for duplicates read the same heads.
+        """
+        key = (name, size)
+        if key not in self.held:
+            self.held[key] = self._heads(name, size)
+        return self.held[key]
+
+    def _heads(self, name: str, size: int) -> np.ndarray:
         start, stop = self.spans(name)
         data = np.frombuffer(self.view, dtype=np.uint8)
-        at = start[:, None] + np.arange(size)
-        inside = at < stop[:, None]
-        return np.where(inside, data[np.where(inside, at, 0)], 0).astype(np.uint8)
+        if len(data) < size:
+            data = np.concatenate([data, np.zeros(size, dtype=np.uint8)])
+        last = len(data) - size  # a window starting past it would run off the end
+        out: np.ndarray = sliding_window_view(data, size)[
+            np.minimum(start, last)
+        ]  # rows copied, no indexes
+        for row in np.flatnonzero(start > last).tolist():  # a short value at the very end
+            out[row] = 0
+            out[row, : len(data) - start[row]] = data[start[row] :]
+        out[np.arange(size) >= (stop - start)[:, None]] = 0
+        return out
 
     def rows(self, rows: np.ndarray) -> Batch:
         """The batch of ``rows`` only (a bool mask or row numbers)."""

@@ -21,7 +21,6 @@ from typing import Any
 
 from tfshards import jsonfile, storage
 from tfshards.errors import ValidationError
-from tfshards.format import native
 from tfshards.progress import Progress
 from tfshards.run import executor as executors
 from tfshards.run.executor import Needs
@@ -188,12 +187,7 @@ def _check_shards(
         Progress("validate", total=manifest.records, enabled=progress) as bar,
         DigestStore([t.name for t in tasks], {s.name for s in part.val}, manifest.records) as store,
     ):
-        # With the C loops built, a shard's check runs mostly without the GIL (hashing, CRCs,
-        # parsing), so ``auto`` picks threads: no worker process imports numpy and tfshards.
-        gil_free = native.NATIVE is not None
-        pool = executors.start(
-            config.run, [storage.protocol(fs)], gil_free=gil_free, tasks=len(tasks)
-        )
+        pool = executors.start(config.run, [storage.protocol(fs)], tasks=len(tasks))
         arrived: dict[int, ShardReport] = {}
         with pool:
             for i, report in pool.map(
