@@ -12,7 +12,7 @@ from tfshards.format import native
 from tfshards.format.example import encode
 from tfshards.format.schema import FeatureSpec
 from tfshards.format.tfrecord import frame
-from tfshards.validation import rules
+from tfshards.validation import recordcheck, rules
 from tfshards.validation.batch import parse_batch
 from tfshards.validation.clearance import CLEARANCES
 
@@ -91,3 +91,23 @@ def test_heads_are_each_value_s_first_bytes_zero_padded():
     for size in (1, 18, 64, 100):
         want = [list(v[:size].ljust(size, b"\0")) for v in values]
         assert batch.heads("v", size).tolist() == want
+
+
+@pytest.mark.parametrize(
+    "stored", [b"ab" * 32, b"AB" * 32, b"ab" * 30 + b" cd ", b"g" * 64, b"ab" * 31]
+)
+def test_digests_kept_are_64_hex_digits_on_both_paths(monkeypatch, stored):
+    buf = b"".join(frame(encode({"sha256": ("bytes", [stored])})[0]))
+    schema = [FeatureSpec("sha256", "bytes", ())]
+    kept = []
+    for c in (C, None):
+        monkeypatch.setattr(native, "NATIVE", c)
+        digests = bytearray(32)
+        checker = recordcheck.RecordChecker(
+            schema, "image", num_labels=0, check_sha=True, decode_images=False,
+            labels=[], add=lambda *_: None, digests=digests,
+        )  # fmt: skip
+        assert recordcheck.check_records(buf, checker) == 1
+        kept.append(bytes(digests))
+    want = bytes.fromhex(stored.decode()) if stored in (b"ab" * 32, b"AB" * 32) else bytes(32)
+    assert kept == [want, want]

@@ -229,7 +229,9 @@ class RecordChecker:
         if self.digests is None or end > len(self.digests) or len(stored) != 64:
             return
         with contextlib.suppress(ValueError):  # not hex: the sha256 rule reports it
-            self.digests[end - 32 : end] = bytes.fromhex(bytes(stored).decode("ascii"))
+            digest = bytes.fromhex(bytes(stored).decode("ascii"))
+            if len(digest) == 32:  # fromhex skips spaces: "ab cd ..." is no digest either
+                self.digests[end - 32 : end] = digest
 
 
 # A hex digit's value by its byte (either case, as bytes.fromhex reads them); 16: not a digit.
