@@ -444,7 +444,7 @@ def test_stage_script_help_runs_as_a_real_process():
     assert result.returncode == 0, result.stderr
     assert "--metrics" in result.stdout and "--decode" in result.stdout
     text = " ".join(result.stdout.replace("│", " ").split())
-    assert "auto: processes (every record goes through the rules in Python" in text
+    assert "auto: processes (the records a rule's bulk check cannot clear go through it" in text
 
 
 # ----------------------------------------------------------------------------- cross-check

@@ -22,9 +22,10 @@ class ValidateConfig:
         manifest: URL of the ``manifest.json`` to check (its ``root`` locates the shards).
         decode_images: also decode every image payload with Pillow (slow: ~0.1-1.5 ms each).
         run: where and how wide the shards are checked. ``run.executor`` ``auto``
-            means processes (each record goes through the rules in Python,
-            holding the GIL: on 20,000 4 KB records, 2 threads took 0.40 s and
-            2 processes 0.22 s); threads for ``memory://``. ``workers``,
+            means processes (the records a rule's bulk check cannot clear go
+            through it in Python, holding the GIL: on 20,000 4 KB records, 2
+            threads took 0.40 s and 2 processes 0.22 s, before the bulk checks);
+            threads for ``memory://``. ``workers``,
             ``executor``, ``dask_address`` and ``shared_fs`` given as keywords
             replace those of ``run``.
         max_problems: problems kept per shard (all are counted).
@@ -118,7 +119,8 @@ OPTIONS = (
         "Problems printed (all are counted, in the metrics too).",
     ),
     *run_options(
-        "auto | process | thread | serial | dask. auto: processes (every record goes "
-        "through the rules in Python, which holds the GIL), threads for memory://."
+        "auto | process | thread | serial | dask. auto: processes (the records a rule's "
+        "bulk check cannot clear go through it in Python, which holds the GIL), threads "
+        "for memory://."
     ),
 )  # fmt: skip

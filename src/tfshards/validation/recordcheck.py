@@ -1,4 +1,12 @@
-"""Check the records of a decompressed shard: every record rule over every record, in order."""
+"""Check the records of a decompressed shard: every record rule over every record, in order.
+
+Where the C loops are built, a window's records are parsed once into columns
+(:mod:`tfshards.validation.batch`), each rule's bulk clearance
+(:mod:`tfshards.validation.clearance`) passes the records it surely passes,
+and the rule itself runs only on the rest; labels and digests are kept in
+bulk. Without them, each record goes through each rule (the reference).
+Both find the same problems, in the same order.
+"""
 
 from __future__ import annotations
 
@@ -6,11 +14,16 @@ import contextlib
 import struct
 from collections.abc import Callable, Sequence
 
+import numpy as np
+
 from tfshards.errors import InputError
-from tfshards.format.records import parse_records
+from tfshards.format import native
+from tfshards.format.records import Parsed, parse_records
 from tfshards.format.schema import FeatureSpec
 from tfshards.shardset.grouping import GroupBy
 from tfshards.validation import rules
+from tfshards.validation.batch import BYTES, INT64, Batch, parse_batch
+from tfshards.validation.clearance import CLEARANCES
 
 _INT32 = struct.Struct("=i")  # a record's label id, as numpy reads np.int32
 
@@ -23,6 +36,10 @@ def check_records(buf: bytes | memoryview, checker: RecordChecker) -> int:
     problems), then each goes through :data:`tfshards.validation.rules.RECORD_RULES`.
     Problems come in record order; offsets count in the decompressed stream.
     """
+    c = native.NATIVE
+    if c is not None:
+        batch, refused = parse_batch(c, buf, checker.names)
+        return checker.check_batch(batch, refused)
     records = 0
     for index, offset, data, fields, problem in parse_records(buf, checker.names):
         if data is None:  # a framing problem: nothing past it can be trusted
@@ -90,10 +107,14 @@ class RecordChecker:
 
     def check(self, record: rules.Record) -> None:
         """Apply the rules to one record whose data CRC held."""
+        for what in self.problems(record):
+            self.add(what, record.index, record.offset)
+
+    def problems(self, record: rules.Record) -> list[str]:
+        """The problems of one record whose data CRC held, in rule order; keeps its label etc."""
         problem = self.gate(self.shard, record)
         if problem is not None:
-            self.add(problem, record.index, record.offset)
-            return
+            return [problem]
         if self.count_labels:
             label = record.first("label", -1)
             if 0 <= label < len(self.labels):
@@ -103,18 +124,104 @@ class RecordChecker:
                     _INT32.pack_into(kept, 4 * record.index, label)
         if self.digests is not None:
             self.keep_digest(record.index, record.first("sha256", b""))
-        if self.group_by is not None:
-            path = bytes(record.first("path", b"")).decode("utf-8", "replace")
-            try:
-                key = self.group_by.key(path)
-            except InputError:  # a match past its time limit: the group rule reports it
-                key = None
-            if key is not None:  # none: the group rule reports it
-                self.groups.add(key)
-        for rule in self.rules:
-            problem = rule(self.shard, record)
+        self._add_group(record)
+        found = (rule(self.shard, record) for rule in self.rules)
+        return [problem for problem in found if problem is not None]
+
+    def check_batch(self, batch: Batch, refused: Sequence[Parsed]) -> int:
+        """Apply the rules to a window's records in bulk; how many records the framing holds.
+
+        ``refused``: the records the C loops did not read, as the reference
+        words them, and the framing problem, if any, last.
+        """
+        found: list[tuple[int, int, int, str]] = []  # (record, rule, offset, what)
+        records = len(batch)
+        for parsed in refused:
+            if parsed.data is not None:
+                records += 1
+            if parsed.fields is None:
+                found.append((parsed.index, -1, parsed.offset, parsed.problem or ""))
+            else:  # the reference reads what C refused: checked record by record
+                record = rules.Record(parsed.index, parsed.offset, parsed.fields)
+                found += [(record.index, 0, record.offset, p) for p in self.problems(record)]
+        passed = self._gate(batch, found)
+        self._keep(passed)
+        for rank, rule in enumerate(self.rules, 1):
+            clear = CLEARANCES.get(rule)
+            rows = (
+                np.arange(len(passed))
+                if clear is None
+                else np.flatnonzero(~clear(self.shard, passed))
+            )
+            for row in rows.tolist():
+                record = passed.record(row)
+                problem = rule(self.shard, record)
+                if problem is not None:
+                    found.append((record.index, rank, record.offset, problem))
+        found.sort(key=lambda p: (p[0], p[1]))
+        for index, _, offset, what in found:
+            self.add(what, index, offset)
+        return records
+
+    def _gate(self, batch: Batch, found: list[tuple[int, int, int, str]]) -> Batch:
+        """The rows the first rule passes; the problems of the others go to ``found``."""
+        clear = CLEARANCES.get(self.gate)
+        suspects = (
+            np.arange(len(batch)) if clear is None else np.flatnonzero(~clear(self.shard, batch))
+        )
+        failed = np.zeros(len(batch), dtype=bool)
+        for row in suspects.tolist():
+            record = batch.record(row)
+            problem = self.gate(self.shard, record)
             if problem is not None:
-                self.add(problem, record.index, record.offset)
+                failed[row] = True
+                found.append((record.index, 0, record.offset, problem))
+        return batch.rows(~failed) if failed.any() else batch
+
+    def _keep(self, batch: Batch) -> None:
+        """What :meth:`check` keeps of each record, for the rows of ``batch`` (gate passed)."""
+        index = batch.index
+        if self.count_labels:
+            label = np.where(
+                batch.scalar("label", INT64), batch.first[:, batch.column("label"), 0], -1
+            )
+            counted = (label >= 0) & (label < len(self.labels))
+            for value, n in enumerate(
+                np.bincount(label[counted], minlength=len(self.labels)).tolist()
+            ):
+                self.labels[value] += n
+            if self.record_labels is not None:
+                kept = np.frombuffer(self.record_labels, dtype=np.int32)
+                room = counted & (index < len(kept))
+                kept[index[room]] = label[room]
+        if self.digests is not None:
+            self._keep_digests(batch)
+        if self.group_by is not None:
+            for row in range(len(batch)):
+                self._add_group(batch.record(row))
+
+    def _keep_digests(self, batch: Batch) -> None:
+        """:meth:`keep_digest` over the rows of ``batch``, in bulk."""
+        kept = np.frombuffer(self.digests or bytearray(), dtype=np.uint8).reshape(-1, 32)
+        start, stop = batch.spans("sha256")
+        hexed = batch.heads("sha256", 64)
+        nibbles = _NIBBLE[hexed]
+        room = batch.scalar("sha256", BYTES) & (stop - start == 64) & (batch.index < len(kept))
+        room &= (nibbles < 16).all(axis=1)
+        rows = np.flatnonzero(room)
+        kept[batch.index[rows]] = (nibbles[rows, 0::2] << 4) | nibbles[rows, 1::2]
+
+    def _add_group(self, record: rules.Record) -> None:
+        """Add ``record``'s group (by its ``path``), if the pattern names one."""
+        if self.group_by is None:
+            return
+        path = bytes(record.first("path", b"")).decode("utf-8", "replace")
+        try:
+            key = self.group_by.key(path)
+        except InputError:  # a match past its time limit: the group rule reports it
+            key = None
+        if key is not None:  # none: the group rule reports it
+            self.groups.add(key)
 
     def keep_digest(self, index: int, stored: bytes | memoryview) -> None:
         """Keep record ``index``'s stored sha256 (hex) as 32 bytes, if it is one."""
@@ -122,4 +229,12 @@ class RecordChecker:
         if self.digests is None or end > len(self.digests) or len(stored) != 64:
             return
         with contextlib.suppress(ValueError):  # not hex: the sha256 rule reports it
-            self.digests[end - 32 : end] = bytes.fromhex(bytes(stored).decode("ascii"))
+            digest = bytes.fromhex(bytes(stored).decode("ascii"))
+            if len(digest) == 32:  # fromhex skips spaces: "ab cd ..." is no digest either
+                self.digests[end - 32 : end] = digest
+
+
+# A hex digit's value by its byte (either case, as bytes.fromhex reads them); 16: not a digit.
+_NIBBLE = np.full(256, 16, dtype=np.uint8)
+for _i, _c in enumerate(b"0123456789abcdef"):
+    _NIBBLE[_c] = _NIBBLE[bytes([_c]).upper()[0]] = _i
