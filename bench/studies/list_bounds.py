@@ -7,7 +7,7 @@ Bounds (whole process, CPU of it and its children, from ``os.wait4``):
 
 - cold: ``os.walk`` + read + ``hashlib.sha256`` of every file in a
   ``multiprocessing.Pool(2)``: what reading and hashing every file costs;
-- warm: ``os.scandir`` + ``stat`` + sort (:func:`bench.studies.list_scale.plain_walk`):
+- warm: ``os.scandir`` + ``stat`` + sort (:func:`bench.common.trees.plain_walk`):
   what looking at every file costs, which a re-list with a warm cache should be near.
 
 Rows ``list_to`` run :func:`tfshards.listing.treelisting.list_to` (the streamed
@@ -24,6 +24,7 @@ Trees are 4.2 KB ``.jpg`` stubs, hard links to one file per folder
 from __future__ import annotations
 
 import argparse
+import inspect
 import os
 import shutil
 import statistics
@@ -32,7 +33,7 @@ import sys
 import tempfile
 import time
 
-from bench.common.trees import make_tree
+from bench.common.trees import make_tree, plain_walk
 
 BOUND_COLD = """
 import hashlib, os, sys
@@ -48,25 +49,10 @@ if __name__ == "__main__":
     with Pool(2) as pool:
         print(len(pool.map(digest, paths, chunksize=256)))
 """
-BOUND_WARM = """
-import os, sys
-
-def plain_walk(root):  # bench.studies.list_scale.plain_walk, without importing tfshards
-    out = []
-    stack = [root]
-    while stack:
-        with os.scandir(stack.pop()) as it:
-            for entry in it:
-                if entry.is_dir():
-                    stack.append(entry.path)
-                elif not entry.name.startswith("."):
-                    st = entry.stat()
-                    out.append((entry.path, st.st_size, st.st_mtime_ns))
-    out.sort()
-    return out
-
-print(len(plain_walk(sys.argv[1])))
-"""
+# The warm bound's child runs bench.common.trees.plain_walk's own text: no tfshards import.
+BOUND_WARM = (
+    "import os, sys\n\n" + inspect.getsource(plain_walk) + "\nprint(len(plain_walk(sys.argv[1])))\n"
+)
 LIST = """
 import sys, time
 import fsspec.implementations.local  # storage imports it on first use: not the listing's work

@@ -31,27 +31,11 @@ import time
 from collections.abc import Callable
 from typing import TypeVar
 
-from bench.common.trees import make_tree
+from bench.common.trees import make_tree, plain_walk
 from tfshards.listing import hashcache
 from tfshards.listing.listing import list_files, listing_digest, write_listing
 
 T = TypeVar("T")
-
-
-def plain_walk(root: str) -> list[tuple[str, int, int]]:
-    """The bound: every file's path, size and mtime by ``os.scandir`` + ``stat``, sorted."""
-    out = []
-    stack = [root]
-    while stack:
-        with os.scandir(stack.pop()) as it:
-            for entry in it:
-                if entry.is_dir():
-                    stack.append(entry.path)
-                elif not entry.name.startswith("."):
-                    st = entry.stat()
-                    out.append((entry.path, st.st_size, st.st_mtime_ns))
-    out.sort()
-    return out
 
 
 def timed(run: Callable[[], T], repeat: int) -> tuple[float, float, T]:
