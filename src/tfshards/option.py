@@ -23,7 +23,7 @@ class Option:
             (``--flag true``: DVC passes ``${stage.flag}``), else a switch
             (``--flag/--no-flag``); ``int | None`` is text, ``INT|none``.
         default: the command line's default, as a value of ``type``; also the
-            params.yaml default.
+            params.yaml default. ``...``: the option must be given.
         help: the ``--help`` text.
         argument: a positional argument, not an ``--option``.
         param: where the DVC command takes the value: True for the stage's own

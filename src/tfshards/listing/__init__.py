@@ -6,6 +6,7 @@ __all__ = [
     "entry",
     "hashcache",
     "listing",
+    "listoptions",
     "meta",
     "protocol",
     "storedlisting",

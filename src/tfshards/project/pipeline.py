@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from tfshards.errors import ConfigError
+from tfshards.listing import listoptions
 from tfshards.listing.treefilter import DEFAULT_EXTENSIONS
 from tfshards.project import stageoptions
 from tfshards.training import trainconfig
@@ -81,10 +82,7 @@ SPEC_PARAMS = {
 
 # Comments written beside each param (params.yaml is the file users edit).
 PARAM_COMMENTS = {
-    "list": {
-        "root": "local path or any fsspec URL (s3://bucket/prefix, gs://...)",
-        "extensions": "comma-separated; files with other extensions are counted and skipped",
-    },
+    "list": stageoptions.comments(listoptions.OPTIONS),
     "write": stageoptions.comments(writeconfig.OPTIONS),
     "validate": stageoptions.comments(validateconfig.OPTIONS),
     "train": stageoptions.comments(trainconfig.OPTIONS),
@@ -134,7 +132,9 @@ def is_remote(url: str) -> bool:
 def params(spec: PipelineSpec) -> dict[str, dict[str, Any]]:
     """The params.yaml sections the stages read, with ``spec``'s values and defaults."""
     return {
-        "list": {"root": spec.root, "extensions": spec.extensions},
+        "list": stageoptions.params(
+            listoptions.OPTIONS, {"root": spec.root, "extensions": spec.extensions}
+        ),
         # Local shards are one DVC out: it holds this version only, or clones differ.
         "write": stageoptions.params(
             writeconfig.OPTIONS,
@@ -161,8 +161,12 @@ def stages(*, remote: bool, program: Callable[[str], str]) -> dict[str, dict[str
     shard_deps = [] if remote else ["${write.out}"]
     return {
         "list": {
-            "cmd": f"{program('list')} ${{list.root}} --out {LISTING} "
-            f"--extensions ${{list.extensions}} --metrics {LIST_METRICS}",
+            "cmd": stageoptions.dvc_command(
+                program("list"),
+                "list",
+                listoptions.OPTIONS,
+                {"out": LISTING, "metrics": LIST_METRICS},
+            ),
             "deps": ["${list.root}"],
             "params": ["list"],
             "outs": [LISTING],

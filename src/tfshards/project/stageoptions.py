@@ -215,6 +215,7 @@ def dvc_command(
     """The stage's ``cmd``: ``program``, then each option DVC sets, in ``options`` order.
 
     An option in ``paths`` gets that fixed path; a param gets ``${section.key}``
+    (an argument param the bare ``${section.key}``)
     (a mapping param goes last, after ``--``, for DVC to unpack into ``--key value``
     words). With ``unpack`` the stage's own params are all passed as ``${section}``:
     DVC unpacks it into ``--key value`` words, each through ``shlex.quote``.
@@ -226,7 +227,9 @@ def dvc_command(
         elif isinstance(o.param, str):
             words.append(f"{o.flag} ${{{o.param}}}")
         elif o.param and not unpack:
-            if isinstance(o.default, Mapping):
+            if o.argument:
+                words.append(f"${{{section}.{o.name}}}")
+            elif isinstance(o.default, Mapping):
                 last.append(f"-- ${{{section}.{o.name}}}")
             else:
                 words.append(f"{o.flag} ${{{section}.{o.name}}}")
