@@ -8,7 +8,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from PIL import Image
+from PIL import Image, ImageOps
 from typer.testing import CliRunner
 
 from tfshards.cli import app
@@ -62,7 +62,12 @@ def test_a_sheet_of_one_label_on_one_side(version: Manifest, tmp_path: Path) -> 
     result = runner.invoke(app, [*args, "--count", "4", "--columns", "3", "--side", "train"])
     assert result.exit_code == 0, result.output
     assert result.output.strip() == f"4 images -> {sheet}"
-    assert Image.open(io.BytesIO(sheet.read_bytes())).size == (3 * 96, 2 * 96)
+    grid = Image.open(io.BytesIO(sheet.read_bytes())).convert("RGB")
+    assert grid.size == (3 * 96, 2 * 96)
+    # A 24 px image is grown by a whole factor (3: 72 px), not left a dot in its 96 px cell.
+    cell = ImageOps.invert(grid.crop((0, 0, 96, 96)))  # white background -> black: no box
+    left, top, right, bottom = cell.getbbox() or (0, 0, 0, 0)
+    assert (right - left, bottom - top) == (72, 72)
 
 
 @pytest.mark.parametrize(

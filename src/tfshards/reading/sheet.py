@@ -9,6 +9,7 @@ from typing import Any
 from tfshards.errors import InputError
 
 CELL = 96  # a sheet cell's side in pixels: enough to tell images apart, 10 x 10 fit a screen
+GAP = 4  # white pixels at least between two images
 MAX_IMAGES = 1_000  # a sheet of more is no longer looked at, and costs ~30 KB of memory each
 
 
@@ -40,9 +41,7 @@ def contact_sheet(
 
     thumbs = []
     for name, data in images:
-        image = _open(data, name).convert("RGB")
-        image.thumbnail((cell, cell))
-        thumbs.append(image)
+        thumbs.append(_fitted(_open(data, name).convert("RGB"), cell))
         if len(thumbs) > MAX_IMAGES:
             raise InputError(f"contact sheet: expected at most {MAX_IMAGES} images, found more")
     if not thumbs:
@@ -56,6 +55,19 @@ def contact_sheet(
     out = io.BytesIO()
     sheet.save(out, format="PNG")
     return out.getvalue()
+
+
+def _fitted(image: Any, cell: int) -> Any:
+    """``image`` fitted into a ``cell`` square: shrunk smoothly, or grown by a whole factor
+    with square pixels (an 8 px digit would be a dot in a 96 px cell)."""
+    factor = (cell - GAP) // max(image.width, image.height)
+    if factor >= 2:
+        from PIL import Image
+
+        size = (image.width * factor, image.height * factor)
+        return image.resize(size, Image.Resampling.NEAREST)
+    image.thumbnail((cell - GAP, cell - GAP))
+    return image
 
 
 def _open(data: bytes, source: str) -> Any:
