@@ -113,7 +113,7 @@ def decode_image(
     each 2x2 (4x4, 8x8) block while decoding, so there is less aliasing. Pass
     ``scaled=False`` for the full decode. Other formats always decode whole.
     The per-image choice is a ``tf.cond`` and a ``switch_case``, ~60-80 us of
-    control flow per image in a ``tf.data`` map: :mod:`tfshards.reading.plan`
+    control flow per image in a ``tf.data`` map: :mod:`tfshards.reading.decodeplan`
     turns it on only for sets whose images are at least twice the target.
     ``rescale`` divides ``float32`` images by 255 (``decode_images`` does it
     once per batch instead).

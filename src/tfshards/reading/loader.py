@@ -3,7 +3,7 @@
 The reader is ``interleave`` over the shard files (seeded file order when
 training) -> record ``shuffle`` -> ``repeat`` -> parse and decode record by
 record in a parallel map -> ``batch`` -> ``prefetch``.
-:mod:`tfshards.reading.plan` picks that path, and whether JPEGs are decoded at
+:mod:`tfshards.reading.decodeplan` picks that path, and whether JPEGs are decoded at
 a reduced scale, from the set's image size. ``per_record=False`` batches
 first, parses a batch with one ``parse_example`` and decodes it with one op
 per image in the batch's graph (:func:`decode_images`): ~20% less CPU per
@@ -50,9 +50,9 @@ from tfshards.reading import chunks
 from tfshards.reading.cache import ShardCache
 from tfshards.reading.corruption import find_corrupt_record
 from tfshards.reading.decode import decode_image, decode_images, parse_fn
+from tfshards.reading.decodeplan import DecodePlan, plan
 from tfshards.reading.gate import Gate
 from tfshards.reading.options import DecodeOptions, ReadOptions
-from tfshards.reading.plan import DecodePlan, plan
 from tfshards.shardset.manifest import Manifest, ShardInfo
 
 if TYPE_CHECKING:

@@ -101,11 +101,11 @@ class DecodeOptions:
             or 1/8 scale first (see :func:`tfshards.reading.decode.decode_image`:
             ~30% less CPU for 512 px read at 224, slightly different pixels);
             False decodes whole. Sets of smaller images always decode whole
-            (:mod:`tfshards.reading.plan`).
+            (:mod:`tfshards.reading.decodeplan`).
         per_record: parse and decode record by record in a parallel map, then
             batch; False parses and decodes a batch at a time. None: record by
             record, the one of the two that never fell far behind the usual
-            reader at 224 px and above (:mod:`tfshards.reading.plan`).
+            reader at 224 px and above (:mod:`tfshards.reading.decodeplan`).
         features: names to return as a dict ``{name: batch}`` instead of the
             image alone; the image feature among them is decoded, variable
             length features come back ragged.

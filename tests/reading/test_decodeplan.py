@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from tfshards.reading.plan import DecodePlan, plan
+from tfshards.reading.decodeplan import DecodePlan, plan
 
 
 @pytest.mark.parametrize(
