@@ -12,11 +12,10 @@ from __future__ import annotations
 import posixpath
 from pathlib import Path
 
-import fsspec
-
 from tfshards.errors import ConfigError
 from tfshards.project import yamlfile
 from tfshards.project.pipeline import CHECKPOINTS
+from tfshards.storage import split_protocol
 
 BEGIN = "# >>> tfshards init: raw data is tracked by DVC, checkpoints are scratch"
 END = "# <<< tfshards init"
@@ -25,7 +24,7 @@ END = "# <<< tfshards init"
 def wanted(root: str) -> list[str]:
     """The lines to keep ignored: the raw root when it is a folder inside the repository."""
     lines = []
-    protocol, path = fsspec.core.split_protocol(root)
+    protocol, path = split_protocol(root)
     rel = posixpath.normpath(str(path))
     if protocol is None and not posixpath.isabs(rel) and not rel.startswith(".."):
         lines.append(f"/{rel}/")

@@ -46,6 +46,7 @@ from typing import TYPE_CHECKING, Any
 
 from tfshards import storage
 from tfshards.errors import ConfigError, RecordError, ShardError
+from tfshards.format.wire import COMPRESSIONS
 from tfshards.reading import chunks
 from tfshards.reading.cache import ShardCache
 from tfshards.reading.corruption import find_corrupt_record
@@ -71,7 +72,6 @@ __all__ = [
 AUTOTUNE = -1  # the value of tf.data.AUTOTUNE, without importing TensorFlow
 SHUFFLE_BUFFER_BYTES = 64 << 20  # default record shuffle buffer: ~64 MB of serialized records
 DEFAULT_CYCLE_LENGTH = 16  # files whose records mix in each batch; 16 x ~1 MB chunks
-_COMPRESSIONS = ("none", "gzip", "zlib")
 
 
 # ----------------------------------------------------------------------------- dataset
@@ -280,8 +280,8 @@ def records_dataset(
     """
     import tensorflow as tf
 
-    if gate.compression not in _COMPRESSIONS:
-        raise ConfigError(f"compression must be one of {_COMPRESSIONS}, got {gate.compression!r}")
+    if gate.compression not in COMPRESSIONS:
+        raise ConfigError(f"compression must be one of {COMPRESSIONS}, got {gate.compression!r}")
     if not paths:
         raise ConfigError("no shards to read")
     files = tf.data.Dataset.from_tensor_slices(list(paths))

@@ -19,13 +19,12 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-import fsspec
-
 from tfshards._version import __version__
 from tfshards.errors import ConfigError, ShardError, TransformError
 from tfshards.format import native
 from tfshards.run import transform as transforms
 from tfshards.run.executor import Executor, Needs, is_remote
+from tfshards.storage import split_protocol
 
 T = TypeVar("T")
 R = TypeVar("R")
@@ -35,7 +34,7 @@ LOCAL_PROTOCOLS = (None, "file", "local")
 
 def is_local_path(url: str) -> bool:
     """True for a path on this machine's disk (no protocol, or ``file://``)."""
-    return fsspec.core.split_protocol(url)[0] in LOCAL_PROTOCOLS
+    return split_protocol(url)[0] in LOCAL_PROTOCOLS
 
 
 def check_locations(address: str | None, needs: Needs) -> None:
