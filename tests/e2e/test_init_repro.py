@@ -1,9 +1,11 @@
-"""`tfshards init` in a new repository, for real: `dvc repro` before the first commit, and
-shards on S3 (moto's server on 127.0.0.1) reproduced up to date from a fresh clone."""
+"""`tfshards init` in a new repository, for real: the README's steps, `dvc repro` before the
+first commit, clones up to date, and shards on S3 (moto's server on 127.0.0.1)."""
 
 from __future__ import annotations
 
 import json
+import re
+import shutil
 from pathlib import Path
 
 import pytest
@@ -33,32 +35,74 @@ def _ran(output: str) -> list[str]:
     return [s for s in ("list", "write", "validate", "train") if f"Running stage '{s}'" in output]
 
 
-def test_repro_before_the_first_commit_runs_every_stage_then_none(tmp_path):
+def _readme_steps() -> list[str]:
+    """The commands of README.md's "Use it in your own repository" block that sets a repo up."""
+    text = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    section = text.split("\n## Use it in your own repository\n", 1)[1].split("\n## ", 1)[0]
+    block = next(b for b in re.findall(r"```bash\n(.*?)```", section, re.S) if "tfshards init" in b)
+    return [line.split("  #", 1)[0].strip() for line in block.splitlines() if line.strip()]
+
+
+def _tracked(root: Path, env: dict[str, str]) -> list[str]:
+    return _run(["git", "ls-files"], root, env).split()
+
+
+def test_the_readme_steps_keep_images_and_checkpoints_out_of_git_and_clones_up_to_date(tmp_path):
+    """The README's steps as written, in a brand-new repository; then a version later, a clone."""
     root = tmp_path / "project"
     env = {"TFSHARDS_CACHE": str(tmp_path / "cache")}
-    _new_repo(root, env)
-
-    first = _run(["dvc", "repro"], root, env)  # no commit yet: dvclive must cope
+    root.mkdir()
+    _run(["git", "init", "-q"], root, env)
+    _run(["dvc", "init", "-q"], root, env)
+    write_synthetic(str(root / "data" / "raw"), 48, 16, classes=4, workers=1)
+    steps = _readme_steps()
+    assert steps == ["tfshards init", "dvc repro", "git add -A && git commit -m pipeline"]
+    _run(["bash", "-c", steps[0]], root, env)
+    params = root / "params.yaml"  # the test's one change: one epoch of 8 px images
+    text = params.read_text().replace("epochs: 10", "epochs: 1", 1)
+    params.write_text(text.replace("image_size: 64", "image_size: 8", 1))
+    first = _run(["bash", "-c", steps[1]], root, env)  # no commit yet: dvclive must cope
     assert _ran(first) == ["list", "write", "validate", "train"]
-    metrics = json.loads((root / "results/train/metrics.json").read_text())
-    assert metrics["epochs"] == 1
     assert (root / "results/train/live/plots/metrics").is_dir()  # dvclive logged anyway
+    (root / "checkpoints/train").mkdir(parents=True)  # what a killed run leaves
+    (root / "checkpoints/train/state.json").write_text("{}")
+    _run(["bash", "-c", steps[2]], root, env)
+
+    tracked = _tracked(root, env)
+    assert "data/raw.dvc" in tracked and "dvc.yaml" in tracked and "params.yaml" in tracked
+    assert not [
+        p
+        for p in tracked
+        if p.startswith(("data/", "checkpoints/", "models/"))
+        and p != "data/raw.dvc"
+        and not p.endswith(".gitignore")
+    ], tracked
+    assert UP_TO_DATE in _run(["dvc", "status"], root, env)
+    assert _ran(_run(["dvc", "repro"], root, env)) == []
+    shutil.rmtree(root / "checkpoints")  # not tfshards' (no marker): train would refuse it
     old = Manifest.from_json((root / "data/manifest.json").read_bytes())
     assert old.records == 48
 
-    second = _run(["dvc", "repro"], root, env)
-    assert UP_TO_DATE in second and _ran(second) == []
-
-    _run(["git", "add", "-A"], root, env)
-    _run(["git", "commit", "-qm", "pipeline"], root, env)  # experiments need a baseline commit
-    _run(["dvc", "exp", "run", "validate", "-S", "write.seed=5"], root, env)  # up to validate
+    # A second version, committed: the shard out holds it alone (write.old_versions: remove).
+    _run(["dvc", "exp", "run", "-S", "write.seed=5"], root, env)
     new = Manifest.from_json((root / "data/manifest.json").read_bytes())
     assert new.root != old.root and new.records == 48
-    assert (root / new.root / "manifest.json").exists()
-    assert not (root / old.root).exists()  # old_versions: remove: the out is one version
-    _run(["git", "checkout", "--", "."], root, env)
-    _run(["dvc", "checkout", "--force"], root, env)  # the committed one, from DVC's cache
+    assert [p.name for p in (root / "data/shards").iterdir()] == [Path(new.root).name]
+    _run(["dvc", "remote", "add", "-q", "-d", "store", str(tmp_path / "remote")], root, env)
+    _run(["bash", "-c", "git add -A && git commit -qm 'seed 5' && dvc push -q"], root, env)
+
+    # A clone never saw the first version; it is up to date and retrains nothing.
+    clone = tmp_path / "clone"
+    _run(["git", "clone", "-q", str(root), str(clone)], tmp_path, env)
+    _run(["dvc", "pull", "-q"], clone, env)
+    assert UP_TO_DATE in _run(["dvc", "status"], clone, env)
+    assert _ran(_run(["dvc", "repro"], clone, env)) == []
+
+    # Back in the first repository, the first version comes back from DVC's cache.
+    _run(["git", "checkout", "-q", "HEAD~1"], root, env)
+    _run(["dvc", "checkout", "--force"], root, env)
     assert (root / old.root / "manifest.json").exists() and not (root / new.root).exists()
+    assert UP_TO_DATE in _run(["dvc", "status"], root, env)
 
 
 @pytest.fixture

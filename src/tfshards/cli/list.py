@@ -32,13 +32,13 @@ def _list(values: dict[str, Any]) -> None:
         hash_cache=hash_cache,
     )
     if values["metrics"] is not None:
+        # Per label and per reason: the listing's meta.json; the metrics stay few.
         doc = {
             "files": summary.files,
-            "files_per_label": summary.files_per_label,
             "labels": len(summary.labels),
-            "skipped": summary.skipped,
+            "skipped": sum(summary.skipped.values()),
         }
-        jsonfile.save(doc, values["metrics"])
+        jsonfile.save_metrics(doc, values["metrics"])
     total = sum(summary.skipped.values())
     detail = f" = {format_skipped(summary.skipped)}" if total else ""
     typer.echo(

@@ -45,9 +45,11 @@ from tfshards.training.traindata import TrainData
 __all__ = [
     "TrainResult",
     "train",
-    "write_json",
 ]
 
+# The metrics a user compares first lead the metrics file, as `dvc exp show` lists them;
+# per-class accuracy is a plot (live/plots/custom/val_class_accuracy.json), not columns.
+FIRST_METRICS = ("val_accuracy", "val_loss", "accuracy", "loss", "epochs")
 Predictions = tuple[list[int], list[int]]  # (actual, predicted) class ids of the val records
 
 
@@ -114,11 +116,6 @@ def train(config: TrainConfig, *, log: Callable[[str], None] | None = None) -> T
         metrics = _finish(config, data, placement, steps, fitted, started)
     _write_outputs(config, metrics, parts, fitted.checkpoint)
     return TrainResult(metrics, fitted.results, parts)
-
-
-def write_json(doc: dict[str, Any], url: str) -> None:
-    """Save ``doc`` as sorted, indented JSON, atomically (local path or fsspec URL)."""
-    jsonfile.save(doc, url)
 
 
 def _load(config: TrainConfig) -> tuple[Manifest, Split]:
@@ -273,10 +270,6 @@ def _finish(
         strategy=config.strategy,
         seconds=round(time.perf_counter() - started, 2),
     )
-    if fitted.predictions is not None:
-        metrics["val_class_accuracy"] = confusion.class_accuracy(
-            fitted.matrix, data.manifest.labels
-        )
     if config.model_out:
         save_model(steps.model, config.model_out)
     if config.export_out:
@@ -296,7 +289,8 @@ def _write_outputs(
     config: TrainConfig, metrics: dict[str, Any], parts: Split, checkpoint: Checkpoint | None
 ) -> None:
     """The metrics and the split; the checkpoint is removed only after both are written."""
-    write_json(metrics, config.metrics)
+    first = {k: metrics[k] for k in FIRST_METRICS if k in metrics}
+    jsonfile.save_metrics({**first, **metrics}, config.metrics)
     if config.split_out:
         fs, path = storage.open_url(config.split_out)
         atomicfile.write_atomic(fs, path, [parts.to_json()])
