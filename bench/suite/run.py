@@ -22,7 +22,7 @@ import typer
 # Only typer and the standard library here: process pools started with
 # forkserver import this module again in every worker (as `__mp_main__`).
 SECTIONS = (
-    "bound", "write", "validate", "read", "sizes", "generator", "memory", "grow", "start",
+    "bound", "write", "validate", "read", "sizes", "generator", "memory", "grow", "start", "show",
 )  # fmt: skip
 
 

@@ -13,7 +13,7 @@ from typing import Any
 
 from bench.common.data import LARGE, MEDIUM, SMALL, TINY, DataSet, ensure, listing_of, subset
 from bench.suite import bound as bounds
-from bench.suite import checkers, growth, memory, readers, report, startup, writers
+from bench.suite import checkers, growth, lookup, memory, readers, report, startup, writers
 from bench.suite.rounds import Contender, Epochs, compare, cpu_count, row
 from tfshards.listing.listing import Listing
 from tfshards.shardset.layout import MANIFEST_NAME
@@ -337,6 +337,9 @@ def run(
             bench.rows += growth.compare(SMALL.scaled(scale), small_root, reps, workroot, log)
         if "start" in only:
             bench.rows += startup.compare(max(reps, 5), log)
+        if "show" in only:
+            records = max(100, round(lookup.RECORDS * scale))
+            bench.rows += lookup.compare(records, max(reps, 5), workroot, log)
     finally:
         shutil.rmtree(workroot, ignore_errors=True)
     info["load_after"] = _load()

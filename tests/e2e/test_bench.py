@@ -21,7 +21,7 @@ BENCH = REPO / "bench"
 # What each part of bench/ may import from bench/ besides itself: the suite and every study
 # share only bench.common, and a study imports no other study.
 ALLOWED = {"common": {"common"}, "suite": {"suite", "common"}, "studies": {"common"}}
-SECTIONS = "bound,write,validate,read,sizes,generator,memory,grow,start"
+SECTIONS = "bound,write,validate,read,sizes,generator,memory,grow,start,show"
 
 WRITE = {
     "naive loop (1 process)",
@@ -287,6 +287,10 @@ def test_tiny_run_reports_every_contender_with_positive_numbers(
     for r in start:
         assert r["wall_s"]["min"] > 0 and r["cpu_s"]["median"] > 0
 
+    show = _rows(doc, "show")  # a record of a version found in a fresh process
+    assert [r["name"] for r in show] == ["tfshards show, by path", "tfshards show, by SHARD:INDEX"]
+    assert all(r["records"] == 5000 and r["wall_s"]["min"] > 0 for r in show)
+
     bound = _rows(doc, "bound")
     assert {(r["data"], r["name"]) for r in bound} == {
         (d, p) for d in ("small", "large") for p in PIECES
@@ -299,6 +303,7 @@ def test_tiny_run_reports_every_contender_with_positive_numbers(
         "#### Read one epoch of JPEGs of",
         "#### Grow",
         "#### A command's start",
+        "#### One record of a large version",
     )
     for heading in (*headings, *more):
         assert heading in stdout
