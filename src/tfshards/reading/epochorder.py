@@ -82,7 +82,9 @@ class EpochOrder:
     ) -> None:
         index, count = worker
         if count < 1 or not 0 <= index < count:
-            raise ConfigError(f"worker must be (index, count) with 0 <= index < count, got {worker}")
+            raise ConfigError(
+                f"worker must be (index, count) with 0 <= index < count, got {worker}"
+            )
         self.seed = int(seed) & _SEED_MASK
         self.window_bytes = max(1, int(window_bytes))
         self.worker = (int(index), int(count))

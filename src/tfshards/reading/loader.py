@@ -1,8 +1,12 @@
 """Feed Keras from shards: a seeded train/val split by shard file, and a fast tf.data reader.
 
-The reader is ``interleave`` over the shard files (seeded file order when
-training) -> record ``shuffle`` -> ``repeat`` -> parse and decode record by
-record in a parallel map -> ``batch`` -> ``prefetch``.
+Training reads the records in :mod:`tfshards.reading.epochorder`'s seekable
+order (windows of ~1 MB units, permuted within; :mod:`tfshards.reading.epochdata`),
+or with ``order="buffer"`` ``interleave`` over the files (seeded file order) ->
+record ``shuffle``; evaluation reads the files in order. Then ``repeat`` ->
+parse and decode record by record in a parallel map -> ``batch`` -> ``prefetch``.
+Both read alike: 20,000 32 px JPEGs in 16 shards, batches of 64, 2 shared cores:
+5,350-6,415 records/s (buffer) against 5,750-5,935 (epoch order), two runs each.
 :mod:`tfshards.reading.decodeplan` picks that path, and whether JPEGs are decoded at
 a reduced scale, from the set's image size. ``per_record=False`` batches
 first, parses a batch with one ``parse_example`` and decodes it with one op
@@ -204,10 +208,7 @@ def from_options(
 
 
 def steps_per_epoch(
-    shards: Sequence[ShardInfo],
-    batch_size: int,
-    *,
-    worker: tuple[int, int] = (0, 1),
+    shards: Sequence[ShardInfo], batch_size: int, *, worker: tuple[int, int] = (0, 1)
 ) -> int:
     """Whole batches in one training epoch of ``shards`` for worker ``(index, count)``
     (``order="epoch"``): ``(records // count) // batch_size``."""

@@ -89,7 +89,9 @@ class ReadOptions:
             raise ConfigError(f"order must be one of {ORDERS}, got {self.order!r}")
         index, count = self.worker
         if count < 1 or not 0 <= index < count:
-            raise ConfigError(f"worker must be (index, count), 0 <= index < count, got {self.worker}")
+            raise ConfigError(
+                f"worker must be (index, count), 0 <= index < count, got {self.worker}"
+            )
         object.__setattr__(self, "worker", (int(index), int(count)))
         start = self.start
         if start is not None and not isinstance(start, Position):
