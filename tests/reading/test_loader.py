@@ -620,3 +620,16 @@ def test_workers_read_disjoint_equal_parts_of_the_epoch(sixteen_shards, count):
     assert len(set(union)) == len(union) == 301 - 301 % count
     every = _paths(loader.make_dataset(manifest.shards, manifest, decode=False, **kw))
     assert union == every[: len(union)]
+
+
+def test_gzip_shards_are_read_whole_in_the_epoch_order(tmp_path):
+    write_synthetic(str(tmp_path / "img"), 60, 8, fmt="png", workers=1)
+    config = WriteConfig(
+        out=str(tmp_path / "shards"), num_shards=4, workers=1, executor="serial", compression="gzip"
+    )
+    manifest = write(config, list_files(str(tmp_path / "img")), progress=False).manifest
+    kw = {"batch_size": 8, "training": True, "features": ["path"], "decode": False}
+    whole = _paths(loader.make_dataset(manifest.shards, manifest, **kw).take(15))  # 2 epochs
+    assert len(set(whole[:60])) == len(set(whole[60:120])) == 60 and whole[:60] != whole[60:]
+    rest = loader.make_dataset(manifest.shards, manifest, start=Position(1, 13), **kw)
+    assert _paths(rest.take(5)) == whole[73:113]

@@ -46,7 +46,8 @@ class ReadOptions:
             buffer reshuffled each epoch, which cannot be resumed mid-epoch.
         start: ``(epoch, record)`` (or a :class:`~tfshards.reading.epochorder.Position`)
             where the ``epoch`` order starts: the rest of that epoch, then the
-            following ones; None: ``(0, 0)``.
+            following ones; None: ``(0, 0)``. Exact unless ``deterministic`` is
+            False (a parallel decode may then swap records near the cut).
         worker: ``(index, count)``: with the ``epoch`` order, this worker's
             ``records // count`` records of every epoch (disjoint blocks of one
             global order; the last ``records % count`` are read by none).
