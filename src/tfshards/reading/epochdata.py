@@ -1,7 +1,10 @@
 """The training records in :class:`~tfshards.reading.epochorder.EpochOrder`: windows read whole.
 
 A window's units are read through :func:`tfshards.reading.chunks.read_chunk`
-(each layout chunk a unit touches read and checked once per window), their
+(each layout chunk a unit touches read and checked once per window; a chunk
+shared by units of two windows is read by both: an epoch of 20,000 32 px JPEGs,
+26 MB in 16 shards, read 1.00x its bytes in one 32 MB window, 1.44x in 7 windows
+of 4 MB, 1.52x in 25 of 1 MB; CPU next to decoding them is small), their
 records permuted, and handed to tf.data as one string blob with record
 offsets, which tf.data cuts apart with one ``substr``, as
 :func:`tfshards.reading.chunks.records` does. One window is read while the

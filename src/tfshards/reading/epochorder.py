@@ -3,8 +3,9 @@
 Each shard is cut into *units* of about ``UNIT_BYTES`` of consecutive records,
 from its manifest entry alone (records and bytes; a gzip/zlib shard, which
 cannot be read from an offset without inflating what comes before, is one
-unit). Epoch ``e`` permutes all units (seeded by ``seed, e``), groups
-consecutive units of that order into *windows* of about ``window_bytes``, and
+unit, so a window holds at least one inflated shard: write compressed sets with
+shards near the window size). Epoch ``e`` permutes all units (seeded by
+``seed, e``), groups consecutive units of that order into *windows* of about ``window_bytes``, and
 permutes the records within each window (seeded by ``seed, e, window``). Its
 global order is cut into ``count`` equal blocks, one per worker: worker ``i``
 reads records ``[i * n, (i + 1) * n)`` of it with ``n = records // count``;
