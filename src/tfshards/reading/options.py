@@ -44,6 +44,7 @@ class ReadOptions:
             (:mod:`tfshards.reading.epochorder`), so a stream can start at any
             ``start``. ``"buffer"``: a seeded file shuffle into a record shuffle
             buffer reshuffled each epoch, which cannot be resumed mid-epoch.
+            ``cycle_length`` and ``parallel_reads`` apply to it and to evaluation.
         start: ``(epoch, record)`` (or a :class:`~tfshards.reading.epochorder.Position`)
             where the ``epoch`` order starts: the rest of that epoch, then the
             following ones; None: ``(0, 0)``. Exact unless ``deterministic`` is
