@@ -21,6 +21,7 @@ from tfshards.format.schema import FeatureSpec
 from tfshards.listing.listing import list_files
 from tfshards.project.sample import write_synthetic
 from tfshards.reading import corruption, gate, loader
+from tfshards.reading.epochorder import Position
 from tfshards.shardset import split as splits
 from tfshards.shardset.manifest import Manifest, ShardInfo
 from tfshards.writing.config import WriteConfig
@@ -556,3 +557,79 @@ def test_malformed_record_with_valid_crcs_is_named_inside_shard_errors(
         f"{forged.shard_url(shard)}: record 2 at byte {offset}: {found}"
     )
     assert (info.value.shard, info.value.index, info.value.offset) == (shard.name, 2, offset)
+
+
+# ----------------------------------------------------------------------------- epoch order
+
+
+def _paths(ds) -> list[bytes]:  # type: ignore[no-untyped-def]
+    return [p for features, _ in ds for p in features["path"].numpy().tolist()]
+
+
+def test_a_stream_started_at_a_position_is_the_rest_of_the_uninterrupted_one(shard_set):
+    manifest, _ = shard_set
+    kw = {"batch_size": 10, "training": True, "seed": 2, "features": ["path"], "decode": False}
+    whole = _paths(loader.make_dataset(manifest.shards, manifest, **kw).take(50))  # 2.5 epochs
+    for steps in (3, 20, 27):
+        start = Position.after(steps * 10, IMAGES)
+        rest = loader.make_dataset(manifest.shards, manifest, start=start, **kw)
+        assert _paths(rest.take(50 - steps)) == whole[steps * 10 :]
+        one = loader.make_dataset(manifest.shards, manifest, start=start, repeat=False, **kw)
+        assert len(one) == -(-(IMAGES - start.record) // 10)
+        assert _paths(one) == whole[steps * 10 : (start.epoch + 1) * IMAGES]
+
+
+def test_the_buffer_order_is_still_there_and_cannot_seek(shard_set):
+    manifest, truth = shard_set
+    kw = {"batch_size": 16, "training": True, "order": "buffer", "decode": False}
+    ds = loader.make_dataset(manifest.shards, manifest, repeat=False, features=["sha256"], **kw)
+    assert _collect(ds) == collections.Counter(dict.fromkeys(truth, 1))
+    with pytest.raises(ConfigError, match="start and worker"):
+        loader.make_dataset(manifest.shards, manifest, start=(0, 5), **kw)
+
+
+@pytest.fixture(scope="module")
+def sixteen_shards(tmp_path_factory: pytest.TempPathFactory) -> Manifest:
+    """301 synthetic 8 px PNGs in 16 shards (301 = 2 * 150 + 1 = 3 * 100 + 1)."""
+    base = tmp_path_factory.mktemp("sixteen")
+    write_synthetic(str(base / "img"), 301, 8, fmt="png", workers=1)
+    config = WriteConfig(out=str(base / "shards"), num_shards=16, workers=1, executor="serial")
+    return write(config, list_files(str(base / "img")), progress=False).manifest
+
+
+@pytest.mark.parametrize("count", [2, 3])
+def test_workers_read_disjoint_equal_parts_of_the_epoch(sixteen_shards, count):
+    import tensorflow as tf
+
+    manifest = sixteen_shards
+    assert len(manifest.shards) == 16 and manifest.records == 301
+    kw = {"batch_size": 7, "training": True, "repeat": False, "features": ["path"]}
+    parts = []
+    for index in range(count):
+        context = tf.distribute.InputContext(count, index, count)
+        ds = loader.make_dataset(
+            manifest.shards, manifest, decode=False, input_context=context, **kw
+        )
+        parts.append(_paths(ds))
+        per = 301 // count
+        assert len(ds) == -(-per // 7)  # one pass keeps its partial batch
+        steps = loader.steps_per_epoch(manifest.shards, 7, worker=(index, count))
+        assert steps == per // 7
+    union = [p for part in parts for p in part]
+    assert {len(p) for p in parts} == {301 // count}
+    assert len(set(union)) == len(union) == 301 - 301 % count
+    every = _paths(loader.make_dataset(manifest.shards, manifest, decode=False, **kw))
+    assert union == every[: len(union)]
+
+
+def test_gzip_shards_are_read_whole_in_the_epoch_order(tmp_path):
+    write_synthetic(str(tmp_path / "img"), 60, 8, fmt="png", workers=1)
+    config = WriteConfig(
+        out=str(tmp_path / "shards"), num_shards=4, workers=1, executor="serial", compression="gzip"
+    )
+    manifest = write(config, list_files(str(tmp_path / "img")), progress=False).manifest
+    kw = {"batch_size": 8, "training": True, "features": ["path"], "decode": False}
+    whole = _paths(loader.make_dataset(manifest.shards, manifest, **kw).take(15))  # 2 epochs
+    assert len(set(whole[:60])) == len(set(whole[60:120])) == 60 and whole[:60] != whole[60:]
+    rest = loader.make_dataset(manifest.shards, manifest, start=Position(1, 13), **kw)
+    assert _paths(rest.take(5)) == whole[73:113]

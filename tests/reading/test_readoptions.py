@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from tfshards.errors import ConfigError
+from tfshards.reading.epochorder import Position
 from tfshards.reading.options import DecodeOptions, ReadOptions
 
 
@@ -24,6 +25,22 @@ from tfshards.reading.options import DecodeOptions, ReadOptions
         (
             lambda: DecodeOptions(image_size=(5,)),  # type: ignore[arg-type]
             r"image_size must be \(height, width\) >= 1, got \(5,\)",
+        ),
+        (
+            lambda: ReadOptions(batch_size=1, training=True, order="fifo"),
+            "order must be one of \\('epoch', 'buffer'\\), got 'fifo'",
+        ),
+        (
+            lambda: ReadOptions(batch_size=1, training=True, worker=(2, 2)),
+            r"worker must be \(index, count\), 0 <= index < count, got \(2, 2\)",
+        ),
+        (
+            lambda: ReadOptions(batch_size=1, training=False, start=(1, 0)),
+            "start and worker need training=True with order='epoch'",
+        ),
+        (
+            lambda: ReadOptions(batch_size=1, training=True, order="buffer", worker=(0, 2)),
+            "start and worker need training=True with order='epoch'",
         ),
     ],
 )
@@ -46,3 +63,9 @@ def test_options_are_frozen_values():
     assert decoding == DecodeOptions(image_size=(32, 24), features=("image", "path"))
     with pytest.raises(AttributeError):
         decoding.channels = 3  # type: ignore[misc]
+
+
+def test_a_start_tuple_becomes_a_position():
+    read = ReadOptions(batch_size=4, training=True, start=(2, 30))
+    assert read.position == Position(2, 30)
+    assert ReadOptions(batch_size=4, training=True).position == Position(0, 0)

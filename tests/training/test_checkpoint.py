@@ -172,3 +172,17 @@ def test_checkpoint_made_with_other_settings_is_removed_not_resumed(tmp_path: Pa
     assert Checkpoint(str(tmp_path / "ck"), "key-b").restore(said.append) == (0, [])
     assert "made with other settings" in said[0]
     assert not (tmp_path / "ck").exists()
+
+
+def test_a_mid_epoch_checkpoint_holds_its_step_in_a_few_bytes(tmp_path: Path) -> None:
+    checkpoint = _saved(tmp_path / "ck", value=3.0, epochs=1)
+    checkpoint.save(1, [{"epoch": 1}], step=37)
+    assert checkpoint.step == 37
+    state = json.loads((tmp_path / "ck" / STATE).read_text())
+    assert state["step"] == 37 and state["prefix"] == "epoch-00001-step-0000000037"
+    assert (tmp_path / "ck" / STATE).stat().st_size < 4096  # the position: one integer
+    fresh = Checkpoint(str(tmp_path / "ck"), "key", _variables(0.0))
+    assert fresh.restore() == (1, [{"epoch": 1}]) and fresh.step == 37
+    assert fresh.trackables["model"][0].numpy().tolist() == [3.0, 3.0, 3.0]
+    names = [n for n in os.listdir(tmp_path / "ck") if n.startswith("epoch-")]
+    assert names and all(n.startswith("epoch-00001-step-0000000037.") for n in names)

@@ -7,6 +7,7 @@ __all__ = [
     "cache",
     "corruption",
     "decode",
+    "epochorder",
     "filesplit",
     "generator",
     "loader",

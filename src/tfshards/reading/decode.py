@@ -1,4 +1,5 @@
-"""Parse batches of serialized examples and decode their images, as TensorFlow ops."""
+"""Parse batches of serialized examples and decode their images, as TensorFlow ops; the
+static image shape a dataset gives."""
 
 from __future__ import annotations
 
@@ -7,7 +8,10 @@ from typing import TYPE_CHECKING, Any
 
 from tfshards.errors import ConfigError
 from tfshards.format.schema import FeatureSpec
-from tfshards.shardset.manifest import Manifest
+from tfshards.reading import chunks
+from tfshards.reading.gate import Gate
+from tfshards.reading.options import DecodeOptions
+from tfshards.shardset.manifest import Manifest, ShardInfo
 
 if TYPE_CHECKING:
     import tensorflow as tf
@@ -164,3 +168,45 @@ def _tf_feature(tf: Any, spec: FeatureSpec) -> Any:
     if spec.shape is None:
         return tf.io.RaggedFeature(dtype)
     return tf.io.FixedLenFeature(spec.shape, dtype)
+
+
+def image_shape(
+    shards: Sequence[ShardInfo],
+    paths: Sequence[str],
+    gate: Gate,
+    manifest: Manifest,
+    decoding: DecodeOptions,
+) -> tuple[tuple[int, int, int], tuple[int, int] | None]:
+    """The static image shape (asked for, or the first image's) and the stored image size.
+
+    The stored size is the written ``resize``, or the first image's: read
+    (header only for a JPEG) when the shape or the decode plan needs it.
+    """
+    image_size, channels = decoding.image_size, decoding.channels
+    side = None if manifest.resize is None else manifest.resize.size
+    stored = None if side is None else (side, side)
+    asked = None
+    if image_size is not None and channels is not None:
+        asked = (image_size[0], image_size[1], channels)
+    if asked is not None and (stored is not None or not decoding.scaled_decode):
+        return asked, stored
+    import tensorflow as tf
+
+    nonempty = [p for s, p in zip(shards, paths, strict=True) if s.records]
+    first = chunks.first_record(gate, nonempty[0]) if nonempty else None
+    if first is None:
+        if asked is not None:
+            return asked, stored
+        raise ConfigError("the shards hold no records; nothing to read")
+    feature = manifest.image_feature
+    spec = {feature: tf.io.FixedLenFeature([], tf.string)}
+    data = tf.io.parse_single_example(first, spec)[feature]
+    if asked is not None and bool(tf.io.is_jpeg(data)):
+        height, width, found = (int(d) for d in tf.io.extract_jpeg_shape(data))
+    else:
+        image = tf.io.decode_image(data, channels=channels or 0, expand_animations=False)
+        height, width, found = (int(d) for d in image.shape)
+    source = (height, width)
+    if image_size is not None:
+        height, width = image_size
+    return (height, width, channels or found), source

@@ -1,8 +1,12 @@
 """Feed Keras from shards: a seeded train/val split by shard file, and a fast tf.data reader.
 
-The reader is ``interleave`` over the shard files (seeded file order when
-training) -> record ``shuffle`` -> ``repeat`` -> parse and decode record by
-record in a parallel map -> ``batch`` -> ``prefetch``.
+Training reads the records in :mod:`tfshards.reading.epochorder`'s seekable
+order (windows of ~1 MB units, permuted within; :mod:`tfshards.reading.epochdata`),
+or with ``order="buffer"`` ``interleave`` over the files (seeded file order) ->
+record ``shuffle``; evaluation reads the files in order. Then ``repeat`` ->
+parse and decode record by record in a parallel map -> ``batch`` -> ``prefetch``.
+Both read alike: 20,000 32 px JPEGs in 16 shards, batches of 64, 2 shared cores:
+5,350-6,415 records/s (buffer) against 5,750-5,935 (epoch order), two runs each.
 :mod:`tfshards.reading.decodeplan` picks that path, and whether JPEGs are decoded at
 a reduced scale, from the set's image size. ``per_record=False`` batches
 first, parses a batch with one ``parse_example`` and decodes it with one op
@@ -47,11 +51,12 @@ from typing import TYPE_CHECKING, Any
 from tfshards import storage
 from tfshards.errors import ConfigError, RecordError, ShardError
 from tfshards.format.wire import COMPRESSIONS
-from tfshards.reading import chunks
+from tfshards.reading import chunks, epochdata
 from tfshards.reading.cache import ShardCache
 from tfshards.reading.corruption import find_corrupt_record
-from tfshards.reading.decode import decode_image, decode_images, parse_fn
+from tfshards.reading.decode import decode_image, decode_images, image_shape, parse_fn
 from tfshards.reading.decodeplan import DecodePlan, plan
+from tfshards.reading.epochorder import Position
 from tfshards.reading.gate import Gate
 from tfshards.reading.options import DecodeOptions, ReadOptions
 from tfshards.shardset.manifest import Manifest, ShardInfo
@@ -67,10 +72,12 @@ __all__ = [
     "make_dataset",
     "records_dataset",
     "resolve_paths",
+    "steps_per_epoch",
 ]
 
 AUTOTUNE = -1  # the value of tf.data.AUTOTUNE, without importing TensorFlow
 SHUFFLE_BUFFER_BYTES = 64 << 20  # default record shuffle buffer: ~64 MB of serialized records
+WINDOW_BYTES = 32 << 20  # default window of the epoch order; about three are held at once
 DEFAULT_CYCLE_LENGTH = 16  # files whose records mix in each batch; 16 x ~1 MB chunks
 
 
@@ -99,25 +106,40 @@ def make_dataset(
     per_record: bool | None = None,
     features: Sequence[str] | None = None,
     storage_options: dict[str, Any] | None = None,
+    order: str = "epoch",
+    start: Position | tuple[int, int] | None = None,
+    worker: tuple[int, int] | None = None,
+    input_context: Any = None,
 ) -> tf.data.Dataset:
     """A ``tf.data.Dataset`` of ``(inputs, label)`` batches for ``model.fit``.
 
     By default ``inputs`` is the image as float32 in ``[0, 1]`` of static shape
     ``(batch, height, width, channels)`` and ``label`` an int64 ``(batch,)``.
-    Training (``repeat`` defaults to True) gives an endless stream: pass
-    ``steps_per_epoch=split.train_records // batch_size`` to ``fit``.
+    Training (``repeat`` defaults to True) gives an endless stream of whole
+    epochs back to back, batched across their boundaries: pass
+    :func:`steps_per_epoch` to ``fit``. With the default ``order="epoch"``,
+    epoch ``e``'s records come in an order fixed by the manifest, ``seed``,
+    ``e`` and the worker (:mod:`tfshards.reading.epochorder`); ``start=(epoch,
+    record)`` yields exactly the rest of that epoch, then the following epochs
+    (after ``k`` batches: ``Position.after(k * batch_size, records per
+    epoch)``). ``worker=(index, count)``, or a ``tf.distribute.InputContext``
+    as ``input_context``, gives this worker ``records // count`` records of
+    every epoch, disjoint from the other workers'. A pass that does not repeat
+    knows its length (``len(ds)``).
 
     ``shards`` are the shards to read (e.g. ``split.train``) of ``manifest``
     (schema, compression, location). The keywords are the fields of
     :class:`~tfshards.reading.options.ReadOptions` (``batch_size``,
     ``training``, ``seed``, ``deterministic``, ``shuffle_buffer``,
     ``cycle_length``, ``parallel_reads``, ``repeat``, ``drop_remainder``,
-    ``cache_dir``, ``storage_options``) and of
+    ``cache_dir``, ``storage_options``, ``order``, ``start``, ``worker``) and of
     :class:`~tfshards.reading.options.DecodeOptions` (``image_size``,
     ``channels``, ``image_dtype``, ``decode``, ``scaled_decode``,
     ``per_record``, ``features``), documented there; :func:`from_options` takes
     the two values.
     """
+    if input_context is not None:
+        worker = (input_context.input_pipeline_id, input_context.num_input_pipelines)
     read = ReadOptions(
         batch_size=batch_size,
         training=training,
@@ -130,6 +152,9 @@ def make_dataset(
         drop_remainder=drop_remainder,
         cache_dir=cache_dir,
         storage_options=storage_options or {},
+        order=order,
+        start=start,
+        worker=worker or (0, 1),
     )
     decoding = DecodeOptions(
         image_size=image_size,
@@ -154,7 +179,7 @@ def from_options(
     shape: tuple[int, int, int] | None = None
     source: tuple[int, int] | None = None
     if decoding.decode and manifest.image_feature in names:
-        shape, source = _image_shape(shards, paths, gate, manifest, decoding)
+        shape, source = image_shape(shards, paths, gate, manifest, decoding)
     target = _resize_to(manifest, decoding)
     how = plan(
         source=source,
@@ -173,17 +198,28 @@ def from_options(
         batches = records.batch(read.batch_size, drop_remainder=read.drops_remainder).map(
             to_inputs, **parallel
         )
-    if not read.repeats:  # the manifest counts the records: Keras shows steps, not "Unknown"
-        batches = batches.apply(tf.data.experimental.assert_cardinality(_batches(shards, read)))
+    # The manifest counts the records: Keras shows steps, not "Unknown".
+    count = tf.data.INFINITE_CARDINALITY if read.repeats else _batches(shards, read)
+    batches = batches.apply(tf.data.experimental.assert_cardinality(count))
     data_options = tf.data.Options()
     if read.deterministic is not None:
         data_options.deterministic = read.deterministic
     return batches.prefetch(tf.data.AUTOTUNE).with_options(data_options)
 
 
+def steps_per_epoch(
+    shards: Sequence[ShardInfo], batch_size: int, *, worker: tuple[int, int] = (0, 1)
+) -> int:
+    """Whole batches in one training epoch of ``shards`` for worker ``(index, count)``
+    (``order="epoch"``): ``(records // count) // batch_size``."""
+    return sum(s.records for s in shards) // max(1, worker[1]) // batch_size
+
+
 def _batches(shards: Sequence[ShardInfo], read: ReadOptions) -> int:
     """How many batches one pass over ``shards`` gives (their manifest record counts)."""
     records = sum(shard.records for shard in shards)
+    if _seekable(read):
+        records = records // read.worker[1] - read.position.record
     whole, part = divmod(records, read.batch_size)
     return whole + (1 if part and not read.drops_remainder else 0)
 
@@ -204,7 +240,12 @@ def _shuffled_records(
     read: ReadOptions,
     per_record: bool,
 ) -> tf.data.Dataset:
-    """The serialized records, shuffled through a buffer when training, repeated if asked."""
+    """The serialized records in the training order (or file order), repeated if asked."""
+    if _seekable(read):
+        import tensorflow as tf
+
+        order = epochdata.epoch_order(shards, manifest, read, WINDOW_BYTES)
+        return epochdata.records(tf, gate, paths, order, read.position, repeat=read.repeats)
     parallel_reads = read.parallel_reads
     if parallel_reads is None and per_record:
         parallel_reads = AUTOTUNE  # see ReadOptions.parallel_reads
@@ -226,6 +267,10 @@ def _shuffled_records(
     if read.repeats:
         records = records.repeat()
     return records
+
+
+def _seekable(read: ReadOptions) -> bool:
+    return read.training and read.order == "epoch"
 
 
 def _to_inputs(
@@ -302,48 +347,6 @@ def _default_buffer(manifest: Manifest, shards: Sequence[ShardInfo]) -> int:
     records = sum(s.records for s in shards)
     mean = max(1, manifest.bytes // max(1, manifest.records))
     return max(1, min(records, SHUFFLE_BUFFER_BYTES // mean))
-
-
-def _image_shape(
-    shards: Sequence[ShardInfo],
-    paths: Sequence[str],
-    gate: Gate,
-    manifest: Manifest,
-    decoding: DecodeOptions,
-) -> tuple[tuple[int, int, int], tuple[int, int] | None]:
-    """The static image shape (asked for, or the first image's) and the stored image size.
-
-    The stored size is the written ``resize``, or the first image's: read
-    (header only for a JPEG) when the shape or the decode plan needs it.
-    """
-    image_size, channels = decoding.image_size, decoding.channels
-    side = None if manifest.resize is None else manifest.resize.size
-    stored = None if side is None else (side, side)
-    asked = None
-    if image_size is not None and channels is not None:
-        asked = (image_size[0], image_size[1], channels)
-    if asked is not None and (stored is not None or not decoding.scaled_decode):
-        return asked, stored
-    import tensorflow as tf
-
-    nonempty = [p for s, p in zip(shards, paths, strict=True) if s.records]
-    first = chunks.first_record(gate, nonempty[0]) if nonempty else None
-    if first is None:
-        if asked is not None:
-            return asked, stored
-        raise ConfigError("the shards hold no records; nothing to read")
-    feature = manifest.image_feature
-    spec = {feature: tf.io.FixedLenFeature([], tf.string)}
-    data = tf.io.parse_single_example(first, spec)[feature]
-    if asked is not None and bool(tf.io.is_jpeg(data)):
-        height, width, found = (int(d) for d in tf.io.extract_jpeg_shape(data))
-    else:
-        image = tf.io.decode_image(data, channels=channels or 0, expand_animations=False)
-        height, width, found = (int(d) for d in image.shape)
-    source = (height, width)
-    if image_size is not None:
-        height, width = image_size
-    return (height, width, channels or found), source
 
 
 # ----------------------------------------------------------------------------- files

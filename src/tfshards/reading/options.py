@@ -14,8 +14,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from tfshards.errors import ConfigError
+from tfshards.reading.epochorder import Position
 
 DTYPES = ("float32", "uint8")
+ORDERS = ("epoch", "buffer")
 CHANNELS = (None, 1, 3, 4)
 
 
@@ -25,16 +27,31 @@ class ReadOptions:
 
     Attributes:
         batch_size: records per batch (>= 1).
-        training: shuffle (file order each epoch, and records through a
-            buffer), repeat and drop the last partial batch by default.
-        seed: seeds both shuffles; the same seed gives the same order when
+        training: shuffle (``order``), repeat and drop the last partial batch
+            by default.
+        seed: seeds the training order; the same seed gives the same order when
             ``deterministic`` is True.
         deterministic: True keeps the element order a pure function of
             ``seed``; False lets parallel stages hand out whatever is ready
             first. None: TensorFlow's default (True).
-        shuffle_buffer: records in the shuffle buffer when training; None sizes
-            it to ~64 MB of records (all of them for small sets); 0 shuffles
-            only the file order.
+        shuffle_buffer: records permuted together when training (a window of
+            the ``epoch`` order, or the ``buffer`` order's shuffle buffer); None:
+            ~32 MB of records for ``epoch`` (about three windows are held),
+            ~64 MB for ``buffer``; 0 shuffles only the ~1 MB units (``epoch``)
+            or the file order (``buffer``).
+        order: the training order. ``"epoch"``: each epoch's order is a pure
+            function of the manifest, ``seed``, the epoch and ``worker``
+            (:mod:`tfshards.reading.epochorder`), so a stream can start at any
+            ``start``. ``"buffer"``: a seeded file shuffle into a record shuffle
+            buffer reshuffled each epoch, which cannot be resumed mid-epoch.
+            ``cycle_length`` and ``parallel_reads`` apply to it and to evaluation.
+        start: ``(epoch, record)`` (or a :class:`~tfshards.reading.epochorder.Position`)
+            where the ``epoch`` order starts: the rest of that epoch, then the
+            following ones; None: ``(0, 0)``. Exact unless ``deterministic`` is
+            False (a parallel decode may then swap records near the cut).
+        worker: ``(index, count)``: with the ``epoch`` order, this worker's
+            ``records // count`` records of every epoch (disjoint blocks of one
+            global order; the last ``records % count`` are read by none).
         cycle_length: shard files open at once, their records interleaved one
             by one; None: up to ``loader.DEFAULT_CYCLE_LENGTH``.
         parallel_reads: threads reading those files (``interleave``'s
@@ -63,11 +80,33 @@ class ReadOptions:
     drop_remainder: bool | None = None
     cache_dir: str | None = None
     storage_options: Mapping[str, Any] = field(default_factory=dict)
+    order: str = "epoch"
+    start: Position | tuple[int, int] | None = None
+    worker: tuple[int, int] = (0, 1)
 
     def __post_init__(self) -> None:
         if self.batch_size < 1:
             raise ConfigError(f"batch_size must be >= 1, got {self.batch_size}")
+        if self.order not in ORDERS:
+            raise ConfigError(f"order must be one of {ORDERS}, got {self.order!r}")
+        index, count = self.worker
+        if count < 1 or not 0 <= index < count:
+            raise ConfigError(
+                f"worker must be (index, count), 0 <= index < count, got {self.worker}"
+            )
+        object.__setattr__(self, "worker", (int(index), int(count)))
+        start = self.start
+        if start is not None and not isinstance(start, Position):
+            object.__setattr__(self, "start", Position(*start))
+        seekable = self.training and self.order == "epoch"
+        if (start is not None or count > 1) and not seekable:
+            raise ConfigError("start and worker need training=True with order='epoch'")
         object.__setattr__(self, "storage_options", dict(self.storage_options or {}))
+
+    @property
+    def position(self) -> Position:
+        """Where the training stream starts."""
+        return self.start if isinstance(self.start, Position) else Position()
 
     @property
     def repeats(self) -> bool:

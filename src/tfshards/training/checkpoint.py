@@ -1,13 +1,15 @@
-"""Per-epoch training checkpoints, so a killed run resumes after its last finished epoch.
+"""Training checkpoints, so a killed run resumes at its last saved step, mid-epoch or not.
 
 A checkpoint holds the model's and optimizer's variables (random-layer seed
-states included) and the input iterator's position, written with
-``tf.train.Checkpoint`` after every epoch, plus ``state.json``: the epochs
-done, their metrics, a key naming the settings they were trained with, and the
-size and SHA-256 of each file of the checkpoint. The files are fsynced, then
-``state.json`` is replaced atomically, so a kill or power loss at any moment
-leaves the previous epoch's checkpoint whole. The iterator's state includes its
-shuffle buffer (up to ~64 MB of records by default).
+states included) and the running metrics of the epoch under way, written with
+``tf.train.Checkpoint`` after every epoch (and every N steps when asked), plus
+``state.json``: the epochs done, their metrics, the training steps done (the
+input's position: the loader's epoch order starts anywhere, so no iterator
+state, a few bytes in place of a shuffle buffer of up to ~64 MB), a key
+naming the settings they were trained with, and the size and SHA-256 of each
+file of the checkpoint. The files are fsynced, then ``state.json`` is
+replaced atomically, so a kill or power loss at any moment leaves the
+previous checkpoint whole.
 
 The folder is the tool's own: the first save writes a marker file
 (:data:`MARKER`) into a folder that is new or empty, and nothing is ever saved
@@ -52,6 +54,7 @@ class Checkpoint:
     directory: str
     key: str
     trackables: dict[str, Any] = field(default_factory=dict)
+    step: int = 0  # training steps done, as the last save or restore left them
 
     def claim(self) -> None:
         """Check the folder is absent, empty or marked as tfshards' own.
@@ -79,10 +82,11 @@ class Checkpoint:
             )
 
     def restore(self, log: Log | None = None) -> tuple[int, list[dict[str, Any]]]:
-        """Load the last finished epoch into the trackables: ``(epochs done, their metrics)``.
+        """Load the last checkpoint into the trackables: ``(epochs done, their metrics)``.
 
-        ``(0, [])`` when there is no checkpoint, or one made with other settings
-        or with damaged files (which is discarded, and said through ``log``).
+        :attr:`step` becomes the training steps it had done. ``(0, [])`` when
+        there is no checkpoint, or one made with other settings or with damaged
+        files (which is discarded, and said through ``log``).
 
         Raises:
             ConfigError: the folder is not tfshards' own (:meth:`claim`), or the
@@ -90,6 +94,7 @@ class Checkpoint:
                 discarded first, so the next run starts over).
         """
         self.claim()
+        self.step = 0
         state = _read_state(self._path(STATE))
         if state is None:
             return 0, []
@@ -117,10 +122,12 @@ class Checkpoint:
                 option="checkpoint_dir",
                 path=self.directory,
             ) from None
+        self.step = int(state.get("step", 0))
         return int(state["epochs"]), list(state["history"])
 
-    def save(self, epochs: int, history: list[dict[str, Any]]) -> None:
-        """Write the trackables after epoch ``epochs``, then drop the previous checkpoint."""
+    def save(self, epochs: int, history: list[dict[str, Any]], *, step: int | None = None) -> None:
+        """Write the trackables after epoch ``epochs`` (``step`` training steps in, when
+        given), then drop the previous checkpoint."""
         import tensorflow as tf
 
         self.claim()
@@ -128,7 +135,7 @@ class Checkpoint:
         if not os.path.exists(self._path(MARKER)):
             mark = {"made_by": "tfshards", "holds": "training checkpoints"}
             jsonfile.save(mark, self._path(MARKER))
-        prefix = f"{_PREFIX}{epochs:05d}"
+        prefix = f"{_PREFIX}{epochs:05d}" + ("" if step is None else f"-step-{step:010d}")
         tf.train.Checkpoint(**self.trackables).write(self._path(prefix))
         files = {}
         for name in sorted(os.listdir(self.directory)):
@@ -141,8 +148,10 @@ class Checkpoint:
             "history": history,
             "key": self.key,
             "prefix": prefix,
+            "step": step or 0,
         }
         jsonfile.save(state, self._path(STATE))  # durable, then visible
+        self.step = step or 0
         for name in os.listdir(self.directory):
             if name.startswith(_PREFIX) and not name.startswith(prefix + "."):
                 os.remove(self._path(name))

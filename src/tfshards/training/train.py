@@ -16,6 +16,7 @@ first use, so :class:`TrainConfig` loads in milliseconds.
 
 from __future__ import annotations
 
+import functools
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -23,12 +24,14 @@ from typing import Any
 
 from tfshards import atomicfile, jsonfile, storage
 from tfshards.errors import ConfigError
+from tfshards.reading.epochorder import Position
 from tfshards.shardset import manifest as manifests
 from tfshards.shardset.manifest import Manifest
 from tfshards.shardset.split import Split, split
 from tfshards.training import confusion, live, models, optim, traindata
 from tfshards.training.checkpoint import Checkpoint, settings_key
 from tfshards.training.devices import device_name, make_strategy, tf_state
+from tfshards.training.epochloop import EpochLoop
 from tfshards.training.export import export_serving, save_model
 from tfshards.training.history import (
     MODEL_METRICS,
@@ -37,7 +40,7 @@ from tfshards.training.history import (
     stop_early,
     summarize,
 )
-from tfshards.training.stall import timed_loop
+from tfshards.training.stall import LoopTiming
 from tfshards.training.steps import TrainSteps
 from tfshards.training.trainconfig import TrainConfig
 from tfshards.training.traindata import TrainData
@@ -90,13 +93,19 @@ class Fitted:
     checkpoint: Checkpoint | None
 
 
-def train(config: TrainConfig, *, log: Callable[[str], None] | None = None) -> TrainResult:
+def train(
+    config: TrainConfig,
+    *,
+    log: Callable[[str], None] | None = None,
+    on_batch: Callable[[int, Any], None] | None = None,
+) -> TrainResult:
     """Train ``config.model`` on the manifest's shards and write every output.
 
     Splits the shards (whole files) into train and validation, trains on
     (weighted, smoothed) cross-entropy, evaluates after every epoch, logs
     per-epoch metrics to dvclive and checkpoints, resuming after the last
-    finished epoch of a killed run with the same settings. Then writes the
+    checkpoint of a killed run with the same settings (after an epoch, or
+    mid-epoch every ``checkpoint_every_steps``). Then writes the
     validation confusion matrix, the summary metrics, the split, the model and
     its serving export, and removes the checkpoint. Global TensorFlow state it
     changes (dtype policy, op determinism) is restored on return.
@@ -104,6 +113,8 @@ def train(config: TrainConfig, *, log: Callable[[str], None] | None = None) -> T
     Args:
         config: what to train.
         log: called with one line per epoch (None: silent).
+        on_batch: called with the training step's number (from 0, counted over
+            epochs) and its batch, before the step (a test's hook).
     """
     started = time.perf_counter()
     manifest, parts = _load(config)
@@ -112,7 +123,7 @@ def train(config: TrainConfig, *, log: Callable[[str], None] | None = None) -> T
     with tf_state(config.seed, deterministic=config.deterministic, mixed=placement.mixed):
         data = traindata.prepare(config, manifest, parts)
         steps = _build(config, data, placement)
-        fitted = _fit(config, data, steps, placement, log)
+        fitted = _fit(config, data, steps, placement, log, on_batch)
         metrics = _finish(config, data, placement, steps, fitted, started)
     _write_outputs(config, metrics, parts, fitted.checkpoint)
     return TrainResult(metrics, fitted.results, parts)
@@ -188,14 +199,22 @@ def _fit(
     steps: TrainSteps,
     placement: Placement,
     log: Callable[[str], None] | None,
+    on_batch: Callable[[int, Any], None] | None,
 ) -> Fitted:
-    """Every epoch a checkpoint does not hold yet, logged; then the val confusion matrix."""
+    """Every step a checkpoint does not hold yet, epochs logged; then the val confusion matrix."""
     import tensorflow as tf
 
     from tfshards.reading.corruption import shard_errors
 
-    iterator = iter(data.train)  # one for all epochs: the pipeline never restarts
-    checkpoint, results = _resume(config, data, steps, iterator, log)
+    checkpoint, results = _resume(config, data, steps, log)
+    done = max(0 if checkpoint is None else checkpoint.step, len(results) * data.batches)
+    train = data.train
+    if done:  # the input starts where the checkpoint's steps ended
+        start = Position.after(done * config.batch_size, data.parts.train_records)
+        train = traindata.dataset(
+            data.parts.train, data.manifest, config, training=True, start=start
+        )
+    iterator = iter(train)  # one for all epochs: the pipeline never restarts
     log_live = live.start(config.live_dir, resumed=len(results))
     labels = data.manifest.labels
     predictions: Predictions | None = None
@@ -206,11 +225,17 @@ def _fit(
                 if stop_early(results, config.early_stopping, config.early_stopping_metric):
                     _say_stopped(config, results, steps, log)
                     break
-                result, predictions = _epoch(config, data, steps, iterator, epoch)
+                save = None
+                if checkpoint is not None:
+                    history = [r.to_json() for r in results]
+                    save = functools.partial(checkpoint.save, epoch - 1, history)
+                loop = EpochLoop(steps, iterator, data.batches, config.checkpoint_every_steps)
+                result, predictions = _epoch(data, steps, loop.epoch(epoch, done, save, on_batch))
+                done = epoch * data.batches
                 results.append(result)
                 live.log_epoch(log_live, result)
                 if checkpoint is not None:
-                    checkpoint.save(epoch, [r.to_json() for r in results])
+                    checkpoint.save(epoch, [r.to_json() for r in results], step=done)
                 _say_epoch(log, result, config.epochs)
             if data.val is not None and predictions is None:  # all epochs were done before
                 _, _, actual, predicted = steps.evaluate(data.val)
@@ -229,16 +254,10 @@ def _fit(
 
 
 def _epoch(
-    config: TrainConfig, data: TrainData, steps: TrainSteps, iterator: Any, epoch: int
+    data: TrainData, steps: TrainSteps, trained: tuple[int, LoopTiming]
 ) -> tuple[EpochResult, Predictions | None]:
-    """Train one epoch, then evaluate: its result and the val predictions (None without val)."""
-    timing = timed_loop(
-        iterator,
-        data.batches,
-        lambda b: steps.train(b[0], b[1]),
-        count=lambda b: int(b[1].shape[0]),
-        sync=lambda loss: loss.numpy(),
-    )
+    """An epoch trained, evaluated: its result and the val predictions (None without val)."""
+    epoch, timing = trained
     loss, accuracy = steps.train_metrics()
     if data.val is None:
         return EpochResult(epoch, loss, accuracy, None, None, timing), None
@@ -302,24 +321,30 @@ def _resume(
     config: TrainConfig,
     data: TrainData,
     steps: TrainSteps,
-    iterator: Any,
     log: Callable[[str], None] | None,
 ) -> tuple[Checkpoint | None, list[EpochResult]]:
     """The checkpoint (None without ``checkpoint_dir``) and the epochs it restored."""
     if not config.checkpoint_dir:
         return None, []
+    settings = {**config.settings(), "fingerprint": data.manifest.fingerprint}
     checkpoint = Checkpoint(
         config.checkpoint_dir,
-        settings_key({**config.settings(), "fingerprint": data.manifest.fingerprint}),
+        settings_key({**settings, "input": "epoch order"}),  # not an iterator's state
         {
             "model": [v.value for v in steps.model.variables],
             "optimizer": [v.value for v in steps.optimizer.variables],
-            "iterator": iterator,
+            "metrics": [v.value for m in (steps.loss, steps.accuracy) for v in m.variables],
         },
     )
     done, history = checkpoint.restore(log)
     results = [EpochResult.from_json(doc) for doc in history]
-    if done and log is not None:
+    into = checkpoint.step - done * data.batches
+    if log is not None and into > 0:
+        log(
+            f"resuming in epoch {done + 1}/{config.epochs} after step {checkpoint.step} "
+            f"from {config.checkpoint_dir}"
+        )
+    elif done and log is not None:
         log(f"resuming after epoch {done}/{config.epochs} from {config.checkpoint_dir}")
     return checkpoint, results
 

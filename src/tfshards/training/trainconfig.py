@@ -57,6 +57,9 @@ class TrainConfig:
         checkpoint_dir: local folder for per-epoch checkpoints, or None for none:
             new, empty or made by tfshards (:mod:`tfshards.training.checkpoint`),
             overlapping no other output; its files are removed when the run finishes.
+        checkpoint_every_steps: also checkpoint every N training steps, so a
+            killed run resumes mid-epoch at the last such step (the input
+            order is seekable); 0: after every epoch only.
     """
 
     manifest: str = "data/manifest.json"
@@ -91,13 +94,20 @@ class TrainConfig:
     split_out: str | None = "results/train/split.json"
     export_out: str | None = None
     checkpoint_dir: str | None = None
+    checkpoint_every_steps: int = 0
 
     def __post_init__(self) -> None:
         for name in ("epochs", "batch_size", "image_size"):
             value = getattr(self, name)
             if value < 1:
                 raise ConfigError(f"{name} must be >= 1, got {value}", option=name)
-        for name in ("warmup_epochs", "early_stopping", "momentum", "weight_decay"):
+        for name in (
+            "warmup_epochs",
+            "early_stopping",
+            "momentum",
+            "weight_decay",
+            "checkpoint_every_steps",
+        ):
             if getattr(self, name) < 0:
                 raise ConfigError(f"{name} must be >= 0, got {getattr(self, name)}", option=name)
         if not self.learning_rate > 0:
@@ -148,7 +158,8 @@ class TrainConfig:
     def settings(self) -> dict[str, Any]:
         """Everything the epochs depend on (outputs left out): a checkpoint's key."""
         values = dataclasses.asdict(self)
-        return {k: v for k, v in values.items() if k not in _OUTPUTS}
+        # How often a run checkpoints changes none of its steps: a run resumes under another.
+        return {k: v for k, v in values.items() if k not in (*_OUTPUTS, "checkpoint_every_steps")}
 
 
 def _inside(path: str, folder: str) -> bool:
@@ -313,5 +324,11 @@ OPTIONS = (
         "It must be new, empty or made by tfshards, and hold no other output; "
         "its checkpoint files are removed when the run finishes. '' for none.",
         convert=_none_if_empty,
+    ),
+    Option(
+        "checkpoint_every_steps", int, _D.checkpoint_every_steps,
+        "Also checkpoint every N training steps: a killed run resumes mid-epoch; "
+        "0: after every epoch only.",
+        param=True, comment="also checkpoint every N steps (resume mid-epoch); 0 = per epoch only",
     ),
 )  # fmt: skip

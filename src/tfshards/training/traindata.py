@@ -9,6 +9,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from tfshards.reading.epochorder import Position
 from tfshards.shardset.manifest import Manifest, ShardInfo
 from tfshards.shardset.split import Split
 from tfshards.training import optim
@@ -20,7 +21,8 @@ class TrainData:
     """The manifest, its split and the datasets made from it.
 
     Attributes:
-        train: the training batches, endless (one iterator serves every epoch).
+        train: the training batches from the first epoch's start, endless (one
+            iterator serves every epoch; :func:`dataset` starts one anywhere).
         val: the validation batches, or None without validation shards.
         channels: image channels of a batch.
         batches: training steps per epoch.
@@ -55,14 +57,17 @@ def prepare(config: TrainConfig, manifest: Manifest, parts: Split) -> TrainData:
 
 
 def dataset(
-    shards: Sequence[ShardInfo], manifest: Manifest, config: TrainConfig, *, training: bool
+    shards: Sequence[ShardInfo],
+    manifest: Manifest,
+    config: TrainConfig,
+    *,
+    training: bool,
+    start: Position | None = None,
 ) -> Any:
-    """The batches of ``shards`` as ``config`` reads them, fit for a checkpointed iterator."""
-    import tensorflow as tf
-
+    """The batches of ``shards`` as ``config`` reads them; training from ``start`` on."""
     from tfshards.reading import loader
 
-    batches = loader.make_dataset(
+    return loader.make_dataset(
         shards,
         manifest,
         batch_size=config.batch_size,
@@ -72,14 +77,8 @@ def dataset(
         image_dtype=config.image_dtype,
         scaled_decode=config.scaled_decode,
         deterministic=config.deterministic,
+        start=start,
     )
-    # The checkpointed iterator holds the chunk reader's numpy_functions
-    # (tfshards.reading.chunks), which keep no state a resumed run needs: each
-    # call reads the chunk its arguments name (a gzip shard inflated from its
-    # start again), and a remote shard not yet in the cache is fetched again.
-    options = tf.data.Options()
-    options.experimental_external_state_policy = tf.data.experimental.ExternalStatePolicy.IGNORE
-    return batches.with_options(options)
 
 
 def label_counts(shards: Sequence[ShardInfo], manifest: Manifest) -> list[int]:
