@@ -51,7 +51,11 @@ def test_list_writes_its_counts_as_a_metrics_file(raw: Path, tmp_path: Path) -> 
     result = runner.invoke(app, args)
     assert result.exit_code == 0, result.output
     # Few numbers, for `dvc exp show`; per label and per reason: the listing's meta.json.
-    assert json.loads(metrics.read_text(encoding="utf-8")) == {"files": 3, "labels": 2, "skipped": 3}
+    assert json.loads(metrics.read_text(encoding="utf-8")) == {
+        "files": 3,
+        "labels": 2,
+        "skipped": 3,
+    }
 
 
 def test_list_options_reach_the_listing(raw: Path, tmp_path: Path) -> None:
