@@ -13,7 +13,7 @@ from typing import Any
 
 from bench.common.data import LARGE, MEDIUM, SMALL, TINY, DataSet, ensure, listing_of, subset
 from bench.suite import bound as bounds
-from bench.suite import checkers, growth, lookup, memory, readers, report, startup, writers
+from bench.suite import checkers, growth, lookup, memory, readers, report, resume, startup, writers
 from bench.suite.rounds import Contender, Epochs, compare, cpu_count, row
 from tfshards.listing.listing import Listing
 from tfshards.shardset.layout import MANIFEST_NAME
@@ -337,6 +337,10 @@ def run(
             bench.rows += growth.compare(SMALL.scaled(scale), small_root, reps, workroot, log)
         if "start" in only:
             bench.rows += startup.compare(max(reps, 5), log)
+        if "resume" in only:
+            log("resume / small: the first batch at 80% of an epoch, and at its start")
+            _, manifest, _ = _prepare_shards(listings[SMALL.name], workroot, False)
+            bench.rows += resume.compare(manifest, reps, log)
         if "show" in only:
             records = max(100, round(lookup.RECORDS * scale))
             bench.rows += lookup.compare(records, max(reps, 5), workroot, log)

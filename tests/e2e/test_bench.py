@@ -21,7 +21,7 @@ BENCH = REPO / "bench"
 # What each part of bench/ may import from bench/ besides itself: the suite and every study
 # share only bench.common, and a study imports no other study.
 ALLOWED = {"common": {"common"}, "suite": {"suite", "common"}, "studies": {"common"}}
-SECTIONS = "bound,write,validate,read,sizes,generator,memory,grow,start,show"
+SECTIONS = "bound,write,validate,read,sizes,generator,memory,grow,start,show,resume"
 
 WRITE = {
     "naive loop (1 process)",
@@ -291,6 +291,9 @@ def test_tiny_run_reports_every_contender_with_positive_numbers(
     assert [r["name"] for r in show] == ["tfshards show, by path", "tfshards show, by SHARD:INDEX"]
     assert all(r["records"] == 5000 and r["wall_s"]["min"] > 0 for r in show)
 
+    resumed = _rows(doc, "resume")  # the first batch at 80% of an epoch, and at its start
+    assert len(resumed) == 3 and all(r["wall_s"]["min"] > 0 for r in resumed)
+
     bound = _rows(doc, "bound")
     assert {(r["data"], r["name"]) for r in bound} == {
         (d, p) for d in ("small", "large") for p in PIECES
@@ -304,6 +307,7 @@ def test_tiny_run_reports_every_contender_with_positive_numbers(
         "#### Grow",
         "#### A command's start",
         "#### One record of a large version",
+        "#### First training batch after a resume",
     )
     for heading in (*headings, *more):
         assert heading in stdout
