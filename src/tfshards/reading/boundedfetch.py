@@ -28,8 +28,9 @@ from tfshards.shardset.manifest import ShardInfo
 AHEAD = 4  # lookahead downloads in flight at once (one ~1 MB chunk read covers ~10 ms of them)
 TRIES = 8  # times a demanded shard may be evicted by another process between download and pin
 
-# (shard, keep, must) -> its path; "" when must is False and there was no room
-Bring = Callable[[ShardInfo, Collection[str], bool], str]
+# (shard, keep, pin owner) -> its path. A demanded shard (an owner) comes whatever room is left
+# and is pinned before its download lock goes; a lookahead one (None) gives "" without room.
+Bring = Callable[[ShardInfo, Collection[str], int | None], str]
 _owners = itertools.count(1)
 
 
@@ -58,6 +59,7 @@ class BoundedFetch:
         self._futures: dict[str, cf.Future[str]] = {}
         self._ahead: set[str] = set()  # brought ahead, not asked for yet
         self._asked: set[str] = set()  # asked for since every shard last was
+        self._prepinned: set[cf.Future[str]] = set()  # demands whose pin no wait has taken over
         self._pool = cf.ThreadPoolExecutor(workers, thread_name_prefix="tfshards-fetch")
         self.owner = next(_owners)
         self._closed = weakref.finalize(self, _close, self._pool, self.owner)
@@ -88,6 +90,11 @@ class BoundedFetch:
             if not future.result():
                 continue  # a lookahead that found no room: asked for now, it must come
             if pins.pin(path, self.owner):
+                with self._lock:
+                    prepinned = future in self._prepinned
+                    self._prepinned.discard(future)
+                if prepinned:  # the download's own pin, taken for this wait, is now this one
+                    pins.release(path)
                 self._space.touch(path)
                 return path
             with self._lock:  # evicted before it was pinned: bring it again
@@ -117,8 +124,10 @@ class BoundedFetch:
     def _submit(self, path: str, *, must: bool) -> cf.Future[str]:
         shard = self._shards[path]
         keep = () if must else frozenset(self._ahead)  # lookahead never evicts lookahead
-        future = self._pool.submit(self._bring, shard, keep, must)
+        future = self._pool.submit(self._bring, shard, keep, self.owner if must else None)
         self._futures[path] = future
+        if must:
+            self._prepinned.add(future)
         if not must:
             self._ahead.add(path)
             future.add_done_callback(lambda f: self._ahead_done(path, f))

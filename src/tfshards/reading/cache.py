@@ -39,6 +39,7 @@ from fsspec.implementations.local import LocalFileSystem
 
 from tfshards import atomicfile, jsonfile, storage
 from tfshards.errors import ShardError
+from tfshards.reading import pins
 from tfshards.reading.boundedfetch import BoundedFetch
 from tfshards.reading.cachespace import (
     SIDECAR,
@@ -134,8 +135,9 @@ class ShardCache:
         fs, root = storage.open_url(manifest.directory, **storage_options)
         if self.limit is not None:
 
-            def bring(shard: ShardInfo, keep: Collection[str], must: bool) -> str:
-                return self.bring(fs, root, manifest, shard, keep=keep, must=must)
+            def bring(shard: ShardInfo, keep: Collection[str], pin: int | None) -> str:
+                must = pin is not None
+                return self.bring(fs, root, manifest, shard, keep=keep, must=must, pin=pin)
 
             paths = [(self.path(s), s) for s in shards]
             return BoundedFetch(self.space, bring, paths, self.workers)
@@ -164,21 +166,25 @@ class ShardCache:
         *,
         keep: Collection[str] = (),
         must: bool = True,
+        pin: int | None = None,
     ) -> str:
         """Make ``shard``'s verified copy; returns its path, "" when ``must`` is False and no room.
 
-        Holds the shard's download lock throughout: another thread or process
-        bringing the same shard waits, then finds it verified. ``keep`` and
-        ``must`` are :meth:`CacheSpace.reserve`'s.
+        Holds the shard's download lock throughout (eviction skips a shard
+        whose lock is held): another thread or process bringing the same shard
+        waits, then finds it verified. ``keep`` and ``must`` are
+        :meth:`CacheSpace.reserve`'s; ``pin``: pin the copy for this owner
+        before the lock goes (:func:`tfshards.reading.pins.pin`).
         """
         path = self.path(shard)
         with self.space.shard_lock(shard.sha256):
-            if self.is_verified(shard):
-                return path
-            part = self.space.reserve(path, shard.bytes, keep=keep, must=must)
-            if part is None:
-                return ""
-            self._download(fs, root, manifest, shard, part)
+            if not self.is_verified(shard):
+                part = self.space.reserve(path, shard.bytes, keep=keep, must=must)
+                if part is None:
+                    return ""
+                self._download(fs, root, manifest, shard, part)
+            if pin is not None and not pins.pin(path, pin):
+                raise ShardError(f"{path}: removed while its lock was held", path=path)
         return path
 
     def _download(

@@ -210,11 +210,37 @@ class CacheSpace:
         for _, path, size in order:
             if freed >= need:
                 break
-            gone = _remove_unpinned(path)
+            gone = self._remove_unpinned(path)
             if gone is not None:
                 freed += size + gone
                 self.evicted += 1
         return used - freed
+
+    def _remove_unpinned(self, path: str) -> int | None:
+        """Unlink a shard and its sidecar unless pinned or being brought; the sidecar's bytes.
+
+        None when it stays. Both locks are tried without waiting.
+        """
+        sha = os.path.basename(path).removesuffix(SUFFIX)
+        name = os.path.join(self.directory, LOCKS, sha)
+        fds = []
+        try:
+            for target in (name, path):
+                flags = os.O_RDWR | os.O_CREAT if target == name else os.O_RDONLY
+                fds.append(os.open(target, flags | os.O_CLOEXEC, 0o644))
+                fcntl.flock(fds[-1], fcntl.LOCK_EX | fcntl.LOCK_NB)
+            os.unlink(path)
+            try:
+                sidecar = os.stat(path + SIDECAR).st_size
+                os.unlink(path + SIDECAR)
+            except FileNotFoundError:
+                sidecar = 0
+            return sidecar
+        except (BlockingIOError, FileNotFoundError):
+            return None  # being brought, pinned by a reader, or gone
+        finally:
+            for fd in fds:
+                os.close(fd)
 
     def touch(self, path: str) -> None:
         """Mark the shard at ``path`` used now (its sidecar's mtime; the shard's stat is kept)."""
@@ -227,28 +253,6 @@ def _last_use(path: str, st: os.stat_result) -> int:
         return os.stat(path + SIDECAR).st_mtime_ns
     except FileNotFoundError:
         return st.st_mtime_ns
-
-
-def _remove_unpinned(path: str) -> int | None:
-    """Unlink the shard at ``path`` and its sidecar unless pinned; the sidecar's bytes, or None."""
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
-    except FileNotFoundError:
-        return None
-    try:
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            return None  # pinned by a reader
-        os.unlink(path)
-        try:
-            sidecar = os.stat(path + SIDECAR).st_size
-            os.unlink(path + SIDECAR)
-        except FileNotFoundError:
-            sidecar = 0
-        return sidecar
-    finally:
-        os.close(fd)
 
 
 def _host() -> str:
