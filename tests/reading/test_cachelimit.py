@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from cachesize import Sampler, dir_bytes
 from tfshards.errors import ConfigError, ShardError
 from tfshards.reading import loader, pins
 from tfshards.reading.cache import ShardCache
@@ -24,44 +25,6 @@ def remote(
     """240 synthetic 16 px JPEGs in 40 shards on memory://."""
     raw = make_raw(240, 16, classes=4, path=tmp_path / "img")
     return write_set(raw, "memory://bucket/shards", num_shards=40, executor="serial")
-
-
-def dir_bytes(directory: str) -> int:
-    """What the cache directory holds: every file at its top (shards, sidecars, part files)."""
-    total = 0
-    try:
-        entries = list(os.scandir(directory))
-    except FileNotFoundError:
-        return 0
-    for entry in entries:
-        try:
-            if entry.is_file(follow_symlinks=False):
-                total += entry.stat(follow_symlinks=False).st_size
-        except FileNotFoundError:
-            pass
-    return total
-
-
-class Sampler:
-    """The largest size of a directory seen, sampled from a thread every ~0.2 ms."""
-
-    def __init__(self, directory: str) -> None:
-        self.directory, self.peak, self.samples = directory, 0, 0
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
-
-    def _run(self) -> None:
-        while not self._stop.wait(0.0002):
-            self.peak = max(self.peak, dir_bytes(self.directory))
-            self.samples += 1
-
-    def __enter__(self) -> Sampler:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        self._thread.join()
 
 
 @pytest.fixture

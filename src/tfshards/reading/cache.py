@@ -132,6 +132,7 @@ class ShardCache:
         """
         os.makedirs(self.directory, exist_ok=True)
         atomicfile.remove_stale_temps(self._local, self.directory)
+        self.space.scan()  # drops part files of downloads whose process died
         fs, root = storage.open_url(manifest.directory, **storage_options)
         if self.limit is not None:
 
