@@ -2,13 +2,20 @@
 
 A shard is downloaded when the gate waits for it, and pinned
 (:mod:`tfshards.reading.pins`) before ``wait`` returns; the reader releases it
-after its last chunk. Each wait also starts up to :data:`AHEAD` downloads of
-the next shards in the fetch list not yet asked for since every shard was last
-asked for (in a shuffled epoch, the ones this epoch still reads). A lookahead
-download only takes room it can free without evicting a pinned shard or
-another lookahead shard not yet read; a demanded one always comes, evicting
-lookahead shards last, so the cache exceeds its limit only by what readers
-hold pinned.
+after its last chunk. A wait for the shard after the one asked for last (the
+reader follows the fetch list: no shuffled file order) also starts up to
+:data:`AHEAD` downloads of the next shards in the list not yet asked for since
+every shard was last asked for. In a shuffled order a guess would mostly be
+wrong: each shard brought ahead and evicted unread was a download wasted (438
+downloads against 240 reads in 3 epochs of 80 shards, limit 20%). Room is made
+by evicting first the shards this fetch has read in this pass (not needed
+again before the next; the most recent first, which keeps a fixed part of the
+set for the next pass: plain LRU keeps nothing of a cyclic read larger than
+the cache), then other shards least recently used first (another process's,
+by their sidecars' mtimes). A lookahead download only takes room it can free
+without evicting a pinned shard or another lookahead shard not yet read; a
+demanded one always comes, evicting lookahead shards last, so the cache
+exceeds its limit only by what readers hold pinned.
 """
 
 from __future__ import annotations
@@ -28,9 +35,10 @@ from tfshards.shardset.manifest import ShardInfo
 AHEAD = 4  # lookahead downloads in flight at once (one ~1 MB chunk read covers ~10 ms of them)
 TRIES = 8  # times a demanded shard may be evicted by another process between download and pin
 
-# (shard, keep, pin owner) -> its path. A demanded shard (an owner) comes whatever room is left
-# and is pinned before its download lock goes; a lookahead one (None) gives "" without room.
-Bring = Callable[[ShardInfo, Collection[str], int | None], str]
+# (shard, keep, first, pin owner) -> its path (keep, first: CacheSpace.reserve's). A demanded
+# shard (an owner) comes whatever room is left and is pinned before its download lock goes;
+# a lookahead one (None) gives "" without room.
+Bring = Callable[[ShardInfo, Collection[str], Collection[str], int | None], str]
 _owners = itertools.count(1)
 
 
@@ -59,6 +67,7 @@ class BoundedFetch:
         self._futures: dict[str, cf.Future[str]] = {}
         self._ahead: set[str] = set()  # brought ahead, not asked for yet
         self._asked: set[str] = set()  # asked for since every shard last was
+        self._last = -1  # the index of the shard last asked for
         self._prepinned: set[cf.Future[str]] = set()  # demands whose pin no wait has taken over
         self._pool = cf.ThreadPoolExecutor(workers, thread_name_prefix="tfshards-fetch")
         self.owner = next(_owners)
@@ -80,13 +89,17 @@ class BoundedFetch:
         """
         if path not in self._index:
             raise ShardError(f"{path}: not a shard this fetch brings", path=path)
+        with self._lock:
+            last = self._last
         for _ in range(TRIES):
             with self._lock:
                 self._note_asked(path)
                 future = self._futures.get(path)
                 if future is None or (future.done() and not _brought(future)):
                     future = self._submit(path, must=True)
-                self._look_ahead(path)
+                index, self._last = self._index[path], self._index[path]
+                if index == (last + 1) % len(self._order):
+                    self._look_ahead(path)
             if not future.result():
                 continue  # a lookahead that found no room: asked for now, it must come
             if pins.pin(path, self.owner):
@@ -123,8 +136,8 @@ class BoundedFetch:
 
     def _submit(self, path: str, *, must: bool) -> cf.Future[str]:
         shard = self._shards[path]
-        keep = () if must else frozenset(self._ahead)  # lookahead never evicts lookahead
-        future = self._pool.submit(self._bring, shard, keep, self.owner if must else None)
+        keep, first = frozenset(self._ahead), frozenset(self._asked)
+        future = self._pool.submit(self._bring, shard, keep, first, self.owner if must else None)
         self._futures[path] = future
         if must:
             self._prepinned.add(future)

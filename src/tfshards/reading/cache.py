@@ -136,9 +136,13 @@ class ShardCache:
         fs, root = storage.open_url(manifest.directory, **storage_options)
         if self.limit is not None:
 
-            def bring(shard: ShardInfo, keep: Collection[str], pin: int | None) -> str:
+            def bring(
+                shard: ShardInfo, keep: Collection[str], first: Collection[str], pin: int | None
+            ) -> str:
                 must = pin is not None
-                return self.bring(fs, root, manifest, shard, keep=keep, must=must, pin=pin)
+                return self.bring(
+                    fs, root, manifest, shard, keep=keep, first=first, must=must, pin=pin
+                )
 
             paths = [(self.path(s), s) for s in shards]
             return BoundedFetch(self.space, bring, paths, self.workers)
@@ -166,6 +170,7 @@ class ShardCache:
         shard: ShardInfo,
         *,
         keep: Collection[str] = (),
+        first: Collection[str] = (),
         must: bool = True,
         pin: int | None = None,
     ) -> str:
@@ -180,7 +185,7 @@ class ShardCache:
         path = self.path(shard)
         with self.space.shard_lock(shard.sha256):
             if not self.is_verified(shard):
-                part = self.space.reserve(path, shard.bytes, keep=keep, must=must)
+                part = self.space.reserve(path, shard.bytes, keep=keep, first=first, must=must)
                 if part is None:
                     return ""
                 self._download(fs, root, manifest, shard, part)

@@ -146,20 +146,30 @@ class CacheSpace:
                 os.close(fd)
 
     def reserve(
-        self, path: str, size: int, *, keep: Collection[str] = (), must: bool = True
+        self,
+        path: str,
+        size: int,
+        *,
+        keep: Collection[str] = (),
+        first: Collection[str] = (),
+        must: bool = True,
     ) -> Part | None:
         """A part file for ``size`` bytes of ``path``, room made by evicting unpinned shards.
 
-        Shards in ``keep`` go last, and only when ``must``. Without ``must``,
-        None when the room cannot be made; with it, the part file is made all
-        the same (pinned shards can fill the limit).
+        Shards in ``first`` (read this pass: not needed again before the
+        next) go first, the most recently used of them first; then the others
+        least recently used first; shards in ``keep`` (brought ahead, not read
+        yet) last, and only when ``must``. Without ``must``, None when the room
+        cannot be made; with it, the part file is made all the same (pinned
+        shards can fill the limit).
         """
         if self.limit is None:
             return Part(path, size)
         with self._dir_lock():
             used, shards = self.scan()
             if used + size > self.limit:
-                used = self._evict(shards, used, used + size - self.limit, keep, must)
+                order = _eviction_order(shards, keep, first, must)
+                used = self._evict(order, used, used + size - self.limit)
             if used + size > self.limit and not must:
                 return None
             part = Part(path, size)
@@ -195,17 +205,7 @@ class CacheSpace:
                     shards.append((_last_use(entry.path, st), entry.path, st.st_size))
         return used, shards
 
-    def _evict(
-        self,
-        shards: list[tuple[int, str, int]],
-        used: int,
-        need: int,
-        keep: Collection[str],
-        must: bool,
-    ) -> int:
-        order = sorted(s for s in shards if s[1] not in keep)
-        if must:
-            order += sorted(s for s in shards if s[1] in keep)
+    def _evict(self, order: list[tuple[int, str, int]], used: int, need: int) -> int:
         freed = 0
         for _, path, size in order:
             if freed >= need:
@@ -246,6 +246,16 @@ class CacheSpace:
         """Mark the shard at ``path`` used now (its sidecar's mtime; the shard's stat is kept)."""
         with contextlib.suppress(FileNotFoundError):
             os.utime(path + SIDECAR)
+
+
+def _eviction_order(
+    shards: list[tuple[int, str, int]], keep: Collection[str], first: Collection[str], must: bool
+) -> list[tuple[int, str, int]]:
+    """``first`` most recent first, the rest least recent first, then ``keep`` if ``must``."""
+    done = sorted((s for s in shards if s[1] in first and s[1] not in keep), reverse=True)
+    rest = sorted(s for s in shards if s[1] not in first and s[1] not in keep)
+    kept = sorted(s for s in shards if s[1] in keep) if must else []
+    return done + rest + kept
 
 
 def _last_use(path: str, st: os.stat_result) -> int:
