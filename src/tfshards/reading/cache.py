@@ -232,7 +232,7 @@ class ShardCache:
 
     def _write_sidecar(self, path: str, shard: ShardInfo) -> None:
         doc = jsonfile.encode(_stat_doc(os.stat(path), shard), indent=None)
-        atomicfile.write_atomic(self._local, path + SIDECAR, [doc])
+        self.space.write_small(path + SIDECAR, doc)
 
 
 class Waiter(Protocol):

@@ -28,7 +28,6 @@ import threading
 import uuid
 from collections.abc import Collection, Iterator
 
-from tfshards import atomicfile
 from tfshards.errors import ConfigError
 from tfshards.processes import pid_alive, process_start
 
@@ -37,6 +36,7 @@ SUFFIX = ".tfrecord"
 SIDECAR = ".ok"
 LOCKS = ".locks"
 DIR_LOCK = ".lock"
+SIDECAR_BYTES = 256  # counted with each shard reserved: its sidecar is ~160 bytes
 _UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
 _PART = re.compile(
     r"^\.(?P<name>.+)\.part-(?P<host>[^-]+)-(?P<pid>\d+)(?:\.(?P<start>\d+))?-[0-9a-f]+$"
@@ -96,14 +96,21 @@ class Part:
             view = view[n:]
             self.written += n
 
-    def commit(self) -> None:
-        """Publish it: durable first (fsync), then renamed over ``path``."""
+    def commit(self, *, durable: bool = True) -> None:
+        """Publish it: durable first (fsync) when asked, then renamed over ``path``.
+
+        The folder is not fsynced: a rename a power loss drops costs a
+        download again, never a wrong copy. A sidecar needs no fsync either:
+        it is written after its shard's data was made durable, and one lost or
+        cut short only makes the next run hash the shard (~7 ms a download
+        saved, of ~20 ms for a 200 KB shard from memory://).
+        """
         assert self._fd is not None and self.written == self.size
-        os.fsync(self._fd)
+        if durable:
+            os.fsync(self._fd)
         fd, self._fd = self._fd, None
         os.close(fd)
         os.replace(self.temp, self.path)
-        atomicfile.fsync_dir(os.path.dirname(self.path))
 
     def abort(self) -> None:
         if self._fd is not None:
@@ -165,16 +172,27 @@ class CacheSpace:
         """
         if self.limit is None:
             return Part(path, size)
+        need = size + SIDECAR_BYTES
         with self._dir_lock():
             used, shards = self.scan()
-            if used + size > self.limit:
+            if used + need > self.limit:
                 order = _eviction_order(shards, keep, first, must)
-                used = self._evict(order, used, used + size - self.limit)
-            if used + size > self.limit and not must:
+                used = self._evict(order, used, used + need - self.limit)
+            if used + need > self.limit and not must:
                 return None
             part = Part(path, size)
-            self.peak = max(self.peak, used + size)
+            self.peak = max(self.peak, used + need)
             return part
+
+    def write_small(self, path: str, data: bytes) -> None:
+        """Publish a small file (a sidecar) whole or not at all, without fsync."""
+        part = Part(path, len(data))
+        try:
+            part.write(data)
+        except BaseException:
+            part.abort()
+            raise
+        part.commit(durable=False)
 
     def used(self) -> int:
         """Bytes the directory holds now (shards, sidecars, part files in flight)."""
