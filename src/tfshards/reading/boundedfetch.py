@@ -2,11 +2,11 @@
 
 A shard is downloaded when the gate waits for it, and pinned
 (:mod:`tfshards.reading.pins`) before ``wait`` returns; the reader releases it
-after its last chunk. A wait for the shard after the one asked for last (the
-reader follows the fetch list: no shuffled file order) also starts up to
-:data:`AHEAD` downloads of the next shards in the list not yet asked for since
-every shard was last asked for. In a shuffled order a guess would mostly be
-wrong: each shard brought ahead and evicted unread was a download wasted (438
+after its last chunk. Each wait also starts downloads of the next shards in
+the list not yet asked for since every shard was last asked for: while the
+reader follows the list, up to :data:`AHEAD` at a time, as many as fit; in a
+shuffled order, where a guess is one of the shards left this pass, up to
+:data:`AHEAD` held unread (holding more made each miss evict one unread: 438
 downloads against 240 reads in 3 epochs of 80 shards, limit 20%). Room is made
 by evicting first the shards this fetch has read in this pass (not needed
 again before the next; the most recent first, which keeps a fixed part of the
@@ -98,8 +98,7 @@ class BoundedFetch:
                 if future is None or (future.done() and not _brought(future)):
                     future = self._submit(path, must=True)
                 index, self._last = self._index[path], self._index[path]
-                if index == (last + 1) % len(self._order):
-                    self._look_ahead(path)
+                self._look_ahead(path, in_order=index == (last + 1) % len(self._order))
             if not future.result():
                 continue  # a lookahead that found no room: asked for now, it must come
             if pins.pin(path, self.owner):
@@ -153,12 +152,19 @@ class BoundedFetch:
                 if self._futures.get(path) is future:
                     del self._futures[path]
 
-    def _look_ahead(self, path: str) -> None:
-        """Start lookahead downloads after ``path`` up to :data:`AHEAD` in flight."""
-        flying = sum(1 for p in self._ahead if p in self._futures and not self._futures[p].done())
+    def _look_ahead(self, path: str, *, in_order: bool) -> None:
+        """Start lookahead downloads of the shards after ``path`` not yet asked for.
+
+        Reading in list order: up to :data:`AHEAD` in flight, as many held as
+        fit. Otherwise (a shuffled order) up to :data:`AHEAD` held or coming.
+        """
+        if in_order:
+            budget = AHEAD - sum(1 for p in self._ahead if not self._futures[p].done())
+        else:
+            budget = AHEAD - len(self._ahead)
         start, n = self._index[path], len(self._order)
         for step in range(1, n):
-            if flying >= AHEAD:
+            if budget <= 0:
                 return
             nxt = self._order[(start + step) % n]
             if nxt in self._asked or nxt in self._ahead:
@@ -167,7 +173,7 @@ class BoundedFetch:
             if future is not None and (not future.done() or os.path.exists(nxt)):
                 continue  # coming, or here
             self._submit(nxt, must=False)
-            flying += 1
+            budget -= 1
 
 
 def _brought(future: cf.Future[str]) -> bool:

@@ -201,17 +201,17 @@ class CacheSpace:
 
     def scan(self) -> tuple[int, list[tuple[int, str, int]]]:
         """Bytes held, and each shard as ``(last use ns, path, bytes)``; drops dead part files."""
-        used, shards = 0, []
+        used, files = 0, {}
         host = _host()
         with os.scandir(self.directory) as entries:
             for entry in entries:
                 try:
+                    if not entry.is_file(follow_symlinks=False):
+                        continue
                     st = entry.stat(follow_symlinks=False)
                 except FileNotFoundError:
                     continue
-                if not entry.is_file(follow_symlinks=False):
-                    continue
-                m = _PART.match(entry.name)
+                m = _PART.match(entry.name) if entry.name.startswith(".") else None
                 if m is not None and m["host"] == host:
                     start = None if m["start"] is None else int(m["start"])
                     if not pid_alive(int(m["pid"]), start):
@@ -219,8 +219,12 @@ class CacheSpace:
                             os.unlink(entry.path)
                         continue
                 used += st.st_size
-                if entry.name.endswith(SUFFIX) and not entry.name.startswith("."):
-                    shards.append((_last_use(entry.path, st), entry.path, st.st_size))
+                files[entry.name] = st
+        shards = []
+        for name, st in files.items():
+            if name.endswith(SUFFIX) and not name.startswith("."):
+                sidecar = files.get(name + SIDECAR, st)  # none: its own mtime
+                shards.append((sidecar.st_mtime_ns, os.path.join(self.directory, name), st.st_size))
         return used, shards
 
     def _evict(self, order: list[tuple[int, str, int]], used: int, need: int) -> int:
@@ -274,13 +278,6 @@ def _eviction_order(
     rest = sorted(s for s in shards if s[1] not in first and s[1] not in keep)
     kept = sorted(s for s in shards if s[1] in keep) if must else []
     return done + rest + kept
-
-
-def _last_use(path: str, st: os.stat_result) -> int:
-    try:
-        return os.stat(path + SIDECAR).st_mtime_ns
-    except FileNotFoundError:
-        return st.st_mtime_ns
 
 
 def _host() -> str:
