@@ -1,4 +1,4 @@
-"""The cache directory's space: its limit, its locks, part files, least-recently-used eviction.
+"""The cache directory's space: its limit, its locks, part files, eviction.
 
 Every process sharing a cache directory follows the same protocol, so two
 readers never see a partial file, never download one shard twice at once and
@@ -12,9 +12,10 @@ never evict each other's open shards:
   Part files of dead processes on this host are removed by the next scan.
 - ``.lock``: ``LOCK_EX`` while space is counted, shards evicted and a part
   file created, so two processes cannot both spend the same free bytes.
-- a shard's last use is its sidecar's mtime (set at each pin); eviction takes
-  the least recently used first, skipping any shard pinned
-  (:mod:`tfshards.reading.pins`) by any process.
+- a shard's last use is its sidecar's mtime (set at each pin). Eviction takes
+  first the shards the evicting reader has read this pass (the most recent
+  first), then the least recently used, skipping any shard pinned
+  (:mod:`tfshards.reading.pins`) by any process or whose download lock is held.
 """
 
 from __future__ import annotations
