@@ -4,7 +4,9 @@ and raw files through a per-file function on thread or process pools."""
 
 # The modules other wings may import; the rest are this wing's own.
 __all__ = [
+    "boundedfetch",
     "cache",
+    "cachespace",
     "corruption",
     "decode",
     "epochorder",
@@ -13,5 +15,6 @@ __all__ = [
     "loader",
     "lookup",
     "options",
+    "pins",
     "sheet",
 ]

@@ -17,6 +17,13 @@ re-fetching it if the hash is wrong. Re-hashing every run would cost ~1 s per
 GB (sha256 runs at ~1 GB/s per core on the 2-core machine) before the first batch; a stat costs
 microseconds, and ctime cannot be set back by a user, so an edit in place is
 still noticed.
+
+With a limit (``limit=`` or ``$TFSHARDS_CACHE_LIMIT``, e.g. ``20G``) the cache
+holds at most that many bytes, plus the shards being read when they alone
+exceed it: shards come on demand with a small lookahead
+(:mod:`tfshards.reading.boundedfetch`), the least recently used unpinned
+shards are evicted to make room, and processes sharing the directory follow
+the locking protocol of :mod:`tfshards.reading.cachespace`.
 """
 
 from __future__ import annotations
@@ -25,21 +32,29 @@ import concurrent.futures as cf
 import hashlib
 import json
 import os
-from collections.abc import Mapping, Sequence
-from typing import Any
+from collections.abc import Collection, Mapping, Sequence
+from typing import Any, Protocol
 
 from fsspec.implementations.local import LocalFileSystem
 
 from tfshards import atomicfile, jsonfile, storage
 from tfshards.errors import ShardError
+from tfshards.reading import pins
+from tfshards.reading.boundedfetch import BoundedFetch
+from tfshards.reading.cachespace import (
+    SIDECAR,
+    SUFFIX,
+    CacheSpace,
+    Part,
+    limit_from_env,
+    parse_limit,
+)
 from tfshards.shardset import check
 from tfshards.shardset.manifest import Manifest, ShardInfo
 
 CACHE_ENV = "TFSHARDS_CACHE"
 DEFAULT_WORKERS = 16  # object stores serve parallel GETs well; each thread mostly waits
 CHUNK_BYTES = 4 << 20  # read remote shards in 4 MB blocks: few requests, bounded memory
-SUFFIX = ".tfrecord"
-SIDECAR = ".ok"
 
 
 def default_cache_dir() -> str:
@@ -62,13 +77,24 @@ class ShardCache:
     Args:
         directory: where copies live; default :func:`default_cache_dir`.
         workers: parallel downloads.
+        limit: most bytes to hold (``"20G"``, or an int); None reads ``$TFSHARDS_CACHE_LIMIT``,
+            and no limit when that is unset.
     """
 
-    def __init__(self, directory: str | None = None, *, workers: int = DEFAULT_WORKERS) -> None:
+    def __init__(
+        self,
+        directory: str | None = None,
+        *,
+        workers: int = DEFAULT_WORKERS,
+        limit: int | str | None = None,
+    ) -> None:
         if workers < 1:
             raise ValueError(f"workers must be >= 1, got {workers}")
         self.directory = os.path.abspath(directory or default_cache_dir())
         self.workers = workers
+        self.limit = limit_from_env() if limit is None else parse_limit(limit)
+        self.space = CacheSpace(self.directory, self.limit)
+        self.downloads = 0  # shards this object downloaded
         self._local = LocalFileSystem()
 
     def path(self, shard: ShardInfo) -> str:
@@ -97,19 +123,35 @@ class ShardCache:
 
     def fetch(
         self, manifest: Manifest, shards: Sequence[ShardInfo], **storage_options: Any
-    ) -> Fetch:
+    ) -> Waiter:
         """Start bringing ``shards`` into the cache, in this order, in parallel.
 
-        Returns at once; :meth:`Fetch.wait` blocks until one shard is ready.
+        Returns at once; its ``wait`` blocks until one shard is ready. With a
+        limit, shards come as they are waited for, a few ahead
+        (:class:`~tfshards.reading.boundedfetch.BoundedFetch`).
         """
         os.makedirs(self.directory, exist_ok=True)
+        atomicfile.remove_stale_temps(self._local, self.directory)
+        self.space.scan()  # drops part files of downloads whose process died
         fs, root = storage.open_url(manifest.directory, **storage_options)
+        if self.limit is not None:
+
+            def bring(
+                shard: ShardInfo, keep: Collection[str], first: Collection[str], pin: int | None
+            ) -> str:
+                must = pin is not None
+                return self.bring(
+                    fs, root, manifest, shard, keep=keep, first=first, must=must, pin=pin
+                )
+
+            paths = [(self.path(s), s) for s in shards]
+            return BoundedFetch(self.space, bring, paths, self.workers)
         pool = cf.ThreadPoolExecutor(max_workers=self.workers, thread_name_prefix="tfshards-fetch")
         futures: dict[str, cf.Future[str]] = {}
         for shard in shards:
             path = self.path(shard)
             if path not in futures:
-                futures[path] = pool.submit(self._bring, fs, root, manifest, shard)
+                futures[path] = pool.submit(self.bring, fs, root, manifest, shard)
         pool.shutdown(wait=False)  # the queued downloads still run; no new ones can come
         return Fetch(futures, {self.path(s): s for s in shards})
 
@@ -120,35 +162,66 @@ class ShardCache:
         fetch = self.fetch(manifest, shards, **storage_options)
         return [fetch.wait(self.path(s)) for s in shards]
 
-    def _bring(self, fs: Any, root: str, manifest: Manifest, shard: ShardInfo) -> str:
+    def bring(
+        self,
+        fs: Any,
+        root: str,
+        manifest: Manifest,
+        shard: ShardInfo,
+        *,
+        keep: Collection[str] = (),
+        first: Collection[str] = (),
+        must: bool = True,
+        pin: int | None = None,
+    ) -> str:
+        """Make ``shard``'s verified copy; returns its path, "" when ``must`` is False and no room.
+
+        Holds the shard's download lock throughout (eviction skips a shard
+        whose lock is held): another thread or process bringing the same shard
+        waits, then finds it verified. ``keep`` and ``must`` are
+        :meth:`CacheSpace.reserve`'s; ``pin``: pin the copy for this owner
+        before the lock goes (:func:`tfshards.reading.pins.pin`).
+        """
         path = self.path(shard)
-        if self.is_verified(shard):
-            return path
+        with self.space.shard_lock(shard.sha256):
+            if not self.is_verified(shard):
+                part = self.space.reserve(path, shard.bytes, keep=keep, first=first, must=must)
+                if part is None:
+                    return ""
+                self._download(fs, root, manifest, shard, part)
+            if pin is not None and not pins.pin(path, pin):
+                raise ShardError(f"{path}: removed while its lock was held", path=path)
+        return path
+
+    def _download(
+        self, fs: Any, root: str, manifest: Manifest, shard: ShardInfo, part: Part
+    ) -> None:
         url = manifest.shard_url(shard)
         remote = storage.join(root, shard.name)
-        sink = atomicfile.AtomicSink(self._local, path)
-        digest = hashlib.sha256()
+        digest, total = hashlib.sha256(), 0
         try:
             with fs.open(remote, "rb", block_size=CHUNK_BYTES) as src:
                 while chunk := src.read(CHUNK_BYTES):
                     digest.update(chunk)
-                    sink.write([chunk])
-            wrong = check.bytes_mismatches(shard, sink.size, digest.hexdigest())
+                    total += len(chunk)
+                    if total <= part.size:  # a longer file is counted, not kept: refused below
+                        part.write(chunk)
+            wrong = check.bytes_mismatches(shard, total, digest.hexdigest())
             if wrong:
                 what = "; ".join(m.what for m in wrong)
                 raise ShardError(f"{url}: {what}", shard=shard.name, url=url)
         except FileNotFoundError:
-            sink.abort()
+            part.abort()
             raise ShardError(f"{url}: {check.missing(shard)}", shard=shard.name) from None
         except OSError as exc:
-            sink.abort()
+            part.abort()
             raise ShardError(f"{url}: cannot download: {exc}", shard=shard.name, url=url) from exc
         except BaseException:
-            sink.abort()
+            part.abort()
             raise
-        sink.commit()
-        self._write_sidecar(path, shard)
-        return path
+        part.commit()
+        self._write_sidecar(part.path, shard)
+        self.downloads += 1
 
     def _sidecar_matches(self, path: str, st: os.stat_result, shard: ShardInfo) -> bool:
         try:
@@ -159,7 +232,20 @@ class ShardCache:
 
     def _write_sidecar(self, path: str, shard: ShardInfo) -> None:
         doc = jsonfile.encode(_stat_doc(os.stat(path), shard), indent=None)
-        atomicfile.write_atomic(self._local, path + SIDECAR, [doc])
+        self.space.write_small(path + SIDECAR, doc)
+
+
+class Waiter(Protocol):
+    """What :meth:`ShardCache.fetch` returns: :class:`Fetch`, or a limited cache's fetch."""
+
+    @property
+    def paths(self) -> list[str]: ...
+
+    def wait(self, path: str) -> str: ...
+
+    def shard(self, path: str) -> ShardInfo | None: ...
+
+    def cancel(self) -> None: ...
 
 
 class Fetch:

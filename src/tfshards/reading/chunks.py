@@ -68,11 +68,17 @@ def read_chunk(gate: Gate, path: str, row: Sequence[int]) -> tuple[bytes, np.nda
         RecordError: a record's framing or CRC is broken (the file changed since it was verified).
         ShardError: the file is gone, shorter, does not inflate, or holds other records.
     """
+    last = int(row[2]) + int(row[3]) == gate.entry(path)[0].records
     try:
+        if gate.before is not None and not os.path.exists(path):
+            gate.layout(path)  # a restored iterator, mid-file: bring the shard back and pin it
         return _read_chunk(gate, path, row)
     except ShardError as exc:
         _remember(exc)
         raise
+    finally:
+        if last:
+            gate.done(path)  # the reader's pin on a limited cache's copy goes
 
 
 def layout(gate: Gate, path: str) -> np.ndarray:
@@ -106,6 +112,8 @@ def first_record(gate: Gate, path: str) -> bytes | None:
     if not len(rows):
         return None
     data, starts, lengths = read_chunk(gate, path, rows[0].tolist())
+    if len(rows) > 1:
+        gate.done(path)  # read_chunk let go of it if that chunk was its last
     return data[int(starts[0]) : int(starts[0] + lengths[0])]
 
 

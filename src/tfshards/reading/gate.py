@@ -26,6 +26,7 @@ import numpy as np
 
 from tfshards.errors import RecordError, ShardError
 from tfshards.format.tfrecord import FrameCounter
+from tfshards.reading import pins
 from tfshards.shardset import check
 from tfshards.shardset.manifest import ShardInfo
 
@@ -134,7 +135,8 @@ class Gate:
     Args:
         entries: local path -> (its manifest entry, the URL errors name it by).
         compression: the manifest's compression.
-        before: called with the path first (a cache's ``Fetch.wait``: download and hash).
+        before: called with the path first (a cache's ``Fetch.wait``: download and hash;
+            a limited cache's also pins the file until :meth:`done`).
         check_sha: hash each file; False when ``before`` has.
     """
 
@@ -156,10 +158,24 @@ class Gate:
 
     def layout(self, path: str) -> np.ndarray:
         """Verify the shard at ``path`` (a ``stat`` once verified); returns its layout."""
+        if self.before is None:
+            shard, where = self._entries[path]
+            return verify(path, shard, self.compression, where, check_sha=self.check_sha)
+        self.before(path)
+        try:
+            shard, where = self._entries[path]
+            rows = verify(path, shard, self.compression, where, check_sha=self.check_sha)
+        except BaseException:
+            self.done(path)
+            raise
+        if not len(rows):
+            self.done(path)  # nothing will be read from it
+        return rows
+
+    def done(self, path: str) -> None:
+        """The reader is through with ``path`` (read its last chunk): one pin on it goes."""
         if self.before is not None:
-            self.before(path)
-        shard, where = self._entries[path]
-        return verify(path, shard, self.compression, where, check_sha=self.check_sha)
+            pins.release(path)
 
     def entry(self, path: str) -> tuple[ShardInfo, str]:
         """The manifest entry of the shard at ``path``, and the URL errors name it by."""
