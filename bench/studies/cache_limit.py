@@ -1,8 +1,8 @@
 """Training read throughput from S3 with the cache limited to 20% of the set, against no limit.
 
-    python -m bench.suite.cachelimit --reps 3
-    python -m bench.suite.cachelimit --store memory --reps 3   # the cache's own cost
-    python -m bench.suite.cachelimit --images 1000 --reps 1   # smoke run
+    python -m bench.studies.cache_limit --reps 3
+    python -m bench.studies.cache_limit --store memory --reps 3   # the cache's own cost
+    python -m bench.studies.cache_limit --images 1000 --reps 1   # smoke run
 
 The set lives on moto's S3 server, started in its own process on 127.0.0.1
 (so serving does not share this process's GIL), or on ``memory://`` in this
