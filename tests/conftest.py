@@ -172,3 +172,16 @@ def endpoint(_moto_server: str) -> str:
     with urllib.request.urlopen(request, timeout=30) as response:
         response.read()
     return _moto_server
+
+
+@pytest.fixture
+def s3(endpoint: str) -> Iterator[dict[str, Any]]:
+    """fsspec storage options for a fresh bucket ``bucket`` on moto's server; removed after."""
+    import s3fs
+
+    options = {"endpoint_url": endpoint, "key": "testing", "secret": "testing"}
+    fs = s3fs.S3FileSystem(**options, skip_instance_cache=True)
+    fs.mkdir("bucket")
+    yield options
+    fs.rm("bucket", recursive=True)
+    s3fs.S3FileSystem.clear_instance_cache()

@@ -9,7 +9,6 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -27,19 +26,6 @@ from tfshards.writing.writer import write
 
 pytestmark = pytest.mark.slow
 REPO = Path(__file__).resolve().parents[2]
-
-
-@pytest.fixture
-def s3(endpoint: str) -> Iterator[dict[str, Any]]:
-    """Storage options for a fresh bucket; removed after each test."""
-    import s3fs
-
-    options = {"endpoint_url": endpoint, "key": "testing", "secret": "testing"}
-    fs = s3fs.S3FileSystem(**options, skip_instance_cache=True)
-    fs.mkdir("bucket")
-    yield options
-    fs.rm("bucket", recursive=True)
-    s3fs.S3FileSystem.clear_instance_cache()
 
 
 @pytest.fixture

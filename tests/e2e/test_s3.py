@@ -5,7 +5,6 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -21,19 +20,6 @@ from tfshards.writing.writer import write
 
 pytestmark = pytest.mark.slow
 REPO = Path(__file__).resolve().parents[2]
-
-
-@pytest.fixture
-def s3(endpoint: str) -> Iterator[dict[str, Any]]:
-    """Storage options for a fresh bucket; reset after each test."""
-    import s3fs
-
-    options = {"endpoint_url": endpoint, "key": "testing", "secret": "testing"}
-    fs = s3fs.S3FileSystem(**options, skip_instance_cache=True)
-    fs.mkdir("bucket")
-    yield options
-    fs.rm("bucket", recursive=True)
-    s3fs.S3FileSystem.clear_instance_cache()
 
 
 @pytest.fixture
