@@ -24,7 +24,9 @@ KW = {"features": ["sha256"], "decode": False}
 
 
 def _set(base: Path, count: int, seed: int, size: int = 8, classes: int = 10) -> Manifest:
-    write_synthetic(str(base / "img"), count, size, fmt="png", classes=classes, seed=seed, workers=1)
+    write_synthetic(
+        str(base / "img"), count, size, fmt="png", classes=classes, seed=seed, workers=1
+    )
     config = WriteConfig(out=str(base / "shards"), num_shards=4, workers=1, executor="serial")
     return write(config, list_files(str(base / "img")), progress=False).manifest
 
@@ -48,7 +50,9 @@ def _shas(ds) -> list[bytes]:  # type: ignore[no-untyped-def]
 
 
 def _all_shas(manifest: Manifest, shards=None) -> list[bytes]:  # type: ignore[no-untyped-def]
-    ds = loader.make_dataset(shards or manifest.shards, manifest, batch_size=64, training=False, **KW)
+    ds = loader.make_dataset(
+        shards or manifest.shards, manifest, batch_size=64, training=False, **KW
+    )
     return _shas(ds)
 
 

@@ -47,7 +47,9 @@ def test_a_position_maps_to_what_each_source_has_read(start):
     prefix = stream[: begin.epoch * 214 + begin.record]
     assert plan.consumed(begin) == np.bincount(prefix, minlength=2).tolist()
     starts = plan.source_starts(begin)
-    assert starts == [Position.after(n, size) for n, size in zip(plan.consumed(begin), [150, 90])]
+    assert starts == [
+        Position.after(n, size) for n, size in zip(plan.consumed(begin), [150, 90], strict=True)
+    ]
     assert plan.position((0, 214 * 2 + 5)) == Position(2, 5)
 
 

@@ -112,7 +112,7 @@ def largest_remainder(weights: np.ndarray, total: int) -> np.ndarray:
     """Integer counts summing to ``total``, each ``weights[i] * total`` floored or raised by 1
     (the largest fractional parts raised; ties to the lower index)."""
     exact = weights * total
-    counts = np.floor(exact).astype(np.int64)
+    counts: np.ndarray = np.floor(exact).astype(np.int64)
     short = int(total - counts.sum())
     if short > 0:
         raised = np.argsort(-(exact - counts), kind="stable")[:short]
