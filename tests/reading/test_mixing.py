@@ -138,3 +138,15 @@ def test_sources_must_name_the_same_labels(two_sets, tmp_path):
         mixing.mix_datasets(sources, batch_size=4, **KW)
     with pytest.raises(ConfigError, match="sets training"):
         mixing.mix_datasets(_sources(two_sets), batch_size=4, training=False, **KW)
+
+
+def test_workers_mix_disjoint_blocks_of_each_source(two_sets):
+    sources = _sources(two_sets)
+    assert mixing.plan_of(sources, worker=(0, 2)).counts.tolist() == [75, 32]  # of 75 and 45
+    parts = []
+    for index in range(2):
+        ds = mixing.mix_datasets(sources, batch_size=10, worker=(index, 2), repeat=False, **KW)
+        assert len(ds) == 11 and mixing.steps_per_epoch(sources, 10, worker=(index, 2)) == 10
+        parts.append(_shas(ds))
+    assert len(parts[0]) == len(parts[1]) == 107
+    assert len(set(parts[0]) | set(parts[1])) == 214  # no record on both workers

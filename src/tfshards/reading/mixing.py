@@ -19,19 +19,17 @@ Example::
     from tfshards.shardset.split import split
 
     a, b = split(manifest_a, 0.1, seed=0), split(manifest_b, 0.1, seed=0)
-    train = mixing.mix_datasets(
-        [mixing.Source(a.train, manifest_a, 0.7), mixing.Source(b.train, manifest_b, 0.3)],
-        batch_size=64, seed=1, image_size=(96, 96),
-    )
-    steps = mixing.steps_per_epoch([...same sources...], 64)
+    sources = [mixing.Source(a.train, manifest_a, 0.7), mixing.Source(b.train, manifest_b, 0.3)]
+    train = mixing.mix_datasets(sources, batch_size=64, seed=1, image_size=(96, 96))
     val = mixing.validation_dataset(
         [mixing.Source(a.val, manifest_a), mixing.Source(b.val, manifest_b)],
         batch_size=64, image_size=(96, 96),
     )
+    steps = mixing.steps_per_epoch(sources, 64)
     model.fit(train, steps_per_epoch=steps, validation_data=val, epochs=10)
 
-After ``k`` batches resume with ``start=Position.after(k * 64, epoch size)``
-(``MixPlan.epoch_size``; ``initial_epoch`` in ``fit`` as usual).
+After ``k`` batches, ``start=Position.after(k * 64, mixing.plan_of(sources).epoch_size)``
+resumes the mix (and ``initial_epoch=k // steps`` the fit).
 """
 
 from __future__ import annotations
