@@ -7,6 +7,11 @@ picks each record's source from :class:`~tfshards.reading.mixplan.MixPlan`'s
 schedule (exact counts per mixed epoch, seeded order), and the mix is batched.
 A mixed start position maps to each source's own position and the schedule's
 offset, so a resumed mix yields exactly the rest of the uninterrupted one.
+Each source holds its own epoch-order windows (about three of ~32 MB by
+default; ``shuffle_buffer`` sets them for all). Mixing cost no measurable
+CPU: sets of 7,000 and 3,000 32 px JPEGs mixed 0.7/0.3 read at 102-167 us of
+CPU per record against 100-174 for the first set alone (batches of 64, three
+runs each, 2 shared cores).
 
 Split each source by its own manifest (``split(manifest, fraction, seed)``)
 and mix the train sides; :func:`validation_dataset` reads the val sides, each
