@@ -15,12 +15,16 @@ runs each, 2 shared cores).
 
 Split each source by its own manifest (``split(manifest, fraction, seed)``)
 and mix the train sides; :func:`validation_dataset` reads the val sides, each
-in file order, one after the other. Every source must decode to the same
-element (pass one ``image_size``) and name the same labels in the same order.
+in file order, one after the other. ``validate`` checks each set's own split
+for leakage; :func:`tfshards.shardset.crossleaks.find` checks across the
+sets (a file one set trains on that another validates on). Every source must
+decode to the same element (pass one ``image_size``) and name the same labels
+in the same order.
 
 Example::
 
     from tfshards.reading import mixing
+    from tfshards.shardset import crossleaks
     from tfshards.shardset.split import split
 
     a, b = split(manifest_a, 0.1, seed=0), split(manifest_b, 0.1, seed=0)
@@ -30,6 +34,9 @@ Example::
         [mixing.Source(a.val, manifest_a), mixing.Source(b.val, manifest_b)],
         batch_size=64, image_size=(96, 96),
     )
+    leaks = crossleaks.find([(manifest_a, a.train), (manifest_b, b.train)],
+                            [(manifest_a, a.val), (manifest_b, b.val)])
+    assert leaks.count == 0, [leak.line() for leak in leaks.examples]
     steps = mixing.steps_per_epoch(sources, 64)
     model.fit(train, steps_per_epoch=steps, validation_data=val, epochs=10)
 
