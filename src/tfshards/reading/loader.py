@@ -128,15 +128,10 @@ def make_dataset(
     knows its length (``len(ds)``).
 
     ``shards`` are the shards to read (e.g. ``split.train``) of ``manifest``
-    (schema, compression, location). The keywords are the fields of
-    :class:`~tfshards.reading.options.ReadOptions` (``batch_size``,
-    ``training``, ``seed``, ``deterministic``, ``shuffle_buffer``,
-    ``cycle_length``, ``parallel_reads``, ``repeat``, ``drop_remainder``,
-    ``cache_dir``, ``storage_options``, ``order``, ``start``, ``worker``) and of
-    :class:`~tfshards.reading.options.DecodeOptions` (``image_size``,
-    ``channels``, ``image_dtype``, ``decode``, ``scaled_decode``,
-    ``per_record``, ``features``), documented there; :func:`from_options` takes
-    the two values.
+    (schema, compression, location). The other keywords are the fields of
+    :class:`~tfshards.reading.options.ReadOptions` (reading, order, batching)
+    and :class:`~tfshards.reading.options.DecodeOptions` (decoding),
+    documented there; :func:`from_options` takes the two values.
     """
     if input_context is not None:
         worker = (input_context.input_pipeline_id, input_context.num_input_pipelines)
