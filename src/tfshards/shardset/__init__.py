@@ -8,5 +8,5 @@ Writing produces this; reading, validation and training consume it.
 """
 
 # The modules other wings may import; the rest are this wing's own.
-__all__ = ["buckets", "check", "datasetinfo", "diff", "grouping", "layout", "lease",
+__all__ = ["buckets", "check", "datasetinfo", "diff", "grouping", "imagestats", "layout", "lease",
            "manifest", "members", "resize", "split"]  # fmt: skip

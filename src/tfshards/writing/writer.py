@@ -37,7 +37,7 @@ from tfshards.run.executor import Needs
 from tfshards.shardset import datasetinfo, layout, lease
 from tfshards.shardset.layout import MANIFEST_NAME
 from tfshards.shardset.manifest import Manifest
-from tfshards.writing import growth, reuse, sharding
+from tfshards.writing import growth, imagestats, reuse, sharding
 from tfshards.writing.config import BASE_FEATURES, WriteConfig
 from tfshards.writing.features import keys_differ
 from tfshards.writing.plan import Plan, plan, read_groups
@@ -106,6 +106,10 @@ def write(config: WriteConfig, listing: FileListing | str, *, progress: bool = T
             )
             manifest = _write_metadata(fs_out, version_path, manifest)
             _check_shards_present(fs_out, version_path, manifest)
+            stats = [(r.info.bucket, r.images) for r in shards]
+            imagestats.save_version(
+                fs_out, version_path, stats, last, planned.fingerprint, **config.out_options
+            )
             _publish(fs_out, storage.join(version_path, MANIFEST_NAME), manifest)
     if config.manifest_copy:
         _publish(*storage.open_url(config.manifest_copy), manifest)

@@ -1,0 +1,276 @@
+"""Image statistics of records: counts, fixed-bin histograms and example paths, bounded in size.
+
+:class:`ImageStats` holds, for any number of images, counts per format and
+per channel count, histograms of width, height and byte size over fixed bins
+(exact below 32, then 16 bins per octave: a bin is at most 1/16 = 6.25% wide),
+the exact minimum and maximum of each, and the lexicographically smallest
+:data:`EXAMPLES` paths per format and per channel count (one per width bin).
+Merging is a sum (and a min/max, and a sorted union of examples), so it
+gives the same result in any order: per shard, per bucket, per side.
+Its size does not grow with the images it counts; only the digits of the counts do.
+"""
+
+from __future__ import annotations
+
+import bisect
+import json
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from tfshards import storage
+from tfshards.errors import InputError
+from tfshards.shardset import layout
+
+VERSION = 1
+EXACT = 32  # values below are their own bin
+PER_OCTAVE = 16  # bins per doubling above EXACT
+DIM_BITS = 16  # widths and heights from 2**16 px share the last bin (JPEG's limit is 65535)
+BYTE_BITS = 36  # byte sizes from 64 GiB share the last bin
+EXAMPLES = 3  # paths kept per format and per channel count
+UNKNOWN_CHANNELS = "unknown"
+RGB_CHANNELS = 3
+
+
+def bin_count(bits: int) -> int:
+    """Bins for values below ``2**bits`` (exact below :data:`EXACT`), plus one for the rest."""
+    return EXACT + (bits - EXACT.bit_length() + 1) * PER_OCTAVE + 1
+
+
+def bin_of(value: int, bins: int) -> int:
+    """The bin of ``value`` (>= 0) among ``bins``."""
+    if value < EXACT:
+        return value
+    e = value.bit_length() - 1
+    b = EXACT + (e - 5) * PER_OCTAVE + ((value >> (e - 4)) & (PER_OCTAVE - 1))
+    return min(b, bins - 1)
+
+
+def bin_bounds(b: int) -> tuple[int, int]:
+    """``[low, high)`` of bin ``b`` (the last bin of a histogram also holds all above)."""
+    if b < EXACT:
+        return b, b + 1
+    e, sub = divmod(b - EXACT, PER_OCTAVE)
+    return (PER_OCTAVE + sub) << (e + 1), (PER_OCTAVE + sub + 1) << (e + 1)
+
+
+@dataclass
+class Histogram:
+    """Counts over fixed bins, with the exact smallest and largest value seen."""
+
+    counts: list[int]
+    low: int = 0
+    high: int = 0
+    total: int = 0
+
+    @classmethod
+    def empty(cls, bits: int) -> Histogram:
+        return cls([0] * bin_count(bits))
+
+    def add(self, value: int) -> None:
+        if not self.total or value < self.low:
+            self.low = value
+        if value > self.high:
+            self.high = value
+        self.total += 1
+        self.counts[bin_of(value, len(self.counts))] += 1
+
+    def merge(self, other: Histogram) -> None:
+        if other.total:
+            self.low = other.low if not self.total else min(self.low, other.low)
+            self.high = max(self.high, other.high)
+        self.total += other.total
+        self.counts = [a + b for a, b in zip(self.counts, other.counts, strict=True)]
+
+    def median(self) -> int:
+        """The lower median: exact below :data:`EXACT`, else its bin's middle (within min..max)."""
+        rank, seen = (self.total - 1) // 2, 0
+        for b, n in enumerate(self.counts):
+            seen += n
+            if seen > rank:
+                low, high = bin_bounds(b)
+                return min(max((low + high - 1) // 2, self.low), self.high)
+        return 0
+
+    def to_json(self) -> dict[str, Any]:
+        return {"counts": self.counts, "max": self.high, "min": self.low}
+
+    @classmethod
+    def from_json(cls, doc: Mapping[str, Any], bits: int) -> Histogram:
+        counts = [int(n) for n in doc["counts"]]
+        if len(counts) != bin_count(bits):
+            raise ValueError(f"expected {bin_count(bits)} bins, found {len(counts)}")
+        return cls(counts, int(doc["min"]), int(doc["max"]), sum(counts))
+
+
+def _keep(found: list[str], path: str) -> None:
+    """Insert ``path`` into the sorted ``found`` if it is among the :data:`EXAMPLES` smallest."""
+    if len(found) < EXAMPLES or path < found[-1]:
+        if path not in found:
+            bisect.insort(found, path)
+            del found[EXAMPLES:]
+
+
+@dataclass
+class ImageStats:
+    """What the headers of some images say, summed; see the module's docstring."""
+
+    images: int = 0
+    unknown_size: int = 0  # images whose header tells no width and height
+    formats: dict[str, int] = field(default_factory=dict)
+    channels: dict[str, int] = field(default_factory=dict)  # "1", "3", ..., "unknown"
+    width: Histogram = field(default_factory=lambda: Histogram.empty(DIM_BITS))
+    height: Histogram = field(default_factory=lambda: Histogram.empty(DIM_BITS))
+    nbytes: Histogram = field(default_factory=lambda: Histogram.empty(BYTE_BITS))
+    format_examples: dict[str, list[str]] = field(default_factory=dict)
+    channel_examples: dict[str, list[str]] = field(default_factory=dict)
+    width_examples: dict[int, str] = field(default_factory=dict)  # the smallest path per bin
+
+    def add(self, fmt: str, width: int, height: int, channels: int, size: int, path: str) -> None:
+        """One image: its header's format, sizes and channels (0: not told), bytes, path."""
+        self.images += 1
+        self.formats[fmt] = self.formats.get(fmt, 0) + 1
+        _keep(self.format_examples.setdefault(fmt, []), path)
+        ch = str(channels) if channels else UNKNOWN_CHANNELS
+        self.channels[ch] = self.channels.get(ch, 0) + 1
+        _keep(self.channel_examples.setdefault(ch, []), path)
+        self.nbytes.add(size)
+        if not (width and height):
+            self.unknown_size += 1
+            return
+        self.width.add(width)
+        self.height.add(height)
+        b = bin_of(width, len(self.width.counts))
+        if b not in self.width_examples or path < self.width_examples[b]:
+            self.width_examples[b] = path
+
+    def merge(self, other: ImageStats) -> None:
+        self.images += other.images
+        self.unknown_size += other.unknown_size
+        for mine, theirs in ((self.formats, other.formats), (self.channels, other.channels)):
+            for key, n in theirs.items():
+                mine[key] = mine.get(key, 0) + n
+        for a, b in ((self.width, other.width), (self.height, other.height)):
+            a.merge(b)
+        self.nbytes.merge(other.nbytes)
+        for mine_ex, theirs_ex in (
+            (self.format_examples, other.format_examples),
+            (self.channel_examples, other.channel_examples),
+        ):
+            for key, paths in theirs_ex.items():
+                for path in paths:
+                    _keep(mine_ex.setdefault(key, []), path)
+        for b, path in other.width_examples.items():
+            if b not in self.width_examples or path < self.width_examples[b]:
+                self.width_examples[b] = path
+
+    @property
+    def non_rgb(self) -> int:
+        """Images whose header says other than 3 channels (grey, grey+alpha, RGBA, CMYK)."""
+        return sum(n for ch, n in self.channels.items() if ch not in ("3", UNKNOWN_CHANNELS))
+
+    def non_rgb_examples(self) -> list[str]:
+        """The :data:`EXAMPLES` smallest paths of non-RGB images."""
+        found: list[str] = []
+        for ch, paths in self.channel_examples.items():
+            if ch not in ("3", UNKNOWN_CHANNELS):
+                for path in paths:
+                    _keep(found, path)
+        return found
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "bytes": self.nbytes.to_json(),
+            "channels": dict(sorted(self.channels.items())),
+            "examples": {
+                "channels": dict(sorted(self.channel_examples.items())),
+                "formats": dict(sorted(self.format_examples.items())),
+                "width_bins": {str(b): p for b, p in sorted(self.width_examples.items())},
+            },
+            "formats": dict(sorted(self.formats.items())),
+            "height": self.height.to_json(),
+            "images": self.images,
+            "unknown_size": self.unknown_size,
+            "width": self.width.to_json(),
+        }
+
+    @classmethod
+    def from_json(cls, doc: Mapping[str, Any]) -> ImageStats:
+        ex = doc["examples"]
+        return cls(
+            images=int(doc["images"]),
+            unknown_size=int(doc["unknown_size"]),
+            formats={str(k): int(v) for k, v in doc["formats"].items()},
+            channels={str(k): int(v) for k, v in doc["channels"].items()},
+            width=Histogram.from_json(doc["width"], DIM_BITS),
+            height=Histogram.from_json(doc["height"], DIM_BITS),
+            nbytes=Histogram.from_json(doc["bytes"], BYTE_BITS),
+            format_examples={str(k): list(v) for k, v in ex["formats"].items()},
+            channel_examples={str(k): list(v) for k, v in ex["channels"].items()},
+            width_examples={int(k): str(v) for k, v in ex["width_bins"].items()},
+        )
+
+
+def merged(parts: Iterable[ImageStats]) -> ImageStats:
+    """One :class:`ImageStats` of all ``parts``."""
+    out = ImageStats()
+    for part in parts:
+        out.merge(part)
+    return out
+
+
+def encode(doc: Any) -> bytes:
+    """Compact, key-sorted JSON (a histogram is one line, not one line per bin)."""
+    return json.dumps(doc, sort_keys=True, separators=(",", ":")).encode() + b"\n"
+
+
+@dataclass(frozen=True)
+class VersionStats:
+    """A version's ``imagestats.json``: per split bucket; and its base's, when it grew from one."""
+
+    buckets: dict[int, ImageStats]
+    base: dict[int, ImageStats] | None = None  # the version this one grew from
+    base_fingerprint: str = ""
+
+    def to_json(self) -> bytes:
+        doc: dict[str, Any] = {
+            "bins": {"exact_below": EXACT, "per_octave": PER_OCTAVE},
+            "buckets": _buckets_json(self.buckets),
+            "version": VERSION,
+        }
+        if self.base is not None:
+            doc["base"] = {"buckets": _buckets_json(self.base), "fingerprint": self.base_fingerprint}
+        return encode(doc)
+
+    @classmethod
+    def from_json(cls, data: bytes, source: str) -> VersionStats:
+        try:
+            doc = json.loads(data)
+            if doc.get("version") != VERSION:
+                raise ValueError(f"version {doc.get('version')!r}, expected {VERSION}")
+            base = doc.get("base")
+            return cls(
+                _buckets_from(doc["buckets"]),
+                _buckets_from(base["buckets"]) if base else None,
+                str(base["fingerprint"]) if base else "",
+            )
+        except (ValueError, KeyError, TypeError, AttributeError) as exc:
+            raise InputError(f"{source}: not an image statistics file: {exc}", path=source) from None
+
+
+def _buckets_json(buckets: Mapping[int, ImageStats]) -> dict[str, Any]:
+    return {f"{b:05d}": s.to_json() for b, s in sorted(buckets.items())}
+
+
+def _buckets_from(doc: Mapping[str, Any]) -> dict[int, ImageStats]:
+    return {int(b): ImageStats.from_json(s) for b, s in doc.items()}
+
+
+def read_version(directory: str, **options: Any) -> VersionStats | None:
+    """The ``imagestats.json`` of the version at ``directory``; None when it has none."""
+    fs, path = storage.open_url(storage.join(directory, layout.IMAGESTATS_NAME), **options)
+    try:
+        data = storage.read_bytes(fs, path)
+    except FileNotFoundError:
+        return None
+    return VersionStats.from_json(data, source=path)
