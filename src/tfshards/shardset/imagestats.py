@@ -105,10 +105,9 @@ class Histogram:
 
 def _keep(found: list[str], path: str) -> None:
     """Insert ``path`` into the sorted ``found`` if it is among the :data:`EXAMPLES` smallest."""
-    if len(found) < EXAMPLES or path < found[-1]:
-        if path not in found:
-            bisect.insort(found, path)
-            del found[EXAMPLES:]
+    if (len(found) < EXAMPLES or path < found[-1]) and path not in found:
+        bisect.insort(found, path)
+        del found[EXAMPLES:]
 
 
 @dataclass
@@ -150,8 +149,8 @@ class ImageStats:
         for mine, theirs in ((self.formats, other.formats), (self.channels, other.channels)):
             for key, n in theirs.items():
                 mine[key] = mine.get(key, 0) + n
-        for a, b in ((self.width, other.width), (self.height, other.height)):
-            a.merge(b)
+        self.width.merge(other.width)
+        self.height.merge(other.height)
         self.nbytes.merge(other.nbytes)
         for mine_ex, theirs_ex in (
             (self.format_examples, other.format_examples),
@@ -239,7 +238,8 @@ class VersionStats:
             "version": VERSION,
         }
         if self.base is not None:
-            doc["base"] = {"buckets": _buckets_json(self.base), "fingerprint": self.base_fingerprint}
+            base = _buckets_json(self.base)
+            doc["base"] = {"buckets": base, "fingerprint": self.base_fingerprint}
         return encode(doc)
 
     @classmethod
@@ -255,7 +255,8 @@ class VersionStats:
                 str(base["fingerprint"]) if base else "",
             )
         except (ValueError, KeyError, TypeError, AttributeError) as exc:
-            raise InputError(f"{source}: not an image statistics file: {exc}", path=source) from None
+            what = f"{source}: not an image statistics file: {exc}"
+            raise InputError(what, path=source) from None
 
 
 def _buckets_json(buckets: Mapping[int, ImageStats]) -> dict[str, Any]:

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import json
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 import numpy as np
@@ -93,7 +93,7 @@ def save_shard(fs: Any, version: str, shard: str, stats: ImageStats) -> None:
 
 
 def kept(
-    fs_in: Any, base: str, old: str, fs_out: Any, version: str, new: str, params: dict[str, Any]
+    fs_in: Any, base: str, old: str, fs_out: Any, version: str, new: str, params: Mapping[str, Any]
 ) -> ImageStats:
     """The statistics of shard ``old`` of ``base``, kept as ``new``; its companion published.
 
