@@ -1,4 +1,4 @@
-"""Image statistics from the write pass: Pillow agrees, resumed and grown writes agree, size bounded."""
+"""Image statistics from the write pass: as Pillow counts, the same resumed or grown, bounded."""
 
 from __future__ import annotations
 
