@@ -179,3 +179,27 @@ def test_merge_is_order_free() -> None:
     one = merged(parts).to_json()
     assert merged(reversed(parts)).to_json() == one
     assert Counter(merged(parts).formats) == sum((Counter(p.formats) for p in parts), Counter())
+
+
+def test_the_c_loop_reads_headers_as_the_reference_does() -> None:
+    import numpy as np
+
+    from tfshards.format import native
+    from tfshards.format.imageheader import NATIVE_FORMATS, read_header
+
+    if native.NATIVE is None:
+        pytest.skip("tfshards.format._native is not built")
+    samples = []
+    for fmt, mode in [("JPEG", "L"), ("JPEG", "CMYK"), ("PNG", "LA"), ("GIF", "P"),
+                      ("BMP", "RGBA"), ("WEBP", "RGB"), ("WEBP", "RGBA")]:  # fmt: skip
+        buf = io.BytesIO()
+        Image.new(mode, (300, 7)).save(buf, fmt)
+        whole = buf.getvalue()
+        samples += [whole[:n] for n in range(0, 64)] + [whole]
+    samples += [b"RIFF\0\0\0\0WEBPVP8X" + bytes(20), b"BM" + bytes(40), b"\xff\xd8\xff\xda"]
+    joined = b"".join(samples)
+    ends = np.cumsum([len(s) for s in samples]).astype(np.int64)
+    starts = ends - np.array([len(s) for s in samples], dtype=np.int64)
+    heads = np.frombuffer(native.NATIVE.image_headers(joined, starts, ends), dtype=np.int64)
+    for sample, (code, w, h, ch) in zip(samples, heads.reshape(-1, 4).tolist(), strict=True):
+        assert read_header(sample) == (NATIVE_FORMATS[code], w, h, ch), sample[:32]

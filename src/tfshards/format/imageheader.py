@@ -5,7 +5,8 @@ header) and WebP (VP8, VP8L or VP8X). Where the header cannot tell (a
 format none of these, a JPEG cut before its SOF), the sizes are 0 and the
 format is :data:`UNKNOWN` when the bytes are none of these formats.
 Channels are what a decoder gives without conversion: a palette image
-decodes to RGB (3), a PNG with an alpha channel to 4.
+decodes to RGB (3), a PNG with an alpha channel to 4. The C loop
+``image_headers`` (``_native_imagehead.c``) reads the same bytes the same way.
 """
 
 from __future__ import annotations
@@ -15,6 +16,8 @@ from typing import NamedTuple
 from tfshards.format.imageformat import image_format
 
 UNKNOWN = "unknown"
+# The format codes of the C loop (``image_headers`` in ``_native_imagehead.c``), in order.
+NATIVE_FORMATS = (UNKNOWN, "JPEG", "PNG", "GIF", "BMP", "WebP")
 # JPEG start-of-frame markers: C0-CF except DHT (C4), JPG (C8) and DAC (CC).
 _SOF = frozenset(range(0xC0, 0xD0)) - {0xC4, 0xC8, 0xCC}
 _STANDALONE = frozenset((0x01, *range(0xD0, 0xD9)))  # TEM, RSTn, SOI: no length follows

@@ -14,9 +14,11 @@ from __future__ import annotations
 
 import bisect
 import json
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
+
+import numpy as np
 
 from tfshards import storage
 from tfshards.errors import InputError
@@ -44,6 +46,15 @@ def bin_of(value: int, bins: int) -> int:
     e = value.bit_length() - 1
     b = EXACT + (e - 5) * PER_OCTAVE + ((value >> (e - 4)) & (PER_OCTAVE - 1))
     return min(b, bins - 1)
+
+
+def bins_of(values: np.ndarray, bins: int) -> np.ndarray:
+    """:func:`bin_of` of each of ``values`` (int64, >= 0, below 2**53)."""
+    exp = np.frexp(values.astype(np.float64))[1].astype(np.int64) - 1  # exact below 2**53
+    big = values >= EXACT
+    shift = np.where(big, exp - 4, 0)
+    found = EXACT + (exp - 5) * PER_OCTAVE + ((values >> shift) & (PER_OCTAVE - 1))
+    return np.minimum(np.where(big, found, values), bins - 1)
 
 
 def bin_bounds(b: int) -> tuple[int, int]:
@@ -74,6 +85,17 @@ class Histogram:
             self.high = value
         self.total += 1
         self.counts[bin_of(value, len(self.counts))] += 1
+
+    def add_many(self, values: np.ndarray) -> None:
+        """Each of ``values`` (int64): :meth:`add` for a whole batch."""
+        if not len(values):
+            return
+        low, high = int(values.min()), int(values.max())
+        self.low = low if not self.total else min(self.low, low)
+        self.high = max(self.high, high)
+        self.total += len(values)
+        found = np.bincount(bins_of(values, len(self.counts)), minlength=len(self.counts))
+        self.counts = (np.asarray(self.counts, dtype=np.int64) + found).tolist()
 
     def merge(self, other: Histogram) -> None:
         if other.total:
@@ -143,6 +165,45 @@ class ImageStats:
         if b not in self.width_examples or path < self.width_examples[b]:
             self.width_examples[b] = path
 
+    def add_many(
+        self,
+        formats: Sequence[str],
+        heads: np.ndarray,
+        sizes: np.ndarray,
+        paths: Sequence[bytes],
+    ) -> None:
+        """:meth:`add` for a batch: ``heads`` rows (format code, width, height, channels).
+
+        ``formats`` names each code; ``paths`` are UTF-8, compared as bytes (the
+        order of their text).
+        """
+        n = len(paths)
+        if not n:
+            return
+        fmt, width, height, channels = (heads[:, k] for k in range(4))
+        self.images += n
+        order = np.argsort(np.array(paths, dtype=object).astype(bytes), kind="stable")
+        for code, picks in _smallest(fmt, order, EXAMPLES).items():
+            name = formats[code]
+            self.formats[name] = self.formats.get(name, 0) + int(np.count_nonzero(fmt == code))
+            for i in picks:
+                _keep(self.format_examples.setdefault(name, []), _text(paths[i]))
+        for ch, picks in _smallest(channels, order, EXAMPLES).items():
+            key = str(ch) if ch else UNKNOWN_CHANNELS
+            self.channels[key] = self.channels.get(key, 0) + int(np.count_nonzero(channels == ch))
+            for i in picks:
+                _keep(self.channel_examples.setdefault(key, []), _text(paths[i]))
+        self.nbytes.add_many(sizes)
+        known = (width > 0) & (height > 0)
+        self.unknown_size += n - int(np.count_nonzero(known))
+        self.width.add_many(width[known])
+        self.height.add_many(height[known])
+        wbins = np.where(known, bins_of(width, len(self.width.counts)), -1)
+        for b, picks in _smallest(wbins, order, 1).items():
+            path = _text(paths[picks[0]])
+            if b >= 0 and (b not in self.width_examples or path < self.width_examples[b]):
+                self.width_examples[b] = path
+
     def merge(self, other: ImageStats) -> None:
         self.images += other.images
         self.unknown_size += other.unknown_size
@@ -208,6 +269,21 @@ class ImageStats:
             channel_examples={str(k): list(v) for k, v in ex["channels"].items()},
             width_examples={int(k): str(v) for k, v in ex["width_bins"].items()},
         )
+
+
+def _smallest(groups: np.ndarray, order: np.ndarray, limit: int) -> dict[int, list[int]]:
+    """Per value of ``groups``, the first ``limit`` indices in ``order`` holding it."""
+    ranked = groups[order]
+    grouped = np.argsort(ranked, kind="stable")  # by group, in ``order`` within each
+    keys, firsts = np.unique(ranked[grouped], return_index=True)
+    return {
+        int(k): order[grouped[f : f + limit]][ranked[grouped[f : f + limit]] == k].tolist()
+        for k, f in zip(keys.tolist(), firsts.tolist(), strict=True)
+    }
+
+
+def _text(path: bytes) -> str:
+    return path.decode("utf-8", "surrogateescape")
 
 
 def merged(parts: Iterable[ImageStats]) -> ImageStats:

@@ -24,7 +24,7 @@ from tfshards import atomicfile, storage
 from tfshards.errors import InputError
 from tfshards.format import native, tfrecord
 from tfshards.format.exampleparser import outline
-from tfshards.format.imageheader import read_header
+from tfshards.format.imageheader import NATIVE_FORMATS, read_header
 from tfshards.format.wire import FOOTER_BYTES, HEADER_BYTES
 from tfshards.shardset import layout
 from tfshards.shardset.imagestats import ImageStats, VersionStats, encode, read_version
@@ -56,14 +56,17 @@ class ShardImages:
                 self._outlined(view[a:b])
             return
         ok, _, _, firsts = c.outline_examples(view, begins, stops, self._keys)
-        spans = np.frombuffer(firsts, dtype=np.int64).reshape(-1, len(self._keys), 2).tolist()
-        add, stats = self._add, self.stats
-        for i, found in enumerate(spans):
-            if not ok[i]:  # not so for records this writer framed; the reference says why
-                self._outlined(view[begins[i] : stops[i]])
-                continue
-            (x, y), (px, py) = found[self._payload], found[self._path]
-            add(stats, view[x:y], str(view[px:py], "utf-8", "surrogateescape"))
+        if ok.count(0):  # not so for records this writer framed; the reference says why
+            for a, b in zip(begins.tolist(), stops.tolist(), strict=True):
+                self._outlined(view[a:b])
+            return
+        spans = np.frombuffer(firsts, dtype=np.int64).reshape(-1, len(self._keys), 2)
+        payload, path = spans[:, self._payload], spans[:, self._path]
+        starts_, ends = np.ascontiguousarray(payload[:, 0]), np.ascontiguousarray(payload[:, 1])
+        heads = np.frombuffer(c.image_headers(view, starts_, ends), dtype=np.int64).reshape(-1, 4)
+        raw = view.tobytes()  # one copy of the flush (1 MB): a slice of it per path is cheap
+        paths = [raw[a:b] for a, b in path.tolist()]
+        self.stats.add_many(NATIVE_FORMATS, heads, ends - starts_, paths)
 
     def _outlined(self, data: memoryview) -> None:
         fields = outline(data, self._names)
