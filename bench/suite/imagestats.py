@@ -49,15 +49,15 @@ def stats_off() -> Iterator[None]:
         imagestats.save_version = saved["save_version"]
 
 
-def _write(listing: Any, workers: int, executor: str) -> float:
+def _write(listing: Any, workers: int, executor: str) -> tuple[float, float]:
     from tfshards.writing.config import WriteConfig
     from tfshards.writing.writer import write
 
     out = tempfile.mkdtemp(prefix="imagestats-bench-")
     try:
-        start = time.perf_counter()
+        start, cpu = time.perf_counter(), time.process_time()
         write(WriteConfig(out=out, workers=workers, executor=executor), listing, progress=False)
-        return time.perf_counter() - start
+        return time.perf_counter() - start, time.process_time() - cpu
     finally:
         shutil.rmtree(out)
 
@@ -70,7 +70,11 @@ def main(
     executor: Annotated[str, typer.Option()] = "auto",
     data: Annotated[str, typer.Option(help="Where the images are kept.")] = "bench/data",
 ) -> None:
-    """Print seconds per write with and without the statistics, and the ratio per round."""
+    """Print seconds per write with and without the statistics, and the ratio per round.
+
+    Wall time, and CPU time of this process (its threads' together: the work
+    a busy machine's noise hides less).
+    """
     from tfshards.format import native
     from tfshards.listing.listing import list_files
     from tfshards.project.sample import write_synthetic
@@ -81,7 +85,8 @@ def main(
         write_synthetic(root, count, size, fmt="jpeg", classes=10, seed=0, workers=2)
     listing = list_files(root)
     used = executors.resolve(executor, workers, ["file"], gil_free=native.NATIVE is not None)
-    on, off = [], []
+    on: list[tuple[float, float]] = []
+    off: list[tuple[float, float]] = []
     for rep in range(reps + 1):
         with stats_off():
             t_off = _write(listing, workers, executor)
@@ -89,12 +94,14 @@ def main(
         if rep:  # the first round warms up
             on.append(t_on)
             off.append(t_off)
-    ratios = [a / b for a, b in zip(on, off, strict=True)]
     mb = listing.total_bytes / 1e6
     print(f"{count} images of {size}x{size} px, {mb:.1f} MB, {workers} workers ({used})")
-    print(f"without statistics: {statistics.median(off):.3f} s (rounds {_fmt(off)})")
-    print(f"with statistics:    {statistics.median(on):.3f} s (rounds {_fmt(on)})")
-    print(f"ratio with/without: median {statistics.median(ratios):.3f} (rounds {_fmt(ratios)})")
+    for k, what in enumerate(("wall", "cpu")):
+        a, b = [t[k] for t in on], [t[k] for t in off]
+        ratios = [x / y for x, y in zip(a, b, strict=True)]
+        print(f"{what} without statistics: {statistics.median(b):.3f} s (rounds {_fmt(b)})")
+        print(f"{what} with statistics:    {statistics.median(a):.3f} s (rounds {_fmt(a)})")
+        print(f"{what} ratio with/without: median {statistics.median(ratios):.3f} ({_fmt(ratios)})")
 
 
 def _fmt(values: list[float]) -> str:

@@ -3,9 +3,14 @@
  *
  * The reference is tfshards.format.imageheader.read_header: this reads
  * exactly what it reads, and the tests compare the two on the same bytes.
+ *
+ * image_records does the same for the records of a buffer the writer has just
+ * framed, finding each one's payload and path features itself.
  */
 #include "_native.h"
 
+#define OPENSSL_SUPPRESS_DEPRECATED /* SHA256(): the one-shot call with the least overhead */
+#include <openssl/sha.h>
 #include <string.h>
 
 enum { FMT_UNKNOWN, FMT_JPEG, FMT_PNG, FMT_GIF, FMT_BMP, FMT_WEBP };
@@ -135,4 +140,117 @@ done:
     PyBuffer_Release(&starts);
     PyBuffer_Release(&ends);
     return result;
+}
+
+/* The varint at ``*pos`` before ``end``; 0 when cut short or over 10 bytes. */
+static int varint(const uint8_t *b, int64_t *pos, int64_t end, uint64_t *out) {
+    uint64_t v = 0;
+    for (int k = 0; k < MAX_VARINT_BYTES && *pos < end; k++) {
+        uint8_t c = b[(*pos)++];
+        v |= (uint64_t)(c & 0x7f) << (7 * k);
+        if (c < 0x80) {
+            *out = v;
+            return 1;
+        }
+    }
+    return 0;
+}
+
+/* The length-delimited field at ``*pos``: its number and span; 0 when it is not one. */
+static int field(const uint8_t *b, int64_t *pos, int64_t end, uint64_t *num, int64_t *s,
+                 int64_t *e) {
+    uint64_t key, len;
+    if (!varint(b, pos, end, &key) || (key & 7) != WIRE_LEN) return 0;
+    if (!varint(b, pos, end, &len) || len > (uint64_t)(end - *pos)) return 0;
+    *num = key >> 3, *s = *pos, *e = *pos + (int64_t)len, *pos = *e;
+    return 1;
+}
+
+/* The first value of the BytesList feature [s, e) (a Feature message); 0 when none. */
+static int first_bytes(const uint8_t *b, int64_t s, int64_t e, int64_t *vs, int64_t *ve) {
+    uint64_t num;
+    int64_t ls, le;
+    if (!field(b, &s, e, &num, &ls, &le) || num != KIND_BYTES) return 0;
+    return field(b, &ls, le, &num, vs, ve) && num == 1;
+}
+
+/* The spans of the first values of features ``k0`` (out[0..1]) and ``k1`` (out[2..3]). */
+static int two_features(const uint8_t *b, int64_t s, int64_t e, const char *k0, int64_t n0,
+                        const char *k1, int64_t n1, int64_t *out) {
+    uint64_t num;
+    int64_t fs, fe, es, ee, ks, ke, vs, ve;
+    int found = 0;
+    while (s < e) {
+        if (!field(b, &s, e, &num, &fs, &fe)) return 0;
+        if (num != 1) continue;
+        while (fs < fe) {
+            if (!field(b, &fs, fe, &num, &es, &ee)) return 0;
+            if (num != 1) continue;
+            ks = ke = vs = ve = -1;
+            while (es < ee) {
+                int64_t a, z;
+                if (!field(b, &es, ee, &num, &a, &z)) return 0;
+                if (num == 1) ks = a, ke = z;
+                if (num == 2) vs = a, ve = z;
+            }
+            int which = ks < 0 ? -1
+                        : ke - ks == n0 && memcmp(b + ks, k0, (size_t)n0) == 0 ? 0
+                        : ke - ks == n1 && memcmp(b + ks, k1, (size_t)n1) == 0 ? 1 : -1;
+            if (which < 0 || vs < 0) continue;
+            if (!first_bytes(b, vs, ve, out + 2 * which, out + 2 * which + 1)) return 0;
+            found |= 1 << which;
+        }
+    }
+    return found == 3;
+}
+
+/* image_records(buffer, payload_key, path_key) -> (rows, end)
+ *
+ * Walks the whole framed records of ``buffer`` (lengths only: bytes just
+ * framed) and gives, per record, eight int64: image_headers' four of its
+ * payload, the payload's size, its path's span [start, end) in ``buffer``,
+ * and the first 8 bytes of the path's SHA-256 (big-endian, as uint64 bits).
+ * A record whose two features cannot be found has format -1 (the Python
+ * reference reads it). ``end``: where the last whole record ends. */
+PyObject *image_records(PyObject *self, PyObject *args) {
+    Py_buffer buf;
+    const char *k0, *k1;
+    Py_ssize_t n0, n1;
+    if (!PyArg_ParseTuple(args, "y*y#y#", &buf, &k0, &n0, &k1, &n1)) return NULL;
+    const uint8_t *b = buf.buf;
+    int64_t size = buf.len, at = 0, count = 0;
+    while (size - at >= HEADER_BYTES + FOOTER_BYTES) {
+        uint64_t len = get_u64(b + at);
+        if (len > (uint64_t)(size - at - HEADER_BYTES - FOOTER_BYTES)) break;
+        at += HEADER_BYTES + (int64_t)len + FOOTER_BYTES;
+        count++;
+    }
+    PyObject *rows = PyBytes_FromStringAndSize(NULL, count * 8 * (Py_ssize_t)sizeof(int64_t));
+    if (rows == NULL) {
+        PyBuffer_Release(&buf);
+        return NULL;
+    }
+    int64_t *out = (int64_t *)PyBytes_AS_STRING(rows), end = at;
+    Py_BEGIN_ALLOW_THREADS
+    at = 0;
+    for (int64_t i = 0; i < count; i++, out += 8) {
+        int64_t len = (int64_t)get_u64(b + at), s = at + HEADER_BYTES, spans[4];
+        at = s + len + FOOTER_BYTES;
+        memset(out, 0, 8 * sizeof(int64_t));
+        if (!two_features(b, s, s + len, k0, n0, k1, n1, spans)) {
+            out[0] = -1;
+            continue;
+        }
+        header(b + spans[0], spans[1] - spans[0], out);
+        out[4] = spans[1] - spans[0];
+        out[5] = spans[2], out[6] = spans[3];
+        uint8_t md[SHA256_DIGEST_LENGTH];
+        SHA256(b + spans[2], (size_t)(spans[3] - spans[2]), md);
+        uint64_t key = 0;
+        for (int k = 0; k < 8; k++) key = key << 8 | md[k];
+        memcpy(out + 7, &key, sizeof key);
+    }
+    Py_END_ALLOW_THREADS
+    PyBuffer_Release(&buf);
+    return Py_BuildValue("(NL)", rows, (long long)end);
 }

@@ -56,6 +56,10 @@ class Native(Protocol):
 
     def image_headers(self, buffer: Buffer, starts: Buffer, ends: Buffer) -> bytes: ...
 
+    def image_records(
+        self, buffer: Buffer, payload_key: bytes, path_key: bytes
+    ) -> tuple[bytes, int]: ...
+
     def read_lines(self, idx_fd: int, lines_fd: int, indices: Buffer) -> tuple[bytes, int]: ...
 
 

@@ -3,18 +3,20 @@
 :class:`ImageStats` holds, for any number of images, counts per format and
 per channel count, histograms of width, height and byte size over fixed bins
 (exact below 32, then 16 bins per octave: a bin is at most 1/16 = 6.25% wide),
-the exact minimum and maximum of each, and the lexicographically smallest
-:data:`EXAMPLES` paths per format and per channel count (one per width bin).
-Merging is a sum (and a min/max, and a sorted union of examples), so it
-gives the same result in any order: per shard, per bucket, per side.
+the exact minimum and maximum of each, and :data:`EXAMPLES` example paths per
+format and per channel count (one per width bin): those whose SHA-256 is
+smallest (:func:`example_rank`), a spread sample that no order of adding changes.
+Merging is a sum (and a min/max, and a union of examples), so it gives the
+same result in any order: per shard, per bucket, per side.
 Its size does not grow with the images it counts; only the digits of the counts do.
 """
 
 from __future__ import annotations
 
 import bisect
+import hashlib
 import json
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -125,11 +127,20 @@ class Histogram:
         return cls(counts, int(doc["min"]), int(doc["max"]), sum(counts))
 
 
-def _keep(found: list[str], path: str) -> None:
-    """Insert ``path`` into the sorted ``found`` if it is among the :data:`EXAMPLES` smallest."""
-    if (len(found) < EXAMPLES or path < found[-1]) and path not in found:
-        bisect.insort(found, path)
-        del found[EXAMPLES:]
+Example = tuple[int, str]  # (rank, path): kept are the smallest ranks
+
+
+def example_rank(path: str | bytes) -> int:
+    """The first 8 bytes of the path's SHA-256: which examples are kept, in any order of adding."""
+    data = path if isinstance(path, bytes) else path.encode("utf-8", "surrogateescape")
+    return int.from_bytes(hashlib.sha256(data).digest()[:8], "big")
+
+
+def _keep(found: list[Example], example: Example, limit: int = EXAMPLES) -> None:
+    """Insert ``example`` into the sorted ``found`` if it is among the ``limit`` smallest."""
+    if (len(found) < limit or example < found[-1]) and example not in found:
+        bisect.insort(found, example)
+        del found[limit:]
 
 
 @dataclass
@@ -143,56 +154,54 @@ class ImageStats:
     width: Histogram = field(default_factory=lambda: Histogram.empty(DIM_BITS))
     height: Histogram = field(default_factory=lambda: Histogram.empty(DIM_BITS))
     nbytes: Histogram = field(default_factory=lambda: Histogram.empty(BYTE_BITS))
-    format_examples: dict[str, list[str]] = field(default_factory=dict)
-    channel_examples: dict[str, list[str]] = field(default_factory=dict)
-    width_examples: dict[int, str] = field(default_factory=dict)  # the smallest path per bin
+    format_examples: dict[str, list[Example]] = field(default_factory=dict)
+    channel_examples: dict[str, list[Example]] = field(default_factory=dict)
+    width_examples: dict[int, list[Example]] = field(default_factory=dict)  # one per bin
 
     def add(self, fmt: str, width: int, height: int, channels: int, size: int, path: str) -> None:
         """One image: its header's format, sizes and channels (0: not told), bytes, path."""
+        example = (example_rank(path), path)
         self.images += 1
         self.formats[fmt] = self.formats.get(fmt, 0) + 1
-        _keep(self.format_examples.setdefault(fmt, []), path)
+        _keep(self.format_examples.setdefault(fmt, []), example)
         ch = str(channels) if channels else UNKNOWN_CHANNELS
         self.channels[ch] = self.channels.get(ch, 0) + 1
-        _keep(self.channel_examples.setdefault(ch, []), path)
+        _keep(self.channel_examples.setdefault(ch, []), example)
         self.nbytes.add(size)
         if not (width and height):
             self.unknown_size += 1
             return
         self.width.add(width)
         self.height.add(height)
-        b = bin_of(width, len(self.width.counts))
-        if b not in self.width_examples or path < self.width_examples[b]:
-            self.width_examples[b] = path
+        _keep(self.width_examples.setdefault(bin_of(width, len(self.width.counts)), []), example, 1)
 
     def add_many(
-        self,
-        formats: Sequence[str],
-        heads: np.ndarray,
-        sizes: np.ndarray,
-        paths: Sequence[bytes],
+        self, formats: Sequence[str], rows: np.ndarray, path: Callable[[int], str]
     ) -> None:
-        """:meth:`add` for a batch: ``heads`` rows (format code, width, height, channels).
-
-        ``formats`` names each code; ``paths`` are UTF-8, compared as bytes (the
-        order of their text).
+        """:meth:`add` for a batch of ``rows``: int64 (format code, width, height, channels,
+        bytes, any, any, :func:`example_rank` as uint64 bits); ``formats`` names each code,
+        ``path(i)`` is row ``i``'s path (asked only of the examples kept).
         """
-        n = len(paths)
+        n = len(rows)
         if not n:
             return
-        fmt, width, height, channels = (heads[:, k] for k in range(4))
+        fmt, width, height, channels, sizes = (rows[:, k] for k in range(5))
+        ranks = rows[:, 7].view(np.uint64)
+        order = np.argsort(ranks, kind="stable")
         self.images += n
-        order = np.argsort(np.array(paths, dtype=object).astype(bytes), kind="stable")
+
+        def keep(into: list[Example], picks: list[int], limit: int = EXAMPLES) -> None:
+            for i in picks:
+                _keep(into, (int(ranks[i]), path(i)), limit)
+
         for code, picks in _smallest(fmt, order, EXAMPLES).items():
             name = formats[code]
             self.formats[name] = self.formats.get(name, 0) + int(np.count_nonzero(fmt == code))
-            for i in picks:
-                _keep(self.format_examples.setdefault(name, []), _text(paths[i]))
+            keep(self.format_examples.setdefault(name, []), picks)
         for ch, picks in _smallest(channels, order, EXAMPLES).items():
             key = str(ch) if ch else UNKNOWN_CHANNELS
             self.channels[key] = self.channels.get(key, 0) + int(np.count_nonzero(channels == ch))
-            for i in picks:
-                _keep(self.channel_examples.setdefault(key, []), _text(paths[i]))
+            keep(self.channel_examples.setdefault(key, []), picks)
         self.nbytes.add_many(sizes)
         known = (width > 0) & (height > 0)
         self.unknown_size += n - int(np.count_nonzero(known))
@@ -200,9 +209,8 @@ class ImageStats:
         self.height.add_many(height[known])
         wbins = np.where(known, bins_of(width, len(self.width.counts)), -1)
         for b, picks in _smallest(wbins, order, 1).items():
-            path = _text(paths[picks[0]])
-            if b >= 0 and (b not in self.width_examples or path < self.width_examples[b]):
-                self.width_examples[b] = path
+            if b >= 0:
+                keep(self.width_examples.setdefault(b, []), picks, 1)
 
     def merge(self, other: ImageStats) -> None:
         self.images += other.images
@@ -217,12 +225,12 @@ class ImageStats:
             (self.format_examples, other.format_examples),
             (self.channel_examples, other.channel_examples),
         ):
-            for key, paths in theirs_ex.items():
-                for path in paths:
-                    _keep(mine_ex.setdefault(key, []), path)
-        for b, path in other.width_examples.items():
-            if b not in self.width_examples or path < self.width_examples[b]:
-                self.width_examples[b] = path
+            for key, found in theirs_ex.items():
+                for example in found:
+                    _keep(mine_ex.setdefault(key, []), example)
+        for b, found in other.width_examples.items():
+            for example in found:
+                _keep(self.width_examples.setdefault(b, []), example, 1)
 
     @property
     def non_rgb(self) -> int:
@@ -230,22 +238,24 @@ class ImageStats:
         return sum(n for ch, n in self.channels.items() if ch not in ("3", UNKNOWN_CHANNELS))
 
     def non_rgb_examples(self) -> list[str]:
-        """The :data:`EXAMPLES` smallest paths of non-RGB images."""
-        found: list[str] = []
-        for ch, paths in self.channel_examples.items():
+        """Up to :data:`EXAMPLES` paths of non-RGB images."""
+        found: list[Example] = []
+        for ch, examples in self.channel_examples.items():
             if ch not in ("3", UNKNOWN_CHANNELS):
-                for path in paths:
-                    _keep(found, path)
-        return found
+                for example in examples:
+                    _keep(found, example)
+        return [p for _, p in found]
 
     def to_json(self) -> dict[str, Any]:
         return {
             "bytes": self.nbytes.to_json(),
             "channels": dict(sorted(self.channels.items())),
             "examples": {
-                "channels": dict(sorted(self.channel_examples.items())),
-                "formats": dict(sorted(self.format_examples.items())),
-                "width_bins": {str(b): p for b, p in sorted(self.width_examples.items())},
+                "channels": _paths(self.channel_examples),
+                "formats": _paths(self.format_examples),
+                "width_bins": {
+                    str(b): found[0][1] for b, found in sorted(self.width_examples.items())
+                },
             },
             "formats": dict(sorted(self.formats.items())),
             "height": self.height.to_json(),
@@ -265,10 +275,20 @@ class ImageStats:
             width=Histogram.from_json(doc["width"], DIM_BITS),
             height=Histogram.from_json(doc["height"], DIM_BITS),
             nbytes=Histogram.from_json(doc["bytes"], BYTE_BITS),
-            format_examples={str(k): list(v) for k, v in ex["formats"].items()},
-            channel_examples={str(k): list(v) for k, v in ex["channels"].items()},
-            width_examples={int(k): str(v) for k, v in ex["width_bins"].items()},
+            format_examples=_examples(ex["formats"]),
+            channel_examples=_examples(ex["channels"]),
+            width_examples={
+                int(k): [(example_rank(v), str(v))] for k, v in ex["width_bins"].items()
+            },
         )
+
+
+def _paths(examples: Mapping[str, list[Example]]) -> dict[str, list[str]]:
+    return {key: [p for _, p in found] for key, found in sorted(examples.items())}
+
+
+def _examples(doc: Mapping[str, Any]) -> dict[str, list[Example]]:
+    return {str(k): sorted((example_rank(p), str(p)) for p in v) for k, v in doc.items()}
 
 
 def _smallest(groups: np.ndarray, order: np.ndarray, limit: int) -> dict[int, list[int]]:
@@ -280,10 +300,6 @@ def _smallest(groups: np.ndarray, order: np.ndarray, limit: int) -> dict[int, li
         int(k): order[grouped[f : f + limit]][ranked[grouped[f : f + limit]] == k].tolist()
         for k, f in zip(keys.tolist(), firsts.tolist(), strict=True)
     }
-
-
-def _text(path: bytes) -> str:
-    return path.decode("utf-8", "surrogateescape")
 
 
 def merged(parts: Iterable[ImageStats]) -> ImageStats:

@@ -163,7 +163,7 @@ def _not_allowed(stats: SideStats, allowed: tuple[str, ...]) -> str | None:
     if not bad:
         return None
     said = ", ".join(f"{fmt} on {side}" for fmt, side in sorted(bad))
-    paths = [p for found in bad.values() for p in found]
+    paths = [p for found in bad.values() for _, p in found]
     return f"image formats not in allowed_formats {','.join(allowed)}: {said}" + _examples(paths)
 
 
@@ -180,7 +180,7 @@ def _new_format(stats: SideStats) -> str | None:
     if not new:
         return None
     said = ", ".join(f"{fmt} on {side}" for fmt, side in sorted(new))
-    paths = [p for found in new.values() for p in found]
+    paths = [p for found in new.values() for _, p in found]
     return f"image formats new since version {stats.base_fingerprint}: {said}" + _examples(paths)
 
 
@@ -211,5 +211,6 @@ def _near(s: ImageStats, now: int, was: int) -> list[str]:
     bins = len(s.width.counts)
     here, there = bin_of(now, bins), bin_of(was, bins)
     step = 1 if there >= here else -1
-    paths = [s.width_examples[b] for b in range(here, there + step, step) if b in s.width_examples]
+    steps = range(here, there + step, step)
+    paths = [s.width_examples[b][0][1] for b in steps if b in s.width_examples]
     return paths[:3]

@@ -39,34 +39,31 @@ class ShardImages:
     def __init__(self, image_feature: str) -> None:
         self.stats = ImageStats()
         self._names = (image_feature, PATH_FEATURE)
-        keys = sorted(self._names)
-        self._keys = tuple(k.encode() for k in keys)
-        self._payload, self._path = keys.index(image_feature), keys.index(PATH_FEATURE)
+        self._order = (image_feature.encode(), PATH_FEATURE.encode())
 
     def feed(self, view: memoryview) -> None:
         """Count the images of ``view``: whole framed records (a buffer's flush)."""
-        starts, end = tfrecord.record_starts(view)
-        if not len(starts):
-            return
-        stops = np.append(starts[1:], end) - FOOTER_BYTES
-        begins = starts + HEADER_BYTES
         c = native.NATIVE
         if c is None:
-            for a, b in zip(begins.tolist(), stops.tolist(), strict=True):
+            starts, end = tfrecord.record_starts(view)
+            stops = (np.append(starts[1:], end) - FOOTER_BYTES).tolist()
+            for a, b in zip((starts + HEADER_BYTES).tolist(), stops, strict=True):
                 self._outlined(view[a:b])
             return
-        ok, _, _, firsts = c.outline_examples(view, begins, stops, self._keys)
-        if ok.count(0):  # not so for records this writer framed; the reference says why
-            for a, b in zip(begins.tolist(), stops.tolist(), strict=True):
-                self._outlined(view[a:b])
-            return
-        spans = np.frombuffer(firsts, dtype=np.int64).reshape(-1, len(self._keys), 2)
-        payload, path = spans[:, self._payload], spans[:, self._path]
-        starts_, ends = np.ascontiguousarray(payload[:, 0]), np.ascontiguousarray(payload[:, 1])
-        heads = np.frombuffer(c.image_headers(view, starts_, ends), dtype=np.int64).reshape(-1, 4)
-        raw = view.tobytes()  # one copy of the flush (1 MB): a slice of it per path is cheap
-        paths = [raw[a:b] for a, b in path.tolist()]
-        self.stats.add_many(NATIVE_FORMATS, heads, ends - starts_, paths)
+        found, _ = c.image_records(view, *self._order)
+        rows = np.frombuffer(found, dtype=np.int64).reshape(-1, 8)
+        bad = rows[:, 0] < 0  # not so for records this writer framed; the reference reads them
+        if bad.any():
+            starts, _ = tfrecord.record_starts(view)
+            for at in starts[bad].tolist():
+                length = int.from_bytes(view[at : at + 8], "little")
+                self._outlined(view[at + HEADER_BYTES : at + HEADER_BYTES + length])
+            rows = rows[~bad]
+
+        def path(i: int) -> str:
+            return str(view[rows[i, 5] : rows[i, 6]], "utf-8", "surrogateescape")
+
+        self.stats.add_many(NATIVE_FORMATS, rows, path)
 
     def _outlined(self, data: memoryview) -> None:
         fields = outline(data, self._names)
