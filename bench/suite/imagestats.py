@@ -99,9 +99,10 @@ def main(
     for k, what in enumerate(("wall", "cpu")):
         a, b = [t[k] for t in on], [t[k] for t in off]
         ratios = [x / y for x, y in zip(a, b, strict=True)]
-        print(f"{what} without statistics: {statistics.median(b):.3f} s (rounds {_fmt(b)})")
-        print(f"{what} with statistics:    {statistics.median(a):.3f} s (rounds {_fmt(a)})")
+        print(f"{what} without statistics: median {statistics.median(b):.3f} s, min {min(b):.3f} s")
+        print(f"{what} with statistics:    median {statistics.median(a):.3f} s, min {min(a):.3f} s")
         print(f"{what} ratio with/without: median {statistics.median(ratios):.3f} ({_fmt(ratios)})")
+        print(f"{what} ratio of the minimums: {min(a) / min(b):.3f}")
 
 
 def _fmt(values: list[float]) -> str:

@@ -9,7 +9,7 @@
  */
 #include "_native.h"
 
-#define OPENSSL_SUPPRESS_DEPRECATED /* SHA256(): the one-shot call with the least overhead */
+#define OPENSSL_SUPPRESS_DEPRECATED /* SHA256_Init/Update/Final: no fetch per call */
 #include <openssl/sha.h>
 #include <string.h>
 
@@ -245,7 +245,10 @@ PyObject *image_records(PyObject *self, PyObject *args) {
         out[4] = spans[1] - spans[0];
         out[5] = spans[2], out[6] = spans[3];
         uint8_t md[SHA256_DIGEST_LENGTH];
-        SHA256(b + spans[2], (size_t)(spans[3] - spans[2]), md);
+        SHA256_CTX ctx; /* the low-level calls: OpenSSL 3's one-shot SHA256() fetches per call */
+        SHA256_Init(&ctx);
+        SHA256_Update(&ctx, b + spans[2], (size_t)(spans[3] - spans[2]));
+        SHA256_Final(md, &ctx);
         uint64_t key = 0;
         for (int k = 0; k < 8; k++) key = key << 8 | md[k];
         memcpy(out + 7, &key, sizeof key);
