@@ -203,3 +203,17 @@ def test_the_c_loop_reads_headers_as_the_reference_does() -> None:
     heads = np.frombuffer(native.NATIVE.image_headers(joined, starts, ends), dtype=np.int64)
     for sample, (code, w, h, ch) in zip(samples, heads.reshape(-1, 4).tolist(), strict=True):
         assert read_header(sample) == (NATIVE_FORMATS[code], w, h, ch), sample[:32]
+
+
+def test_bins_of_a_batch_are_those_of_each_value() -> None:
+    import numpy as np
+
+    from tfshards.shardset.imagestats import bin_count, bins_of
+
+    values = [0, 1, 31, 32, 33, 63, 64, 65, 1000, 65535, 65536, 1 << 30, (1 << 36) + 5]
+    values += random.Random(2).sample(range(1 << 20), 200)
+    for bits in (DIM_BITS, BYTE_BITS):
+        bins = bin_count(bits)
+        found = bins_of(np.array(values, dtype=np.int64), bins).tolist()
+        assert found == [bin_of(v, bins) for v in values]
+        assert all(bin_bounds(b)[0] <= v for b, v in zip(found, values, strict=True))

@@ -14,6 +14,7 @@ Its size does not grow with the images it counts; only the digits of the counts 
 from __future__ import annotations
 
 import bisect
+import functools
 import hashlib
 import json
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -51,12 +52,13 @@ def bin_of(value: int, bins: int) -> int:
 
 
 def bins_of(values: np.ndarray, bins: int) -> np.ndarray:
-    """:func:`bin_of` of each of ``values`` (int64, >= 0, below 2**53)."""
-    exp = np.frexp(values.astype(np.float64))[1].astype(np.int64) - 1  # exact below 2**53
-    big = values >= EXACT
-    shift = np.where(big, exp - 4, 0)
-    found = EXACT + (exp - 5) * PER_OCTAVE + ((values >> shift) & (PER_OCTAVE - 1))
-    return np.minimum(np.where(big, found, values), bins - 1)
+    """:func:`bin_of` of each of ``values`` (int64, >= 0): one search of the bins' low ends."""
+    return np.searchsorted(_lows(bins), values, side="right") - 1
+
+
+@functools.cache
+def _lows(bins: int) -> np.ndarray:
+    return np.array([bin_bounds(b)[0] for b in range(bins)], dtype=np.int64)
 
 
 def bin_bounds(b: int) -> tuple[int, int]:
@@ -175,42 +177,55 @@ class ImageStats:
         self.height.add(height)
         _keep(self.width_examples.setdefault(bin_of(width, len(self.width.counts)), []), example, 1)
 
-    def add_many(
-        self, formats: Sequence[str], rows: np.ndarray, path: Callable[[int], str]
-    ) -> None:
-        """:meth:`add` for a batch of ``rows``: int64 (format code, width, height, channels,
-        bytes, any, any, :func:`example_rank` as uint64 bits); ``formats`` names each code,
-        ``path(i)`` is row ``i``'s path (asked only of the examples kept).
+    def add_many(self, formats: Sequence[str], rows: np.ndarray) -> None:
+        """:meth:`add` for a batch, but for the examples (:meth:`keep_examples`).
+
+        ``rows``: int64 (format code, width, height, channels, bytes) each;
+        ``formats`` names each code.
         """
         n = len(rows)
         if not n:
             return
         fmt, width, height, channels, sizes = (rows[:, k] for k in range(5))
-        ranks = rows[:, 7].view(np.uint64)
-        order = np.argsort(ranks, kind="stable")
         self.images += n
-
-        def keep(into: list[Example], picks: list[int], limit: int = EXAMPLES) -> None:
-            for i in picks:
-                _keep(into, (int(ranks[i]), path(i)), limit)
-
-        for code, picks in _smallest(fmt, order, EXAMPLES).items():
-            name = formats[code]
-            self.formats[name] = self.formats.get(name, 0) + int(np.count_nonzero(fmt == code))
-            keep(self.format_examples.setdefault(name, []), picks)
-        for ch, picks in _smallest(channels, order, EXAMPLES).items():
-            key = str(ch) if ch else UNKNOWN_CHANNELS
-            self.channels[key] = self.channels.get(key, 0) + int(np.count_nonzero(channels == ch))
-            keep(self.channel_examples.setdefault(key, []), picks)
+        for code, count in enumerate(np.bincount(fmt, minlength=len(formats)).tolist()):
+            if count:
+                self.formats[formats[code]] = self.formats.get(formats[code], 0) + count
+        for ch, count in enumerate(np.bincount(channels).tolist()):
+            if count:
+                key = str(ch) if ch else UNKNOWN_CHANNELS
+                self.channels[key] = self.channels.get(key, 0) + count
         self.nbytes.add_many(sizes)
         known = (width > 0) & (height > 0)
         self.unknown_size += n - int(np.count_nonzero(known))
         self.width.add_many(width[known])
         self.height.add_many(height[known])
-        wbins = np.where(known, bins_of(width, len(self.width.counts)), -1)
-        for b, picks in _smallest(wbins, order, 1).items():
-            if b >= 0:
-                keep(self.width_examples.setdefault(b, []), picks, 1)
+
+    def keep_examples(
+        self, formats: Sequence[str], rows: np.ndarray, path: Callable[[int], str]
+    ) -> None:
+        """The examples of ``rows``: :meth:`add_many`'s columns, any two, then
+        :func:`example_rank` as uint64 bits. ``path(i)``: row ``i``'s path, asked only
+        of rows that may be kept (few, once each group holds its examples).
+        """
+        ranks = rows[:, 7].view(np.uint64)
+        fmt, channels = rows[:, 0], rows[:, 3]
+        known = (rows[:, 1] > 0) & (rows[:, 2] > 0)
+        wbins = bins_of(rows[:, 1], len(self.width.counts))
+        by_format = _bars(self.format_examples, formats, len(formats), EXAMPLES)
+        by_channels = _bars(self.channel_examples, None, 256, EXAMPLES)
+        by_width = _bars(self.width_examples, None, len(self.width.counts), 1)
+        maybe = (ranks < by_format[fmt]) | (ranks < by_channels[np.minimum(channels, 255)])
+        maybe |= known & (ranks < by_width[wbins])
+        picked = np.flatnonzero(maybe)
+        for i in picked[np.argsort(ranks[picked], kind="stable")].tolist():
+            example = (int(ranks[i]), path(i))
+            ch = int(channels[i])
+            _keep(self.format_examples.setdefault(formats[fmt[i]], []), example)
+            key = str(ch) if ch else UNKNOWN_CHANNELS
+            _keep(self.channel_examples.setdefault(key, []), example)
+            if known[i]:
+                _keep(self.width_examples.setdefault(int(wbins[i]), []), example, 1)
 
     def merge(self, other: ImageStats) -> None:
         self.images += other.images
@@ -291,15 +306,19 @@ def _examples(doc: Mapping[str, Any]) -> dict[str, list[Example]]:
     return {str(k): sorted((example_rank(p), str(p)) for p in v) for k, v in doc.items()}
 
 
-def _smallest(groups: np.ndarray, order: np.ndarray, limit: int) -> dict[int, list[int]]:
-    """Per value of ``groups``, the first ``limit`` indices in ``order`` holding it."""
-    ranked = groups[order]
-    grouped = np.argsort(ranked, kind="stable")  # by group, in ``order`` within each
-    keys, firsts = np.unique(ranked[grouped], return_index=True)
-    return {
-        int(k): order[grouped[f : f + limit]][ranked[grouped[f : f + limit]] == k].tolist()
-        for k, f in zip(keys.tolist(), firsts.tolist(), strict=True)
-    }
+def _bars(
+    examples: Mapping[Any, list[Example]], names: Sequence[str] | None, size: int, limit: int
+) -> np.ndarray:
+    """Per group (a format's code, a number), the rank a row must be below to be kept."""
+    bars = np.full(size, np.iinfo(np.uint64).max, dtype=np.uint64)
+    for key, found in examples.items():
+        if len(found) < limit:
+            continue
+        number = int(key) if str(key).isdigit() else 0  # "unknown" channels: 0
+        code = names.index(key) if names is not None else number
+        if code < size:
+            bars[code] = found[-1][0]
+    return bars
 
 
 def merged(parts: Iterable[ImageStats]) -> ImageStats:
