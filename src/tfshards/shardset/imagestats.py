@@ -218,7 +218,12 @@ class ImageStats:
         maybe = (ranks < by_format[fmt]) | (ranks < by_channels[np.minimum(channels, 255)])
         maybe |= known & (ranks < by_width[wbins])
         picked = np.flatnonzero(maybe)
-        for i in picked[np.argsort(ranks[picked], kind="stable")].tolist():
+        picked = picked[np.argsort(ranks[picked], kind="stable")]
+        if len(picked) > 4 * EXAMPLES:  # a group's first rows: only its smallest few may stay
+            few = _firsts(fmt[picked], EXAMPLES) | _firsts(channels[picked], EXAMPLES)
+            few |= known[picked] & _firsts(wbins[picked], 1)
+            picked = picked[few]
+        for i in picked.tolist():
             example = (int(ranks[i]), path(i))
             ch = int(channels[i])
             _keep(self.format_examples.setdefault(formats[fmt[i]], []), example)
@@ -304,6 +309,18 @@ def _paths(examples: Mapping[str, list[Example]]) -> dict[str, list[str]]:
 
 def _examples(doc: Mapping[str, Any]) -> dict[str, list[Example]]:
     return {str(k): sorted((example_rank(p), str(p)) for p in v) for k, v in doc.items()}
+
+
+def _firsts(groups: np.ndarray, limit: int) -> np.ndarray:
+    """Which of ``groups`` (in rank order) are among the first ``limit`` of their group."""
+    order = np.argsort(groups, kind="stable")
+    ordered = groups[order]
+    starts = np.flatnonzero(np.r_[True, ordered[1:] != ordered[:-1]])
+    runs = np.diff(np.r_[starts, len(ordered)])
+    within = np.arange(len(ordered)) - np.repeat(starts, runs)
+    mask = np.empty(len(groups), dtype=bool)
+    mask[order] = within < limit
+    return mask
 
 
 def _bars(
