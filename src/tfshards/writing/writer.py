@@ -8,8 +8,9 @@ A shard (and, uncompressed, its record index file: :mod:`tfshards.writing.record
 is published atomically, then recorded in a sidecar under
 ``_work/`` (:mod:`tfshards.shardset.layout`); a re-run after a crash re-hashes finished
 shards against their sidecars, keeps the good ones and writes the rest.
-The TensorFlow Datasets metadata (:mod:`tfshards.shardset.datasetinfo`) comes next, and
-``manifest.json``, written last with their sha256, commits the set.
+The TensorFlow Datasets metadata (:mod:`tfshards.shardset.datasetinfo`) comes next, then
+``imagestats.json`` (:mod:`tfshards.writing.imagestats`: read from the records as they were
+framed), and ``manifest.json``, written last with the metadata's sha256, commits the set.
 """
 
 from __future__ import annotations
