@@ -212,7 +212,7 @@ def test_shard_globs_match_shards_only_and_read_every_record_after_a_resume(
         assert _tf_count(str(version / pattern)) == first.records == 60, pattern
     leftover = sorted(p.name for p in version.iterdir())
     top = [MANIFEST_NAME, layout.WORK_DIR, layout.INDEX.folder, layout.RECORDS.folder]
-    top += layout.TFDS_FILES
+    top += [*layout.TFDS_FILES, layout.STATS.folder, layout.IMAGESTATS_NAME]
     assert leftover == sorted([*top, *(s.name for s in first.shards)])
 
 

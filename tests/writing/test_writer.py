@@ -105,7 +105,8 @@ def test_shard_names_and_counts_are_exact(write_set, listing, tmp_path):
         + [f"_work/{s.name}.done" for s in manifest.shards]
         + [f"index/{s.name}.idx" for s in manifest.shards]
         + [f"records/{s.name}.jsonl" for s in manifest.shards]
-        + ["dataset_info.json", "features.json", "label.labels.txt"]
+        + [f"imagestats/{s.name}.json" for s in manifest.shards]
+        + ["dataset_info.json", "features.json", "label.labels.txt", "imagestats.json"]
     )
     for shard in manifest.shards:
         data = Path(manifest.shard_url(shard)).read_bytes()

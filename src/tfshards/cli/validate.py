@@ -15,7 +15,7 @@ from tfshards.validation.config import OPTIONS, ValidateConfig
 
 
 def _validate(values: dict[str, Any]) -> None:
-    from tfshards.validation.validate import validate, write_balance, write_metrics
+    from tfshards.validation.validate import validate, write_balance, write_images, write_metrics
 
     split_seed = values["split_seed"]
     config = stageoptions.config(
@@ -28,6 +28,9 @@ def _validate(values: dict[str, Any]) -> None:
     write_metrics(report, values["metrics"])
     if values["balance"] is not None:
         write_balance(report, values["balance"])
+    write_images(report, values["image_metrics"], values["image_plots"])
+    if report.images is None and config.image_gates != type(config.image_gates)():  # a gate on
+        typer.echo("warning: no image statistics to gate (a version written before them)", err=True)
     dups = report.duplicates
     if dups.records:
         typer.echo(

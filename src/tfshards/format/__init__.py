@@ -5,6 +5,7 @@ __all__ = [
     "example",
     "exampleparser",
     "imageformat",
+    "imageheader",
     "native",
     "recordbuffer",
     "records",

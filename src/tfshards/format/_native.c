@@ -15,6 +15,10 @@
  *                     where each whole record starts
  *   outline_examples  (_native_parse.c) parse many tf.train.Example records: verdict,
  *                     and the kind, count and first value of the features asked for
+ *   image_headers     (_native_imagehead.c) format, width, height and channels of
+ *                     many images from their header bytes, without decoding them
+ *   image_records     (_native_imagehead.c) the same for each record of a framed
+ *                     buffer, with its size and its path's span and hash
  *   hash_files        (_native_files.c) SHA-256 and size of many files of one folder
  *   stat_files        (_native_files.c) stat of many files of one folder
  *   read_lines        (_native_files.c) many lines of a stored listing by line number
@@ -53,6 +57,10 @@ static PyMethodDef methods[] = {
      "outline_examples(buffer, starts, ends, keys) -> (ok, kinds, counts, firsts)"},
     {"read_lines", read_lines, METH_VARARGS, "read_lines(idx_fd, lines_fd, indices) -> (text, bad)"},
     {"hash_spans", hash_spans, METH_VARARGS, "hash_spans(buffer, starts, ends) -> digests"},
+    {"image_headers", image_headers, METH_VARARGS,
+     "image_headers(buffer, starts, ends) -> int64 (format, width, height, channels) each"},
+    {"image_records", image_records, METH_VARARGS,
+     "image_records(buffer, payload_key, path_key) -> (rows, end)"},
     {NULL, NULL, 0, NULL},
 };
 

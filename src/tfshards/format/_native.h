@@ -54,6 +54,8 @@ PyObject *frame_files(PyObject *self, PyObject *args);   /* _native_frame.c */
 PyObject *scan_frames(PyObject *self, PyObject *args);   /* _native_scan.c */
 PyObject *frame_offsets(PyObject *self, PyObject *args); /* _native_scan.c */
 PyObject *outline_examples(PyObject *self, PyObject *args); /* _native_parse.c */
+PyObject *image_headers(PyObject *self, PyObject *args);    /* _native_imagehead.c */
+PyObject *image_records(PyObject *self, PyObject *args);    /* _native_imagehead.c */
 PyObject *hash_files(PyObject *self, PyObject *args);    /* _native_files.c */
 PyObject *stat_files(PyObject *self, PyObject *args);    /* _native_files.c */
 PyObject *read_lines(PyObject *self, PyObject *args);    /* _native_files.c */

@@ -40,6 +40,9 @@ VALIDATE_METRICS = "results/validate/metrics.json"
 BALANCE = "results/validate/balance"  # train.json, val.json: records per label of each side
 # A bar per label, one plot per side of the split (`dvc plots show`).
 BALANCE_PLOT = {"cache": False, "template": "bar_horizontal", "x": "count", "y": "label"}
+IMAGE_METRICS = "results/validate/images.json"  # per side: images, non-RGB share, formats, medians
+IMAGE_PLOTS = "results/validate/images"  # train.json, val.json: each side's width histogram
+IMAGE_PLOT = {"cache": False, "template": "linear", "x": "width_px", "y": "images"}
 TRAIN_METRICS = "results/train/metrics.json"
 LIVE_DIR = "results/train/live"
 MODEL = "models/model.keras"
@@ -196,14 +199,22 @@ def stages(*, remote: bool, program: Callable[[str], str]) -> dict[str, dict[str
                 program("validate"),
                 "validate",
                 validateconfig.OPTIONS,
-                {"manifest": MANIFEST, "metrics": VALIDATE_METRICS, "balance": BALANCE},
+                {
+                    "manifest": MANIFEST,
+                    "metrics": VALIDATE_METRICS,
+                    "balance": BALANCE,
+                    "image_metrics": IMAGE_METRICS,
+                    "image_plots": IMAGE_PLOTS,
+                },
             ),
             "deps": [MANIFEST, *shard_deps],
             "params": ["validate", "train.val_fraction", "train.seed", "train.split_seed"],
-            "metrics": [{VALIDATE_METRICS: {"cache": False}}],
+            "metrics": [{VALIDATE_METRICS: {"cache": False}}, {IMAGE_METRICS: {"cache": False}}],
             "plots": [
                 {f"{BALANCE}/train.json": dict(BALANCE_PLOT)},
                 {f"{BALANCE}/val.json": dict(BALANCE_PLOT)},
+                {f"{IMAGE_PLOTS}/train.json": dict(IMAGE_PLOT)},
+                {f"{IMAGE_PLOTS}/val.json": dict(IMAGE_PLOT)},
             ],
         },
         "train": {

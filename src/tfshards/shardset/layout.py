@@ -46,7 +46,9 @@ INDEX = Companion("index", ".idx")  # "offset size" per record, as tfrecord2idx 
 # array per line (tfshards.shardset.members). What a later version reuses or rewrites
 # this shard by, and what ``tfshards diff`` compares, without reading a record.
 RECORDS = Companion("records", ".jsonl")
-COMPANIONS: tuple[Companion, ...] = (SIDECAR, INDEX, RECORDS)
+STATS = Companion("imagestats", ".json")  # its images' statistics (tfshards.shardset.imagestats)
+COMPANIONS: tuple[Companion, ...] = (SIDECAR, INDEX, RECORDS, STATS)
+IMAGESTATS_NAME = "imagestats.json"  # the version's image statistics, per split bucket
 # What tfds.builder_from_directory reads (tfshards.shardset.datasetinfo writes them).
 TFDS_FILES = ("dataset_info.json", "features.json", "label.labels.txt")
 FOLDERS = frozenset(c.folder for c in COMPANIONS) | {WORK_DIR}
@@ -56,7 +58,7 @@ def expected_paths(shards: Iterable[str]) -> set[str]:
     """Every file a finished version directory may hold, relative to it."""
     names = list(shards)
     companions = (c.path(s) for s in names for c in COMPANIONS)
-    return {MANIFEST_NAME, *TFDS_FILES, *names, *companions}
+    return {MANIFEST_NAME, IMAGESTATS_NAME, *TFDS_FILES, *names, *companions}
 
 
 def work_dir(version: str) -> str:
@@ -72,6 +74,11 @@ def sidecar_path(version: str, shard: str) -> str:
 def index_path(version: str, shard: str) -> str:
     """Where the record index of ``shard`` lives."""
     return posixpath.join(version.rstrip("/"), INDEX.path(shard))
+
+
+def stats_path(version: str, shard: str) -> str:
+    """Where the image statistics of ``shard`` live."""
+    return posixpath.join(version.rstrip("/"), STATS.path(shard))
 
 
 def records_path(version: str, shard: str) -> str:

@@ -10,6 +10,7 @@ from tfshards.errors import ConfigError
 from tfshards.option import Option
 from tfshards.run.executor import RunOptions
 from tfshards.run.options import run_options, with_run_keywords
+from tfshards.validation.imagegates import ImageGates, parse_formats
 
 MAX_PROBLEMS = 50  # kept per shard, and printed: enough to see a pattern, few enough to read
 
@@ -38,6 +39,8 @@ class ValidateConfig:
         fail_on_leakage: a payload in both training and validation records is a problem.
         fail_on_label_conflict: a payload whose records carry different labels
             (the same image labelled twice) is a problem; False only counts them.
+        image_gates: the rules over the image statistics the writer stored
+            (:mod:`tfshards.validation.imagegates`).
     """
 
     manifest: str
@@ -49,6 +52,7 @@ class ValidateConfig:
     split_seed: int = 0
     fail_on_leakage: bool = False
     fail_on_label_conflict: bool = True
+    image_gates: ImageGates = field(default_factory=ImageGates)
     workers: InitVar[int | None] = None
     executor: InitVar[str | None] = None
     dask_address: InitVar[str | None] = None
@@ -109,6 +113,43 @@ OPTIONS = (
         "true: a payload whose records carry different labels (the same image "
         "labelled twice) is a problem; false only counts them in the metrics.",
         param=True, comment="true: the same payload under two labels fails (false: counted)",
+    ),
+    Option(
+        "image_metrics", str | None, None,
+        "Where to write each side's image statistics (images, non-RGB share, formats, "
+        "median width and height) as DVC metrics.", field=None,
+    ),
+    Option(
+        "image_plots", str | None, None,
+        "Folder for train.json and val.json, each side's width histogram (a DVC plot).",
+        field=None,
+    ),
+    Option(
+        "max_non_rgb_share", float, 1.0,
+        "Fail when a side's share of images with other than 3 channels (grey, RGBA, CMYK, "
+        "by their headers) is above this (1: off).",
+        param=True, field="image_gates.max_non_rgb_share",
+        comment="fail when a side's share of non-RGB images is above (1: off)",
+    ),
+    Option(
+        "allowed_formats", str, "any",
+        "Comma-separated image formats (JPEG, PNG, GIF, BMP, WebP); any other fails. any: all.",
+        param=True, field="image_gates.allowed_formats", convert=parse_formats,
+        comment="any | JPEG,PNG,...: another format fails",
+    ),
+    Option(
+        "fail_on_new_format", bool, False,
+        "true: an image format that a side of the previous version (the one this version "
+        "was written from) did not hold fails.",
+        param=True, field="image_gates.fail_on_new_format",
+        comment="true: a format the previous version's side lacked fails",
+    ),
+    Option(
+        "max_median_width_change", float, 0.0,
+        "Fail when a side's median image width moved more than this many percent since "
+        "the previous version (0: off).",
+        param=True, field="image_gates.max_median_width_change",
+        comment="percent the median width may move since the previous version (0: off)",
     ),
     Option(
         "decode", bool, False, "Also decode every image with Pillow (slow: ~0.1-1.5 ms each).",

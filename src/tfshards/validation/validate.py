@@ -27,7 +27,7 @@ from tfshards.run.executor import Needs
 from tfshards.shardset import grouping
 from tfshards.shardset import split as splits
 from tfshards.shardset.manifest import Manifest, load
-from tfshards.validation import rules
+from tfshards.validation import imagegates, rules
 from tfshards.validation.config import ValidateConfig
 from tfshards.validation.duplicates import DigestStore, Duplicates, with_label_names, with_paths
 from tfshards.validation.rules import Problem
@@ -38,6 +38,7 @@ __all__ = [
     "ValidationReport",
     "validate",
     "write_balance",
+    "write_images",
     "write_metrics",
 ]
 
@@ -58,6 +59,7 @@ class ValidationReport:
     split_counts: Mapping[str, Mapping[str, int]] = field(default_factory=dict)
     warnings: tuple[str, ...] = ()  # class balance across the split; not problems
     groups: grouping.Spread | None = None  # None: the set was written without group_by
+    images: imagegates.SideStats | None = None  # None: written before image statistics
 
     @property
     def ok(self) -> bool:
@@ -158,19 +160,22 @@ def validate(config: ValidateConfig, *, progress: bool = False) -> ValidationRep
         groups=spread,
     )
     extra = rules.apply_set_rules(shard_set)
+    images = imagegates.load(manifest, part, **config.storage_options)
+    gated = imagegates.check(images, config.image_gates) if images is not None else []
     counts = splits.label_counts(part, {r.name: r.label_counts for r in done}, manifest.labels)
     return ValidationReport(
         manifest=manifest,
         records=sum(r.records for r in done),
         bytes=sum(r.bytes for r in done),
         records_per_label=dict(zip(manifest.labels, per_label, strict=True)),
-        problems=tuple(problems + extra.problems[: config.max_problems]),
-        problem_count=count + extra.total,
+        problems=tuple(problems + extra.problems[: config.max_problems] + gated),
+        problem_count=count + extra.total + len(gated),
         seconds=time.monotonic() - start,
         duplicates=dups,
         split_counts=counts,
         warnings=tuple(splits.balance_warnings(counts)),
         groups=spread,
+        images=images,
     )
 
 
@@ -237,6 +242,16 @@ def write_balance(report: ValidationReport, folder: str) -> None:
         counts = report.split_counts.get(side, {})
         rows = [{"count": n, "label": label} for label, n in counts.items()]
         _write_json(rows, storage.join(folder, f"{side}.json"))
+
+
+def write_images(report: ValidationReport, metrics: str | None, plots: str | None) -> None:
+    """Save each side's image statistics: a few metrics, and width histograms (DVC plots).
+
+    ``metrics``: ``{"train": {"images", "non_rgb_share", "formats", "median_width",
+    "median_height"}, "val": {...}}`` (``{}`` for a version written before them);
+    ``plots``: a folder for ``train.json`` and ``val.json``, rows ``{"width_px", "images"}``.
+    """
+    imagegates.save(report.images, metrics, plots)
 
 
 def _write_json(doc: Any, url: str) -> None:

@@ -18,6 +18,7 @@ from typing import Any
 from tfshards import atomicfile, storage
 from tfshards.errors import ShardError
 from tfshards.shardset import layout
+from tfshards.writing import imagestats
 from tfshards.writing.plan import KeptFile, Plan
 from tfshards.writing.shard import ShardResult
 
@@ -49,7 +50,9 @@ def keep(fs_out: Any, version_path: str, planned: Plan, **options: Any) -> list[
                 atomicfile.write_atomic(fs_out, dst, [storage.read_bytes(fs_in, src)])
         _check_size(fs_out, storage.join(version_path, kept.name), kept)
         info = dataclasses.replace(kept.info, name=kept.name)
-        results.append(ShardResult(info, (), base.schema, reused=True))
+        old, params = kept.info.name, planned.params
+        images = imagestats.kept(fs_in, base_path, old, fs_out, version_path, kept.name, params)
+        results.append(ShardResult(info, (), base.schema, True, images))
     return results
 
 

@@ -25,8 +25,10 @@ from tfshards.listing.entry import Entry
 from tfshards.listing.protocol import Rows
 from tfshards.run import transform as transforms
 from tfshards.shardset import layout, members
+from tfshards.shardset.imagestats import ImageStats
 from tfshards.shardset.manifest import Reject, ShardInfo, sidecar_from_json, sidecar_json
 from tfshards.shardset.resize import Resize
+from tfshards.writing import imagestats
 from tfshards.writing.features import FeatureFiles, base_specs
 from tfshards.writing.fileproblem import MAX_FILE_BYTES, too_large
 from tfshards.writing.recordindex import RecordIndex, index_bytes
@@ -57,6 +59,7 @@ class ShardResult:
     rejected: tuple[Reject, ...]
     schema: tuple[FeatureSpec, ...]
     reused: bool
+    images: ImageStats | None = None  # its images' statistics (tfshards.writing.imagestats)
 
 
 def write_shard(task: ShardTask) -> ShardResult:
@@ -93,6 +96,7 @@ def write_shard(task: ShardTask) -> ShardResult:
     members_sha = _write_companion(
         fs_out, layout.records_path(out_dir, task.name), members.encode(listed)
     )
+    imagestats.save_shard(fs_out, out_dir, task.name, shard.images.stats)
     info = ShardInfo(
         task.name,
         len(listed),
@@ -108,7 +112,7 @@ def write_shard(task: ShardTask) -> ShardResult:
         atomicfile.write_atomic(fs_out, sidecar, [sidecar_json(info, rejects.found, schema)])
     except OSError as exc:
         raise storage.write_error(fs_out, sidecar, exc) from None
-    return ShardResult(info, tuple(rejects.found), schema, reused=False)
+    return ShardResult(info, tuple(rejects.found), schema, False, shard.images.stats)
 
 
 def _source(task: ShardTask, specs: dict[str, FeatureSpec]) -> RecordSource:
@@ -131,6 +135,7 @@ class _ShardFile:
         self.hasher = hashlib.sha256()
         self.compressor = Compressor(task.compression)
         self.index = RecordIndex() if task.compression == "none" else None
+        self.images = imagestats.ShardImages(task.image_feature)
         try:
             self.sink = atomicfile.AtomicSink(fs, self.path, temp_dir=layout.work_dir(out_dir))
         except OSError as exc:
@@ -140,6 +145,7 @@ class _ShardFile:
         """The buffer's flush: whole records, valid only during the call."""
         if self.index is not None:
             self.index.feed(view)
+        self.images.feed(view)
         chunks = self.compressor.feed([view])  # the view itself when not compressing
         for chunk in chunks:
             self.hasher.update(chunk)
@@ -264,4 +270,6 @@ def _reuse(fs: Any, out_dir: str, task: ShardTask) -> ShardResult | None:
         if current != index:
             _write_companion(fs, layout.index_path(out_dir, task.name), index)
     info = dataclasses.replace(info, index_sha256=index_sha)
-    return ShardResult(info, rejected, schema, reused=True)
+    images = imagestats.of_shard(data, task.compression, task.image_feature)
+    imagestats.save_shard(fs, out_dir, task.name, images)
+    return ShardResult(info, rejected, schema, True, images)

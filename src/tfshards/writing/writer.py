@@ -8,8 +8,9 @@ A shard (and, uncompressed, its record index file: :mod:`tfshards.writing.record
 is published atomically, then recorded in a sidecar under
 ``_work/`` (:mod:`tfshards.shardset.layout`); a re-run after a crash re-hashes finished
 shards against their sidecars, keeps the good ones and writes the rest.
-The TensorFlow Datasets metadata (:mod:`tfshards.shardset.datasetinfo`) comes next, and
-``manifest.json``, written last with their sha256, commits the set.
+The TensorFlow Datasets metadata (:mod:`tfshards.shardset.datasetinfo`) comes next, then
+``imagestats.json`` (:mod:`tfshards.writing.imagestats`: read from the records as they were
+framed), and ``manifest.json``, written last with the metadata's sha256, commits the set.
 """
 
 from __future__ import annotations
@@ -37,7 +38,7 @@ from tfshards.run.executor import Needs
 from tfshards.shardset import datasetinfo, layout, lease
 from tfshards.shardset.layout import MANIFEST_NAME
 from tfshards.shardset.manifest import Manifest
-from tfshards.writing import growth, reuse, sharding
+from tfshards.writing import growth, imagestats, reuse, sharding
 from tfshards.writing.config import BASE_FEATURES, WriteConfig
 from tfshards.writing.features import keys_differ
 from tfshards.writing.plan import Plan, plan, read_groups
@@ -106,6 +107,10 @@ def write(config: WriteConfig, listing: FileListing | str, *, progress: bool = T
             )
             manifest = _write_metadata(fs_out, version_path, manifest)
             _check_shards_present(fs_out, version_path, manifest)
+            stats = [(r.info.bucket, r.images) for r in shards]
+            imagestats.save_version(
+                fs_out, version_path, stats, last, planned.fingerprint, **config.out_options
+            )
             _publish(fs_out, storage.join(version_path, MANIFEST_NAME), manifest)
     if config.manifest_copy:
         _publish(*storage.open_url(config.manifest_copy), manifest)

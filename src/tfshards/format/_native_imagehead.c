@@ -1,0 +1,259 @@
+/* image_headers: the format, width, height and channels of many images, from
+ * their header bytes, without decoding them and without the GIL.
+ *
+ * The reference is tfshards.format.imageheader.read_header: this reads
+ * exactly what it reads, and the tests compare the two on the same bytes.
+ *
+ * image_records does the same for the records of a buffer the writer has just
+ * framed, finding each one's payload and path features itself.
+ */
+#include "_native.h"
+
+#define OPENSSL_SUPPRESS_DEPRECATED /* SHA256_Init/Update/Final: no fetch per call */
+#include <openssl/sha.h>
+#include <string.h>
+
+enum { FMT_UNKNOWN, FMT_JPEG, FMT_PNG, FMT_GIF, FMT_BMP, FMT_WEBP };
+
+static int64_t be16(const uint8_t *p) { return (int64_t)p[0] << 8 | p[1]; }
+static int64_t le16(const uint8_t *p) { return (int64_t)p[0] | (int64_t)p[1] << 8; }
+static int64_t le24(const uint8_t *p) { return le16(p) | (int64_t)p[2] << 16; }
+
+static int is_sof(uint8_t m) { return m >= 0xC0 && m <= 0xCF && m != 0xC4 && m != 0xC8 && m != 0xCC; }
+
+/* The JPEG marker walk to the first SOF segment; ``out`` keeps zeros when it cannot tell. */
+static void jpeg(const uint8_t *p, int64_t n, int64_t *out) {
+    int64_t at = 2;
+    while (at + 1 < n) {
+        if (p[at] != 0xFF) return;
+        uint8_t m = p[at + 1];
+        if (m == 0xFF) {
+            at += 1;
+            continue;
+        }
+        if (m == 0x01 || (m >= 0xD0 && m <= 0xD8)) {
+            at += 2;
+            continue;
+        }
+        if (is_sof(m)) {
+            if (at + 10 > n) return;
+            out[2] = be16(p + at + 5);
+            out[1] = be16(p + at + 7);
+            out[3] = p[at + 9];
+            return;
+        }
+        if (m == 0xDA || at + 4 > n) return;
+        at += 2 + be16(p + at + 2);
+    }
+}
+
+static void png(const uint8_t *p, int64_t n, int64_t *out) {
+    static const int64_t channels[7] = {1, 0, 3, 3, 2, 0, 4};
+    if (n < 26 || memcmp(p + 12, "IHDR", 4) != 0) return;
+    out[1] = (int64_t)p[16] << 24 | (int64_t)p[17] << 16 | (int64_t)p[18] << 8 | p[19];
+    out[2] = (int64_t)p[20] << 24 | (int64_t)p[21] << 16 | (int64_t)p[22] << 8 | p[23];
+    out[3] = p[25] < 7 ? channels[p[25]] : 0;
+}
+
+static void bmp(const uint8_t *p, int64_t n, int64_t *out) {
+    if (n < 30) return;
+    int64_t w, h, bpp;
+    if (get_u32(p + 14) == 12) {
+        w = le16(p + 18), h = le16(p + 20), bpp = le16(p + 24);
+    } else {
+        w = (int32_t)get_u32(p + 18), h = (int32_t)get_u32(p + 22), bpp = le16(p + 28);
+    }
+    out[1] = w < 0 ? -w : w;
+    out[2] = h < 0 ? -h : h;
+    out[3] = bpp == 32 ? 4 : 3;
+}
+
+static void webp(const uint8_t *p, int64_t n, int64_t *out) {
+    if (n >= 30 && memcmp(p + 12, "VP8 ", 4) == 0 && p[23] == 0x9d && p[24] == 0x01 &&
+        p[25] == 0x2a) {
+        out[1] = le16(p + 26) & 0x3FFF, out[2] = le16(p + 28) & 0x3FFF, out[3] = 3;
+    } else if (n >= 25 && memcmp(p + 12, "VP8L", 4) == 0 && p[20] == 0x2F) {
+        uint32_t bits = get_u32(p + 21);
+        out[1] = (bits & 0x3FFF) + 1, out[2] = (bits >> 14 & 0x3FFF) + 1;
+        out[3] = (bits >> 28 & 1) ? 4 : 3;
+    } else if (n >= 30 && memcmp(p + 12, "VP8X", 4) == 0) {
+        out[1] = le24(p + 24) + 1, out[2] = le24(p + 27) + 1, out[3] = (p[20] & 0x10) ? 4 : 3;
+    }
+}
+
+/* One image: out = {format, width, height, channels}, zeros where the header cannot tell. */
+static void header(const uint8_t *p, int64_t n, int64_t *out) {
+    static const uint8_t sig[8] = {0x89, 'P', 'N', 'G', '\r', '\n', 0x1a, '\n'};
+    memset(out, 0, 4 * sizeof(int64_t));
+    if (n >= 3 && p[0] == 0xff && p[1] == 0xd8 && p[2] == 0xff) {
+        out[0] = FMT_JPEG;
+        jpeg(p, n, out);
+    } else if (n >= 8 && memcmp(p, sig, 8) == 0) {
+        out[0] = FMT_PNG;
+        png(p, n, out);
+    } else if (n >= 6 && (memcmp(p, "GIF87a", 6) == 0 || memcmp(p, "GIF89a", 6) == 0)) {
+        out[0] = FMT_GIF;
+        if (n >= 10) out[1] = le16(p + 6), out[2] = le16(p + 8), out[3] = 3;
+    } else if (n >= 18 && p[0] == 'B' && p[1] == 'M') {
+        uint32_t dib = get_u32(p + 14);
+        if (dib == 12 || dib == 16 || dib == 40 || dib == 52 || dib == 56 || dib == 64 ||
+            dib == 108 || dib == 124) {
+            out[0] = FMT_BMP;
+            bmp(p, n, out);
+        }
+    } else if (n >= 12 && memcmp(p, "RIFF", 4) == 0 && memcmp(p + 8, "WEBP", 4) == 0) {
+        out[0] = FMT_WEBP;
+        webp(p, n, out);
+    }
+}
+
+/* image_headers(buffer, starts, ends) -> int64 {format, width, height, channels} per span
+ *
+ * Formats: 0 unknown, 1 JPEG, 2 PNG, 3 GIF, 4 BMP, 5 WebP (the order of
+ * tfshards.format.imageheader.NATIVE_FORMATS). */
+PyObject *image_headers(PyObject *self, PyObject *args) {
+    Py_buffer buf, starts, ends;
+    if (!PyArg_ParseTuple(args, "y*y*y*", &buf, &starts, &ends)) return NULL;
+    PyObject *result = NULL;
+    Py_ssize_t n = starts.len / 8;
+    if (starts.len % 8 || ends.len != starts.len) {
+        PyErr_SetString(PyExc_ValueError, "starts and ends must be int64 arrays of one length");
+        goto done;
+    }
+    const int64_t *s = starts.buf, *e = ends.buf;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        if (s[i] < 0 || e[i] < s[i] || e[i] > buf.len) {
+            PyErr_Format(PyExc_ValueError, "span %zd [%lld:%lld] is outside a buffer of %zd bytes",
+                         i, (long long)s[i], (long long)e[i], buf.len);
+            goto done;
+        }
+    }
+    result = PyBytes_FromStringAndSize(NULL, n * 4 * (Py_ssize_t)sizeof(int64_t));
+    if (result == NULL) goto done;
+    int64_t *out = (int64_t *)PyBytes_AS_STRING(result);
+    const uint8_t *b = buf.buf;
+    Py_BEGIN_ALLOW_THREADS
+    for (Py_ssize_t i = 0; i < n; i++) header(b + s[i], e[i] - s[i], out + 4 * i);
+    Py_END_ALLOW_THREADS
+done:
+    PyBuffer_Release(&buf);
+    PyBuffer_Release(&starts);
+    PyBuffer_Release(&ends);
+    return result;
+}
+
+/* The varint at ``*pos`` before ``end``; 0 when cut short or over 10 bytes. */
+static int varint(const uint8_t *b, int64_t *pos, int64_t end, uint64_t *out) {
+    uint64_t v = 0;
+    for (int k = 0; k < MAX_VARINT_BYTES && *pos < end; k++) {
+        uint8_t c = b[(*pos)++];
+        v |= (uint64_t)(c & 0x7f) << (7 * k);
+        if (c < 0x80) {
+            *out = v;
+            return 1;
+        }
+    }
+    return 0;
+}
+
+/* The length-delimited field at ``*pos``: its number and span; 0 when it is not one. */
+static int field(const uint8_t *b, int64_t *pos, int64_t end, uint64_t *num, int64_t *s,
+                 int64_t *e) {
+    uint64_t key, len;
+    if (!varint(b, pos, end, &key) || (key & 7) != WIRE_LEN) return 0;
+    if (!varint(b, pos, end, &len) || len > (uint64_t)(end - *pos)) return 0;
+    *num = key >> 3, *s = *pos, *e = *pos + (int64_t)len, *pos = *e;
+    return 1;
+}
+
+/* The first value of the BytesList feature [s, e) (a Feature message); 0 when none. */
+static int first_bytes(const uint8_t *b, int64_t s, int64_t e, int64_t *vs, int64_t *ve) {
+    uint64_t num;
+    int64_t ls, le;
+    if (!field(b, &s, e, &num, &ls, &le) || num != KIND_BYTES) return 0;
+    return field(b, &ls, le, &num, vs, ve) && num == 1;
+}
+
+/* The spans of the first values of features ``k0`` (out[0..1]) and ``k1`` (out[2..3]). */
+static int two_features(const uint8_t *b, int64_t s, int64_t e, const char *k0, int64_t n0,
+                        const char *k1, int64_t n1, int64_t *out) {
+    uint64_t num;
+    int64_t fs, fe, es, ee, ks, ke, vs, ve;
+    int found = 0;
+    while (s < e) {
+        if (!field(b, &s, e, &num, &fs, &fe)) return 0;
+        if (num != 1) continue;
+        while (fs < fe) {
+            if (!field(b, &fs, fe, &num, &es, &ee)) return 0;
+            if (num != 1) continue;
+            ks = ke = vs = ve = -1;
+            while (es < ee) {
+                int64_t a, z;
+                if (!field(b, &es, ee, &num, &a, &z)) return 0;
+                if (num == 1) ks = a, ke = z;
+                if (num == 2) vs = a, ve = z;
+            }
+            int which = ks < 0 ? -1
+                        : ke - ks == n0 && memcmp(b + ks, k0, (size_t)n0) == 0 ? 0
+                        : ke - ks == n1 && memcmp(b + ks, k1, (size_t)n1) == 0 ? 1 : -1;
+            if (which < 0 || vs < 0) continue;
+            if (!first_bytes(b, vs, ve, out + 2 * which, out + 2 * which + 1)) return 0;
+            found |= 1 << which;
+        }
+    }
+    return found == 3;
+}
+
+/* image_records(buffer, payload_key, path_key) -> (rows, end)
+ *
+ * Walks the whole framed records of ``buffer`` (lengths only: bytes just
+ * framed) and gives, per record, eight int64: image_headers' four of its
+ * payload, the payload's size, its path's span [start, end) in ``buffer``,
+ * and the first 8 bytes of the path's SHA-256 (big-endian, as uint64 bits).
+ * A record whose two features cannot be found has format -1 (the Python
+ * reference reads it). ``end``: where the last whole record ends. */
+PyObject *image_records(PyObject *self, PyObject *args) {
+    Py_buffer buf;
+    const char *k0, *k1;
+    Py_ssize_t n0, n1;
+    if (!PyArg_ParseTuple(args, "y*y#y#", &buf, &k0, &n0, &k1, &n1)) return NULL;
+    const uint8_t *b = buf.buf;
+    int64_t size = buf.len, at = 0, count = 0;
+    while (size - at >= HEADER_BYTES + FOOTER_BYTES) {
+        uint64_t len = get_u64(b + at);
+        if (len > (uint64_t)(size - at - HEADER_BYTES - FOOTER_BYTES)) break;
+        at += HEADER_BYTES + (int64_t)len + FOOTER_BYTES;
+        count++;
+    }
+    PyObject *rows = PyBytes_FromStringAndSize(NULL, count * 8 * (Py_ssize_t)sizeof(int64_t));
+    if (rows == NULL) {
+        PyBuffer_Release(&buf);
+        return NULL;
+    }
+    int64_t *out = (int64_t *)PyBytes_AS_STRING(rows), end = at;
+    Py_BEGIN_ALLOW_THREADS
+    at = 0;
+    for (int64_t i = 0; i < count; i++, out += 8) {
+        int64_t len = (int64_t)get_u64(b + at), s = at + HEADER_BYTES, spans[4];
+        at = s + len + FOOTER_BYTES;
+        memset(out, 0, 8 * sizeof(int64_t));
+        if (!two_features(b, s, s + len, k0, n0, k1, n1, spans)) {
+            out[0] = -1;
+            continue;
+        }
+        header(b + spans[0], spans[1] - spans[0], out);
+        out[4] = spans[1] - spans[0];
+        out[5] = spans[2], out[6] = spans[3];
+        uint8_t md[SHA256_DIGEST_LENGTH];
+        SHA256_CTX ctx; /* the low-level calls: OpenSSL 3's one-shot SHA256() fetches per call */
+        SHA256_Init(&ctx);
+        SHA256_Update(&ctx, b + spans[2], (size_t)(spans[3] - spans[2]));
+        SHA256_Final(md, &ctx);
+        uint64_t key = 0;
+        for (int k = 0; k < 8; k++) key = key << 8 | md[k];
+        memcpy(out + 7, &key, sizeof key);
+    }
+    Py_END_ALLOW_THREADS
+    PyBuffer_Release(&buf);
+    return Py_BuildValue("(NL)", rows, (long long)end);
+}
