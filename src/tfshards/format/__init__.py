@@ -4,8 +4,10 @@
 __all__ = [
     "example",
     "exampleparser",
+    "exif",
     "imageformat",
     "native",
+    "phash",
     "recordbuffer",
     "records",
     "schema",

@@ -9,4 +9,4 @@ Writing produces this; reading, validation and training consume it.
 
 # The modules other wings may import; the rest are this wing's own.
 __all__ = ["buckets", "check", "datasetinfo", "diff", "grouping", "layout", "lease",
-           "manifest", "members", "resize", "split"]  # fmt: skip
+           "manifest", "members", "phashfile", "resize", "split"]  # fmt: skip

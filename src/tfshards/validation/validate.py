@@ -24,12 +24,13 @@ from tfshards.errors import ValidationError
 from tfshards.progress import Progress
 from tfshards.run import executor as executors
 from tfshards.run.executor import Needs
-from tfshards.shardset import grouping
+from tfshards.shardset import grouping, phashfile
 from tfshards.shardset import split as splits
 from tfshards.shardset.manifest import Manifest, load
-from tfshards.validation import rules
+from tfshards.validation import nearduplicates, orientations, rules
 from tfshards.validation.config import ValidateConfig
 from tfshards.validation.duplicates import DigestStore, Duplicates, with_label_names, with_paths
+from tfshards.validation.nearduplicates import NearDuplicates
 from tfshards.validation.rules import Problem
 from tfshards.validation.shardcheck import ShardCheck, ShardReport, validate_shard
 
@@ -58,6 +59,8 @@ class ValidationReport:
     split_counts: Mapping[str, Mapping[str, int]] = field(default_factory=dict)
     warnings: tuple[str, ...] = ()  # class balance across the split; not problems
     groups: grouping.Spread | None = None  # None: the set was written without group_by
+    rotated: Mapping[str, int] = field(default_factory=dict)  # EXIF orientation 2..8, per side
+    near_duplicates: NearDuplicates | None = None  # None: the set has no phash.bin
 
     @property
     def ok(self) -> bool:
@@ -76,6 +79,8 @@ class ValidationReport:
             **({"grouping": self.groups.metrics()} if self.groups is not None else {}),
             # What changed since the version this one grew from (absent: written from scratch).
             **({"growth": dict(self.manifest.changes)} if self.manifest.changes else {}),
+            **({"near_duplicates": n.metrics()} if (n := self.near_duplicates) else {}),
+            "exif_rotated": dict(self.rotated),
             "shards": len(self.manifest.shards),
             "split": {
                 **{
@@ -154,6 +159,11 @@ def validate(config: ValidateConfig, *, progress: bool = False) -> ValidationRep
         groups=spread,
     )
     extra = rules.apply_set_rules(shard_set)
+    val = {s.name for s in part.val}
+    near = _near_duplicates(fs, root, manifest, val, config)
+    if near is not None and config.fail_on_near_duplicates and near.across_splits:
+        pairs = [Problem(p.train[0], str(p).split(": ", 1)[1]) for p in near.examples]
+        extra = rules.Findings(extra.problems + pairs, extra.total + near.across_splits)
     counts = splits.label_counts(part, {r.name: r.label_counts for r in done}, manifest.labels)
     return ValidationReport(
         manifest=manifest,
@@ -167,7 +177,22 @@ def validate(config: ValidateConfig, *, progress: bool = False) -> ValidationRep
         split_counts=counts,
         warnings=tuple(splits.balance_warnings(counts)),
         groups=spread,
+        rotated=orientations.rotated_per_side(fs, root, manifest, val),
+        near_duplicates=near,
     )
+
+
+def _near_duplicates(
+    fs: Any, root: str, manifest: Manifest, val: set[str], config: ValidateConfig
+) -> NearDuplicates | None:
+    """Near-duplicate pairs across the split, from ``phash.bin``; None when the set has none."""
+    rows = phashfile.load(fs, root, manifest)
+    if rows is None:
+        return None
+    found = nearduplicates.find(
+        rows, val, config.near_duplicate_distance, limit=config.max_problems
+    )
+    return nearduplicates.with_paths(found, fs, root, {s.name: s for s in manifest.shards})
 
 
 def _check_shards(
