@@ -1,4 +1,4 @@
-"""write.exif: the EXIF orientation read from headers, applied (upright pixels), counted, ignored."""
+"""write.exif: the EXIF orientation read from headers, applied (upright), counted, ignored."""
 
 from __future__ import annotations
 
