@@ -129,6 +129,7 @@ def test_clean_set_passes_with_exact_metrics(shard_set):
     assert report.metrics() == {
         "bytes": manifest.bytes,
         "duplicates": {"across_splits": 0, "groups": 0, "label_conflicts": 0, "records": 0},
+        "exif_rotated": {"train": 0, "val": 0},  # records with an EXIF orientation of 2..8
         "ok": True,
         "problems": 0,
         "records": COUNT,
