@@ -112,8 +112,8 @@ def test_records_that_did_not_decode_match_nothing():
 def test_recall_and_false_positives_on_a_synthetic_set():
     """300 originals, 3 altered copies each (re-encoded, resized, cropped), 300 unrelated.
 
-    Measured at the default 8 bits: recall 0.972 (all 600 re-encodes and resizes, 275
-    of 300 crops), 7 false pairs of 471,600 (1.5e-5 of them; the aim was 1e-3).
+    Measured at the default 8 bits: recall 0.969 (300 of 300 re-encodes, 297 of 300
+    resizes, 275 of 300 crops), 3 false pairs of 471,600 (6.4e-6; the aim was 1e-3).
     """
     rng = np.random.default_rng(0)
     originals = [synthetic(rng) for _ in range(300)]
@@ -134,7 +134,7 @@ def test_recall_and_false_positives_on_a_synthetic_set():
     print(f"recall {recall:.3f} (re-encode, resize, crop: {by_kind} of 300 each), ", end="")
     print(f"false positives {len(found - planted)} ({false:.2e} of pairs)")
     assert recall >= 0.96
-    assert false <= 5e-5
+    assert false <= 2e-5
 
 
 # ----------------------------------------------------------------------------- write, validate

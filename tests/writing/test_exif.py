@@ -216,3 +216,25 @@ def test_the_loader_decodes_an_applied_record_upright(tagged_tree, tmp_path):
 def test_an_unknown_mode_is_a_config_error(tmp_path):
     with pytest.raises(ConfigError, match="exif"):
         WriteConfig(out=str(tmp_path), exif="rotate")
+
+
+@pytest.mark.parametrize("compression", ["gzip", "zlib"])
+def test_validate_counts_rotated_records_in_compressed_shards(tagged_tree, tmp_path, compression):
+    m, _ = _write(tagged_tree, tmp_path / compression, compression=compression)
+    report = validate(ValidateConfig(manifest=str(Path(m.root, "manifest.json"))))
+    assert report.ok and report.metrics()["exif_rotated"] == {"train": 8, "val": 0}
+
+
+def test_a_record_whose_image_starts_past_the_head_counts_as_upright():
+    from tfshards.format.example import encode_bytes
+    from tfshards.format.tfrecord import frame
+    from tfshards.validation.orientations import HEAD, image_payload, rotated_in_shard
+
+    tagged = _tagged(6, "JPEG")
+    first = encode_bytes({"a": ("bytes", [bytes(HEAD)]), "image": ("bytes", [tagged])})
+    second = encode_bytes({"image": ("bytes", [tagged]), "label": ("int64", [3])})
+    shard = b"".join(bytes(p) for r in (first, second) for p in frame([r]))
+    assert image_payload(second, "image") == tagged
+    assert image_payload(first[:HEAD], "image") is None
+    pieces = [shard[i : i + 1000] for i in range(0, len(shard), 1000)]
+    assert rotated_in_shard(pieces, "none", "image") == 1

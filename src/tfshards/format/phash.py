@@ -1,7 +1,7 @@
 """A 64-bit perceptual hash (DCT pHash) of each image: near-duplicates differ in few bits.
 
 An image is decoded small and grey (a JPEG through Pillow's ``draft``: libjpeg
-decodes the luma only, at 1/2..1/8 scale, to no less than 64 x 64 px), averaged
+decodes the luma only, at 1/2..1/8 scale, to no less than 32 x 32 px), averaged
 down to 32 x 32, and its 2-D DCT taken; the 8 x 8 lowest frequencies, each
 against the median of the 63 beside the DC term, are the 64 bits (row-major,
 the DC term's bit first). Re-encodes, resizes and small crops move few bits;
@@ -36,7 +36,7 @@ def _dct_matrix(n: int) -> np.ndarray:
     return out
 
 
-_DCT = _dct_matrix(SIDE)
+_DCT = _dct_matrix(SIDE).astype(np.float32)
 _WEIGHTS = (1 << np.arange(63, -1, -1, dtype=np.uint64)).astype(np.uint64)
 
 
@@ -46,7 +46,7 @@ def thumbnail(data: bytes | memoryview) -> np.ndarray | None:
 
     try:
         with Image.open(io.BytesIO(data)) as image:
-            image.draft("L", (2 * SIDE, 2 * SIDE))
+            image.draft("L", (SIDE, SIDE))
             grey = image.convert("L")
             small = grey.resize((SIDE, SIDE), Image.Resampling.BOX)
             return np.asarray(small, dtype=np.float32)
@@ -56,7 +56,7 @@ def thumbnail(data: bytes | memoryview) -> np.ndarray | None:
 
 def hashes(thumbnails: np.ndarray) -> np.ndarray:
     """The 64-bit hashes (uint64) of ``n`` thumbnails (an ``n x 32 x 32`` array)."""
-    low = np.einsum("ij,njk,lk->nil", _DCT, thumbnails, _DCT, optimize=True).reshape(-1, 64)
+    low = np.matmul(np.matmul(_DCT, thumbnails), _DCT.T).reshape(-1, 64)
     median = np.median(low[:, 1:], axis=1, keepdims=True)
     bits = (low > median).astype(np.uint64)
     out: np.ndarray = (bits * _WEIGHTS).sum(axis=1, dtype=np.uint64)
