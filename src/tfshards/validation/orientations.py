@@ -125,12 +125,16 @@ def _chunks(f: Any) -> Iterator[bytes]:
 
 
 def rotated_per_side(
-    fs: Any, root: str, manifest: Manifest, val: Collection[str]
+    fs: Any, root: str, manifest: Manifest, val: Collection[str], sound: Collection[str]
 ) -> dict[str, int]:
-    """``{"train": n, "val": m}``: rotated records on each side (a shard it cannot read: 0)."""
+    """``{"train": n, "val": m}``: rotated records on each side, of the ``sound`` shards.
+
+    A shard the checks found a problem in (a gzip bomb, a record too large to
+    hold) is not read again: it counts 0.
+    """
     feature = str(manifest.params.get("image_feature", "image"))
     out = {"train": 0, "val": 0}
-    for shard in manifest.shards:
+    for shard in (s for s in manifest.shards if s.name in sound):
         try:
             with fs.open(storage.join(root, shard.name), "rb") as f:
                 found = rotated_in_shard(_chunks(f), manifest.compression, feature)

@@ -138,8 +138,8 @@ def validate(config: ValidateConfig, *, progress: bool = False) -> ValidationRep
     problems = [p for r in done for p in r.problems]
     count = sum(r.problem_count for r in done)
     per_label = [sum(r.label_counts[i] for r in done) for i in range(len(manifest.labels))]
+    sound = {r.name for r in done if not r.problem_count}
     if dups.examples:
-        sound = [r.name for r in done if not r.problem_count]
         dups = with_paths(
             dups, manifest.directory, manifest.compression, sound, config.storage_options
         )
@@ -177,7 +177,7 @@ def validate(config: ValidateConfig, *, progress: bool = False) -> ValidationRep
         split_counts=counts,
         warnings=tuple(splits.balance_warnings(counts)),
         groups=spread,
-        rotated=orientations.rotated_per_side(fs, root, manifest, val),
+        rotated=orientations.rotated_per_side(fs, root, manifest, val, sound),
         near_duplicates=near,
     )
 
