@@ -14,6 +14,7 @@ TITLES = {
     "read resized": "Read one epoch of the large images resized (float32 batches of 128)",
     "read by size": "Read one epoch of JPEGs of each size, resized (float32 batches of 128)",
     "generator": "Parallelize a per-item Python function feeding tf.data",
+    "image checks": "Write shards with image checks (write.near_duplicates, write.exif)",
 }
 
 

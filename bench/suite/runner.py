@@ -113,6 +113,34 @@ class Bench:
             self.bound(name, "write"),
         )
 
+    def image_checks(self, name: str, listing: Listing) -> None:
+        """The write with its image checks on against off: what hashing every image costs."""
+        self.job(
+            "image checks",
+            name,
+            [
+                Contender(
+                    f"tfshards ({WORKERS} threads)",
+                    lambda out: writers.tfshards_write(listing, out, WORKERS, "thread"),
+                ),
+                Contender(
+                    f"tfshards ({WORKERS} threads), near_duplicates true",
+                    lambda out: writers.tfshards_write(
+                        listing, out, WORKERS, "thread", near_duplicates=True
+                    ),
+                    note="each image decoded at 1/2..1/8 scale and hashed (format.phash)",
+                ),
+                Contender(
+                    f"tfshards ({WORKERS} threads), exif warn",
+                    lambda out: writers.tfshards_write(
+                        listing, out, WORKERS, "thread", exif="warn"
+                    ),
+                    note="headers read in Python: the C loop is off",
+                ),
+            ],
+            None,
+        )
+
     def validate(self, name: str, manifest_url: str, manifest: Manifest) -> None:
         self.job(
             "validate",
@@ -312,6 +340,8 @@ def run(
         for name, listing in listings.items():
             if "write" in only:
                 bench.write(name, listing)
+            if "imagecheck" in only and name == SMALL.name:
+                bench.image_checks(name, listing)
             if "validate" in only or "read" in only:
                 url, manifest, tfds_dir = _prepare_shards(listing, workroot, "read" in only)
                 if "validate" in only:

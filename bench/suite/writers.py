@@ -11,6 +11,7 @@ import itertools
 import multiprocessing
 import os
 import random
+from typing import Any
 
 from bench.suite.rounds import Work
 from tfshards.listing.listing import Listing
@@ -22,16 +23,18 @@ from tfshards.writing.writer import write
 NUM_SHARDS = 16  # what tfshards picks for both data sets (docs/decisions.md)
 
 
-def tfshards_write(listing: Listing, out: str, workers: int = 2, executor: str = "auto") -> Work:
+def tfshards_write(
+    listing: Listing, out: str, workers: int = 2, executor: str = "auto", **options: Any
+) -> Work:
     """tfshards; ``out`` must be fresh (a finished version is reused).
 
     ``workers`` > 1 runs ``executor`` (``auto``: threads when tfshards.format._native is
     built, ``process``: a pool started for this call); 1 runs in this process.
+    ``options``: more WriteConfig keywords (``near_duplicates=True``).
     """
     executor = executor if workers > 1 else "serial"
-    result = write(
-        WriteConfig(out=out, workers=workers, executor=executor), listing, progress=False
-    )
+    config = WriteConfig(out=out, workers=workers, executor=executor, **options)
+    result = write(config, listing, progress=False)
     return result.manifest.records, listing.total_bytes
 
 

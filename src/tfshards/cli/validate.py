@@ -44,6 +44,15 @@ def _validate(values: dict[str, Any]) -> None:
             )
             if not fails:  # a problem is printed below
                 typer.echo(f"warning: {dup}", err=True)
+    near = report.near_duplicates
+    if near is not None and near.across_splits and not config.fail_on_near_duplicates:
+        typer.echo(
+            f"warning: {near.across_splits} near-duplicate image pairs across the split "
+            f"(perceptual hashes within {near.distance} bits)",
+            err=True,
+        )
+        for pair in near.examples[:10]:
+            typer.echo(f"warning: {pair}", err=True)
     for line in report.warnings:
         typer.echo(f"warning: {line}", err=True)
     if not report.ok:

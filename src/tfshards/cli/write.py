@@ -44,6 +44,9 @@ def _write(values: dict[str, Any]) -> None:
         f"{len(m.rejected)} rejected, {result.reused} shards reused) to {m.root} "
         f"in {result.seconds:.1f}s"
     )
+    if config.exif != "ignore" and result.rotated:
+        done = "stored upright" if config.exif == "apply" else "stored as they are (exif: warn)"
+        typer.echo(f"{result.rotated} files with an EXIF orientation of 2-8 {done}")
     if result.unchanged:
         typer.echo(f"nothing changed since version {m.fingerprint}: kept it as it is")
     elif m.base:

@@ -4,9 +4,11 @@
 __all__ = [
     "example",
     "exampleparser",
+    "exif",
     "imageformat",
     "imageheader",
     "native",
+    "phash",
     "recordbuffer",
     "records",
     "schema",

@@ -10,5 +10,4 @@ Writing produces this; reading, validation and training consume it.
 
 # The modules other wings may import; the rest are this wing's own.
 __all__ = ["buckets", "check", "crossleaks", "datasetinfo", "diff", "grouping", "imagestats",
-           "layout", "lease",
-           "manifest", "members", "resize", "split"]  # fmt: skip
+           "layout", "lease", "manifest", "members", "phashfile", "resize", "split"]  # fmt: skip

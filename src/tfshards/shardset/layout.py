@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from tfshards.errors import ConfigError
 
 MANIFEST_NAME = "manifest.json"
+PHASH_NAME = "phash.bin"  # perceptual hashes, with write.near_duplicates (shardset.phashfile)
 WORK_DIR = "_work"  # resume records and shard temp files (never a shard glob's match)
 
 
@@ -58,7 +59,7 @@ def expected_paths(shards: Iterable[str]) -> set[str]:
     """Every file a finished version directory may hold, relative to it."""
     names = list(shards)
     companions = (c.path(s) for s in names for c in COMPANIONS)
-    return {MANIFEST_NAME, IMAGESTATS_NAME, *TFDS_FILES, *names, *companions}
+    return {MANIFEST_NAME, IMAGESTATS_NAME, PHASH_NAME, *TFDS_FILES, *names, *companions}
 
 
 def work_dir(version: str) -> str:

@@ -24,12 +24,13 @@ from tfshards.errors import ValidationError
 from tfshards.progress import Progress
 from tfshards.run import executor as executors
 from tfshards.run.executor import Needs
-from tfshards.shardset import grouping
+from tfshards.shardset import grouping, phashfile
 from tfshards.shardset import split as splits
 from tfshards.shardset.manifest import Manifest, load
-from tfshards.validation import imagegates, rules
+from tfshards.validation import imagegates, nearduplicates, orientations, rules
 from tfshards.validation.config import ValidateConfig
 from tfshards.validation.duplicates import DigestStore, Duplicates, with_label_names, with_paths
+from tfshards.validation.nearduplicates import NearDuplicates
 from tfshards.validation.rules import Problem
 from tfshards.validation.shardcheck import ShardCheck, ShardReport, validate_shard
 
@@ -60,6 +61,8 @@ class ValidationReport:
     warnings: tuple[str, ...] = ()  # class balance across the split; not problems
     groups: grouping.Spread | None = None  # None: the set was written without group_by
     images: imagegates.SideStats | None = None  # None: written before image statistics
+    rotated: Mapping[str, int] = field(default_factory=dict)  # EXIF orientation 2..8, per side
+    near_duplicates: NearDuplicates | None = None  # None: the set has no phash.bin
 
     @property
     def ok(self) -> bool:
@@ -87,6 +90,8 @@ class ValidationReport:
             **({"grouping": self.groups.metrics()} if self.groups is not None else {}),
             # What changed since the version this one grew from (absent: written from scratch).
             **({"growth": dict(self.manifest.changes)} if self.manifest.changes else {}),
+            **({"near_duplicates": n.metrics()} if (n := self.near_duplicates) else {}),
+            "exif_rotated": dict(self.rotated),
             "rejected_inputs": len(self.manifest.rejected),
             "shards": len(self.manifest.shards),
             "bytes": self.bytes,
@@ -139,8 +144,8 @@ def validate(config: ValidateConfig, *, progress: bool = False) -> ValidationRep
     problems = [p for r in done for p in r.problems]
     count = sum(r.problem_count for r in done)
     per_label = [sum(r.label_counts[i] for r in done) for i in range(len(manifest.labels))]
+    sound = {r.name for r in done if not r.problem_count}
     if dups.examples:
-        sound = [r.name for r in done if not r.problem_count]
         dups = with_paths(
             dups, manifest.directory, manifest.compression, sound, config.storage_options
         )
@@ -162,6 +167,11 @@ def validate(config: ValidateConfig, *, progress: bool = False) -> ValidationRep
     extra = rules.apply_set_rules(shard_set)
     images = imagegates.load(manifest, part, **config.storage_options)
     gated = imagegates.check(images, config.image_gates) if images is not None else []
+    val = {s.name for s in part.val}
+    near = _near_duplicates(fs, root, manifest, val, config)
+    if near is not None and config.fail_on_near_duplicates and near.across_splits:
+        pairs = [Problem(p.train[0], str(p).split(": ", 1)[1]) for p in near.examples]
+        extra = rules.Findings(extra.problems + pairs, extra.total + near.across_splits)
     counts = splits.label_counts(part, {r.name: r.label_counts for r in done}, manifest.labels)
     return ValidationReport(
         manifest=manifest,
@@ -176,7 +186,22 @@ def validate(config: ValidateConfig, *, progress: bool = False) -> ValidationRep
         warnings=tuple(splits.balance_warnings(counts)),
         groups=spread,
         images=images,
+        rotated=orientations.rotated_per_side(fs, root, manifest, val, sound),
+        near_duplicates=near,
     )
+
+
+def _near_duplicates(
+    fs: Any, root: str, manifest: Manifest, val: set[str], config: ValidateConfig
+) -> NearDuplicates | None:
+    """Near-duplicate pairs across the split, from ``phash.bin``; None when the set has none."""
+    rows = phashfile.load(fs, root, manifest)
+    if rows is None:
+        return None
+    found = nearduplicates.find(
+        rows, val, config.near_duplicate_distance, limit=config.max_problems
+    )
+    return nearduplicates.with_paths(found, fs, root, {s.name: s for s in manifest.shards})
 
 
 def _check_shards(

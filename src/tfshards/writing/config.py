@@ -15,7 +15,7 @@ from tfshards.run.options import run_options, with_run_keywords
 from tfshards.shardset import grouping
 from tfshards.shardset.buckets import DEFAULT_BUCKETS
 from tfshards.shardset.resize import Resize
-from tfshards.writing import sharding
+from tfshards.writing import orientation, sharding
 from tfshards.writing.labelmap import check_labels, parse_labels
 
 BASE_FEATURES = ("label", "path", "sha256")
@@ -64,6 +64,11 @@ class WriteConfig:
             manifest path or URL, ``"auto"`` (``manifest_copy`` when it exists), or None
             (write from scratch).
         relabel: allow label ids to differ from the previous version's.
+        exif: ``ignore`` (the files' bytes), ``warn`` (the same, files with an EXIF
+            orientation of 2..8 counted) or ``apply`` (those stored upright;
+            :mod:`tfshards.writing.orientation`).
+        near_duplicates: also store each image's 64-bit perceptual hash beside the
+            manifest (:mod:`tfshards.writing.phashes`), for validate's near-duplicate check.
     """
 
     out: str
@@ -86,6 +91,8 @@ class WriteConfig:
     buckets: int = DEFAULT_BUCKETS
     previous: str | None = "auto"
     relabel: bool = False
+    exif: str = "ignore"
+    near_duplicates: bool = False
     workers: InitVar[int | None] = None
     executor: InitVar[str | None] = None
     dask_address: InitVar[str | None] = None
@@ -121,6 +128,7 @@ class WriteConfig:
         if not self.name or "/" in self.name:
             raise ConfigError(f"name must be a non-empty file prefix, got {self.name!r}")
         grouping.GroupBy.parse(self.group_by)
+        orientation.check_mode(self.exif)
         Resize(1 if self.resize is None else self.resize, self.resize_format)  # checks both
         if self.labels is not None:
             object.__setattr__(self, "labels", check_labels(self.labels))
@@ -253,6 +261,20 @@ OPTIONS = (
         "per 224 px RGB image, nothing to decode; 16x the bench's resized JPEGs).",
         param=True,
         comment="jpeg (quality 90) | raw (uint8 pixels in a BMP: no decode, 16x larger)",
+    ),
+    Option(
+        "exif", str, "ignore",
+        "ignore | warn | apply: the EXIF orientation tag (TensorFlow's decoders ignore it). "
+        "ignore: store the files' bytes; warn: the same, and count the files tagged 2-8 "
+        "(turned or mirrored); apply: store those upright (re-encoded: a JPEG with its own "
+        "quantization tables, a PNG losslessly), every other file byte for byte.",
+        param=True, comment="ignore | warn (count tagged files) | apply (store them upright)",
+    ),
+    Option(
+        "near_duplicates", bool, False,
+        "Also store a 64-bit perceptual hash of every image (phash.bin beside the manifest; "
+        "each image decoded small), for validate's near-duplicate check across the split.",
+        param=True, comment="true: store perceptual hashes for validate's near-duplicate check",
     ),
     Option(
         "old_versions", str, "keep",

@@ -17,6 +17,7 @@ from typing import Any
 from tfshards import storage
 from tfshards.errors import InputError, TransformError, TransformOutputError
 from tfshards.format.example import encode
+from tfshards.format.exif import UPRIGHT
 from tfshards.format.imageformat import HEAD_BYTES, NotAnImage, claims_image, image_format
 from tfshards.format.recordbuffer import RecordBuffer
 from tfshards.format.schema import FeatureSpec, Values, merge_specs, normalize
@@ -27,6 +28,7 @@ from tfshards.listing.entry import Entry
 from tfshards.run import transform as transforms
 from tfshards.shardset.resize import Resize
 from tfshards.writing.fileproblem import check_md5, content_error, file_problem, size_error
+from tfshards.writing.orientation import orient
 from tfshards.writing.resize import resize_image
 from tfshards.writing.sources import Problems
 
@@ -80,7 +82,9 @@ class FeatureFiles:
     fn: transforms.Transform | None
     resize: Resize | None
     specs: dict[str, FeatureSpec]
+    exif: str = "ignore"  # tfshards.writing.orientation's mode
     keys: FeatureKeys = field(default_factory=FeatureKeys)
+    rotated: int = 0  # files framed with an EXIF orientation of 2..8
 
     def frame(self, buffer: RecordBuffer, entries: Sequence[Entry]) -> Problems:
         for entry in entries:
@@ -104,9 +108,13 @@ class FeatureFiles:
         if claims_image(rel) and image_format(data[:HEAD_BYTES]) is None:
             raise file_problem(NotAnImage(data[:HEAD_BYTES]), rel, listed_size)
         payload = data
+        if self.exif != "ignore":  # upright under apply; the sha256 is then its payload's
+            payload, turn = orient(data, self.exif, rel)
+            self.rotated += turn != UPRIGHT
+            sha = sha if payload is data else hashlib.sha256(payload)
         if self.resize is not None:  # the record holds the resized image; sha256 is its payload's
             try:
-                payload = resize_image(data, self.resize)
+                payload = resize_image(payload, self.resize)
             except InputError as exc:
                 raise InputError(str(exc), path=rel) from None
             sha = hashlib.sha256(payload)

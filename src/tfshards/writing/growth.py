@@ -25,7 +25,7 @@ from tfshards.shardset.manifest import Manifest, ShardInfo
 
 # Params that must match for a previous shard's bytes to be this write's: the
 # others (the shard count, the label map) are settled record by record.
-SAME_BYTES = ("compression", "image_feature", "name", "resize", "seed", "transform")
+SAME_BYTES = ("compression", "exif", "image_feature", "name", "resize", "seed", "transform")
 # Params that decide a record's bucket, hence its side of the split.
 SAME_SPLIT = ("buckets", "group_by")
 

@@ -23,7 +23,7 @@ from tfshards.errors import ConfigError, InputError
 from tfshards.listing.protocol import FileListing
 from tfshards.shardset import buckets, grouping, layout
 from tfshards.shardset.manifest import FORMAT_VERSION, Manifest, ShardInfo
-from tfshards.writing import growth, labelmap, placement, sharding
+from tfshards.writing import growth, labelmap, orientation, placement, sharding
 from tfshards.writing.config import WriteConfig
 from tfshards.writing.shard import ShardTask
 
@@ -252,6 +252,8 @@ def _task(
         out_options=dict(config.out_options),
         resize=config.resized,
         bucket=shard.bucket,
+        exif=config.exif,
+        near_duplicates=config.near_duplicates,
     )
 
 
@@ -313,6 +315,11 @@ def _params(
     resize = config.resized
     if resize is not None:  # absent otherwise: sets written without it keep their bytes and name
         params["resize"] = resize.params()
+    exif = orientation.params(config.exif)
+    if exif is not None:  # absent under ignore: those sets keep their names
+        params["exif"] = exif
+    if config.near_duplicates:  # absent when off: the version then holds no phash.bin
+        params["near_duplicates"] = True
     if tuple(labels) != tuple(listed):  # a pinned, carried or numeric map: absent otherwise
         params["labels"] = list(labels)
     return params

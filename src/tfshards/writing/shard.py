@@ -18,6 +18,7 @@ from typing import Any
 
 from tfshards import atomicfile, errors, storage
 from tfshards.errors import InputError, TransformOutputError
+from tfshards.format import phash
 from tfshards.format.recordbuffer import RecordBuffer
 from tfshards.format.schema import FeatureSpec
 from tfshards.format.tfrecord import Compressor
@@ -51,6 +52,8 @@ class ShardTask:
     out_options: Mapping[str, Any]
     resize: Resize | None = None  # store each image resized (tfshards.writing.resize)
     bucket: int | None = None  # the split bucket of all its records (tfshards.shardset.buckets)
+    exif: str = "ignore"  # tfshards.writing.orientation's mode
+    near_duplicates: bool = False  # hash each stored image (tfshards.writing.phashes)
 
 
 @dataclass(frozen=True)
@@ -60,6 +63,8 @@ class ShardResult:
     schema: tuple[FeatureSpec, ...]
     reused: bool
     images: ImageStats | None = None  # its images' statistics (tfshards.writing.imagestats)
+    rotated: int = 0  # files written here with an EXIF orientation of 2..8 (exif warn, apply)
+    phashes: bytes | None = None  # its records' perceptual hashes (near_duplicates)
 
 
 def write_shard(task: ShardTask) -> ShardResult:
@@ -67,7 +72,7 @@ def write_shard(task: ShardTask) -> ShardResult:
     fs_out, out_dir = storage.open_url(task.out, **task.out_options)
     kept = _reuse(fs_out, out_dir, task)
     if kept is not None:
-        return kept
+        return _hashed(kept, fs_out, out_dir, task)
     specs = base_specs(task.image_feature)
     source = _source(task, specs)
     rejects = _Rejects(task.source, task.on_error)
@@ -112,15 +117,31 @@ def write_shard(task: ShardTask) -> ShardResult:
         atomicfile.write_atomic(fs_out, sidecar, [sidecar_json(info, rejects.found, schema)])
     except OSError as exc:
         raise storage.write_error(fs_out, sidecar, exc) from None
-    return ShardResult(info, tuple(rejects.found), schema, False, shard.images.stats)
+    rotated = source.rotated if isinstance(source, FeatureFiles) else 0
+    result = ShardResult(
+        info, tuple(rejects.found), schema, False, shard.images.stats, rotated=rotated
+    )
+    return _hashed(result, fs_out, out_dir, task)
+
+
+def _hashed(result: ShardResult, fs: Any, out_dir: str, task: ShardTask) -> ShardResult:
+    """``result`` with its records' perceptual hashes, read back from the shard, when asked."""
+    if not task.near_duplicates:
+        return result
+    data = storage.read_bytes(fs, storage.join(out_dir, task.name))
+    return dataclasses.replace(
+        result, phashes=phash.shard_hashes(data, task.compression, task.image_feature)
+    )
 
 
 def _source(task: ShardTask, specs: dict[str, FeatureSpec]) -> RecordSource:
     """How the task's files become records: transformed or resized, local, or fetched."""
     fs_in, root = storage.open_url(task.source, **task.source_options)
     fn = transforms.load(task.transform) if task.transform else None
-    if fn is not None or task.resize is not None:
-        return FeatureFiles(fs_in, root, task.image_feature, task.transform, fn, task.resize, specs)
+    if fn is not None or task.resize is not None or task.exif != "ignore":
+        return FeatureFiles(
+            fs_in, root, task.image_feature, task.transform, fn, task.resize, specs, task.exif
+        )
     prefix = storage.join(root, "")  # + a listed (relative) path: no join per record
     if storage.is_local(fs_in):  # the hot path: whole buffers
         return LocalFiles(prefix)

@@ -38,7 +38,7 @@ from tfshards.run.executor import Needs
 from tfshards.shardset import datasetinfo, layout, lease
 from tfshards.shardset.layout import MANIFEST_NAME
 from tfshards.shardset.manifest import Manifest
-from tfshards.writing import growth, imagestats, reuse, sharding
+from tfshards.writing import growth, imagestats, phashes, reuse, sharding
 from tfshards.writing.config import BASE_FEATURES, WriteConfig
 from tfshards.writing.features import keys_differ
 from tfshards.writing.plan import Plan, plan, read_groups
@@ -58,6 +58,7 @@ class WriteResult:
     seconds: float
     unchanged: bool = False
     fresh: str = ""
+    rotated: int = 0  # files written here with an EXIF orientation of 2..8 (exif warn, apply)
 
 
 def write(config: WriteConfig, listing: FileListing | str, *, progress: bool = True) -> WriteResult:
@@ -105,6 +106,12 @@ def write(config: WriteConfig, listing: FileListing | str, *, progress: bool = T
                 base=planned.base.fingerprint if planned.base is not None else "",
                 changes=planned.changes,
             )
+            if config.near_duplicates:  # beside the manifest, published before it
+                kept_from = {k.name: k.info.name for k in planned.kept}
+                phashes.publish(
+                    fs_out, version_path, shards, manifest, kept_from, planned.base,
+                    **config.out_options,
+                )  # fmt: skip
             manifest = _write_metadata(fs_out, version_path, manifest)
             _check_shards_present(fs_out, version_path, manifest)
             stats = [(r.info.bucket, r.images) for r in shards]
@@ -119,7 +126,8 @@ def write(config: WriteConfig, listing: FileListing | str, *, progress: bool = T
         atomicfile.remove_stale_temps(fs_out, directory)
     reused = len(kept) + sum(r.reused for r in done)
     fresh = planned.fresh or damaged or ("previous is none" if previous is None and last else "")
-    return WriteResult(manifest, reused, time.monotonic() - start, fresh=fresh)
+    rotated = sum(r.rotated for r in done)
+    return WriteResult(manifest, reused, time.monotonic() - start, fresh=fresh, rotated=rotated)
 
 
 @contextlib.contextmanager
@@ -159,6 +167,7 @@ def _start_pool(config: WriteConfig, listing: FileListing | str) -> executors.Ex
         gil_free=native.NATIVE is not None
         and config.transform is None
         and config.resize is None
+        and config.exif == "ignore"
         and storage.is_local(fs_in),
         tasks=shards,
     )
