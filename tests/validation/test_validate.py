@@ -139,7 +139,6 @@ def test_clean_set_passes_with_exact_metrics(shard_set):
             "balance_warnings": 0,
         },
         "duplicates": {"across_splits": 0, "groups": 0, "label_conflicts": 0, "records": 0},
-        "exif_rotated": {"train": 0, "val": 0},  # records with an EXIF orientation of 2..8
         "rejected_inputs": 0,
         "shards": SHARDS,
         "bytes": manifest.bytes,

@@ -11,11 +11,14 @@ import pytest
 from PIL import Image, ImageOps
 
 from tfshards.errors import ConfigError
-from tfshards.format import exif, tfrecord
+from tfshards.format import exif, native, tfrecord
+from tfshards.format.example import encode_bytes
 from tfshards.format.exampleparser import decode
+from tfshards.format.tfrecord import frame
 from tfshards.listing.listing import list_files
 from tfshards.shardset.manifest import Manifest
-from tfshards.validation.validate import ValidateConfig, validate
+from tfshards.validation import imagegates
+from tfshards.validation.validate import ValidateConfig, ValidationReport, validate
 from tfshards.writing.config import WriteConfig
 from tfshards.writing.orientation import upright
 from tfshards.writing.writer import write
@@ -184,7 +187,7 @@ def test_validate_counts_rotated_records_per_side(tagged_tree, tmp_path):
         manifest = str(Path(m.root, "manifest.json"))
         report = validate(ValidateConfig(manifest=manifest, val_fraction=0.5))
         assert report.ok
-        return report.metrics()["exif_rotated"]
+        return _rotated(report)
 
     ignored = rotated(_write(tagged_tree, tmp_path / "ignore", buckets=2)[0])
     assert sum(ignored.values()) == 8 and set(ignored) == {"train", "val"}
@@ -222,19 +225,22 @@ def test_an_unknown_mode_is_a_config_error(tmp_path):
 def test_validate_counts_rotated_records_in_compressed_shards(tagged_tree, tmp_path, compression):
     m, _ = _write(tagged_tree, tmp_path / compression, compression=compression)
     report = validate(ValidateConfig(manifest=str(Path(m.root, "manifest.json"))))
-    assert report.ok and report.metrics()["exif_rotated"] == {"train": 8, "val": 0}
+    assert report.ok and _rotated(report) == {"train": 8, "val": 0}
 
 
-def test_a_record_whose_image_starts_past_the_head_counts_as_upright():
-    from tfshards.format.example import encode_bytes
-    from tfshards.format.tfrecord import frame
-    from tfshards.validation.orientations import HEAD, image_payload, rotated_in_shard
+def _rotated(report: ValidationReport) -> dict[str, int]:
+    """Rotated records per side, as validate's image metrics (results/validate/images.json)."""
+    assert report.images is not None
+    return {side: m["exif_rotated"] for side, m in imagegates.metrics(report.images).items()}
 
-    tagged = _tagged(6, "JPEG")
-    first = encode_bytes({"a": ("bytes", [bytes(HEAD)]), "image": ("bytes", [tagged])})
-    second = encode_bytes({"image": ("bytes", [tagged]), "label": ("int64", [3])})
-    shard = b"".join(bytes(p) for r in (first, second) for p in frame([r]))
-    assert image_payload(second, "image") == tagged
-    assert image_payload(first[:HEAD], "image") is None
-    pieces = [shard[i : i + 1000] for i in range(0, len(shard), 1000)]
-    assert rotated_in_shard(pieces, "none", "image") == 1
+
+@pytest.mark.skipif(native.NATIVE is None, reason="the compiled loops are not built")
+def test_the_write_pass_reads_orientation_in_c_as_the_python_reference_does(tagged_tree):
+    """The writer counts rotated images from each flushed buffer in C (image_records)."""
+    images = [p.read_bytes() for p in sorted((tagged_tree / "a").iterdir())]
+    cut = [data[:n] for data in images for n in (3, 20, 40, 60, 100, 300)]
+    for data in images + cut:
+        record = encode_bytes({"image": ("bytes", [data]), "path": ("bytes", [b"a/x"])})
+        buffer = b"".join(bytes(p) for p in frame([record]))
+        rows, _ = native.NATIVE.image_records(buffer, b"image", b"path")
+        assert np.frombuffer(rows, dtype=np.int64)[8] == exif.orientation(data)

@@ -14,6 +14,7 @@
 #include <string.h>
 
 enum { FMT_UNKNOWN, FMT_JPEG, FMT_PNG, FMT_GIF, FMT_BMP, FMT_WEBP };
+enum { ROW = 9 }; /* int64 values per record of image_records */
 
 static int64_t be16(const uint8_t *p) { return (int64_t)p[0] << 8 | p[1]; }
 static int64_t le16(const uint8_t *p) { return (int64_t)p[0] | (int64_t)p[1] << 8; }
@@ -79,6 +80,73 @@ static void webp(const uint8_t *p, int64_t n, int64_t *out) {
     } else if (n >= 30 && memcmp(p + 12, "VP8X", 4) == 0) {
         out[1] = le24(p + 24) + 1, out[2] = le24(p + 27) + 1, out[3] = (p[20] & 0x10) ? 4 : 3;
     }
+}
+
+/* The orientation tag (0x0112) of IFD0 of the TIFF block [t, t + n); 1 when absent or bad.
+ * The reference is tfshards.format.exif.tiff_orientation. */
+static int64_t tiff_orientation(const uint8_t *t, int64_t n) {
+    int little;
+    if (n < 8) return 1;
+    if (t[0] == 'I' && t[1] == 'I') little = 1;
+    else if (t[0] == 'M' && t[1] == 'M') little = 0;
+    else return 1;
+#define U16(p) (little ? le16(p) : be16(p))
+#define U32(p) (little ? (int64_t)get_u32(p) : be16(p) << 16 | be16((p) + 2))
+    if (U16(t + 2) != 42) return 1;
+    int64_t ifd = U32(t + 4);
+    if (ifd + 2 > n) return 1;
+    int64_t entries = U16(t + ifd);
+    for (int64_t k = 0; k < entries; k++) {
+        int64_t at = ifd + 2 + 12 * k;
+        if (at + 12 > n) return 1;
+        if (U16(t + at) == 0x0112) {
+            int64_t value = U16(t + at + 2) == 3 ? U16(t + at + 8) : 0;
+            return value >= 1 && value <= 8 ? value : 1;
+        }
+    }
+    return 1;
+#undef U16
+#undef U32
+}
+
+/* The EXIF orientation of a JPEG (the first APP1 Exif segment before the first scan) or a
+ * PNG (the first eXIf chunk before IDAT); 1 when it has none. The reference is
+ * tfshards.format.exif.orientation. */
+static int64_t orientation(const uint8_t *p, int64_t n) {
+    static const uint8_t sig[8] = {0x89, 'P', 'N', 'G', '\r', '\n', 0x1a, '\n'};
+    if (n >= 3 && p[0] == 0xff && p[1] == 0xd8 && p[2] == 0xff) {
+        int64_t at = 2;
+        while (at + 4 <= n) {
+            if (p[at] != 0xFF) return 1;
+            uint8_t m = p[at + 1];
+            if (m == 0xFF) {
+                at += 1;
+                continue;
+            }
+            if (m == 0xDA || m == 0xD9) return 1;
+            if ((m >= 0xD0 && m <= 0xD7) || m == 0x01) {
+                at += 2;
+                continue;
+            }
+            int64_t len = be16(p + at + 2), body = at + 4, end = at + 2 + len;
+            if (end > n) end = n;
+            if (m == 0xE1 && end - body >= 6 && memcmp(p + body, "Exif\0\0", 6) == 0)
+                return tiff_orientation(p + body + 6, end - body - 6);
+            at += 2 + len;
+        }
+    } else if (n >= 8 && memcmp(p, sig, 8) == 0) {
+        int64_t at = 8;
+        while (at + 8 <= n) {
+            int64_t len = be16(p + at) << 16 | be16(p + at + 2), end;
+            if (memcmp(p + at + 4, "IDAT", 4) == 0 || memcmp(p + at + 4, "IEND", 4) == 0) return 1;
+            if (memcmp(p + at + 4, "eXIf", 4) == 0) {
+                end = at + 8 + len;
+                return tiff_orientation(p + at + 8, (end > n ? n : end) - at - 8);
+            }
+            at += 12 + len;
+        }
+    }
+    return 1;
 }
 
 /* One image: out = {format, width, height, channels}, zeros where the header cannot tell. */
@@ -207,9 +275,10 @@ static int two_features(const uint8_t *b, int64_t s, int64_t e, const char *k0, 
 /* image_records(buffer, payload_key, path_key) -> (rows, end)
  *
  * Walks the whole framed records of ``buffer`` (lengths only: bytes just
- * framed) and gives, per record, eight int64: image_headers' four of its
+ * framed) and gives, per record, nine int64: image_headers' four of its
  * payload, the payload's size, its path's span [start, end) in ``buffer``,
- * and the first 8 bytes of the path's SHA-256 (big-endian, as uint64 bits).
+ * the first 8 bytes of the path's SHA-256 (big-endian, as uint64 bits), and
+ * the payload's EXIF orientation (1..8; 1 without one).
  * A record whose two features cannot be found has format -1 (the Python
  * reference reads it). ``end``: where the last whole record ends. */
 PyObject *image_records(PyObject *self, PyObject *args) {
@@ -225,7 +294,7 @@ PyObject *image_records(PyObject *self, PyObject *args) {
         at += HEADER_BYTES + (int64_t)len + FOOTER_BYTES;
         count++;
     }
-    PyObject *rows = PyBytes_FromStringAndSize(NULL, count * 8 * (Py_ssize_t)sizeof(int64_t));
+    PyObject *rows = PyBytes_FromStringAndSize(NULL, count * ROW * (Py_ssize_t)sizeof(int64_t));
     if (rows == NULL) {
         PyBuffer_Release(&buf);
         return NULL;
@@ -233,10 +302,10 @@ PyObject *image_records(PyObject *self, PyObject *args) {
     int64_t *out = (int64_t *)PyBytes_AS_STRING(rows), end = at;
     Py_BEGIN_ALLOW_THREADS
     at = 0;
-    for (int64_t i = 0; i < count; i++, out += 8) {
+    for (int64_t i = 0; i < count; i++, out += ROW) {
         int64_t len = (int64_t)get_u64(b + at), s = at + HEADER_BYTES, spans[4];
         at = s + len + FOOTER_BYTES;
-        memset(out, 0, 8 * sizeof(int64_t));
+        memset(out, 0, ROW * sizeof(int64_t));
         if (!two_features(b, s, s + len, k0, n0, k1, n1, spans)) {
             out[0] = -1;
             continue;
@@ -252,6 +321,7 @@ PyObject *image_records(PyObject *self, PyObject *args) {
         uint64_t key = 0;
         for (int k = 0; k < 8; k++) key = key << 8 | md[k];
         memcpy(out + 7, &key, sizeof key);
+        out[8] = orientation(b + spans[0], spans[1] - spans[0]);
     }
     Py_END_ALLOW_THREADS
     PyBuffer_Release(&buf);

@@ -151,6 +151,7 @@ class ImageStats:
 
     images: int = 0
     unknown_size: int = 0  # images whose header tells no width and height
+    rotated: int = 0  # images with an EXIF orientation of 2..8 (TensorFlow decodes them as stored)
     formats: dict[str, int] = field(default_factory=dict)
     channels: dict[str, int] = field(default_factory=dict)  # "1", "3", ..., "unknown"
     width: Histogram = field(default_factory=lambda: Histogram.empty(DIM_BITS))
@@ -160,10 +161,14 @@ class ImageStats:
     channel_examples: dict[str, list[Example]] = field(default_factory=dict)
     width_examples: dict[int, list[Example]] = field(default_factory=dict)  # one per bin
 
-    def add(self, fmt: str, width: int, height: int, channels: int, size: int, path: str) -> None:
-        """One image: its header's format, sizes and channels (0: not told), bytes, path."""
+    def add(
+        self, fmt: str, width: int, height: int, channels: int, size: int, path: str, turn: int = 1
+    ) -> None:
+        """One image: its header's format, sizes and channels (0: not told), bytes, path,
+        EXIF orientation."""
         example = (example_rank(path), path)
         self.images += 1
+        self.rotated += turn > 1
         self.formats[fmt] = self.formats.get(fmt, 0) + 1
         _keep(self.format_examples.setdefault(fmt, []), example)
         ch = str(channels) if channels else UNKNOWN_CHANNELS
@@ -180,14 +185,15 @@ class ImageStats:
     def add_many(self, formats: Sequence[str], rows: np.ndarray) -> None:
         """:meth:`add` for a batch, but for the examples (:meth:`keep_examples`).
 
-        ``rows``: int64 (format code, width, height, channels, bytes) each;
-        ``formats`` names each code.
+        ``rows``: int64 (format code, width, height, channels, bytes, EXIF
+        orientation) each; ``formats`` names each code.
         """
         n = len(rows)
         if not n:
             return
-        fmt, width, height, channels, sizes = (rows[:, k] for k in range(5))
+        fmt, width, height, channels, sizes, turns = (rows[:, k] for k in range(6))
         self.images += n
+        self.rotated += int(np.count_nonzero(turns > 1))
         for code, count in enumerate(np.bincount(fmt, minlength=len(formats)).tolist()):
             if count:
                 self.formats[formats[code]] = self.formats.get(formats[code], 0) + count
@@ -235,6 +241,7 @@ class ImageStats:
     def merge(self, other: ImageStats) -> None:
         self.images += other.images
         self.unknown_size += other.unknown_size
+        self.rotated += other.rotated
         for mine, theirs in ((self.formats, other.formats), (self.channels, other.channels)):
             for key, n in theirs.items():
                 mine[key] = mine.get(key, 0) + n
@@ -270,6 +277,7 @@ class ImageStats:
         return {
             "bytes": self.nbytes.to_json(),
             "channels": dict(sorted(self.channels.items())),
+            "exif_rotated": self.rotated,
             "examples": {
                 "channels": _paths(self.channel_examples),
                 "formats": _paths(self.format_examples),
@@ -290,6 +298,7 @@ class ImageStats:
         return cls(
             images=int(doc["images"]),
             unknown_size=int(doc["unknown_size"]),
+            rotated=int(doc.get("exif_rotated", 0)),  # absent: written before it was counted
             formats={str(k): int(v) for k, v in doc["formats"].items()},
             channels={str(k): int(v) for k, v in doc["channels"].items()},
             width=Histogram.from_json(doc["width"], DIM_BITS),

@@ -91,16 +91,17 @@ def load(manifest: Manifest, part: Split, **options: Any) -> SideStats | None:
 
 
 def metrics(stats: SideStats) -> dict[str, Any]:
-    """A few numbers per side for ``dvc metrics`` / ``dvc exp show``."""
+    """A few numbers per side for ``dvc metrics`` / ``dvc exp show`` (the image count is
+    the side's records, in validate's metrics)."""
     out = {}
     for side in SIDES:
         s = stats.sides[side]
         out[side] = {
-            "formats": dict(sorted(s.formats.items())),
-            "images": s.images,
-            "median_height": s.height.median(),
-            "median_width": s.width.median(),
             "non_rgb_share": round(s.non_rgb / s.images, 6) if s.images else 0.0,
+            "exif_rotated": s.rotated,
+            "median_width": s.width.median(),
+            "median_height": s.height.median(),
+            "formats": dict(sorted(s.formats.items())),
         }
     return out
 
@@ -113,7 +114,7 @@ def plot_rows(s: ImageStats) -> list[dict[str, int]]:
 def save(stats: SideStats | None, metrics_url: str | None, plots: str | None) -> None:
     """Write the metrics file and ``plots/train.json``, ``plots/val.json`` (empty: no stats)."""
     if metrics_url is not None:
-        jsonfile.save(metrics(stats) if stats is not None else {}, metrics_url)
+        jsonfile.save_metrics(metrics(stats) if stats is not None else {}, metrics_url)
     if plots is not None:
         for side in SIDES:
             rows = plot_rows(stats.sides[side]) if stats is not None else []

@@ -27,7 +27,7 @@ from tfshards.run.executor import Needs
 from tfshards.shardset import grouping, phashfile
 from tfshards.shardset import split as splits
 from tfshards.shardset.manifest import Manifest, load
-from tfshards.validation import imagegates, nearduplicates, orientations, rules
+from tfshards.validation import imagegates, nearduplicates, rules
 from tfshards.validation.config import ValidateConfig
 from tfshards.validation.duplicates import DigestStore, Duplicates, with_label_names, with_paths
 from tfshards.validation.nearduplicates import NearDuplicates
@@ -61,7 +61,6 @@ class ValidationReport:
     warnings: tuple[str, ...] = ()  # class balance across the split; not problems
     groups: grouping.Spread | None = None  # None: the set was written without group_by
     images: imagegates.SideStats | None = None  # None: written before image statistics
-    rotated: Mapping[str, int] = field(default_factory=dict)  # EXIF orientation 2..8, per side
     near_duplicates: NearDuplicates | None = None  # None: the set has no phash.bin
 
     @property
@@ -91,7 +90,6 @@ class ValidationReport:
             # What changed since the version this one grew from (absent: written from scratch).
             **({"growth": dict(self.manifest.changes)} if self.manifest.changes else {}),
             **({"near_duplicates": n.metrics()} if (n := self.near_duplicates) else {}),
-            "exif_rotated": dict(self.rotated),
             "rejected_inputs": len(self.manifest.rejected),
             "shards": len(self.manifest.shards),
             "bytes": self.bytes,
@@ -186,7 +184,6 @@ def validate(config: ValidateConfig, *, progress: bool = False) -> ValidationRep
         warnings=tuple(splits.balance_warnings(counts)),
         groups=spread,
         images=images,
-        rotated=orientations.rotated_per_side(fs, root, manifest, val, sound),
         near_duplicates=near,
     )
 

@@ -22,7 +22,7 @@ import numpy as np
 
 from tfshards import atomicfile, storage
 from tfshards.errors import InputError
-from tfshards.format import native, tfrecord
+from tfshards.format import exif, native, tfrecord
 from tfshards.format.exampleparser import outline
 from tfshards.format.imageheader import NATIVE_FORMATS, read_header
 from tfshards.format.wire import FOOTER_BYTES, HEADER_BYTES
@@ -54,7 +54,7 @@ class ShardImages:
                 self._outlined(view[a:b])
             return
         found, _ = c.image_records(view, *self._order)
-        rows = np.frombuffer(found, dtype=np.int64).reshape(-1, 8)
+        rows = np.frombuffer(found, dtype=np.int64).reshape(-1, 9)
         bad = rows[:, 0] < 0  # not so for records this writer framed; the reference reads them
         if bad.any():
             starts, _ = tfrecord.record_starts(view)
@@ -67,7 +67,7 @@ class ShardImages:
             return str(view[rows[i, 5] : rows[i, 6]], "utf-8", "surrogateescape")
 
         self._stats.keep_examples(NATIVE_FORMATS, rows, path)
-        self._pending.append(rows[:, :5].copy())
+        self._pending.append(np.column_stack((rows[:, :5], rows[:, 8])))
         self._waiting += len(rows)
         if self._waiting >= BATCH_ROWS:
             self._count()
@@ -91,7 +91,7 @@ class ShardImages:
     @staticmethod
     def _add(stats: ImageStats, payload: memoryview, path: str) -> None:
         fmt, width, height, channels = read_header(payload)
-        stats.add(fmt, width, height, channels, len(payload), path)
+        stats.add(fmt, width, height, channels, len(payload), path, exif.orientation(payload))
 
 
 def of_shard(data: bytes, compression: str, image_feature: str) -> ImageStats:
