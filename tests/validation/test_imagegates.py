@@ -69,7 +69,7 @@ def test_non_rgb_share_fails_with_one_line_naming_examples(tmp_path: Path) -> No
     shown = lines[0].split("e.g. ")[1].split(", ")
     assert 1 <= len(shown) <= 3 and set(shown) <= set(named)
     doc = json.loads(metrics.read_text())
-    assert list(doc["train"])[0] == "non_rgb_share"  # what `dvc exp show` lists first
+    assert next(iter(doc["train"])) == "non_rgb_share"  # what `dvc exp show` lists first
     images = {side: sum(doc[side]["formats"].values()) for side in ("train", "val")}
     assert images["train"] + images["val"] == 100 and set(doc["train"]["formats"]) == {"PNG"}
     grey = doc["train"]["non_rgb_share"] * images["train"]
