@@ -21,7 +21,7 @@ BENCH = REPO / "bench"
 # What each part of bench/ may import from bench/ besides itself: the suite and every study
 # share only bench.common, and a study imports no other study.
 ALLOWED = {"common": {"common"}, "suite": {"suite", "common"}, "studies": {"common"}}
-SECTIONS = "bound,write,validate,read,sizes,generator,memory,grow,start,show,resume"
+SECTIONS = "bound,write,validate,read,sizes,generator,memory,grow,start,show,resume,imagecheck"
 
 WRITE = {
     "naive loop (1 process)",
@@ -290,6 +290,11 @@ def test_tiny_run_reports_every_contender_with_positive_numbers(
     show = _rows(doc, "show")  # a record of a version found in a fresh process
     assert [r["name"] for r in show] == ["tfshards show, by path", "tfshards show, by SHARD:INDEX"]
     assert all(r["records"] == 5000 and r["wall_s"]["min"] > 0 for r in show)
+
+    checks = _rows(doc, "image checks")  # the small set written with its image checks on
+    assert len(checks) == 3 and {r["data"] for r in checks} == {"small"}
+    for r in checks:
+        _positive_timings(r)
 
     resumed = _rows(doc, "resume")  # the first batch at 80% of an epoch, and at its start
     assert len(resumed) == 3 and all(r["wall_s"]["min"] > 0 for r in resumed)

@@ -1,6 +1,6 @@
 """Write time with and without the image statistics of the write pass.
 
-    python -m bench.suite.imagestats --count 20000 --size 64 --reps 3
+    python -m bench.studies.image_stats --count 20000 --size 64 --reps 3
 
 Writes one synthetic JPEG set (generated once under ``--data``) with
 tfshards' defaults (2 workers, ``auto``: threads with the C loops built),
