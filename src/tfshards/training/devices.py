@@ -6,7 +6,7 @@ import contextlib
 from collections.abc import Iterator
 from typing import Any
 
-STRATEGIES = ("auto", "one", "mirrored")
+STRATEGIES = ("auto", "one", "mirrored", "multi_worker")
 
 
 def device_name() -> str:
@@ -40,6 +40,23 @@ def make_strategy(name: str) -> Any:
     return tf.distribute.MirroredStrategy(
         cpus, cross_device_ops=tf.distribute.ReductionToOneDevice()
     )
+
+
+def worker_of(strategy: Any) -> tuple[int, int]:
+    """``(index, count)`` of this worker among the strategy's: ``(0, 1)`` when there is one.
+
+    Index 0 is the chief: the ``chief`` task, or ``worker`` 0 in a cluster without one
+    (the order ``MultiWorkerMirroredStrategy`` numbers its input pipelines in).
+    """
+    resolver = getattr(strategy, "cluster_resolver", None)
+    spec = resolver.cluster_spec().as_dict() if resolver is not None else {}
+    if not spec:
+        return 0, 1
+    chiefs = len(spec.get("chief", []))
+    count = chiefs + len(spec.get("worker", []))
+    if resolver.task_type == "chief":
+        return 0, count
+    return chiefs + int(resolver.task_id), count
 
 
 @contextlib.contextmanager
