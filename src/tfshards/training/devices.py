@@ -27,9 +27,14 @@ def make_strategy(name: str) -> Any:
     replica on every local GPU, or, with none, on every logical CPU device
     (one unless ``tf.config.set_logical_device_configuration`` made more, as
     the tests do). ``auto``: mirrored when there are two GPUs or more, else one.
+    ``multi_worker``: ``MultiWorkerMirroredStrategy`` over the workers that the
+    ``TF_CONFIG`` environment variable names (cluster and task), a replica per
+    local GPU (or the CPU) of each; made before any other TensorFlow op runs.
     """
     import tensorflow as tf
 
+    if name == "multi_worker":
+        return tf.distribute.MultiWorkerMirroredStrategy()
     gpus = tf.config.list_logical_devices("GPU")
     if name == "one" or (name == "auto" and len(gpus) < 2):
         return tf.distribute.get_strategy()
