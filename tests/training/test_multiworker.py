@@ -7,6 +7,7 @@ import os
 import socket
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -77,9 +78,10 @@ def _trace(path: Path) -> list[tuple[int, list[str]]]:
     return [tuple(json.loads(line)) for line in path.read_text().splitlines()]  # type: ignore[misc]
 
 
-def _run_workers(manifest: str, out: Path) -> list[subprocess.CompletedProcess[str]]:
-    """Every worker's process, started together, run to its end (killed at TIMEOUT)."""
+def _start_workers(manifest: str, out: Path, trace: str) -> list[subprocess.Popen[str]]:
+    """Every worker's process, started together, each tracing to ``out / trace``."""
     workers = [f"127.0.0.1:{port}" for port in _free_ports(WORKERS)]
+    out.mkdir(exist_ok=True)  # for the traces: a non-chief makes no folder there
     procs = []
     for index in range(WORKERS):
         tf_config = {"cluster": {"worker": workers}, "task": {"type": "worker", "index": index}}
@@ -87,12 +89,17 @@ def _run_workers(manifest: str, out: Path) -> list[subprocess.CompletedProcess[s
             subprocess.Popen(
                 _command(manifest, out, "multi_worker"),
                 cwd=REPO,
-                env=_env(out / "trace-{worker}.jsonl", tf_config),
+                env=_env(out / trace, tf_config),
                 stdout=subprocess.PIPE,
                 stderr=subprocess.PIPE,
                 text=True,
             )
         )
+    return procs
+
+
+def _finish(procs: list[subprocess.Popen[str]]) -> list[subprocess.CompletedProcess[str]]:
+    """Each process run to its end (killed at TIMEOUT, or when another failed)."""
     done = []
     try:
         for proc in procs:
@@ -106,9 +113,24 @@ def _run_workers(manifest: str, out: Path) -> list[subprocess.CompletedProcess[s
     return done
 
 
+def _run_workers(manifest: str, out: Path, trace: str) -> None:
+    runs = _finish(_start_workers(manifest, out, trace))
+    assert [r.returncode for r in runs] == [0] * WORKERS, [r.stderr[-2500:] for r in runs]
+
+
+@pytest.fixture(scope="module")
+def uninterrupted(manifest: str, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The output folder of a 2-worker run, its traces ``trace-<worker>.jsonl`` in it."""
+    out = tmp_path_factory.mktemp("uninterrupted")
+    _run_workers(manifest, out, "trace-{worker}.jsonl")
+    return out
+
+
 @pytest.mark.slow  # three processes importing TensorFlow: ~2 min on 2 shared cores
 @pytest.mark.timeout(900)
-def test_two_workers_read_disjoint_blocks_in_equal_steps_and_learn_as_one(manifest, tmp_path):
+def test_two_workers_read_disjoint_blocks_in_equal_steps_and_learn_as_one(
+    manifest, uninterrupted, tmp_path
+):
     parts = split(manifests.load(manifest), VAL, 0)
     per_worker_batch = BATCH // WORKERS
     block = parts.train_records // WORKERS  # a worker's records of every epoch
@@ -130,10 +152,7 @@ def test_two_workers_read_disjoint_blocks_in_equal_steps_and_learn_as_one(manife
     train_side = {i for _, ids in _trace(one / "trace.jsonl") for i in ids}
     assert len(train_side) == parts.train_records  # 480 records read: one whole epoch in them
 
-    out = tmp_path / "multi"
-    out.mkdir()  # for the traces: a non-chief makes no folder there
-    runs = _run_workers(manifest, out)
-    assert [r.returncode for r in runs] == [0] * WORKERS, [r.stderr[-2500:] for r in runs]
+    out = uninterrupted
     traces = [_trace(out / f"trace-{w}.jsonl") for w in range(WORKERS)]
     for trace in traces:  # equal steps, each of its per-worker batch
         assert [s for s, _ in trace] == list(range(EPOCHS * steps))
@@ -160,3 +179,40 @@ def test_two_workers_read_disjoint_blocks_in_equal_steps_and_learn_as_one(manife
     assert metrics["train_records"] == reference["train_records"] == parts.train_records
     assert metrics["val_accuracy"] > 1 / 3 + 0.1  # 3 classes: above chance
     assert metrics["val_accuracy"] == pytest.approx(reference["val_accuracy"], abs=0.05)
+
+
+@pytest.mark.slow  # four processes importing TensorFlow: ~1.5 min on 2 shared cores
+@pytest.mark.timeout(900)
+def test_two_workers_killed_mid_epoch_resume_at_the_chiefs_checkpointed_step(
+    manifest, uninterrupted, tmp_path
+):
+    whole = [dict(_trace(uninterrupted / f"trace-{w}.jsonl")) for w in range(WORKERS)]
+    out = tmp_path / "killed"
+    procs = _start_workers(manifest, out, "killed-{worker}.jsonl")
+    try:  # SIGKILL both once the chief is in step 6: the save after step 4 is done
+        deadline = time.monotonic() + TIMEOUT
+        trace = out / "killed-0.jsonl"
+        while not (trace.exists() and len(trace.read_text().splitlines()) > 6):
+            assert all(p.poll() is None for p in procs), "a worker ended before the kill"
+            assert time.monotonic() < deadline
+            time.sleep(0.01)
+    finally:
+        for proc in procs:
+            proc.kill()
+            proc.communicate()
+    state = json.loads((out / "checkpoints/state.json").read_text())
+    resumed_at = state["step"]
+    per_epoch = len(whole[0]) // EPOCHS  # saves: every 4 steps and at each epoch's end
+    assert 4 <= resumed_at < len(whole[0])
+    assert resumed_at % 4 == 0 or resumed_at % per_epoch == 0
+
+    _run_workers(manifest, out, "resumed-{worker}.jsonl")
+    for w in range(WORKERS):
+        resumed = _trace(out / f"resumed-{w}.jsonl")
+        assert [s for s, _ in resumed] == list(range(resumed_at, len(whole[w])))
+        assert all(ids == whole[w][s] for s, ids in resumed), w
+    assert not (out / "checkpoints").exists()
+    metrics = json.loads((out / "metrics.json").read_text())
+    reference = json.loads((uninterrupted / "metrics.json").read_text())
+    for name in ("loss", "accuracy", "val_loss", "val_accuracy"):
+        assert metrics[name] == pytest.approx(reference[name], abs=1e-5), name
