@@ -54,9 +54,9 @@ def worker_of(strategy: Any) -> tuple[int, int]:
     (the order ``MultiWorkerMirroredStrategy`` numbers its input pipelines in).
     """
     resolver = getattr(strategy, "cluster_resolver", None)
-    spec = resolver.cluster_spec().as_dict() if resolver is not None else {}
-    if not spec:
+    if resolver is None or not resolver.cluster_spec().as_dict():
         return 0, 1
+    spec = resolver.cluster_spec().as_dict()
     chiefs = len(spec.get("chief", []))
     count = chiefs + len(spec.get("worker", []))
     if resolver.task_type == "chief":

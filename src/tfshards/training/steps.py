@@ -118,7 +118,7 @@ class TrainSteps:
             return int(labels.shape[0])
         local = self.strategy.experimental_local_results(labels)
         workers = self.strategy.num_replicas_in_sync // max(1, len(local))
-        return sum(int(t.shape[0]) for t in local) * workers
+        return int(sum(int(t.shape[0]) for t in local) * workers)
 
     def train_metrics(self) -> tuple[float, float]:
         """Mean loss and accuracy since the last call (one epoch); then resets them."""
