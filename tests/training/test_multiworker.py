@@ -61,8 +61,12 @@ def _command(manifest: str, out: Path, strategy: str) -> list[str]:
 
 
 def _env(trace: Path, tf_config: dict[str, Any] | None) -> dict[str, str]:
+    """The environment of a run tracing to ``trace``; temporary folders beside its folder."""
+    tmp = trace.parent.parent / f"{trace.parent.name}-tmp"
+    tmp.mkdir(exist_ok=True)
     env = {
         **os.environ,
+        "TMPDIR": str(tmp),  # a non-chief's own folder: removed at its end, left if killed
         "TFSHARDS_TRAIN_TRACE": str(trace),
         "PYTHONPATH": str(REPO / "src"),
         "TF_NUM_INTEROP_THREADS": "1",  # 2 shared cores: keep each process's threads few
@@ -175,6 +179,7 @@ def test_two_workers_read_disjoint_blocks_in_equal_steps_and_learn_as_one(
     ]
     metrics = json.loads((out / "metrics.json").read_text())
     reference = json.loads((one / "metrics.json").read_text())
+    assert not list((out.parent / f"{out.name}-tmp").glob("tfshards-worker-*"))  # removed
     assert metrics["workers"] == WORKERS and metrics["replicas"] == WORKERS
     assert metrics["train_records"] == reference["train_records"] == parts.train_records
     assert metrics["val_accuracy"] > 1 / 3 + 0.1  # 3 classes: above chance

@@ -84,3 +84,29 @@ def test_multi_worker_is_a_strategy():
     assert TrainConfig(strategy="multi_worker").strategy == "multi_worker"
     with pytest.raises(ConfigError, match="strategy must be one of"):
         TrainConfig(strategy="parameter_server")
+
+
+class _TwoWorkers:
+    """A strategy whose other worker resumes at ``other``: its all-reduce adds that in."""
+
+    num_replicas_in_sync = 2
+
+    def __init__(self, other: int) -> None:
+        self.other = other
+
+    def run(self, fn):
+        return fn()
+
+    def reduce(self, op, value, axis):
+        import tensorflow as tf
+
+        return value + tf.constant([self.other, self.other**2], tf.float64)
+
+
+def test_workers_resuming_at_other_steps_all_stop_with_one_error():
+    workerrole.check_same_step(_TwoWorkers(8), 8, "ckpt")
+    workerrole.check_same_step(_TwoWorkers(0), 0, "ckpt")
+    with pytest.raises(ConfigError, match="resume at different steps"):
+        workerrole.check_same_step(_TwoWorkers(0), 8, "ckpt")
+    with pytest.raises(ConfigError, match="resume at different steps"):
+        workerrole.check_same_step(_TwoWorkers(8), 0, "ckpt")

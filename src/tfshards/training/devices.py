@@ -6,6 +6,8 @@ import contextlib
 from collections.abc import Iterator
 from typing import Any
 
+from tfshards.errors import ConfigError
+
 STRATEGIES = ("auto", "one", "mirrored", "multi_worker")
 
 
@@ -83,3 +85,17 @@ def tf_state(seed: int, *, deterministic: bool, mixed: bool) -> Iterator[None]:
         keras.mixed_precision.set_global_policy(policy)
         if deterministic and not was_deterministic:
             tf_config.disable_op_determinism()
+
+
+def no_deterministic_kernel(
+    model: str, device: str, exc: Exception, *, jit_compile: bool
+) -> ConfigError:
+    """Op determinism makes TensorFlow refuse ops it cannot run deterministically
+    (seen: MaxPool gradients under XLA): the error says which option to change."""
+    fix = "deterministic false" + (" or jit_compile false" if jit_compile else "")
+    return ConfigError(
+        f"model {model!r} uses an op with no deterministic implementation "
+        f"on {device}{' under XLA' if jit_compile else ''} "
+        f"({str(exc).splitlines()[0]}); use {fix}",
+        model=model,
+    )

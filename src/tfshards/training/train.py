@@ -27,9 +27,9 @@ from tfshards.errors import ConfigError
 from tfshards.shardset import manifest as manifests
 from tfshards.shardset.manifest import Manifest
 from tfshards.shardset.split import Split, split
-from tfshards.training import batchtrace, confusion, live, models, optim, traindata, workerrole
+from tfshards.training import confusion, devices, live, models, optim, traindata, workerrole
+from tfshards.training.batchtrace import from_env as batch_trace
 from tfshards.training.checkpoint import Checkpoint, settings_key
-from tfshards.training.devices import device_name, make_strategy, tf_state, worker_of
 from tfshards.training.epochloop import EpochLoop
 from tfshards.training.export import export_serving, save_model
 from tfshards.training.history import (
@@ -127,12 +127,13 @@ def train(
     config, own_folder = workerrole.worker_config(config, placement.worker)
     try:
         # Seeds first: tf.data ops take the global seed into theirs when they are made.
-        with tf_state(config.seed, deterministic=config.deterministic, mixed=placement.mixed):
+        mixed = placement.mixed
+        with devices.tf_state(config.seed, deterministic=config.deterministic, mixed=mixed):
             data = traindata.prepare(config, manifest, parts, placement.strategy)
             steps = _build(config, data, placement)
             if on_batch is None:
                 local = placement.strategy.experimental_local_results
-                on_batch = batchtrace.from_env(placement.worker[0], local)
+                on_batch = batch_trace(placement.worker[0], local)
             fitted = _fit(config, data, steps, placement, log, on_batch)
             metrics = _finish(config, data, placement, steps, fitted, started)
         _write_outputs(config, metrics, parts, fitted.checkpoint)
@@ -159,17 +160,14 @@ def _load(config: TrainConfig) -> tuple[Manifest, Split]:
 
 def _place(config: TrainConfig, log: Callable[[str], None] | None) -> Placement:
     """The device, the precision (``auto``: float16 on a GPU) and the strategy."""
-    strategy = make_strategy(config.strategy)  # first: multi_worker's precedes any other op
-    device = device_name()
+    strategy = devices.make_strategy(config.strategy)  # first: before any other op (MWMS)
+    device = devices.device_name()
     mixed = config.mixed_precision == "on" or (config.mixed_precision == "auto" and device != "CPU")
     if config.strategy == "mirrored" and strategy.num_replicas_in_sync == 1 and log is not None:
         log(f"strategy mirrored: one device found ({device}), so one replica trains")
-    worker = worker_of(strategy) if config.strategy == "multi_worker" else (0, 1)
+    worker = devices.worker_of(strategy) if config.strategy == "multi_worker" else (0, 1)
     if worker[1] > 1 and log is not None:
-        log(
-            f"strategy multi_worker: worker {worker[0]} of {worker[1]}, "
-            f"{strategy.num_replicas_in_sync} replicas in all"
-        )
+        log(f"strategy multi_worker: worker {worker[0]} of {worker[1]} (0 writes the outputs)")
     return Placement(device, mixed, strategy, worker)
 
 
@@ -266,7 +264,9 @@ def _fit(
     except tf.errors.UnimplementedError as exc:
         if not config.deterministic:
             raise
-        raise _no_deterministic_kernel(config, placement.device, exc) from exc
+        raise devices.no_deterministic_kernel(
+            config.model, placement.device, exc, jit_compile=config.jit_compile
+        ) from exc
     finally:
         if log_live is not None:
             log_live.end()
@@ -388,18 +388,6 @@ def _say_stopped(
         results, config.early_stopping, config.early_stopping_metric, config.epochs
     )
     log(f"{note}; learning rate at the stop {rate:.3g}")
-
-
-def _no_deterministic_kernel(config: TrainConfig, device: str, exc: Exception) -> ConfigError:
-    """Op determinism makes TensorFlow refuse ops it cannot run deterministically
-    (seen: MaxPool gradients under XLA): the error says which option to change."""
-    fix = "deterministic false" + (" or jit_compile false" if config.jit_compile else "")
-    return ConfigError(
-        f"model {config.model!r} uses an op with no deterministic implementation "
-        f"on {device}{' under XLA' if config.jit_compile else ''} "
-        f"({str(exc).splitlines()[0]}); use {fix}",
-        model=config.model,
-    )
 
 
 def _say_epoch(log: Callable[[str], None] | None, result: EpochResult, epochs: int) -> None:
