@@ -6,7 +6,9 @@ import contextlib
 from collections.abc import Iterator
 from typing import Any
 
-STRATEGIES = ("auto", "one", "mirrored")
+from tfshards.errors import ConfigError
+
+STRATEGIES = ("auto", "one", "mirrored", "multi_worker")
 
 
 def device_name() -> str:
@@ -27,9 +29,14 @@ def make_strategy(name: str) -> Any:
     replica on every local GPU, or, with none, on every logical CPU device
     (one unless ``tf.config.set_logical_device_configuration`` made more, as
     the tests do). ``auto``: mirrored when there are two GPUs or more, else one.
+    ``multi_worker``: ``MultiWorkerMirroredStrategy`` over the workers that the
+    ``TF_CONFIG`` environment variable names (cluster and task), a replica per
+    local GPU (or the CPU) of each; made before any other TensorFlow op runs.
     """
     import tensorflow as tf
 
+    if name == "multi_worker":
+        return tf.distribute.MultiWorkerMirroredStrategy()
     gpus = tf.config.list_logical_devices("GPU")
     if name == "one" or (name == "auto" and len(gpus) < 2):
         return tf.distribute.get_strategy()
@@ -40,6 +47,23 @@ def make_strategy(name: str) -> Any:
     return tf.distribute.MirroredStrategy(
         cpus, cross_device_ops=tf.distribute.ReductionToOneDevice()
     )
+
+
+def worker_of(strategy: Any) -> tuple[int, int]:
+    """``(index, count)`` of this worker among the strategy's: ``(0, 1)`` when there is one.
+
+    Index 0 is the chief: the ``chief`` task, or ``worker`` 0 in a cluster without one
+    (the order ``MultiWorkerMirroredStrategy`` numbers its input pipelines in).
+    """
+    resolver = getattr(strategy, "cluster_resolver", None)
+    if resolver is None or not resolver.cluster_spec().as_dict():
+        return 0, 1
+    spec = resolver.cluster_spec().as_dict()
+    chiefs = len(spec.get("chief", []))
+    count = chiefs + len(spec.get("worker", []))
+    if resolver.task_type == "chief":
+        return 0, count
+    return chiefs + int(resolver.task_id), count
 
 
 @contextlib.contextmanager
@@ -61,3 +85,17 @@ def tf_state(seed: int, *, deterministic: bool, mixed: bool) -> Iterator[None]:
         keras.mixed_precision.set_global_policy(policy)
         if deterministic and not was_deterministic:
             tf_config.disable_op_determinism()
+
+
+def no_deterministic_kernel(
+    model: str, device: str, exc: Exception, *, jit_compile: bool
+) -> ConfigError:
+    """Op determinism makes TensorFlow refuse ops it cannot run deterministically
+    (seen: MaxPool gradients under XLA): the error says which option to change."""
+    fix = "deterministic false" + (" or jit_compile false" if jit_compile else "")
+    return ConfigError(
+        f"model {model!r} uses an op with no deterministic implementation "
+        f"on {device}{' under XLA' if jit_compile else ''} "
+        f"({str(exc).splitlines()[0]}); use {fix}",
+        model=model,
+    )

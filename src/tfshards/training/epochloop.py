@@ -23,10 +23,19 @@ class EpochLoop:
         every: save after every global step that is a multiple of ``every``
             (the epoch's last step excepted: its save follows its evaluation);
             0: never mid-epoch.
+        count: records of a step's batch (default: the labels' length).
     """
 
-    def __init__(self, steps: TrainSteps, iterator: Any, batches: int, every: int) -> None:
+    def __init__(
+        self,
+        steps: TrainSteps,
+        iterator: Any,
+        batches: int,
+        every: int,
+        count: Callable[[Any], int] | None = None,
+    ) -> None:
         self.steps, self.iterator, self.batches, self.every = steps, iterator, batches, every
+        self.count = count or (lambda batch: int(batch[1].shape[0]))
 
     def epoch(
         self, epoch: int, done: int, save: Save | None, on_batch: OnBatch | None = None
@@ -48,7 +57,7 @@ class EpochLoop:
                 self.iterator,
                 stop - done,
                 step,
-                count=lambda b: int(b[1].shape[0]),
+                count=self.count,
                 sync=lambda loss: loss.numpy(),
             )
             done = stop

@@ -14,7 +14,9 @@ class TrainSteps:
     Each global batch is cut into one equal slice per replica; every replica
     computes the summed loss of its slice over the global batch size, and the
     optimizer all-reduces (sums) the gradients, so N replicas take the same
-    step one device would on the whole batch.
+    step one device would on the whole batch. With ``per_replica_input`` the
+    batches come already cut (a distributed dataset's ``PerReplica`` values, as
+    under ``multi_worker``), each replica's ``global_batch / replicas`` records.
 
     Args:
         model: probabilities out (from :func:`tfshards.training.models.build_model`),
@@ -28,6 +30,7 @@ class TrainSteps:
         mixed: the model runs in float16: scale the loss so small gradients
             do not flush to zero.
         jit_compile: compile the steps with XLA.
+        per_replica_input: the train step takes per-replica batches.
     """
 
     def __init__(
@@ -42,6 +45,7 @@ class TrainSteps:
         class_weights: Sequence[float] | None = None,
         mixed: bool = False,
         jit_compile: bool = False,
+        per_replica_input: bool = False,
     ) -> None:
         import keras
         import tensorflow as tf
@@ -66,6 +70,7 @@ class TrainSteps:
             optimizer.build(model.trainable_variables)  # its variables made outside tf.function
         weights = None if class_weights is None else tf.constant(class_weights, tf.float32)
         self.model, self.optimizer, self.strategy = model, optimizer, strategy
+        self.per_replica_input = per_replica_input
         # Made outside the strategy: updated once per step with the reduced values.
         self.loss, self.val_loss = keras.metrics.Mean(), keras.metrics.Mean()
         self.accuracy, self.val_accuracy = keras.metrics.Mean(), keras.metrics.Mean()
@@ -87,7 +92,7 @@ class TrainSteps:
             return total, _correct(tf, y, probs)
 
         def train_step(x: Any, y: Any) -> Any:
-            if replicas > 1:
+            if replicas > 1 and not per_replica_input:
                 x, y = _slices(tf, strategy, x, replicas), _slices(tf, strategy, y, replicas)
             total, correct = strategy.run(replica_step, args=(x, y))
             total = strategy.reduce(tf.distribute.ReduceOp.SUM, total, axis=None)
@@ -106,6 +111,14 @@ class TrainSteps:
         self.train = tf.function(train_step, jit_compile=jit_compile, reduce_retracing=True)
         # reduce_retracing: a last, smaller eval batch costs one relaxed retrace at most.
         self._eval = tf.function(eval_step, jit_compile=jit_compile, reduce_retracing=True)
+
+    def records(self, labels: Any) -> int:
+        """Records of a training step, all workers': ``labels`` is this worker's part."""
+        if not self.per_replica_input:
+            return int(labels.shape[0])
+        local = self.strategy.experimental_local_results(labels)
+        workers = self.strategy.num_replicas_in_sync // max(1, len(local))
+        return int(sum(int(t.shape[0]) for t in local) * workers)
 
     def train_metrics(self) -> tuple[float, float]:
         """Mean loss and accuracy since the last call (one epoch); then resets them."""

@@ -24,13 +24,12 @@ from typing import Any
 
 from tfshards import atomicfile, jsonfile, storage
 from tfshards.errors import ConfigError
-from tfshards.reading.epochorder import Position
 from tfshards.shardset import manifest as manifests
 from tfshards.shardset.manifest import Manifest
 from tfshards.shardset.split import Split, split
-from tfshards.training import confusion, live, models, optim, traindata
+from tfshards.training import confusion, devices, live, models, optim, traindata, workerrole
+from tfshards.training.batchtrace import from_env as batch_trace
 from tfshards.training.checkpoint import Checkpoint, settings_key
-from tfshards.training.devices import device_name, make_strategy, tf_state
 from tfshards.training.epochloop import EpochLoop
 from tfshards.training.export import export_serving, save_model
 from tfshards.training.history import (
@@ -76,11 +75,13 @@ class TrainResult:
 
 @dataclass(frozen=True)
 class Placement:
-    """Where the steps run: the device's name, float16 compute or not, the strategy."""
+    """Where the steps run: the device's name, float16 compute or not, the strategy, and
+    ``(index, count)`` of this worker (``(0, 1)`` unless ``multi_worker``; 0 is the chief)."""
 
     device: str
     mixed: bool
     strategy: Any  # a tf.distribute.Strategy
+    worker: tuple[int, int] = (0, 1)
 
 
 @dataclass(frozen=True)
@@ -114,18 +115,30 @@ def train(
         config: what to train.
         log: called with one line per epoch (None: silent).
         on_batch: called with the training step's number (from 0, counted over
-            epochs) and its batch, before the step (a test's hook).
+            epochs) and its batch, before the step (a test's hook; without it,
+            :mod:`tfshards.training.batchtrace` may trace the steps).
+
+    Under ``strategy: multi_worker`` every worker runs this; only the chief
+    writes the outputs (:mod:`tfshards.training.workerrole`).
     """
     started = time.perf_counter()
     manifest, parts = _load(config)
     placement = _place(config, log)
-    # Seeds first: tf.data ops take the global seed into theirs when they are made.
-    with tf_state(config.seed, deterministic=config.deterministic, mixed=placement.mixed):
-        data = traindata.prepare(config, manifest, parts)
-        steps = _build(config, data, placement)
-        fitted = _fit(config, data, steps, placement, log, on_batch)
-        metrics = _finish(config, data, placement, steps, fitted, started)
-    _write_outputs(config, metrics, parts, fitted.checkpoint)
+    config, own_folder = workerrole.worker_config(config, placement.worker)
+    try:
+        # Seeds first: tf.data ops take the global seed into theirs when they are made.
+        mixed = placement.mixed
+        with devices.tf_state(config.seed, deterministic=config.deterministic, mixed=mixed):
+            data = traindata.prepare(config, manifest, parts, placement.strategy)
+            steps = _build(config, data, placement)
+            if on_batch is None:
+                local = placement.strategy.experimental_local_results
+                on_batch = batch_trace(placement.worker[0], local)
+            fitted = _fit(config, data, steps, placement, log, on_batch)
+            metrics = _finish(config, data, placement, steps, fitted, started)
+        _write_outputs(config, metrics, parts, fitted.checkpoint)
+    finally:
+        workerrole.remove(own_folder)
     return TrainResult(metrics, fitted.results, parts)
 
 
@@ -147,12 +160,15 @@ def _load(config: TrainConfig) -> tuple[Manifest, Split]:
 
 def _place(config: TrainConfig, log: Callable[[str], None] | None) -> Placement:
     """The device, the precision (``auto``: float16 on a GPU) and the strategy."""
-    device = device_name()
+    strategy = devices.make_strategy(config.strategy)  # first: before any other op (MWMS)
+    device = devices.device_name()
     mixed = config.mixed_precision == "on" or (config.mixed_precision == "auto" and device != "CPU")
-    strategy = make_strategy(config.strategy)
     if config.strategy == "mirrored" and strategy.num_replicas_in_sync == 1 and log is not None:
         log(f"strategy mirrored: one device found ({device}), so one replica trains")
-    return Placement(device, mixed, strategy)
+    worker = devices.worker_of(strategy) if config.strategy == "multi_worker" else (0, 1)
+    if worker[1] > 1 and log is not None:
+        log(f"strategy multi_worker: worker {worker[0]} of {worker[1]} (0 writes the outputs)")
+    return Placement(device, mixed, strategy, worker)
 
 
 def _build(config: TrainConfig, data: TrainData, placement: Placement) -> TrainSteps:
@@ -190,6 +206,7 @@ def _build(config: TrainConfig, data: TrainData, placement: Placement) -> TrainS
         class_weights=data.class_weights,
         mixed=placement.mixed,
         jit_compile=config.jit_compile,
+        per_replica_input=data.distributed,
     )
 
 
@@ -206,15 +223,14 @@ def _fit(
 
     from tfshards.reading.corruption import shard_errors
 
-    checkpoint, results = _resume(config, data, steps, log)
+    checkpoint, results = _resume(config, data, steps, placement, log)
     done = max(0 if checkpoint is None else checkpoint.step, len(results) * data.batches)
     train = data.train
     if done:  # the input starts where the checkpoint's steps ended
-        start = Position.after(done * config.batch_size, data.parts.train_records)
-        train = traindata.dataset(
-            data.parts.train, data.manifest, config, training=True, start=start
-        )
+        strategy = placement.strategy
+        train = traindata.train_stream(config, data.manifest, data.parts, strategy, done)
     iterator = iter(train)  # one for all epochs: the pipeline never restarts
+    count = (lambda batch: steps.records(batch[1])) if data.distributed else None
     log_live = live.start(config.live_dir, resumed=len(results))
     labels = data.manifest.labels
     predictions: Predictions | None = None
@@ -229,7 +245,9 @@ def _fit(
                 if checkpoint is not None:
                     history = [r.to_json() for r in results]
                     save = functools.partial(checkpoint.save, epoch - 1, history)
-                loop = EpochLoop(steps, iterator, data.batches, config.checkpoint_every_steps)
+                loop = EpochLoop(
+                    steps, iterator, data.batches, config.checkpoint_every_steps, count
+                )
                 result, predictions = _epoch(data, steps, loop.epoch(epoch, done, save, on_batch))
                 done = epoch * data.batches
                 results.append(result)
@@ -246,7 +264,9 @@ def _fit(
     except tf.errors.UnimplementedError as exc:
         if not config.deterministic:
             raise
-        raise _no_deterministic_kernel(config, placement.device, exc) from exc
+        raise devices.no_deterministic_kernel(
+            config.model, placement.device, exc, jit_compile=config.jit_compile
+        ) from exc
     finally:
         if log_live is not None:
             log_live.end()
@@ -287,6 +307,7 @@ def _finish(
         jit_compile=config.jit_compile,
         replicas=placement.strategy.num_replicas_in_sync,
         strategy=config.strategy,
+        **({"workers": placement.worker[1]} if config.strategy == "multi_worker" else {}),
         seconds=round(time.perf_counter() - started, 2),
     )
     if config.model_out:
@@ -321,12 +342,15 @@ def _resume(
     config: TrainConfig,
     data: TrainData,
     steps: TrainSteps,
+    placement: Placement,
     log: Callable[[str], None] | None,
 ) -> tuple[Checkpoint | None, list[EpochResult]]:
     """The checkpoint (None without ``checkpoint_dir``) and the epochs it restored."""
     if not config.checkpoint_dir:
         return None, []
     settings = {**config.settings(), "fingerprint": data.manifest.fingerprint}
+    if config.strategy == "multi_worker":  # the input's position is per worker
+        settings["workers"] = placement.worker[1]
     checkpoint = Checkpoint(
         config.checkpoint_dir,
         settings_key({**settings, "input": "epoch order"}),  # not an iterator's state
@@ -336,7 +360,9 @@ def _resume(
             "metrics": [v.value for m in (steps.loss, steps.accuracy) for v in m.variables],
         },
     )
-    done, history = checkpoint.restore(log)
+    done, history = checkpoint.restore(log if placement.worker[0] == 0 else None)
+    if config.strategy == "multi_worker":
+        workerrole.check_same_step(placement.strategy, checkpoint.step, config.checkpoint_dir)
     results = [EpochResult.from_json(doc) for doc in history]
     into = checkpoint.step - done * data.batches
     if log is not None and into > 0:
@@ -362,18 +388,6 @@ def _say_stopped(
         results, config.early_stopping, config.early_stopping_metric, config.epochs
     )
     log(f"{note}; learning rate at the stop {rate:.3g}")
-
-
-def _no_deterministic_kernel(config: TrainConfig, device: str, exc: Exception) -> ConfigError:
-    """Op determinism makes TensorFlow refuse ops it cannot run deterministically
-    (seen: MaxPool gradients under XLA): the error says which option to change."""
-    fix = "deterministic false" + (" or jit_compile false" if config.jit_compile else "")
-    return ConfigError(
-        f"model {config.model!r} uses an op with no deterministic implementation "
-        f"on {device}{' under XLA' if config.jit_compile else ''} "
-        f"({str(exc).splitlines()[0]}); use {fix}",
-        model=config.model,
-    )
 
 
 def _say_epoch(log: Callable[[str], None] | None, result: EpochResult, epochs: int) -> None:

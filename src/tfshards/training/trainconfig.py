@@ -48,7 +48,9 @@ class TrainConfig:
         deterministic: same seed, same result: op determinism and a fixed input order.
         mixed_precision: ``"auto"`` (on when a GPU is present), ``"on"`` or ``"off"``.
         jit_compile: compile the train and eval steps with XLA.
-        strategy: ``one`` device, ``mirrored`` over all local GPUs, or ``auto``.
+        strategy: ``one`` device, ``mirrored`` over all local GPUs, ``auto``, or
+            ``multi_worker`` over the workers of ``TF_CONFIG`` (each its own block
+            of every epoch; only the chief writes the outputs).
         metrics: summary JSON (the DVC metrics file).
         live_dir: dvclive directory for per-epoch metrics, or None.
         model_out: where the trained model goes (``.keras``), or None.
@@ -197,7 +199,7 @@ OPTIONS = (
     Option("epochs", int, _D.epochs, "Passes over the training shards.", param=True),
     Option(
         "batch_size", int, _D.batch_size, "Records per training step.", param=True,
-        comment="global: split evenly over the replicas under strategy mirrored",
+        comment="global: split evenly over the replicas (mirrored, multi_worker)",
     ),
     Option(
         "learning_rate", float, _D.learning_rate, "Learning rate (the peak one under a schedule).",
@@ -300,9 +302,12 @@ OPTIONS = (
     Option(
         "strategy", str, _D.strategy,
         f"{' | '.join(STRATEGIES)}: mirrored copies the model to every local GPU and "
-        "splits each batch (global) between them; auto: mirrored with 2+ GPUs.",
+        "splits each batch (global) between them; auto: mirrored with 2+ GPUs; "
+        "multi_worker: the workers of TF_CONFIG each train on their own block of every "
+        "epoch, the chief (worker 0) writes the outputs.",
         param=True,
-        comment="one | mirrored (a replica per local GPU) | auto (mirrored with 2+ GPUs)",
+        comment="one | mirrored (a replica per local GPU) | auto (mirrored with 2+ GPUs)"
+        " | multi_worker (the hosts of TF_CONFIG)",
     ),
     Option("metrics", str, _D.metrics, "Summary metrics JSON (the DVC metrics file)."),
     Option(

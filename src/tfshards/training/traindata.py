@@ -1,5 +1,12 @@
 """What a run reads: the train and val datasets of a split, its steps per epoch, class weights.
 
+Under ``strategy: multi_worker`` each of the N workers trains on its own block of
+``train_records // N`` records of every epoch (the loader's ``input_context``),
+disjoint from the others', in per-replica batches of ``batch_size / replicas``
+(``batch_size`` stays the global batch); every worker takes the same
+``(train_records // N) // (batch_size / N)`` steps per epoch. Validation is
+read whole by every worker.
+
 TensorFlow and the loader are imported when the datasets are made, not with this module.
 """
 
@@ -27,6 +34,8 @@ class TrainData:
         channels: image channels of a batch.
         batches: training steps per epoch.
         class_weights: per-class loss weights, or None for 1 each.
+        worker: ``(index, count)`` of this worker (``(0, 1)`` unless multi-worker).
+        distributed: ``train`` is a distributed dataset (per-replica batches).
     """
 
     manifest: Manifest
@@ -36,24 +45,70 @@ class TrainData:
     channels: int
     batches: int
     class_weights: list[float] | None
+    worker: tuple[int, int] = (0, 1)
+    distributed: bool = False
 
 
-def prepare(config: TrainConfig, manifest: Manifest, parts: Split) -> TrainData:
-    """The train and val datasets, the steps per epoch and the class weights."""
-    train_ds = dataset(parts.train, manifest, config, training=True)
+def prepare(
+    config: TrainConfig, manifest: Manifest, parts: Split, strategy: Any = None
+) -> TrainData:
+    """The train and val datasets, the steps per epoch and the class weights.
+
+    ``strategy``: under ``multi_worker``, the ``MultiWorkerMirroredStrategy`` that
+    distributes this worker's block of the training records.
+    """
+    from tfshards.reading import loader
+    from tfshards.training.devices import worker_of
+
+    distributed = config.strategy == "multi_worker"
+    worker = worker_of(strategy) if distributed else (0, 1)
+    local = dataset(parts.train, manifest, config, training=True, worker=worker)
+    train_ds = train_stream(config, manifest, parts, strategy) if distributed else local
     val_ds = dataset(parts.val, manifest, config, training=False) if parts.val else None
     weights = None
     if config.class_weight == "balanced":
         weights = optim.balanced_class_weights(label_counts(parts.train, manifest))
+    step_records = config.batch_size // worker[1]  # this worker's share of a global batch
     return TrainData(
         manifest,
         parts,
         train_ds,
         val_ds,
-        channels=int(train_ds.element_spec[0].shape[-1]),
-        batches=max(1, parts.train_records // config.batch_size),
+        channels=int(local.element_spec[0].shape[-1]),
+        batches=max(1, loader.steps_per_epoch(parts.train, step_records, worker=worker)),
         class_weights=weights,
+        worker=worker,
+        distributed=distributed,
     )
+
+
+def train_stream(
+    config: TrainConfig,
+    manifest: Manifest,
+    parts: Split,
+    strategy: Any = None,
+    done: int = 0,
+) -> Any:
+    """The training batches after ``done`` global steps; distributed by ``strategy``
+    (this worker's block, per-replica batches) under ``multi_worker``."""
+    if config.strategy != "multi_worker":
+        start = Position.after(done * config.batch_size, parts.train_records) if done else None
+        return dataset(parts.train, manifest, config, training=True, start=start)
+
+    def per_worker(context: Any) -> Any:
+        count = context.num_input_pipelines
+        start = Position.after(done * (config.batch_size // count), parts.train_records // count)
+        return dataset(
+            parts.train,
+            manifest,
+            config,
+            training=True,
+            start=start if done else None,
+            batch_size=context.get_per_replica_batch_size(config.batch_size),
+            input_context=context,
+        )
+
+    return strategy.distribute_datasets_from_function(per_worker)
 
 
 def dataset(
@@ -63,14 +118,19 @@ def dataset(
     *,
     training: bool,
     start: Position | None = None,
+    batch_size: int | None = None,
+    worker: tuple[int, int] | None = None,
+    input_context: Any = None,
 ) -> Any:
-    """The batches of ``shards`` as ``config`` reads them; training from ``start`` on."""
+    """The batches of ``shards`` as ``config`` reads them; training from ``start`` on,
+    this worker's block only (``worker`` or ``input_context``), in batches of
+    ``batch_size`` (default ``config.batch_size``)."""
     from tfshards.reading import loader
 
     return loader.make_dataset(
         shards,
         manifest,
-        batch_size=config.batch_size,
+        batch_size=batch_size or config.batch_size,
         training=training,
         seed=config.seed,
         image_size=(config.image_size, config.image_size),
@@ -78,6 +138,8 @@ def dataset(
         scaled_decode=config.scaled_decode,
         deterministic=config.deterministic,
         start=start,
+        worker=worker,
+        input_context=input_context,
     )
 
 
