@@ -16,7 +16,7 @@ from tfshards.errors import ConfigError
 from tfshards.listing.listing import list_files
 from tfshards.shardset.manifest import Manifest
 from tfshards.validation.config import ValidateConfig
-from tfshards.validation.imagegates import ImageGates, parse_formats
+from tfshards.validation.imagelimits import ImageGates, parse_formats
 from tfshards.validation.validate import validate
 from tfshards.writing.config import WriteConfig
 from tfshards.writing.writer import write

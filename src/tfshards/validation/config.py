@@ -10,7 +10,7 @@ from tfshards.errors import ConfigError
 from tfshards.option import Option
 from tfshards.run.executor import RunOptions
 from tfshards.run.options import run_options, with_run_keywords
-from tfshards.validation.imagegates import ImageGates, parse_formats
+from tfshards.validation.imagelimits import ImageGates, parse_formats
 
 # Bits of 64. On the synthetic set of tests/validation/test_nearduplicates.py (JPEG
 # re-encodes at quality 50-95, resizes 0.5-2x, crops up to 5%) 8 bits found 96.9% of the
