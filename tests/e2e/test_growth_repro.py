@@ -18,7 +18,14 @@ import yaml
 
 from dvcrepo import run as _run
 from tfshards.project.sample import SyntheticSpec, render_synthetic, write_synthetic
-from tfshards.shardset.layout import INDEX, MANIFEST_NAME, RECORDS, TFDS_FILES
+from tfshards.shardset.layout import (
+    IMAGESTATS_NAME,
+    INDEX,
+    MANIFEST_NAME,
+    RECORDS,
+    STATS,
+    TFDS_FILES,
+)
 from tfshards.shardset.manifest import Manifest
 
 pytestmark = pytest.mark.slow
@@ -197,16 +204,17 @@ def _dir_object(root: Path) -> int:
 def _allowance(root: Path, v1: Step, v2: Manifest) -> dict[str, int]:
     """What a push of ``v2`` may send, in bytes, from the files themselves.
 
-    ``shards``: v2's shards v1 lacked; ``metadata``: the manifest, the TFDS files
-    and every shard's companions; ``unseen``: every file of v2 whose bytes v1
+    ``shards``: v2's shards v1 lacked; ``metadata``: the manifest, the TFDS files,
+    the image statistics and every shard's companions; ``unseen``: every file of v2 whose bytes v1
     lacked; ``dir``: DVC's listing of the out.
     """
     version = root / v2.root
     old = set(v1.files.values())
     metadata = (
-        *(version / name for name in (MANIFEST_NAME, *TFDS_FILES)),
+        *(version / name for name in (MANIFEST_NAME, IMAGESTATS_NAME, *TFDS_FILES)),
         *(version / INDEX.folder).iterdir(),
         *(version / RECORDS.folder).iterdir(),
+        *(version / STATS.folder).iterdir(),
     )
     return {
         "shards": sum((version / s.name).stat().st_size for s in v2.shards if s.sha256 not in old),

@@ -102,10 +102,20 @@ def of_shard(data: bytes, compression: str, image_feature: str) -> ImageStats:
 
 
 def save_shard(fs: Any, version: str, shard: str, stats: ImageStats) -> None:
-    """Publish ``shard``'s companion ``imagestats/<shard>.json``."""
+    """Publish ``shard``'s companion ``imagestats/<shard>.json``, unless it holds these bytes.
+
+    A shard kept on resume keeps its companion's mtime too, so ``prune`` still
+    sees the killed writer's version as idle.
+    """
     path = layout.stats_path(version, shard)
+    data = encode(stats.to_json())
     try:
-        atomicfile.write_atomic(fs, path, [encode(stats.to_json())])
+        if storage.read_bytes(fs, path) == data:
+            return
+    except OSError:
+        pass  # not there yet
+    try:
+        atomicfile.write_atomic(fs, path, [data])
     except OSError as exc:
         raise storage.write_error(fs, path, exc) from None
 
