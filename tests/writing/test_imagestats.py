@@ -14,16 +14,8 @@ import pytest
 from PIL import Image
 
 from tfshards.listing.listing import list_files
-from tfshards.shardset.imagestats import (
-    BYTE_BITS,
-    DIM_BITS,
-    Histogram,
-    ImageStats,
-    VersionStats,
-    bin_bounds,
-    bin_of,
-    merged,
-)
+from tfshards.shardset.histogram import Histogram, bin_bounds, bin_of
+from tfshards.shardset.imagestats import BYTE_BITS, DIM_BITS, ImageStats, VersionStats, merged
 from tfshards.shardset.layout import IMAGESTATS_NAME
 from tfshards.shardset.manifest import Manifest
 from tfshards.writing.config import WriteConfig
@@ -208,7 +200,7 @@ def test_the_c_loop_reads_headers_as_the_reference_does() -> None:
 def test_bins_of_a_batch_are_those_of_each_value() -> None:
     import numpy as np
 
-    from tfshards.shardset.imagestats import bin_count, bins_of
+    from tfshards.shardset.histogram import bin_count, bins_of
 
     values = [0, 1, 31, 32, 33, 63, 64, 65, 1000, 65535, 65536, 1 << 30, (1 << 36) + 5]
     values += random.Random(2).sample(range(1 << 20), 200)

@@ -19,7 +19,8 @@ from typing import Any
 from tfshards import jsonfile, storage
 from tfshards.errors import InputError
 from tfshards.shardset import layout
-from tfshards.shardset.imagestats import ImageStats, bin_bounds, bin_of, merged, read_version
+from tfshards.shardset.histogram import bin_bounds, bin_of
+from tfshards.shardset.imagestats import ImageStats, merged, read_version
 from tfshards.shardset.manifest import Manifest
 from tfshards.shardset.split import Split
 from tfshards.validation.imagelimits import ImageGates
