@@ -160,79 +160,90 @@ def stages(*, remote: bool, program: Callable[[str], str]) -> dict[str, dict[str
         program: the command prefix that runs a stage, given its name, e.g.
             ``lambda s: f"tfshards {s}"``.
     """
-    shard_outs: list[Any] = [] if remote else [{"${write.out}": {"persist": True}}]
     shard_deps = [] if remote else ["${write.out}"]
     return {
-        "list": {
-            "cmd": stageoptions.dvc_command(
-                program("list"),
-                "list",
-                listoptions.OPTIONS,
-                {"out": LISTING, "metrics": LIST_METRICS},
-            ),
-            "deps": ["${list.root}"],
-            "params": ["list"],
-            "outs": [LISTING],
-            "metrics": [{LIST_METRICS: {"cache": False}}],
-        },
-        "write": {
-            # DVC unpacks the section into `--key value` words, each string through
-            # shlex.quote: a group_by regex reaches the command as written, whatever
-            # quotes or `$(...)` it holds (`'${write.group_by}'` let a quote end it).
-            # The command reads `--num_shards` as `--num-shards` (cli.write.CONTEXT).
-            "cmd": stageoptions.dvc_command(
-                program("write"),
-                "write",
-                writeconfig.OPTIONS,
-                {"listing": LISTING, "manifest": MANIFEST},
-                unpack=True,
-            ),
-            "deps": [LISTING],
-            "params": ["write"],
-            # Persisted: DVC would delete it before the run, and it names the version
-            # the next one grows from (write --previous auto).
-            "outs": [{MANIFEST: {"persist": True}}, *shard_outs],
-        },
-        "validate": {
-            # The split params are train's: the same shards are held out here and there.
-            "cmd": stageoptions.dvc_command(
-                program("validate"),
-                "validate",
-                validateconfig.OPTIONS,
-                {
-                    "manifest": MANIFEST,
-                    "metrics": VALIDATE_METRICS,
-                    "balance": BALANCE,
-                    "image_metrics": IMAGE_METRICS,
-                    "image_plots": IMAGE_PLOTS,
-                },
-            ),
-            "deps": [MANIFEST, *shard_deps],
-            "params": ["validate", "train.val_fraction", "train.seed", "train.split_seed"],
-            "metrics": [{VALIDATE_METRICS: {"cache": False}}, {IMAGE_METRICS: {"cache": False}}],
-            "plots": [
-                {f"{BALANCE}/train.json": dict(BALANCE_PLOT)},
-                {f"{BALANCE}/val.json": dict(BALANCE_PLOT)},
-                {f"{IMAGE_PLOTS}/train.json": dict(IMAGE_PLOT)},
-                {f"{IMAGE_PLOTS}/val.json": dict(IMAGE_PLOT)},
-            ],
-        },
-        "train": {
-            # A mapping param (model_args) goes after `--`: DVC unpacks it into `--key value`.
-            "cmd": stageoptions.dvc_command(
-                program("train"), "train", trainconfig.OPTIONS, TRAIN_PATHS
-            ),
-            "deps": [MANIFEST, *shard_deps, VALIDATE_METRICS],
-            "params": ["train"],
-            "outs": [
-                MODEL,
-                EXPORT,
-                {SPLIT: {"cache": False}},
-                # dvclive's folder as a whole: under `dvc exp run` dvclive would
-                # git-add any file in it that is not a DVC out. Persisted so a
-                # resumed run continues its step count.
-                {LIVE_DIR: {"cache": False, "persist": True}},
-            ],
-            "metrics": [{TRAIN_METRICS: {"cache": False}}],
-        },
+        "list": _list_stage(program),
+        "write": _write_stage(program, remote),
+        "validate": _validate_stage(program, shard_deps),
+        "train": _train_stage(program, shard_deps),
+    }
+
+
+def _list_stage(program: Callable[[str], str]) -> dict[str, Any]:
+    return {
+        "cmd": stageoptions.dvc_command(
+            program("list"), "list", listoptions.OPTIONS, {"out": LISTING, "metrics": LIST_METRICS}
+        ),
+        "deps": ["${list.root}"],
+        "params": ["list"],
+        "outs": [LISTING],
+        "metrics": [{LIST_METRICS: {"cache": False}}],
+    }
+
+
+def _write_stage(program: Callable[[str], str], remote: bool) -> dict[str, Any]:
+    shard_outs: list[Any] = [] if remote else [{"${write.out}": {"persist": True}}]
+    return {
+        # DVC unpacks the section into `--key value` words, each string through
+        # shlex.quote: a group_by regex reaches the command as written, whatever
+        # quotes or `$(...)` it holds (`'${write.group_by}'` let a quote end it).
+        # The command reads `--num_shards` as `--num-shards` (cli.write.CONTEXT).
+        "cmd": stageoptions.dvc_command(
+            program("write"),
+            "write",
+            writeconfig.OPTIONS,
+            {"listing": LISTING, "manifest": MANIFEST},
+            unpack=True,
+        ),
+        "deps": [LISTING],
+        "params": ["write"],
+        # Persisted: DVC would delete it before the run, and it names the version
+        # the next one grows from (write --previous auto).
+        "outs": [{MANIFEST: {"persist": True}}, *shard_outs],
+    }
+
+
+def _validate_stage(program: Callable[[str], str], shard_deps: list[str]) -> dict[str, Any]:
+    paths = {
+        "manifest": MANIFEST,
+        "metrics": VALIDATE_METRICS,
+        "balance": BALANCE,
+        "image_metrics": IMAGE_METRICS,
+        "image_plots": IMAGE_PLOTS,
+    }
+    return {
+        # The split params are train's: the same shards are held out here and there.
+        "cmd": stageoptions.dvc_command(
+            program("validate"), "validate", validateconfig.OPTIONS, paths
+        ),
+        "deps": [MANIFEST, *shard_deps],
+        "params": ["validate", "train.val_fraction", "train.seed", "train.split_seed"],
+        "metrics": [{VALIDATE_METRICS: {"cache": False}}, {IMAGE_METRICS: {"cache": False}}],
+        "plots": [
+            {f"{BALANCE}/train.json": dict(BALANCE_PLOT)},
+            {f"{BALANCE}/val.json": dict(BALANCE_PLOT)},
+            {f"{IMAGE_PLOTS}/train.json": dict(IMAGE_PLOT)},
+            {f"{IMAGE_PLOTS}/val.json": dict(IMAGE_PLOT)},
+        ],
+    }
+
+
+def _train_stage(program: Callable[[str], str], shard_deps: list[str]) -> dict[str, Any]:
+    return {
+        # A mapping param (model_args) goes after `--`: DVC unpacks it into `--key value`.
+        "cmd": stageoptions.dvc_command(
+            program("train"), "train", trainconfig.OPTIONS, TRAIN_PATHS
+        ),
+        "deps": [MANIFEST, *shard_deps, VALIDATE_METRICS],
+        "params": ["train"],
+        "outs": [
+            MODEL,
+            EXPORT,
+            {SPLIT: {"cache": False}},
+            # dvclive's folder as a whole: under `dvc exp run` dvclive would
+            # git-add any file in it that is not a DVC out. Persisted so a
+            # resumed run continues its step count.
+            {LIVE_DIR: {"cache": False, "persist": True}},
+        ],
+        "metrics": [{TRAIN_METRICS: {"cache": False}}],
     }
