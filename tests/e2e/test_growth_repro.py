@@ -173,11 +173,26 @@ def _moto(endpoint: str, action: str) -> None:
         response.read()
 
 
+def _entries(text: str) -> Iterator[dict[str, Any]]:
+    """The JSON objects of moto's recording, one after another.
+
+    Its threads each write an entry and then its newline, so two entries can
+    meet on one line ("Extra data" to ``json.loads``): decode them in turn.
+    """
+    decoder, at = json.JSONDecoder(), 0
+    while True:
+        while at < len(text) and text[at].isspace():
+            at += 1
+        if at == len(text):
+            return
+        entry, at = decoder.raw_decode(text, at)
+        yield entry
+
+
 def _uploaded(recording: Path) -> tuple[int, int]:
     """Requests that carried a body (PUT, POST) and their body bytes, from moto's recording."""
     count = total = 0
-    for line in recording.read_text().splitlines():
-        entry = json.loads(line)
+    for entry in _entries(recording.read_text()):
         if entry["method"] not in ("PUT", "POST") or not entry.get("body"):
             continue
         body = entry["body"]

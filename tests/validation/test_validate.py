@@ -750,12 +750,16 @@ def _validate_peak_kb(manifest_path: str) -> int:
 @pytest.mark.slow
 @pytest.mark.skipif(not os.path.exists("/proc/self/status"), reason="reads VmHWM (Linux)")
 def test_validate_peak_memory_stays_flat_from_20k_to_200k_records(tmp_path: Path) -> None:
-    """Ten times the records, same peak RSS within 25%: neither shards nor digests are held whole.
+    """Ten times the records, peak RSS within 35%: neither shards nor digests are held whole.
 
     Holding each 57 MB shard whole (checked by two workers, then read again
     to name the duplicates) and every record's 32-byte digest with its sort
     peaked at 249 MB at 200k records of 1 KB, where the 20k run peaked at 66 MB.
+    Now 47-48 MB at 20k and 55-63 MB at 200k (three runs each, 2 cores): the
+    parent's traced Python peak grows 21.7 -> 28.4 MB, 1.6 MB more than before
+    the image statistics and near-duplicate checks joined (21.4 -> 26.6 MB),
+    which put a 25% bound within the runs' noise.
     """
     small = _validate_peak_kb(_many_records_set(tmp_path, 20_000, 1024))
     large = _validate_peak_kb(_many_records_set(tmp_path, 200_000, 1024))
-    assert large <= 1.25 * small, f"peak RSS {small} kB at 20k records, {large} kB at 200k"
+    assert large <= 1.35 * small, f"peak RSS {small} kB at 20k records, {large} kB at 200k"
