@@ -117,7 +117,10 @@ def write_shard(task: ShardTask) -> ShardResult:
         atomicfile.write_atomic(fs_out, sidecar, [sidecar_json(info, rejects.found, schema)])
     except OSError as exc:
         raise storage.write_error(fs_out, sidecar, exc) from None
-    rotated = source.rotated if isinstance(source, FeatureFiles) else 0
+    if isinstance(source, FeatureFiles):
+        rotated = source.rotated
+    else:  # exif warn on the C path: the write pass read each header's orientation
+        rotated = shard.images.stats.rotated if task.exif == "warn" else 0
     result = ShardResult(
         info, tuple(rejects.found), schema, False, shard.images.stats, rotated=rotated
     )
@@ -138,7 +141,7 @@ def _source(task: ShardTask, specs: dict[str, FeatureSpec]) -> RecordSource:
     """How the task's files become records: transformed or resized, local, or fetched."""
     fs_in, root = storage.open_url(task.source, **task.source_options)
     fn = transforms.load(task.transform) if task.transform else None
-    if fn is not None or task.resize is not None or task.exif != "ignore":
+    if fn is not None or task.resize is not None or task.exif == "apply":
         return FeatureFiles(
             fs_in, root, task.image_feature, task.transform, fn, task.resize, specs, task.exif
         )

@@ -167,7 +167,7 @@ def _start_pool(config: WriteConfig, listing: FileListing | str) -> executors.Ex
         gil_free=native.NATIVE is not None
         and config.transform is None
         and config.resize is None
-        and config.exif == "ignore"
+        and config.exif != "apply"  # warn stores the files as they are
         and storage.is_local(fs_in),
         tasks=shards,
     )
