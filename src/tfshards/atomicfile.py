@@ -21,11 +21,19 @@ from tfshards.processes import pid_alive, process_start
 from tfshards.storage import Chunk, is_local
 
 
-def write_atomic(fs: Any, path: str, chunks: Iterable[Chunk], *, mode: int | None = None) -> int:
+def write_atomic(
+    fs: Any,
+    path: str,
+    chunks: Iterable[Chunk],
+    *,
+    mode: int | None = None,
+    sync_dir: bool = True,
+) -> int:
     """Publish ``chunks`` as ``path`` so that readers see all of it or nothing.
 
     Returns the number of bytes written. See :class:`AtomicSink` (``mode``: a
-    local file's permission bits, e.g. those of the file it replaces).
+    local file's permission bits, e.g. those of the file it replaces;
+    ``sync_dir``: see :meth:`AtomicSink.commit`).
     """
     sink = AtomicSink(fs, path, mode=mode)
     try:
@@ -33,7 +41,7 @@ def write_atomic(fs: Any, path: str, chunks: Iterable[Chunk], *, mode: int | Non
     except BaseException:
         sink.abort()
         raise
-    sink.commit()
+    sink.commit(sync_dir=sync_dir)
     return sink.size
 
 
@@ -79,7 +87,13 @@ class AtomicSink:
                 self._chunks.append(bytes(chunk) if isinstance(chunk, memoryview) else chunk)
                 self.size += len(chunk)
 
-    def commit(self) -> None:
+    def commit(self, *, sync_dir: bool = True) -> None:
+        """Make the file visible under its name.
+
+        ``sync_dir=False`` leaves the directory's fsync (which makes the rename
+        survive a power loss) to the caller: a writer of many files in a few
+        folders calls :func:`sync_dirs` once before what makes them count.
+        """
         if self._fd is not None:
             # Durable before visible: without the fsync a power loss can leave the final
             # name pointing at missing content; the directory's fsync makes the rename last.
@@ -88,7 +102,8 @@ class AtomicSink:
             os.close(fd)
             os.replace(self._tmp, self.path)
             self._tmp = ""
-            fsync_dir(os.path.dirname(self.path) or ".")
+            if sync_dir:
+                fsync_dir(os.path.dirname(self.path) or ".")
             return
         parent = posixpath.dirname(self.path)
         if parent:
@@ -130,6 +145,18 @@ def fsync_dir(directory: str) -> None:
         os.fsync(fd)
     finally:
         os.close(fd)
+
+
+def sync_dirs(fs: Any, directories: Iterable[str]) -> None:
+    """fsync each local folder of ``directories`` that exists: the renames into it last.
+
+    The other half of ``commit(sync_dir=False)``; object stores need nothing.
+    """
+    if not is_local(fs):
+        return
+    for directory in directories:
+        with contextlib.suppress(FileNotFoundError):
+            fsync_dir(directory)
 
 
 def fsync_tree(directory: str) -> None:

@@ -17,7 +17,7 @@ from typer.testing import CliRunner
 from tfshards.cli import app
 from tfshards.errors import ConfigError, InputError
 from tfshards.listing.listing import list_files, write_listing
-from tfshards.shardset import diff
+from tfshards.shardset import diff, layout
 from tfshards.shardset.manifest import Manifest
 from tfshards.shardset.split import split
 from tfshards.validation.config import ValidateConfig
@@ -78,6 +78,11 @@ def test_an_append_of_one_percent_reuses_every_shard_as_the_same_inode(raw, tmp_
     assert set(where) == {*_members(first), *added}
     new_shards = {where[p][0] for p in added}
     assert not new_shards & {old[ino] for ino in kept}  # added records went to new shards
+    for ino in kept:  # a kept shard's companions are the old files too, not rewrites
+        name = _inodes(second)[ino]
+        for companion in (layout.RECORDS, layout.STATS):
+            here = os.stat(Path(second.directory) / companion.path(name)).st_ino
+            assert here == os.stat(Path(first.directory) / companion.path(old[ino])).st_ino
     assert second.changes["added"] == len(added) and second.changes["moved_buckets"] == 0
     assert validate(ValidateConfig(str(tmp_path / "manifest.json"))).ok
     again = _grow(raw, tmp_path, num_shards=32)  # nothing new: the same version

@@ -157,6 +157,38 @@ def test_second_run_reuses_every_shard(listing, tmp_path):
     assert first.manifest.to_json() == second.manifest.to_json()
 
 
+def test_each_folder_of_a_version_is_synced_once_after_its_files_and_before_the_manifest(
+    listing, tmp_path, monkeypatch
+):
+    """Files are fsynced before their rename; the folders' fsyncs come once, before the manifest."""
+    calls: list[tuple[str, str]] = []
+    real_fsync, real_replace = os.fsync, os.replace
+
+    def fsync(fd: int) -> None:
+        if os.path.isdir(f"/proc/self/fd/{fd}"):
+            calls.append(("folder", os.path.realpath(f"/proc/self/fd/{fd}")))
+        real_fsync(fd)
+
+    def replace(src: str, dst: str) -> None:
+        calls.append(("replace", os.path.realpath(dst)))
+        real_replace(src, dst)
+
+    monkeypatch.setattr(os, "fsync", fsync)
+    monkeypatch.setattr(os, "replace", replace)
+    config = WriteConfig(out=str(tmp_path / "out"), num_shards=4, executor="serial")
+    version = os.path.realpath(write(config, listing, progress=False).manifest.directory)
+    inside = [(kind, p) for kind, p in calls if p == version or p.startswith(version + "/")]
+    manifest = inside.index(("replace", os.path.join(version, MANIFEST_NAME)))
+    before = inside[:manifest]
+    last_file = max(i for i, (kind, _) in enumerate(before) if kind == "replace")
+    replaced = {os.path.dirname(p) for kind, p in before if kind == "replace"}
+    assert len(replaced) == 5 and len([p for _, p in before if p.endswith(".tfrecord")]) == 4
+    assert {p for kind, p in before[last_file:] if kind == "folder"} == replaced
+    # No fsync of a folder per file: once when a folder is made (its entry in the
+    # version folder), once before the manifest.
+    assert len([kind for kind, _ in before if kind == "folder"]) <= 2 * len(replaced)
+
+
 def test_a_killed_writers_temps_are_swept_from_every_folder_of_the_version(listing, tmp_path):
     # A writer killed mid-shard leaves temps where it was writing: a shard's in _work/, its
     # record index's in index/. The next run over the same version removes all of them.

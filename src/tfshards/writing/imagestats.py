@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import json
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 import numpy as np
@@ -115,25 +115,36 @@ def save_shard(fs: Any, version: str, shard: str, stats: ImageStats) -> None:
     except OSError:
         pass  # not there yet
     try:
-        atomicfile.write_atomic(fs, path, [data])
+        atomicfile.write_atomic(fs, path, [data], sync_dir=False)  # the writer syncs the folder
     except OSError as exc:
         raise storage.write_error(fs, path, exc) from None
 
 
 def kept(
-    fs_in: Any, base: str, old: str, fs_out: Any, version: str, new: str, params: Mapping[str, Any]
+    fs_in: Any,
+    base: str,
+    old: str,
+    fs_out: Any,
+    version: str,
+    new: str,
+    params: Mapping[str, Any],
+    place: Callable[[str, str], None],
 ) -> ImageStats:
     """The statistics of shard ``old`` of ``base``, kept as ``new``; its companion published.
 
-    Read from the base's companion, else counted from the shard's records.
+    A readable companion of the base is placed as it is (``place``: the hard link
+    or copy the shard got; 64 fsynced rewrites were 0.49 s of a 1% append's
+    ~1.3 s wall here), else the statistics are counted from the shard's records.
     """
+    src = layout.stats_path(base, old)
     try:
-        doc = storage.read_bytes(fs_in, layout.stats_path(base, old))
-        stats = ImageStats.from_json(json.loads(doc))
+        stats = ImageStats.from_json(json.loads(storage.read_bytes(fs_in, src)))
     except (OSError, ValueError, KeyError, TypeError, AttributeError):
         data = storage.read_bytes(fs_out, storage.join(version, new))
         stats = of_shard(data, str(params["compression"]), str(params["image_feature"]))
-    save_shard(fs_out, version, new, stats)
+        save_shard(fs_out, version, new, stats)
+    else:
+        place(src, layout.stats_path(version, new))
     return stats
 
 
@@ -164,6 +175,6 @@ def save_version(
     )
     path = storage.join(version, layout.IMAGESTATS_NAME)
     try:
-        atomicfile.write_atomic(fs, path, [doc.to_json()])
+        atomicfile.write_atomic(fs, path, [doc.to_json()], sync_dir=False)  # synced by the writer
     except OSError as exc:
         raise storage.write_error(fs, path, exc) from None

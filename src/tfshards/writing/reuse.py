@@ -13,6 +13,7 @@ from __future__ import annotations
 import dataclasses
 import errno
 import os
+from collections.abc import Callable
 from typing import Any
 
 from tfshards import atomicfile, storage
@@ -36,24 +37,34 @@ def keep(fs_out: Any, version_path: str, planned: Plan, **options: Any) -> list[
     if base is None or not planned.kept:
         return []
     fs_in, base_path = storage.open_url(base.directory, **options)
-    local = storage.is_local(fs_in) and storage.is_local(fs_out)
-    same_store = storage.protocol(fs_in) == storage.protocol(fs_out)
+    place = _placer(fs_in, fs_out)
     results = []
     for kept in planned.kept:
         for src, dst in _files(base_path, version_path, kept):
-            if local:
-                _link(src, dst)
-            elif same_store:
-                fs_out.makedirs(os.path.dirname(dst), exist_ok=True)
-                fs_out.copy(src, dst)
-            else:
-                atomicfile.write_atomic(fs_out, dst, [storage.read_bytes(fs_in, src)])
+            place(src, dst)
         _check_size(fs_out, storage.join(version_path, kept.name), kept)
         info = dataclasses.replace(kept.info, name=kept.name)
         old, params = kept.info.name, planned.params
-        images = imagestats.kept(fs_in, base_path, old, fs_out, version_path, kept.name, params)
+        images = imagestats.kept(
+            fs_in, base_path, old, fs_out, version_path, kept.name, params, place
+        )
         results.append(ShardResult(info, (), base.schema, True, images))
     return results
+
+
+def _placer(fs_in: Any, fs_out: Any) -> Callable[[str, str], None]:
+    """How a file of the previous version is placed in the new one: link, server copy, copy."""
+    if storage.is_local(fs_in) and storage.is_local(fs_out):
+        return _link
+
+    def copy(src: str, dst: str) -> None:
+        if storage.protocol(fs_in) == storage.protocol(fs_out):
+            fs_out.makedirs(os.path.dirname(dst), exist_ok=True)
+            fs_out.copy(src, dst)
+        else:
+            atomicfile.write_atomic(fs_out, dst, [storage.read_bytes(fs_in, src)])
+
+    return copy
 
 
 def _files(base: str, version: str, kept: KeptFile) -> list[tuple[str, str]]:

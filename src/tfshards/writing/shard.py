@@ -114,7 +114,9 @@ def write_shard(task: ShardTask) -> ShardResult:
     schema = tuple(specs[k] for k in sorted(specs))
     sidecar = layout.sidecar_path(out_dir, task.name)
     try:
-        atomicfile.write_atomic(fs_out, sidecar, [sidecar_json(info, rejects.found, schema)])
+        atomicfile.write_atomic(
+            fs_out, sidecar, [sidecar_json(info, rejects.found, schema)], sync_dir=False
+        )
     except OSError as exc:
         raise storage.write_error(fs_out, sidecar, exc) from None
     if isinstance(source, FeatureFiles):
@@ -183,7 +185,7 @@ class _ShardFile:
         for chunk in finished:
             self.hasher.update(chunk)
         self.sink.write(finished)
-        self.sink.commit()
+        self.sink.commit(sync_dir=False)  # the writer syncs the version's folders once
 
 
 @dataclass
@@ -244,7 +246,7 @@ def _reason(exc: Exception) -> str:
 def _write_companion(fs: Any, path: str, data: bytes) -> str:
     """Publish a shard's companion file (record index, member list); its sha256."""
     try:
-        atomicfile.write_atomic(fs, path, [data])
+        atomicfile.write_atomic(fs, path, [data], sync_dir=False)
     except OSError as exc:
         raise storage.write_error(fs, path, exc) from None
     return hashlib.sha256(data).hexdigest()

@@ -118,6 +118,10 @@ def write(config: WriteConfig, listing: FileListing | str, *, progress: bool = T
             imagestats.save_version(
                 fs_out, version_path, stats, last, planned.fingerprint, **config.out_options
             )
+            # The shards and companions were renamed in without their folders' fsync
+            # (one each here instead of five a shard: a 1% append made ~160 fsyncs).
+            synced = [storage.join(version_path, f) for f in sorted(layout.FOLDERS)]
+            atomicfile.sync_dirs(fs_out, [version_path, *synced])
             _publish(fs_out, storage.join(version_path, MANIFEST_NAME), manifest)
     if config.manifest_copy:
         _publish(*storage.open_url(config.manifest_copy), manifest)
@@ -246,7 +250,7 @@ def _write_metadata(fs: Any, version_path: str, manifest: Manifest) -> Manifest:
     for name, data in files.items():
         path = storage.join(version_path, name)
         try:
-            atomicfile.write_atomic(fs, path, [data])
+            atomicfile.write_atomic(fs, path, [data], sync_dir=False)  # synced before the manifest
         except OSError as exc:  # disk full, read-only: one line naming the file
             raise storage.write_error(fs, path, exc) from None
     digests = {name: hashlib.sha256(data).hexdigest() for name, data in files.items()}
