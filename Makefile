@@ -39,11 +39,12 @@ lint: install
 	$(BIN)/ruff format --check src stages tests bench
 	$(BIN)/mypy
 
+# loadgroup: tests marked xdist_group share one worker (and its module fixtures).
 test: lint
-	$(BIN)/pytest -n 2 --durations=15
+	$(BIN)/pytest -n 2 --dist loadgroup --durations=15
 
 test-fast: install
-	$(BIN)/pytest -n 2 -m "not slow"
+	$(BIN)/pytest -n 2 --dist loadgroup -m "not slow"
 
 # dvc.yaml: each stage's src/ deps become the modules its script imports (tests/test_stages.py).
 deps: install

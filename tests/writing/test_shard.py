@@ -92,11 +92,24 @@ def test_a_file_size_limit_fails_on_one_line_naming_the_shard(listing_dir, tmp_p
     assert line.endswith("data-00000-of-00001.tfrecord: cannot write: File too large (EFBIG)")
 
 
-def test_a_5_gb_file_is_refused_before_it_is_read(listing_dir, tmp_path, loop):
-    raw = tmp_path / "raw"
+@pytest.fixture(scope="module")
+def huge_listing(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    """20 images and a sparse 5 GB file, listed once for the module (hashing it takes ~17 s).
+
+    Returns (raw folder, listing folder); the tests only read them.
+    """
+    base = tmp_path_factory.mktemp("huge")
+    raw = base / "raw"
+    write_synthetic(str(raw), 20, 64, classes=2, workers=1)
     with open(raw / "00" / "huge.jpg", "wb") as f:  # sparse: costs no disk
         f.truncate(5 << 30)
-    write_listing(list_files(str(raw)), str(listing_dir))
+    write_listing(list_files(str(raw)), str(base / "listing"))
+    return raw, base / "listing"
+
+
+@pytest.mark.xdist_group("huge_listing")  # one worker lists the 5 GB file once
+def test_a_5_gb_file_is_refused_before_it_is_read(huge_listing, tmp_path, loop):
+    raw, listing_dir = huge_listing
     code, stderr = _write(listing_dir, tmp_path / "shards", tmp_path / "m.json")
     line = _one_line(code, stderr)
     assert line == (
@@ -105,11 +118,9 @@ def test_a_5_gb_file_is_refused_before_it_is_read(listing_dir, tmp_path, loop):
     )
 
 
-def test_a_5_gb_file_is_a_reject_with_skip_and_the_rest_is_written(listing_dir, tmp_path, loop):
-    raw = tmp_path / "raw"
-    with open(raw / "00" / "huge.jpg", "wb") as f:
-        f.truncate(5 << 30)
-    write_listing(list_files(str(raw)), str(listing_dir))
+@pytest.mark.xdist_group("huge_listing")  # one worker lists the 5 GB file once
+def test_a_5_gb_file_is_a_reject_with_skip_and_the_rest_is_written(huge_listing, tmp_path, loop):
+    _, listing_dir = huge_listing
     code, stderr = _write(
         listing_dir, tmp_path / "shards", tmp_path / "m.json", "--on-error", "skip"
     )
