@@ -26,8 +26,12 @@ REPO = Path(__file__).resolve().parents[1]
 _SERVER = r"""
 import importlib, json, os, signal, sys, tempfile, traceback
 
+import resource
+
 for name in json.loads(sys.argv[1]):
     importlib.import_module(name)
+usage = resource.getrusage(resource.RUSAGE_SELF)
+print(f"imported in {usage.ru_utime + usage.ru_stime:.2f} s of CPU", file=sys.stderr, flush=True)
 
 
 def child(req):
@@ -58,10 +62,12 @@ def child(req):
 def wait(pids):
     codes = {}
     while len(codes) < len(pids):
-        pid, status = os.wait()
+        pid, status, usage = os.wait4(-1, 0)
         if pid not in pids:
             continue
         codes[pid] = os.waitstatus_to_exitcode(status)
+        cpu = usage.ru_utime + usage.ru_stime
+        print(f"run {pid} ended {codes[pid]} after {cpu:.2f} s of CPU", file=sys.stderr, flush=True)
         if codes[pid] != 0:  # a failed run's peers (multi-worker) would wait for it forever
             for other in pids:
                 if other not in codes:

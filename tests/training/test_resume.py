@@ -44,21 +44,10 @@ def manifest(tmp_path_factory: pytest.TempPathFactory) -> str:
     return copy
 
 
-def tiny_model(input_shape: tuple[int, ...], classes: int) -> Any:
-    """A model that costs next to nothing to build and trace; its dropout's seed state
-    must resume too."""
-    import keras
-    from keras import layers
-
-    inputs = keras.Input(input_shape)
-    x = layers.Dropout(0.3, seed=1)(layers.Flatten()(inputs))
-    return keras.Model(inputs, layers.Dense(classes, activation="softmax")(x))
-
-
 def _config(manifest: str, out: Path) -> dict[str, Any]:
     return {
         "manifest": manifest,
-        "model": "test_resume:tiny_model",
+        "model": "tinymodel:tiny_model",
         "image_size": 8,
         "batch_size": BATCH,
         "epochs": EPOCHS,
