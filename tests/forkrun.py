@@ -24,14 +24,13 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[1]
 
 _SERVER = r"""
-import importlib, json, os, signal, sys, tempfile, traceback
-
-import resource
+import importlib, json, os, resource, signal, sys, tempfile, traceback
 
 for name in json.loads(sys.argv[1]):
     importlib.import_module(name)
 usage = resource.getrusage(resource.RUSAGE_SELF)
 print(f"imported in {usage.ru_utime + usage.ru_stime:.2f} s of CPU", file=sys.stderr, flush=True)
+ended = {}  # pid: exit status of each run reaped and not yet waited for
 
 
 def child(req):
@@ -59,29 +58,38 @@ def child(req):
         os._exit(code)
 
 
+def reap(pid, status, usage):
+    ended[pid] = os.waitstatus_to_exitcode(status)
+    cpu = usage.ru_utime + usage.ru_stime
+    print(f"run {pid} ended {ended[pid]} after {cpu:.2f} s of CPU", file=sys.stderr, flush=True)
+
+
 def wait(pids):
-    codes = {}
-    while len(codes) < len(pids):
-        pid, status, usage = os.wait4(-1, 0)
-        if pid not in pids:
-            continue
-        codes[pid] = os.waitstatus_to_exitcode(status)
-        cpu = usage.ru_utime + usage.ru_stime
-        print(f"run {pid} ended {codes[pid]} after {cpu:.2f} s of CPU", file=sys.stderr, flush=True)
-        if codes[pid] != 0:  # a failed run's peers (multi-worker) would wait for it forever
-            for other in pids:
-                if other not in codes:
-                    try:
-                        os.kill(other, signal.SIGKILL)
-                    except ProcessLookupError:
-                        pass
-    return [codes[p] for p in pids]
+    while True:
+        if any(ended.get(p, 0) != 0 for p in pids):  # its peers would wait for it forever
+            for p in pids:
+                if p not in ended:
+                    os.kill(p, signal.SIGKILL)  # not reaped yet: still this run's pid
+        if all(p in ended for p in pids):
+            return [ended.pop(p) for p in pids]
+        reap(*os.wait4(-1, 0))
+
+
+def poll(pids):
+    for p in pids:
+        if p not in ended:
+            pid, status, usage = os.wait4(p, os.WNOHANG)
+            if pid:
+                reap(pid, status, usage)
+    return [ended.get(p) for p in pids]
 
 
 for line in sys.stdin:
     req = json.loads(line)
     if "wait" in req:
         reply = {"codes": wait(req["wait"])}
+    elif "poll" in req:
+        reply = {"codes": poll(req["poll"])}
     else:
         pid = os.fork()
         if pid == 0:
@@ -147,6 +155,12 @@ class Forker:
         """Each run's exit status (``-signal`` when killed); the others are killed
         as soon as one fails."""
         return [int(code) for code in self._ask({"wait": list(pids)})["codes"]]
+
+    def poll(self, pids: Sequence[int]) -> list[int | None]:
+        """Each run's exit status, None while it runs; :meth:`wait` still returns it."""
+        return [
+            None if code is None else int(code) for code in self._ask({"poll": list(pids)})["codes"]
+        ]
 
     def run(self, call: str, args: Sequence[Any], **options: Any) -> int:
         """:meth:`start` then :meth:`wait`: the run's exit status."""

@@ -64,9 +64,11 @@ def _free_ports(count: int) -> list[int]:
     """``count`` ports free now, below the ephemeral range (where port 0 and outgoing
     connections take theirs); one may still be taken before its worker binds it, so
     :func:`_run_workers` starts over on new ports when a worker cannot bind."""
-    low = 32768
-    with open("/proc/sys/net/ipv4/ip_local_port_range", encoding="ascii") as f:
-        low = int(f.read().split()[0])
+    try:
+        with open("/proc/sys/net/ipv4/ip_local_port_range", encoding="ascii") as f:
+            low = int(f.read().split()[0])
+    except OSError:
+        low = 32768
     ports: list[int] = []
     while len(ports) < count:
         port = random.randrange(max(1024, low - 12000), low)
@@ -128,7 +130,7 @@ def _start_workers(
     pids, logs = [], []
     for index in range(count):
         tf_config = {"cluster": {"worker": workers}, "task": {"type": "worker", "index": index}}
-        logs.append(_log(out, trace.format(worker=index)))
+        logs.append(_log(out, Path(trace.format(worker=index)).stem))
         pids.append(
             forker.start(
                 "test_multiworker:stage",
@@ -142,6 +144,16 @@ def _start_workers(
     return pids, logs
 
 
+def _bind_failed(logs: list[Path], out: Path, trace: str) -> bool:
+    """True when a worker could not bind its port (taken since :func:`_free_ports`): then
+    its logs and traces are removed for a start on new ports."""
+    if not any("Could not start gRPC server" in log.read_text() for log in logs):
+        return False
+    for path in [*logs, *out.glob(trace.format(worker="*"))]:
+        path.unlink()
+    return True
+
+
 def _run_workers(forker: Forker, manifest: str, out: Path, trace: str, count: int) -> None:
     """Run ``count`` workers to their end; on new ports when one could not bind its own."""
     for _ in range(3):
@@ -149,12 +161,36 @@ def _run_workers(forker: Forker, manifest: str, out: Path, trace: str, count: in
         codes = forker.wait(pids)  # a failed worker's peers are killed at once: no hang
         if codes == [0] * count:
             return
-        texts = [log.read_text() for log in logs]
-        if not any("Could not start gRPC server" in t for t in texts):
+        tails = [log.read_text()[-2500:] for log in logs]
+        if not _bind_failed(logs, out, trace):
             break
-        for log in logs:
-            log.unlink()
-    pytest.fail(f"workers ended {codes}: {[t[-2500:] for t in texts]}")
+    pytest.fail(f"workers ended {codes}: {tails}")
+
+
+def _kill_in_step(forker: Forker, manifest: str, out: Path, count: int, step: int) -> None:
+    """Start ``count`` workers, SIGKILL all as the chief begins step ``step``."""
+    trace = "killed-{worker}.jsonl"
+    for _ in range(3):
+        pids, logs = _start_workers(forker, manifest, out, trace, count)
+        chief = out / trace.format(worker=0)
+        deadline = time.monotonic() + TIMEOUT
+        reached, codes = False, forker.poll(pids)
+        while all(c is None for c in codes) and time.monotonic() < deadline:
+            reached = chief.exists() and len(chief.read_text().splitlines()) > step
+            if reached:
+                break
+            time.sleep(0.05)
+            codes = forker.poll(pids)
+        for pid, code in zip(pids, codes, strict=True):
+            if code is None:  # not reaped: still that worker's pid
+                os.kill(pid, signal.SIGKILL)
+        codes = forker.wait(pids)
+        if reached and codes == [-signal.SIGKILL] * count:
+            return
+        tails = [log.read_text()[-2500:] for log in logs]
+        if not _bind_failed(logs, out, trace):
+            break
+    pytest.fail(f"workers ended {codes}, the chief in step {step} or not: {tails}")
 
 
 @pytest.fixture(scope="module")
@@ -248,18 +284,7 @@ def test_two_workers_killed_mid_epoch_resume_at_the_chiefs_checkpointed_step(
     reference_out = uninterrupted(workers)
     whole = [dict(_trace(reference_out / f"trace-{w}.jsonl")) for w in range(workers)]
     out = tmp_path / "killed"
-    pids, logs = _start_workers(forker, manifest, out, "killed-{worker}.jsonl", workers)
-    try:  # SIGKILL both once the chief is in step 6: the save after step 4 is done
-        deadline = time.monotonic() + TIMEOUT
-        trace = out / "killed-0.jsonl"
-        while not (trace.exists() and len(trace.read_text().splitlines()) > 6):
-            assert time.monotonic() < deadline, [log.read_text()[-2500:] for log in logs]
-            time.sleep(0.01)
-    finally:
-        for pid in pids:
-            os.kill(pid, signal.SIGKILL)
-        codes = forker.wait(pids)
-    assert codes == [-signal.SIGKILL] * workers, [log.read_text()[-2500:] for log in logs]
+    _kill_in_step(forker, manifest, out, workers, 6)  # the save after step 4 is done
     state = json.loads((out / "checkpoints/state.json").read_text())
     resumed_at = state["step"]
     per_epoch = len(whole[0]) // EPOCHS  # saves: every 4 steps and at each epoch's end
