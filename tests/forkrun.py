@@ -8,7 +8,9 @@ is still a process of its own (its own TensorFlow runtime, killed by SIGKILL
 like any), but costs only its own work. Importing TensorFlow starts no thread
 of its own (only OpenBLAS's idle servers, which are fork-safe), and the
 forking process never runs a TensorFlow op, so each fork starts as clean as
-a new process.
+a new process. Measured on 2 shared cores: a killed 8 px run of
+``tests/training/test_resume.py`` costs 2.2-3.5 s of CPU forked; the 10-kill
+test 34 s of CPU in all, where the 3-kill one it replaced took 45 s.
 """
 
 from __future__ import annotations

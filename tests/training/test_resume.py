@@ -107,45 +107,39 @@ def _check(runs: list[Run], whole: list[list[str]]) -> None:
     assert kept == whole
 
 
+def _run(forker: Forker, manifest: str, tmp: Path, name: str, kill_at: int) -> Run:
+    """The steps of one forked run, to its end or its SIGKILL as step ``kill_at`` begins."""
+    out = tmp / ("whole" if name == "whole" else "killed")
+    log, trace = tmp / f"{name}.log", tmp / f"{name}.jsonl"
+    args = [_config(manifest, out), str(trace), kill_at]
+    code = forker.run("test_resume:run_until", args, log=log, path=[HERE])
+    assert code == (-signal.SIGKILL if kill_at >= 0 else 0), f"{name}: {log.read_text()[-3000:]}"
+    return _read(trace)
+
+
 def _state_bytes(folder: Path) -> int:
     """Bytes of the checkpoint besides the variables' files (``epoch-*``)."""
     return sum(p.stat().st_size for p in folder.iterdir() if not p.name.startswith("epoch-"))
 
 
-@pytest.mark.slow  # 12 runs, each forked with TensorFlow imported: ~37 s of CPU in all
+@pytest.mark.slow  # 12 runs forked with TensorFlow imported, 2.2-3.5 s of CPU each: ~34 s in all
 @pytest.mark.timeout(900)
 def test_a_run_sigkilled_at_ten_random_steps_reads_every_batch_once_in_order(
     manifest, tmp_path, capsys
 ):
     forker = Forker(tmp_path / "forker.log")
-    runs: list[Run] = []
     try:
-
-        def run(name: str, kill_at: int) -> None:
-            out = tmp_path / ("whole" if name == "whole" else "killed")
-            config, log = _config(manifest, out), tmp_path / f"{name}.log"
-            trace = tmp_path / f"{name}.jsonl"
-            code = forker.run(
-                "test_resume:run_until", [config, str(trace), kill_at], log=log, path=[HERE]
-            )
-            expected = -signal.SIGKILL if kill_at >= 0 else 0
-            assert code == expected, f"{name}: {log.read_text()[-3000:]}"
-            if name != "whole":
-                runs.append(_read(trace))
-
-        run("whole", -1)
-        whole = [ids for _, ids in _read(tmp_path / "whole.jsonl")]
+        whole = [ids for _, ids in _run(forker, manifest, tmp_path, "whole", -1)]
         steps = len(whole)
         kills = sorted(random.Random(SEED).sample(range(steps), KILLS))
         with capsys.disabled():
             print(f"\nSIGKILL as steps {kills} of {steps} begin (random.Random({SEED}))")
-        states = []
+        runs, states = [], []
         for i, kill_at in enumerate(kills):
-            run(f"killed-{i}", kill_at)
-            folder = tmp_path / "killed/checkpoints"
+            runs.append(_run(forker, manifest, tmp_path, f"killed-{i}", kill_at))
             if kill_at >= EVERY:  # a save came before it
-                states.append(_state_bytes(folder))
-        run("last", -1)
+                states.append(_state_bytes(tmp_path / "killed/checkpoints"))
+        runs.append(_run(forker, manifest, tmp_path, "last", -1))
     finally:
         forker.close()
     assert states and max(states) <= 4096  # the input's position is one integer in state.json
