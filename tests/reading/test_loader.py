@@ -622,6 +622,30 @@ def test_workers_read_disjoint_equal_parts_of_the_epoch(sixteen_shards, count):
     assert union == every[: len(union)]
 
 
+@pytest.mark.parametrize("count", [1, 3])
+def test_a_pass_knows_its_batches_for_any_worker_and_start(sixteen_shards, count):
+    manifest = sixteen_shards
+    per = 301 // count  # a worker's training records of an epoch
+    kw = {"repeat": False, "decode": False, "features": ["path"]}
+    for index in sorted({0, count - 1}):
+        worker = (index, count)
+        for batch, done, drop in ((7, 0, False), (7, 5, False), (7, 5, True), (10, 3, False)):
+            start = Position.after(done * batch, per)
+            ds = loader.make_dataset(
+                manifest.shards,
+                manifest,
+                batch_size=batch,
+                training=True,
+                start=start,
+                worker=worker,
+                drop_remainder=drop,
+                **kw,
+            )
+            left = per - start.record
+            expected = left // batch if drop else -(-left // batch)
+            assert len(ds) == expected == sum(1 for _ in ds), (worker, batch, done, drop)
+
+
 def test_gzip_shards_are_read_whole_in_the_epoch_order(tmp_path):
     write_synthetic(str(tmp_path / "img"), 60, 8, fmt="png", workers=1)
     config = WriteConfig(

@@ -1,33 +1,39 @@
-"""A run killed mid-epoch resumes at its last checkpointed step: each batch as uninterrupted."""
+"""A run SIGKILLed mid-epoch, again and again, resumes at its last checkpointed step: the
+runs together read every batch of an uninterrupted run once, in its order."""
 
 from __future__ import annotations
 
-import hashlib
 import itertools
 import json
+import os
 import random
 import signal
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from forkrun import Forker
 from tfshards.listing.listing import list_files
 from tfshards.project.sample import write_synthetic
+from tfshards.shardset import manifest as manifests
+from tfshards.shardset.split import split
+from tfshards.training.batchtrace import record_ids
 from tfshards.training.history import MODEL_METRICS
-from tfshards.training.train import train
-from tfshards.training.trainconfig import TrainConfig
 from tfshards.writing.config import WriteConfig
 from tfshards.writing.writer import write
 
-IMAGES, SHARDS, BATCH, EPOCHS, EVERY = 300, 6, 16, 3, 4
+IMAGES, SHARDS, BATCH, EPOCHS, EVERY, VAL = 96, 6, 8, 4, 4, 0.25
+# Seed 0 kills as steps [1, 8, 9, 12, 13, 15, 16, 24, 28, 31] of 32 begin: at three epochs'
+# first steps, two mid-epoch saves, the last step, and four times after a kill at the same save.
+KILLS, SEED = 10, 0
+HERE = str(Path(__file__).parent)
+Run = list[tuple[int, list[str]]]  # (step, the ids of its batch's records) of one run
 
 
 @pytest.fixture(scope="module")
 def manifest(tmp_path_factory: pytest.TempPathFactory) -> str:
-    """300 synthetic 8 px PNGs in 6 shards; the manifest copy's path."""
+    """96 synthetic 8 px PNGs of 3 classes in 6 shards; the manifest copy's path."""
     tmp = tmp_path_factory.mktemp("resume")
     write_synthetic(str(tmp / "raw"), IMAGES, 8, fmt="png", classes=3, workers=1)
     copy = str(tmp / "manifest.json")
@@ -41,10 +47,11 @@ def manifest(tmp_path_factory: pytest.TempPathFactory) -> str:
 def _config(manifest: str, out: Path) -> dict[str, Any]:
     return {
         "manifest": manifest,
+        "model": "tinymodel:tiny_model",
         "image_size": 8,
         "batch_size": BATCH,
         "epochs": EPOCHS,
-        "val_fraction": 0.34,
+        "val_fraction": VAL,
         "checkpoint_every_steps": EVERY,
         "metrics": str(out / "metrics.json"),
         "live_dir": None,
@@ -54,114 +61,106 @@ def _config(manifest: str, out: Path) -> dict[str, Any]:
     }
 
 
-def batch_ids(batch: Any) -> list[str]:
-    """Each record of a batch named by its pixels and label."""
-    images, labels = batch[0].numpy(), batch[1].numpy()
-    return [
-        hashlib.sha256(x.tobytes() + bytes([int(y)])).hexdigest()[:12]
-        for x, y in zip(images, labels, strict=True)
-    ]
+def run_until(config: dict[str, Any], trace: str, kill_at: int) -> None:
+    """Train ``config``, appending each step's record ids to ``trace``; SIGKILL this
+    process as step ``kill_at`` begins (-1: never). Runs in a forked process."""
+    from tfshards.training.train import train
+    from tfshards.training.trainconfig import TrainConfig
+
+    def on_batch(step: int, batch: Any) -> None:
+        with open(trace, "a", encoding="utf-8") as f:
+            f.write(json.dumps([step, record_ids(batch[0].numpy(), batch[1].numpy())]) + "\n")
+        if step == kill_at:
+            os.kill(os.getpid(), signal.SIGKILL)
+
+    train(TrainConfig(**config), on_batch=on_batch)
 
 
-class Crash(Exception):
-    pass
+def _read(trace: Path) -> Run:
+    if not trace.exists():
+        return []
+    return [tuple(json.loads(line)) for line in trace.read_text().splitlines()]  # type: ignore[misc]
 
 
-def _reference(manifest: str, out: Path) -> tuple[dict[int, list[str]], dict[str, Any]]:
-    seen: dict[int, list[str]] = {}
-    config = {**_config(manifest, out), "checkpoint_dir": None}
-    result = train(TrainConfig(**config), on_batch=lambda s, b: seen.setdefault(s, batch_ids(b)))
-    return seen, result.metrics
+def _resumed_at(died: int, per_epoch: int) -> int:
+    """The step a run killed as step ``died`` began resumes at: the last save before it,
+    after every ``EVERY`` steps and every epoch."""
+    return max(died // EVERY * EVERY, died // per_epoch * per_epoch)
 
 
-def _check(runs: list[list[tuple[int, list[str]]]], whole: dict[int, list[str]]) -> None:
-    """Every step any run took saw the uninterrupted run's batch; each run went on from the
-    one before without a gap; together they took every step."""
-    steps = len(whole)
+def _check(runs: list[Run], whole: list[list[str]]) -> None:
+    """Every step a run took saw the uninterrupted run's batch; each run went on from the
+    one before at its last save, without a gap; together they took every step."""
+    steps, per_epoch = len(whole), len(whole) // EPOCHS
     for run in runs:
+        assert [s for s, _ in run] == list(range(run[0][0], run[0][0] + len(run)))
         for step, ids in run:
             assert ids == whole[step], step
-        assert [s for s, _ in run] == list(range(run[0][0], run[0][0] + len(run)))
+    assert runs[0][0][0] == 0
     for before, after in itertools.pairwise(runs):
-        # a run starts at the last checkpoint before the step it died at: an epoch's end or
-        # a multiple of EVERY, never later (a miss) and never further back (a needless replay)
-        died = before[-1][0]
-        assert after[0][0] == died // EVERY * EVERY or after[0][0] % (steps // EPOCHS) == 0
-        assert died - EVERY < after[0][0] <= died
-    assert {s for run in runs for s, _ in run} == set(range(steps))
+        assert after[0][0] == _resumed_at(before[-1][0], per_epoch), (before[-1][0], after[0][0])
     assert runs[-1][-1][0] == steps - 1
+    # The steps each run kept (those before the next run's start), in order: the
+    # uninterrupted run's records exactly, none twice, none missed.
+    kept = [ids for run, after in itertools.pairwise(runs) for s, ids in run if s < after[0][0]]
+    kept += [ids for _, ids in runs[-1]]
+    assert kept == whole
 
 
-@pytest.mark.slow  # six training runs: ~100 s on 2 shared cores
-def test_a_run_crashed_mid_epoch_resumes_at_its_last_checkpointed_step(manifest, tmp_path):
-    whole, metrics = _reference(manifest, tmp_path / "whole")
-    steps = len(whole)
-    assert steps % EPOCHS == 0 and steps // EPOCHS > EVERY + 2
-    config = TrainConfig(**_config(manifest, tmp_path / "crashed"))
-    runs: list[list[tuple[int, list[str]]]] = []
-    for crash_at in (6, 7, steps // EPOCHS + 1, steps - 2, -1):
-        run: list[tuple[int, list[str]]] = []
+def _run(forker: Forker, manifest: str, tmp: Path, name: str, kill_at: int) -> Run:
+    """The steps of one forked run, to its end or its SIGKILL as step ``kill_at`` begins."""
+    out = tmp / ("whole" if name == "whole" else "killed")
+    log, trace = tmp / f"{name}.log", tmp / f"{name}.jsonl"
+    args = [_config(manifest, out), str(trace), kill_at]
+    code = forker.run("test_resume:run_until", args, log=log, path=[HERE])
+    assert code == (-signal.SIGKILL if kill_at >= 0 else 0), f"{name}: {log.read_text()[-3000:]}"
+    return _read(trace)
 
-        def on_batch(step: int, batch: Any, run=run, crash_at=crash_at) -> None:
-            run.append((step, batch_ids(batch)))
-            if step == crash_at:
-                raise Crash
 
-        runs.append(run)
-        try:
-            result = train(config, on_batch=on_batch)
-        except Crash:
-            state = tmp_path / "crashed/checkpoints/state.json"
-            assert state.stat().st_size < 4096  # the input's position: one integer
-            continue
+def _state_bytes(folder: Path) -> int:
+    """Bytes of the checkpoint besides the variables' files (``epoch-*``)."""
+    return sum(p.stat().st_size for p in folder.iterdir() if not p.name.startswith("epoch-"))
+
+
+@pytest.mark.slow  # 12 runs forked with TensorFlow imported, 2.2-3.5 s of CPU each: ~34 s in all
+@pytest.mark.timeout(900)
+def test_a_run_sigkilled_at_ten_random_steps_reads_every_batch_once_in_order(
+    manifest, tmp_path, capsys
+):
+    forker = Forker(tmp_path / "forker.log")
+    try:
+        whole = [ids for _, ids in _run(forker, manifest, tmp_path, "whole", -1)]
+        steps = len(whole)
+        kills = sorted(random.Random(SEED).sample(range(steps), KILLS))
+        with capsys.disabled():
+            print(f"\nSIGKILL as steps {kills} of {steps} begin (random.Random({SEED}))")
+        runs, states = [], []
+        for i, kill_at in enumerate(kills):
+            runs.append(_run(forker, manifest, tmp_path, f"killed-{i}", kill_at))
+            if kill_at >= EVERY:  # a save came before it
+                states.append(_state_bytes(tmp_path / "killed/checkpoints"))
+        runs.append(_run(forker, manifest, tmp_path, "last", -1))
+    finally:
+        forker.close()
+    assert states and max(states) <= 4096  # the input's position is one integer in state.json
     _check(runs, whole)
-    for name in MODEL_METRICS:
-        assert result.metrics[name] == pytest.approx(metrics[name], abs=1e-6), name
-    assert not (tmp_path / "crashed/checkpoints").exists()
 
+    parts = split(manifests.load(manifest), VAL, 0)
+    records = [i for ids in whole for i in ids]
+    epoch = parts.train_records
+    assert steps == EPOCHS * (epoch // BATCH) and epoch % BATCH  # batches cross epochs
+    side = set(records[:epoch])
+    assert len(side) == epoch
+    for e in range(1, len(records) // epoch):
+        assert set(records[e * epoch : (e + 1) * epoch]) == side
+    rest = records[len(records) // epoch * epoch :]
+    assert len(set(rest)) == len(rest) and set(rest) <= side
 
-KILLED = """
-import json, os, signal, sys
-from tfshards.training.train import train
-from tfshards.training.trainconfig import TrainConfig
-sys.path.insert(0, sys.argv[4])
-from test_resume import batch_ids
-
-config, trace, kill_at = eval(sys.argv[1]), sys.argv[2], int(sys.argv[3])
-
-def on_batch(step, batch):
-    with open(trace, "a") as f:
-        f.write(json.dumps([step, batch_ids(batch)]) + "\\n")
-    if step == kill_at:
-        os.kill(os.getpid(), signal.SIGKILL)
-
-train(TrainConfig(**config), on_batch=on_batch)
-"""
-
-
-@pytest.mark.slow  # five processes importing TensorFlow
-def test_a_run_sigkilled_at_random_steps_sees_every_batch_once(manifest, tmp_path):
-    whole, metrics = _reference(manifest, tmp_path / "whole")
-    steps = len(whole)
-    kills = sorted(random.Random(7).sample(range(1, steps - 1), 3))
-    config = _config(manifest, tmp_path / "killed")
-    runs = []
-    here = str(Path(__file__).parent)
-    for i, kill_at in enumerate([*kills, -1]):
-        trace = tmp_path / f"trace-{i}.jsonl"
-        done = subprocess.run(
-            [sys.executable, "-c", KILLED, repr(config), str(trace), str(kill_at), here],
-            capture_output=True,
-            text=True,
-            timeout=300,
-        )
-        expected = -signal.SIGKILL if kill_at >= 0 else 0
-        assert done.returncode == expected, done.stderr[-3000:]
-        runs.append([tuple(json.loads(line)) for line in trace.read_text().splitlines()])
-    _check(runs, whole)
     final = json.loads((tmp_path / "killed/metrics.json").read_text())
+    reference = json.loads((tmp_path / "whole/metrics.json").read_text())
     for name in MODEL_METRICS:
-        assert final[name] == pytest.approx(metrics[name], abs=1e-6), name
+        assert final[name] == pytest.approx(reference[name], abs=1e-6), name
+    assert not (tmp_path / "killed/checkpoints").exists()
 
 
 class _Steps:

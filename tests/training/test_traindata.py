@@ -81,6 +81,8 @@ def test_prepare_makes_both_sides_the_steps_per_epoch_and_balanced_weights(shard
     assert tuple(x.shape) == (4, 8, 8, 3) and tuple(y.shape) == (4,)
     assert data.val is not None
     assert sum(int(y.shape[0]) for _, y in data.val) == parts.val_records
+    assert len(data.val) == -(-parts.val_records // 4) == sum(1 for _ in data.val)
+    assert int(data.train.cardinality()) == -1  # endless: ``batches`` steps an epoch
     counts = label_counts(parts.train, shards)
     assert data.class_weights == balanced_class_weights(counts)
 
