@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import signal
 import subprocess
 import sys
@@ -288,7 +289,7 @@ def test_user_model_from_a_module_trains_through_the_stage(digits: str, tmp_path
     (tmp_path / "mymodels.py").write_text(USER_MODEL)
     done = subprocess.run(
         [
-            sys.executable,
+            *(sys.executable, "-X", "importtime"),  # to see what the stage imported
             str(REPO / "stages/train.py"),
             "--manifest",
             digits,
@@ -321,6 +322,12 @@ def test_user_model_from_a_module_trains_through_the_stage(digits: str, tmp_path
     assert metrics["epochs"] == 1
     model = keras.models.load_model(tmp_path / "model.keras")
     assert model.get_layer("hidden").units == 24
+    # Keras would import scikit-learn with TensorFlow (~0.9 s of CPU); the confusion
+    # matrix plot is written without it.
+    imported = re.findall(r"^import time:.*\| +([\w.]+)$", done.stderr, re.M)
+    assert "tensorflow" in imported  # and no module of scikit-learn (a failed try logs "sklearn")
+    assert not [name for name in imported if name.startswith("sklearn.")]
+    assert (tmp_path / "live/plots/sklearn/confusion_matrix.json").exists()
 
 
 @pytest.mark.slow
