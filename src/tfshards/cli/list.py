@@ -14,6 +14,7 @@ from tfshards.project import stageoptions
 
 def _list(values: dict[str, Any]) -> None:
     from tfshards import jsonfile
+    from tfshards.format.columns import parse_columns
     from tfshards.listing.listing import format_skipped
     from tfshards.listing.treelisting import list_to
 
@@ -30,6 +31,7 @@ def _list(values: dict[str, Any]) -> None:
         extensions=values["extensions"].split(","),
         glob=values["glob"],
         hash_cache=hash_cache,
+        columns=parse_columns(values["columns"]),
     )
     if values["metrics"] is not None:
         # Per label and per reason: the listing's meta.json; the metrics stay few.

@@ -5,7 +5,10 @@ Where the C loops are built, a window's records are parsed once into columns
 (:mod:`tfshards.validation.clearance`) passes the records it surely passes,
 and the rule itself runs only on the rest; labels and digests are kept in
 bulk. Without them, each record goes through each rule (the reference).
-Both find the same problems, in the same order.
+Both find the same problems, in the same order. A set with extra columns that
+declare bounds or a length multiple (:mod:`tfshards.format.columns`) takes the
+reference path: each such record's column values are decoded and checked
+after its rules.
 """
 
 from __future__ import annotations
@@ -18,6 +21,8 @@ import numpy as np
 
 from tfshards.errors import InputError
 from tfshards.format import native
+from tfshards.format.columns import Column
+from tfshards.format.exampleparser import decode
 from tfshards.format.records import Parsed, parse_records
 from tfshards.format.schema import FeatureSpec
 from tfshards.shardset.grouping import GroupBy
@@ -37,7 +42,7 @@ def check_records(buf: bytes | memoryview, checker: RecordChecker) -> int:
     Problems come in record order; offsets count in the decompressed stream.
     """
     c = native.NATIVE
-    if c is not None:
+    if c is not None and not checker.columns:
         batch, refused = parse_batch(c, buf, checker.names)
         return checker.check_batch(batch, refused)
     records = 0
@@ -49,7 +54,7 @@ def check_records(buf: bytes | memoryview, checker: RecordChecker) -> int:
         if fields is None:  # a damaged record, or not an Example
             checker.add(problem or "", index, offset)
             continue
-        checker.check(rules.Record(index, offset, fields))
+        checker.check(rules.Record(index, offset, fields), data)
     return records
 
 
@@ -73,6 +78,8 @@ class RecordChecker:
             added to ``groups``; a path the pattern does not match is a problem.
         groups: the group keys found, added to in place.
         record_rules: the rules, in the order they run (the first gates the rest).
+        columns: extra columns whose values are checked (bounds, a variable
+            list's length multiple) in each record the first rule passes.
     """
 
     def __init__(
@@ -90,6 +97,7 @@ class RecordChecker:
         group_by: GroupBy | None = None,
         groups: set[str] | None = None,
         record_rules: Sequence[rules.RecordRule] = rules.RECORD_RULES,
+        columns: Sequence[Column] = (),
     ) -> None:
         group_by = group_by if groups is not None else None
         self.shard = rules.Shard(
@@ -104,11 +112,30 @@ class RecordChecker:
         self.record_labels = record_labels
         self.groups: set[str] = groups if groups is not None else set()
         self.group_by = group_by if self.shard.has_path else None
+        self.columns = tuple(
+            c for c in columns if c.low is not None or c.high is not None or c.multiple != 1
+        )
 
-    def check(self, record: rules.Record) -> None:
-        """Apply the rules to one record whose data CRC held."""
+    def check(self, record: rules.Record, data: bytes | memoryview | None = None) -> None:
+        """Apply the rules to one record whose data CRC held; its column values, given ``data``."""
         for what in self.problems(record):
             self.add(what, record.index, record.offset)
+        if data is not None and self.columns and self.gate(self.shard, record) is None:
+            for what in self.value_problems(data):
+                self.add(what, record.index, record.offset)
+
+    def value_problems(self, data: bytes | memoryview) -> list[str]:
+        """The extra columns' values in the Example ``data`` out of their bounds or length."""
+        found = decode(data)
+        out = []
+        for column in self.columns:
+            dtype, values = found.get(column.name, (column.dtype, []))
+            if dtype != column.dtype and values:
+                continue  # the schema rule reports it
+            problem = column.length_problem(len(values)) or column.out_of_bounds(values)
+            if problem is not None:
+                out.append(f"feature {column.name!r}: {problem}")
+        return out
 
     def problems(self, record: rules.Record) -> list[str]:
         """The problems of one record whose data CRC held, in rule order; keeps its label etc."""
