@@ -72,13 +72,13 @@ class Column:
             doc["multiple"] = self.multiple
         return doc
 
-    def parse(self, raw: Any) -> Value:
+    def parse(self, raw: Any, *, text: bool = False) -> Value:
         """A cell's value, checked for type and length; raises ``ValueError`` saying expected/found.
 
-        ``raw`` is a JSON value (JSON lines), or text (CSV): a JSON array
-        (``[1, 2]``), or numbers separated by spaces or ``;`` (empty: no value).
+        ``raw`` is a JSON value (JSON lines), or with ``text`` a CSV cell: a JSON
+        array (``[1, 2]``), or numbers separated by spaces or ``;`` (empty: none).
         """
-        if isinstance(raw, str):
+        if text:
             raw = _text_value(raw, self.length != 0)
         if self.length == 0:
             return self._number(raw)

@@ -102,18 +102,20 @@ def read_index(fs: Any, path: str, url: str, columns: Sequence[Column] = ()) -> 
     with raw, io.TextIOWrapper(raw, encoding="utf-8-sig", newline="") as text:
         try:
             for line, rel, label, cells in parse(url, text, names):
-                values = _values(url, line, columns, cells) if columns else None
+                values = _values(url, line, columns, cells, parse is _csv_rows) if columns else None
                 yield line, _index_path(url, line, rel), _index_label(url, line, label), values
         except UnicodeDecodeError as exc:
             raise InputError(f"{url}: expected UTF-8 text, found {exc.reason}", path=url) from None
 
 
-def _values(url: str, line: int, columns: Sequence[Column], cells: list[Any]) -> dict[str, Any]:
-    """A row's extra columns by name, each cell checked against its declaration."""
+def _values(
+    url: str, line: int, columns: Sequence[Column], cells: list[Any], text: bool
+) -> dict[str, Any]:
+    """A row's extra columns by name, each cell (CSV ``text``, else JSON) checked."""
     out: dict[str, Any] = {}
     for column, cell in zip(columns, cells, strict=True):
         try:
-            out[column.name] = column.parse(cell)
+            out[column.name] = column.parse(cell, text=text)
         except ValueError as exc:
             raise InputError(
                 f"{url}:{line}: column {column.name!r} ({column.type}): {exc}",
