@@ -5,10 +5,10 @@ Where the C loops are built, a window's records are parsed once into columns
 (:mod:`tfshards.validation.clearance`) passes the records it surely passes,
 and the rule itself runs only on the rest; labels and digests are kept in
 bulk. Without them, each record goes through each rule (the reference).
-Both find the same problems, in the same order. A set with extra columns that
-declare bounds or a length multiple (:mod:`tfshards.format.columns`) takes the
-reference path: each such record's column values are decoded and checked
-after its rules.
+Both find the same problems, in the same order. Extra columns that declare
+bounds or a length multiple (:mod:`tfshards.format.columns`) are checked
+after the rules, on either path, in each record the first rule passes: its
+Example is decoded in Python (the C outline keeps no float values).
 """
 
 from __future__ import annotations
@@ -20,9 +20,9 @@ from collections.abc import Callable, Sequence
 import numpy as np
 
 from tfshards.errors import InputError
-from tfshards.format import native
+from tfshards.format import native, wire
 from tfshards.format.columns import Column
-from tfshards.format.exampleparser import decode
+from tfshards.format.exampleparser import named_values
 from tfshards.format.records import Parsed, parse_records
 from tfshards.format.schema import FeatureSpec
 from tfshards.shardset.grouping import GroupBy
@@ -31,6 +31,7 @@ from tfshards.validation.batch import BYTES, INT64, Batch, parse_batch
 from tfshards.validation.clearance import CLEARANCES
 
 _INT32 = struct.Struct("=i")  # a record's label id, as numpy reads np.int32
+_LENGTH = struct.Struct("<Q")  # a frame's data length, its first 8 bytes
 
 
 def check_records(buf: bytes | memoryview, checker: RecordChecker) -> int:
@@ -42,7 +43,7 @@ def check_records(buf: bytes | memoryview, checker: RecordChecker) -> int:
     Problems come in record order; offsets count in the decompressed stream.
     """
     c = native.NATIVE
-    if c is not None and not checker.columns:
+    if c is not None:
         batch, refused = parse_batch(c, buf, checker.names)
         return checker.check_batch(batch, refused)
     records = 0
@@ -115,6 +116,7 @@ class RecordChecker:
         self.columns = tuple(
             c for c in columns if c.low is not None or c.high is not None or c.multiple != 1
         )
+        self.names_valued = frozenset(c.name for c in self.columns)
 
     def check(self, record: rules.Record, data: bytes | memoryview | None = None) -> None:
         """Apply the rules to one record whose data CRC held; its column values, given ``data``."""
@@ -126,7 +128,7 @@ class RecordChecker:
 
     def value_problems(self, data: bytes | memoryview) -> list[str]:
         """The extra columns' values in the Example ``data`` out of their bounds or length."""
-        found = decode(data)
+        found = named_values(data, self.names_valued)
         out = []
         for column in self.columns:
             dtype, values = found.get(column.name, (column.dtype, []))
@@ -171,6 +173,13 @@ class RecordChecker:
             else:  # the reference reads what C refused: checked record by record
                 record = rules.Record(parsed.index, parsed.offset, parsed.fields)
                 found += [(record.index, 0, record.offset, p) for p in self.problems(record)]
+                if (
+                    self.columns
+                    and parsed.data is not None
+                    and self.gate(self.shard, record) is None
+                ):
+                    what = self.value_problems(parsed.data)
+                    found += [(record.index, 0, record.offset, p) for p in what]
         passed = self._gate(batch, found)
         self._keep(passed)
         for rank, rule in enumerate(self.rules, 1):
@@ -185,10 +194,22 @@ class RecordChecker:
                 problem = rule(self.shard, record)
                 if problem is not None:
                     found.append((record.index, rank, record.offset, problem))
+        if self.columns:
+            found += self._batch_values(passed, len(self.rules) + 1)
         found.sort(key=lambda p: (p[0], p[1]))
         for index, _, offset, what in found:
             self.add(what, index, offset)
         return records
+
+    def _batch_values(self, batch: Batch, rank: int) -> list[tuple[int, int, int, str]]:
+        """:meth:`value_problems` of each row of ``batch`` (its frame read from the view)."""
+        found = []
+        for index, offset in zip(batch.index.tolist(), batch.offset.tolist(), strict=True):
+            (length,) = _LENGTH.unpack_from(batch.view, offset)
+            start = offset + wire.HEADER_BYTES
+            what = self.value_problems(batch.view[start : start + length])
+            found += [(index, rank, offset, p) for p in what]
+        return found
 
     def _gate(self, batch: Batch, found: list[tuple[int, int, int, str]]) -> Batch:
         """The rows the first rule passes; the problems of the others go to ``found``."""
