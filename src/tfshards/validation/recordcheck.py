@@ -178,8 +178,8 @@ class RecordChecker:
                     and parsed.data is not None
                     and self.gate(self.shard, record) is None
                 ):
-                    what = self.value_problems(parsed.data)
-                    found += [(record.index, 0, record.offset, p) for p in what]
+                    off = self.value_problems(parsed.data)
+                    found += [(record.index, 0, record.offset, p) for p in off]
         passed = self._gate(batch, found)
         self._keep(passed)
         for rank, rule in enumerate(self.rules, 1):
