@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import struct
+
 import pytest
 
 from tfshards.errors import ConfigError
@@ -92,6 +94,11 @@ def test_bounds_name_the_first_value_outside_and_its_index() -> None:
     )
     assert Column("age", "float", low=0).out_of_bounds([-2.0]) == (
         "expected values in [0, inf], found -2"
+    )
+    stored = struct.unpack("<f", struct.pack("<f", 0.1))[0]  # 0.1 as a record holds it
+    assert Column("p", "float", high=0.1).out_of_bounds([stored]) is None
+    assert Column("p", "float", high=0.1).out_of_bounds([0.1001]) == (
+        "expected values in [-inf, 0.1], found 0.1001"
     )
 
 

@@ -65,7 +65,8 @@ list_files_command = one_line_errors(
         ROOT/notes.jpg           -> skipped (no-label)
         ROOT/.cache/, ROOT/.x.jpg -> skipped (hidden)
 
-    With --index, labels come from the index file instead. Every skipped file is
+    With --index, labels come from the index file instead, and --columns keeps
+    its extra columns with each file (written as features of each record). Every skipped file is
     counted by reason (hidden, extension, glob, no-label, not-a-file) in
     meta.json and in the summary line. files.jsonl holds one JSON object per
     file, sorted by path: label, label_index, path, size and a change token.

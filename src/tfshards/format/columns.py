@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import math
 import re
+import struct
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -89,9 +90,15 @@ class Column:
         return values
 
     def out_of_bounds(self, values: Sequence[float]) -> str | None:
-        """``expected values in [0, 1], found 1.5 at index 2``, or None when all are within."""
+        """``expected values in [0, 1], found 1.5 at index 2``, or None when all are within.
+
+        A float column's bounds are compared as float32, as its values are
+        stored: ``max: 0.1`` holds a stored 0.1 (0.100000001 as float32).
+        """
         low = -math.inf if self.low is None else self.low
         high = math.inf if self.high is None else self.high
+        if self.dtype == "float":
+            low, high = _float32(low), _float32(high)
         for i, v in enumerate(values):
             if not low <= v <= high:
                 at = "" if self.length == 0 else f" at index {i}"
@@ -167,6 +174,13 @@ def _word(word: str) -> Any:
         return float(word)
     except ValueError:
         return word  # _number names it
+
+
+def _float32(v: float) -> float:
+    """``v`` rounded to the nearest float32 (beyond its range: infinite)."""
+    if abs(v) >= FLOAT32_OVERFLOW:
+        return math.copysign(math.inf, v)
+    return float(struct.unpack("<f", struct.pack("<f", v))[0])
 
 
 def _shown(v: Any) -> str:

@@ -23,12 +23,12 @@ from typing import Any
 
 from tfshards import atomicfile, jsonfile, storage
 from tfshards.errors import ConfigError, InputError
-from tfshards.format.columns import Column, parse_columns
+from tfshards.format.columns import Column
 from tfshards.listing import contenthash, jsonlines
 from tfshards.listing.entry import Entry
 from tfshards.listing.hashcache import HashCache
 from tfshards.listing.indexfile import read_index, scan_index
-from tfshards.listing.meta import FILES_NAME, META_NAME, meta_doc, read_meta
+from tfshards.listing.meta import FILES_NAME, META_NAME, meta_columns, meta_doc, read_meta
 from tfshards.listing.protocol import EntryRows
 from tfshards.listing.sortedscan import scan_local
 from tfshards.listing.storedlisting import OFFSETS_NAME, offsets_bytes, parse_line
@@ -380,10 +380,7 @@ def read_listing(out_dir: str) -> Listing:
     except FileNotFoundError:
         raise InputError(f"{files_path}: listing file not found", path=files_path) from None
     labels: list[str] = meta["labels"]
-    try:
-        columns = parse_columns(meta.get("columns"))
-    except ConfigError as exc:
-        raise InputError(f"{meta_path}: {exc}", path=meta_path) from None
+    columns = meta_columns(meta, meta_path)
     lines = data.split(b"\n")  # not splitlines(): U+2028 may appear unescaped inside a path
     if lines[-1]:
         raise InputError(

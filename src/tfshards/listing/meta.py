@@ -12,8 +12,8 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from tfshards import storage
-from tfshards.errors import InputError
-from tfshards.format.columns import Column, columns_json
+from tfshards.errors import ConfigError, InputError
+from tfshards.format.columns import Column, columns_json, parse_columns
 
 VERSION = 2  # 2: tokens name the content (sha256 or the storage's hash), never an mtime
 FILES_NAME = "files.jsonl"
@@ -46,6 +46,14 @@ def meta_doc(
     if columns:  # absent otherwise: listings without columns keep their bytes
         doc["columns"] = columns_json(columns)
     return doc
+
+
+def meta_columns(meta: Mapping[str, Any], path: str) -> tuple[Column, ...]:
+    """The extra columns ``meta.json`` (at ``path``) declares; InputError when malformed."""
+    try:
+        return parse_columns(meta.get("columns"))
+    except ConfigError as exc:
+        raise InputError(f"{path}: {exc}", path=path) from None
 
 
 def listing_root(out_dir: str) -> str:

@@ -22,11 +22,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from tfshards import storage
-from tfshards.errors import ConfigError, InputError
+from tfshards.errors import InputError
 from tfshards.format import native
-from tfshards.format.columns import Column, parse_columns, row_problem
+from tfshards.format.columns import Column, row_problem
 from tfshards.listing.entry import Entry
-from tfshards.listing.meta import read_meta
+from tfshards.listing.meta import META_NAME, meta_columns, read_meta
 
 OFFSETS_NAME = "files.idx"
 ENTRY_KEYS = frozenset({"label", "label_index", "path", "size", "token"})
@@ -211,10 +211,7 @@ def open_listing(directory: str, meta: dict[str, Any]) -> StoredListing | None:
             path=idx_where,
         )
     root = storage.resolve_relative(meta["root"], directory)  # written from the project folder
-    try:
-        columns = parse_columns(meta.get("columns"))
-    except ConfigError as exc:
-        raise InputError(f"{where}: meta.json: {exc}", path=where) from None
+    columns = meta_columns(meta, storage.unstrip(fs, storage.join(base, META_NAME)))
     labels = tuple(meta["labels"])
     return StoredListing(directory, root, labels, lines, meta["bytes"], found, columns)
 
