@@ -90,6 +90,11 @@ def test_a_listing_without_columns_keeps_its_bytes(root: Path, tmp_path: Path) -
         ),
         (
             "i.csv",
+            "path,label,box,tags\na/1.png,cat,0 0 1 1\n",
+            r"i\.csv:2: column 'tags' \(int\[\]\): expected a cell, found none \(the row is short",
+        ),
+        (
+            "i.csv",
             "path,label,box\na/1.png,cat,0 0 1 1\n",
             r"i\.csv:1: expected a header with 'path', 'label', 'box' and 'tags' columns, "
             r"found \['path', 'label', 'box'\]",

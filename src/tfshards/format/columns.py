@@ -80,6 +80,8 @@ class Column:
         array (``[1, 2]``), or numbers separated by spaces or ``;`` (empty: none).
         """
         if text:
+            if raw is None:  # csv.DictReader's value for a cell a short row lacks
+                raise ValueError("expected a cell, found none (the row is short)")
             raw = _text_value(raw, self.length != 0)
         if self.length == 0:
             return self._number(raw)

@@ -142,7 +142,7 @@ def _csv_rows(
                 line=1,
             )
         for row in reader:
-            yield reader.line_num, row["path"], row["label"], [row[n] or "" for n in names]
+            yield reader.line_num, row["path"], row["label"], [row[n] for n in names]
     except csv.Error as exc:
         n = reader.line_num
         raise InputError(f"{url}:{n}: malformed CSV ({exc})", path=url, line=n) from None
