@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import json
+import sys
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
-from tfshards.errors import ConfigError
+from tfshards.errors import ConfigError, TransformOutputError
 from tfshards.format.columns import parse_columns
 from tfshards.format.exampleparser import decode
 from tfshards.format.schema import FeatureSpec
@@ -77,4 +78,17 @@ def test_a_column_named_like_the_payload_is_refused(
     listing = _listing(shared_raw(9, 8, fmt="png", classes=3, seed=5), tmp_path)
     config = WriteConfig(out=str(tmp_path / "out"), num_shards=2, image_feature="age")
     with pytest.raises(ConfigError, match="columns: age: expected a name other than the payload"):
+        write(config, listing, progress=False)
+
+
+def test_a_transform_feature_named_like_a_column_is_refused(
+    shared_raw: Callable[..., Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    source = "def age(path, data, label):\n    return {'age': 1.0}\n"
+    (tmp_path / "tx_columns.py").write_text(source)
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delitem(sys.modules, "tx_columns", raising=False)
+    listing = _listing(shared_raw(9, 8, fmt="png", classes=3, seed=5), tmp_path)
+    config = WriteConfig(out=str(tmp_path / "out"), num_shards=2, transform="tx_columns:age")
+    with pytest.raises(TransformOutputError, match="expected features other than the index colu"):
         write(config, listing, progress=False)

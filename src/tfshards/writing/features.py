@@ -129,7 +129,14 @@ class FeatureFiles:
             spec = self.specs[name]
             features[name] = (spec.dtype, [value] if spec.shape == () else value)
         if self.fn is not None and self.transform is not None:
-            features.update(self._transformed(self.fn, self.transform, rel, data, label))
+            added = self._transformed(self.fn, self.transform, rel, data, label)
+            for name in sorted(set(added) & set(values or {})):
+                raise TransformOutputError(
+                    f"{rel}: transform {self.transform}: expected features other than the "
+                    f"index columns, found {name!r}",
+                    path=rel,
+                )
+            features.update(added)
         return features
 
     def _transformed(
