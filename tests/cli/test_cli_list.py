@@ -173,3 +173,15 @@ def test_a_listing_made_in_the_project_folder_is_written_from_a_subfolder(
     assert wrote.returncode == 0, wrote.stderr
     manifest = json.loads((project / "data/manifest.json").read_text())
     assert manifest["totals"]["records"] == 6
+
+
+def test_a_bad_columns_declaration_is_one_line(raw: Path, tmp_path: Path) -> None:
+    (tmp_path / "i.csv").write_text("path,label,box\ncat/1.jpg,cat,0 0 1 1\n")
+    args = ["list", str(raw), "--out", str(tmp_path / "l"), "--index", str(tmp_path / "i.csv")]
+    result = runner.invoke(app, [*args, "--columns", '{"box": "float[4"}'])
+    assert result.exit_code == 1
+    lines = (result.stdout + result.stderr).strip().splitlines()
+    assert len(lines) == 1 and "columns: box: expected int, float, int[]" in lines[0], lines
+    result = runner.invoke(app, [*args, "--columns", '{"box": "float[3]"}'])
+    assert result.exit_code == 1
+    assert "i.csv:2: column 'box' (float[3]): expected 3 values, found 4" in result.output

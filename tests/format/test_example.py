@@ -149,3 +149,22 @@ def test_outline_of_many_fields_holds_no_list_of_them():
         assert tracemalloc.get_traced_memory()[1] < 1 << 20  # peak of Python allocations
     finally:
         tracemalloc.stop()
+
+
+def test_named_values_reads_the_named_int_and_float_features_as_decode_does() -> None:
+    pieces, _ = example.encode(
+        {
+            "image": ("bytes", [b"\x01" * 300]),
+            "tags": ("int64", [3, -1, 1 << 40]),
+            "box": ("float", [0.0, 0.25, 1.5, -2.0]),
+            "none": ("int64", []),
+            "label": ("int64", [7]),
+        }
+    )
+    record = b"".join(pieces)
+    found = exampleparser.named_values(record, {"tags", "box", "none", "image"})
+    full = exampleparser.decode(record)
+    assert found["tags"] == full["tags"] == ("int64", [3, -1, 1 << 40])
+    assert found["box"] == ("float", [float(v) for v in full["box"][1]])
+    assert found["none"][1] == [] and found["image"] == ("bytes", [])
+    assert "label" not in found

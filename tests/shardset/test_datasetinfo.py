@@ -165,3 +165,30 @@ def test_validate_reports_changed_and_missing_metadata(
         f"{manifest.metadata_files['label.labels.txt']}, found "
         + hashlib.sha256(b"cat\ndog\nbird\n").hexdigest(),
     ]
+
+
+def test_index_columns_are_tensors_tfds_reads_with_no_user_code(
+    write_set: Callable[..., Manifest], raw: Path, tmp_path: Path
+) -> None:
+    from tfshards.format.columns import parse_columns
+    from tfshards.listing.listing import list_files
+
+    paths = sorted(p.relative_to(raw).as_posix() for p in raw.rglob("*.png"))
+    rows = [{"path": p, "label": p[:2], "tags": [i % 4] * (i % 3), "box": [0, 0, 1, i / 30]}
+            for i, p in enumerate(paths)]  # fmt: skip
+    (tmp_path / "i.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    columns = parse_columns({"tags": "int[]", "box": "float[4]"})
+    listing = list_files(str(raw), index=str(tmp_path / "i.jsonl"), columns=columns)
+    manifest = write_set(listing, tmp_path / "out")
+    features = json.loads(tfds_files(manifest)["features.json"])["featuresDict"]["features"]
+    assert features["box"]["tensor"] == {
+        "dtype": "float32", "encoding": "none", "shape": {"dimensions": ["4"]}
+    }  # fmt: skip
+    assert features["tags"]["tensor"]["shape"] == {"dimensions": ["-1"]}
+    builder = tfds.builder_from_directory(manifest.root)
+    want = {r["path"]: r for r in rows}
+    for ex in tfds.as_numpy(builder.as_dataset(split="train", shuffle_files=False)):
+        row = want.pop(ex["path"].decode())
+        assert ex["tags"].tolist() == row["tags"]
+        assert ex["box"].tolist() == pytest.approx(row["box"])
+    assert want == {}

@@ -14,6 +14,7 @@ from tfshards.project import stageoptions
 
 def _list(values: dict[str, Any]) -> None:
     from tfshards import jsonfile
+    from tfshards.format.columns import parse_columns
     from tfshards.listing.listing import format_skipped
     from tfshards.listing.treelisting import list_to
 
@@ -30,6 +31,7 @@ def _list(values: dict[str, Any]) -> None:
         extensions=values["extensions"].split(","),
         glob=values["glob"],
         hash_cache=hash_cache,
+        columns=parse_columns(values["columns"]),
     )
     if values["metrics"] is not None:
         # Per label and per reason: the listing's meta.json; the metrics stay few.
@@ -63,7 +65,8 @@ list_files_command = one_line_errors(
         ROOT/notes.jpg           -> skipped (no-label)
         ROOT/.cache/, ROOT/.x.jpg -> skipped (hidden)
 
-    With --index, labels come from the index file instead. Every skipped file is
+    With --index, labels come from the index file instead, and --columns keeps
+    its extra columns with each file (written as features of each record). Every skipped file is
     counted by reason (hidden, extension, glob, no-label, not-a-file) in
     meta.json and in the summary line. files.jsonl holds one JSON object per
     file, sorted by path: label, label_index, path, size and a change token.

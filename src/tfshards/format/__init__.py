@@ -2,6 +2,7 @@
 
 # The modules other wings may import; the rest are this wing's own.
 __all__ = [
+    "columns",
     "example",
     "exampleparser",
     "exif",

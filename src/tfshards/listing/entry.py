@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 
 class Entry(NamedTuple):
@@ -12,3 +12,4 @@ class Entry(NamedTuple):
     size: int  # bytes
     label: int  # index into the listing's labels
     token: str  # content token (tfshards.listing.contenthash): "sha256:<hex>", "etag:<etag>", ...
+    values: dict[str, Any] | None = None  # extra columns (tfshards.format.columns) by name

@@ -1,4 +1,8 @@
-"""Read an index file of ``(path, label)`` rows (CSV or JSON lines) into listing entries."""
+"""Read an index file of ``(path, label)`` rows (CSV or JSON lines) into listing entries.
+
+Declared extra columns (:mod:`tfshards.format.columns`) ride along: each row's
+values are checked here and kept in its entry.
+"""
 
 from __future__ import annotations
 
@@ -10,11 +14,12 @@ import os
 import posixpath
 import stat
 from collections import Counter
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from typing import Any, TextIO
 
 from tfshards import storage
 from tfshards.errors import InputError
+from tfshards.format.columns import Column
 from tfshards.listing.contenthash import storage_token
 from tfshards.listing.entry import Entry
 from tfshards.listing.treefilter import TreeFilter
@@ -23,7 +28,7 @@ from tfshards.listing.walker import info_name, why
 FORMATS = {".csv": "csv", ".jsonl": "jsonl", ".json": "jsonl"}
 _DIR_CACHE = 256  # directory listings kept while matching index rows on object stores
 
-IndexLine = tuple[int, str, str]  # (line number, path, label)
+IndexLine = tuple[int, str, str, dict[str, Any] | None]  # (line number, path, label, values)
 
 
 def scan_index(
@@ -41,15 +46,18 @@ def scan_index(
     :class:`InputError` naming ``index`` and the line for a duplicate or missing path.
     """
     kept: list[tuple[str, int, str]] = []
-    for line, rel, label in rows:
+    values: dict[str, dict[str, Any]] = {}  # by path, for rows with extra columns
+    for line, rel, label, row_values in rows:
         if any(part.startswith(".") for part in rel.split("/")):
             skipped["hidden"] += 1
         elif skip := filt.reason(rel):
             skipped[skip] += 1
         else:
             kept.append((rel, line, label))
+            if row_values is not None:
+                values[rel] = row_values
     kept.sort()
-    for (rel, first, _), (again, line, _) in itertools.pairwise(kept):
+    for (rel, first, *_), (again, line, *_) in itertools.pairwise(kept):
         if rel == again:
             raise InputError(
                 f"{index}:{line}: duplicate path {rel!r}: expected each file once, "
@@ -61,19 +69,20 @@ def scan_index(
     ids = {label: i for i, label in enumerate(labels)}
     stats = _stat_files(fs, base, ((rel, line) for rel, line, _ in kept), index, root)
     entries = [
-        Entry(rel, size, ids[label], token)
+        Entry(rel, size, ids[label], token, values.get(rel))
         for (rel, _, label), (size, token) in zip(kept, stats, strict=True)
     ]
     return labels, entries
 
 
-def read_index(fs: Any, path: str, url: str) -> Iterator[IndexLine]:
-    """Yield ``(line number, path, label)`` from a CSV or JSON-lines index, validated.
+def read_index(fs: Any, path: str, url: str, columns: Sequence[Column] = ()) -> Iterator[IndexLine]:
+    """Yield ``(line number, path, label, values)`` from a CSV or JSON-lines index, validated.
 
-    CSV needs a header with ``path`` and ``label`` columns (others are ignored);
-    JSON lines need objects with ``path`` and ``label`` keys. Paths are relative
-    to the root (a leading ``./`` is dropped); labels are non-empty strings
-    (JSON integers are turned into strings).
+    CSV needs a header with ``path`` and ``label`` columns (others are ignored
+    but the declared ``columns``); JSON lines need objects with ``path`` and
+    ``label`` keys (and the columns'). Paths are relative to the root (a
+    leading ``./`` is dropped); labels are non-empty strings (JSON integers
+    are turned into strings). ``values`` is None without columns.
     """
     ext = posixpath.splitext(path)[1].lower()
     if ext not in FORMATS:
@@ -83,6 +92,7 @@ def read_index(fs: Any, path: str, url: str) -> Iterator[IndexLine]:
             path=url,
         )
     parse = _csv_rows if FORMATS[ext] == "csv" else _jsonl_rows
+    names = [c.name for c in columns]
     try:
         raw = fs.open(path, "rb")
     except FileNotFoundError:
@@ -91,33 +101,56 @@ def read_index(fs: Any, path: str, url: str) -> Iterator[IndexLine]:
         raise InputError(f"{url}: cannot read index file ({why(exc)})", path=url) from None
     with raw, io.TextIOWrapper(raw, encoding="utf-8-sig", newline="") as text:
         try:
-            for line, rel, label in parse(url, text):
-                yield line, _index_path(url, line, rel), _index_label(url, line, label)
+            for line, rel, label, cells in parse(url, text, names):
+                values = _values(url, line, columns, cells, parse is _csv_rows) if columns else None
+                yield line, _index_path(url, line, rel), _index_label(url, line, label), values
         except UnicodeDecodeError as exc:
             raise InputError(f"{url}: expected UTF-8 text, found {exc.reason}", path=url) from None
 
 
-def _csv_rows(url: str, text: TextIO) -> Iterator[tuple[int, Any, Any]]:
+def _values(
+    url: str, line: int, columns: Sequence[Column], cells: list[Any], text: bool
+) -> dict[str, Any]:
+    """A row's extra columns by name, each cell (CSV ``text``, else JSON) checked."""
+    out: dict[str, Any] = {}
+    for column, cell in zip(columns, cells, strict=True):
+        try:
+            out[column.name] = column.parse(cell, text=text)
+        except ValueError as exc:
+            raise InputError(
+                f"{url}:{line}: column {column.name!r} ({column.type}): {exc}",
+                path=url,
+                line=line,
+            ) from None
+    return out
+
+
+def _csv_rows(
+    url: str, text: TextIO, names: list[str]
+) -> Iterator[tuple[int, Any, Any, list[Any]]]:
     import csv  # index files only: a tree walk does without (~5 ms)
 
     reader = csv.DictReader(text)
     try:
         header = reader.fieldnames
-        if header is None or not {"path", "label"} <= set(header):
+        needed = ["path", "label", *names]
+        if header is None or not set(needed) <= set(header):
             raise InputError(
-                f"{url}:1: expected a header with 'path' and 'label' columns, "
+                f"{url}:1: expected a header with {_named(needed)} columns, "
                 f"found {list(header or [])}",
                 path=url,
                 line=1,
             )
         for row in reader:
-            yield reader.line_num, row["path"], row["label"]
+            yield reader.line_num, row["path"], row["label"], [row[n] for n in names]
     except csv.Error as exc:
         n = reader.line_num
         raise InputError(f"{url}:{n}: malformed CSV ({exc})", path=url, line=n) from None
 
 
-def _jsonl_rows(url: str, text: TextIO) -> Iterator[tuple[int, Any, Any]]:
+def _jsonl_rows(
+    url: str, text: TextIO, names: list[str]
+) -> Iterator[tuple[int, Any, Any, list[Any]]]:
     for n, line in enumerate(text, start=1):
         if not line.strip():
             continue
@@ -129,14 +162,21 @@ def _jsonl_rows(url: str, text: TextIO) -> Iterator[tuple[int, Any, Any]]:
                 path=url,
                 line=n,
             ) from None
-        if not isinstance(record, dict) or "path" not in record or "label" not in record:
+        needed = ["path", "label", *names]
+        if not isinstance(record, dict) or not set(needed) <= record.keys():
             found = sorted(record) if isinstance(record, dict) else type(record).__name__
             raise InputError(
-                f"{url}:{n}: expected an object with 'path' and 'label', found {found}",
+                f"{url}:{n}: expected an object with {_named(needed)}, found {found}",
                 path=url,
                 line=n,
             )
-        yield n, record["path"], record["label"]
+        yield n, record["path"], record["label"], [record[k] for k in names]
+
+
+def _named(names: list[str]) -> str:
+    """``'path' and 'label'``, ``'path', 'label' and 'box'``."""
+    quoted = [repr(n) for n in names]
+    return ", ".join(quoted[:-1]) + " and " + quoted[-1]
 
 
 def _index_path(url: str, line: int, value: Any) -> str:

@@ -23,11 +23,12 @@ from typing import Any
 
 from tfshards import atomicfile, jsonfile, storage
 from tfshards.errors import ConfigError, InputError
+from tfshards.format.columns import Column
 from tfshards.listing import contenthash, jsonlines
 from tfshards.listing.entry import Entry
 from tfshards.listing.hashcache import HashCache
 from tfshards.listing.indexfile import read_index, scan_index
-from tfshards.listing.meta import FILES_NAME, META_NAME, meta_doc, read_meta
+from tfshards.listing.meta import FILES_NAME, META_NAME, meta_columns, meta_doc, read_meta
 from tfshards.listing.protocol import EntryRows
 from tfshards.listing.sortedscan import scan_local
 from tfshards.listing.storedlisting import OFFSETS_NAME, offsets_bytes, parse_line
@@ -50,12 +51,14 @@ class Listing:
         labels: sorted, unique label names; a label id is a position here.
         entries: files sorted by path (plain ``str`` order), paths unique.
         skipped: how many files or folders were left out, per reason in ``SKIP_REASONS``.
+        columns: the index file's declared extra columns; each entry's ``values`` holds them.
     """
 
     root: str
     labels: tuple[str, ...]
     entries: tuple[Entry, ...]
     skipped: Mapping[str, int] = field(default_factory=dict)
+    columns: tuple[Column, ...] = ()
 
     def __post_init__(self) -> None:
         if list(self.labels) != sorted(set(self.labels)):
@@ -129,6 +132,7 @@ def list_files(
     storage_options: Mapping[str, Any] | None = None,
     threads: int | None = None,
     hash_cache: str | None = None,
+    columns: Sequence[Column] = (),
 ) -> Listing:
     """List the files under ``root`` with their labels and content tokens.
 
@@ -158,6 +162,8 @@ def list_files(
         hash_cache: SQLite file remembering local files' SHA-256 by their stat
             (:mod:`tfshards.listing.hashcache`), so an unchanged file is not read
             again; ``None`` reads every file. Never changes the listing.
+        columns: extra columns of the ``index`` to keep with each file
+            (:func:`tfshards.format.columns.parse_columns`).
 
     Returns:
         The listing, entries sorted by path.
@@ -167,7 +173,7 @@ def list_files(
     """
     with no_cycle_collection():
         options = dict(storage_options or {})
-        return _list_files(root, index, extensions, glob, options, threads, hash_cache)
+        return _list_files(root, index, extensions, glob, options, threads, hash_cache, columns)
 
 
 @contextlib.contextmanager
@@ -194,7 +200,10 @@ def _list_files(
     options: dict[str, Any],
     threads: int | None,
     hash_cache: str | None,
+    columns: Sequence[Column] = (),
 ) -> Listing:
+    if columns and index is None:
+        raise ConfigError("columns: expected an index file (--index) to read them from, found none")
     fs, base = storage.open_url(root, **options)
     check_root(fs, base, root)
     filt = TreeFilter.build(extensions, glob)
@@ -203,14 +212,16 @@ def _list_files(
         threads = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else 1
     cache = HashCache(hash_cache) if hash_cache and storage.is_local(fs) else None
     try:
-        labels, entries = _scan(fs, base, root, index, options, filt, counts, threads, cache)
+        labels, entries = _scan(
+            fs, base, root, index, options, filt, counts, threads, cache, columns
+        )
     finally:
         if cache is not None:
             cache.close()
     skipped = {reason: counts[reason] for reason in SKIP_REASONS}
     if not entries:
         raise nothing_listed(index or root, bool(index), skipped, filt)
-    return Listing(normalize_root(root), tuple(labels), tuple(entries), skipped)
+    return Listing(normalize_root(root), tuple(labels), tuple(entries), skipped, tuple(columns))
 
 
 def nothing_listed(
@@ -240,6 +251,7 @@ def _scan(
     counts: Counter[str],
     threads: int,
     cache: HashCache | None,
+    columns: Sequence[Column] = (),
 ) -> tuple[list[str], list[Entry]]:
     """Labels and entries (sorted by path, each with its token) from the tree or the index."""
     if index is None and storage.is_local(fs):  # walked in path order, every file hashed
@@ -251,7 +263,7 @@ def _scan(
 
         same = get_protocol(index) == get_protocol(root)
         index_fs, index_path = storage.open_url(index, **(options if same else {}))
-        rows = read_index(index_fs, index_path, index)
+        rows = read_index(index_fs, index_path, index, columns)
         labels, entries = scan_index(fs, base, root, rows, index, filt, counts)
     entries.sort(key=_PATH)  # unique paths; str keys sort ~3x faster than tuples
     _hash_contents(fs, base, root, entries, threads, cache)
@@ -326,6 +338,7 @@ def _meta(listing: Listing, digest: str) -> dict[str, Any]:
         listing.files_per_label(),
         listing.skipped,
         digest,
+        listing.columns,
     )
 
 
@@ -367,12 +380,15 @@ def read_listing(out_dir: str) -> Listing:
     except FileNotFoundError:
         raise InputError(f"{files_path}: listing file not found", path=files_path) from None
     labels: list[str] = meta["labels"]
+    columns = meta_columns(meta, meta_path)
     lines = data.split(b"\n")  # not splitlines(): U+2028 may appear unescaped inside a path
     if lines[-1]:
         raise InputError(
             f"{files_path}: expected a newline at the end, found none (truncated?)", path=files_path
         )
-    entries = [parse_line(files_path, n, line, labels) for n, line in enumerate(lines[:-1], 1)]
+    entries = [
+        parse_line(files_path, n, line, labels, columns) for n, line in enumerate(lines[:-1], 1)
+    ]
     for n, (before, after) in enumerate(itertools.pairwise(entries), start=2):
         if after.path <= before.path:
             raise InputError(
@@ -395,7 +411,7 @@ def read_listing(out_dir: str) -> Listing:
         )
     try:
         root = storage.resolve_relative(meta["root"], out_dir)
-        listing = Listing(root, tuple(labels), tuple(entries), dict(meta["skipped"]))
+        listing = Listing(root, tuple(labels), tuple(entries), dict(meta["skipped"]), columns)
     except ConfigError as exc:
         raise InputError(f"{meta_path}: {exc}", path=meta_path) from None
     object.__setattr__(listing, _DIGEST, found)  # the bytes just hashed are canonical

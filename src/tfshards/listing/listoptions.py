@@ -27,6 +27,14 @@ OPTIONS = (
         "with paths relative to ROOT. Default: labels are ROOT's first-level folders.",
     ),
     Option(
+        "columns", str | None, None,
+        "Extra columns of --index to store with each file, as JSON: name -> type "
+        "(int, float, int[], float[], int[N], float[N]) or {\"type\": .., \"min\": .., "
+        "\"max\": .., \"multiple\": K}, e.g. '{\"tags\": \"int[]\", \"box\": "
+        "{\"type\": \"float[4]\", \"min\": 0, \"max\": 1}}'. A CSV cell holds a JSON "
+        "array or numbers separated by spaces or ';'; JSON lines hold arrays.",
+    ),
+    Option(
         "extensions", str, ",".join(DEFAULT_EXTENSIONS),
         "Comma-separated file suffixes to keep, case-insensitive; '*' keeps every file.",
         param=True,

@@ -12,7 +12,8 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from tfshards import storage
-from tfshards.errors import InputError
+from tfshards.errors import ConfigError, InputError
+from tfshards.format.columns import Column, columns_json, parse_columns
 
 VERSION = 2  # 2: tokens name the content (sha256 or the storage's hash), never an mtime
 FILES_NAME = "files.jsonl"
@@ -26,9 +27,13 @@ def meta_doc(
     files_per_label: Mapping[str, int],
     skipped: Mapping[str, int],
     digest: str,
+    columns: Sequence[Column] = (),
 ) -> dict[str, Any]:
-    """``meta.json``'s document: the listing's counts, labels and the SHA-256 of its lines."""
-    return {
+    """``meta.json``'s document: the listing's counts, labels and the SHA-256 of its lines.
+
+    ``columns``: the index file's extra columns, under ``columns`` (absent without).
+    """
+    doc: dict[str, Any] = {
         "version": VERSION,
         "root": root,
         "labels": list(labels),
@@ -38,6 +43,17 @@ def meta_doc(
         "skipped": dict(skipped),
         "files_sha256": digest,
     }
+    if columns:  # absent otherwise: listings without columns keep their bytes
+        doc["columns"] = columns_json(columns)
+    return doc
+
+
+def meta_columns(meta: Mapping[str, Any], path: str) -> tuple[Column, ...]:
+    """The extra columns ``meta.json`` (at ``path``) declares; InputError when malformed."""
+    try:
+        return parse_columns(meta.get("columns"))
+    except ConfigError as exc:
+        raise InputError(f"{path}: {exc}", path=path) from None
 
 
 def listing_root(out_dir: str) -> str:

@@ -13,6 +13,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
+from tfshards.format.columns import Column
 from tfshards.listing.entry import Entry
 
 
@@ -34,6 +35,11 @@ class FileListing(Protocol):
 
     @property
     def labels(self) -> tuple[str, ...]: ...
+
+    @property
+    def columns(self) -> tuple[Column, ...]:
+        """The index file's extra columns (each entry's ``values``); empty without."""
+        ...
 
     @property
     def files(self) -> int:

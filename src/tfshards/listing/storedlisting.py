@@ -24,11 +24,13 @@ from typing import Any
 from tfshards import storage
 from tfshards.errors import InputError
 from tfshards.format import native
+from tfshards.format.columns import Column, row_problem
 from tfshards.listing.entry import Entry
-from tfshards.listing.meta import read_meta
+from tfshards.listing.meta import META_NAME, meta_columns, read_meta
 
 OFFSETS_NAME = "files.idx"
 ENTRY_KEYS = frozenset({"label", "label_index", "path", "size", "token"})
+VALUES_KEY = "values"  # a line's extra columns, when meta.json declares some
 BATCH = 1024  # lines read and parsed at once: ~0.4 MB of entries, one json.loads call
 _CHUNK = 1 << 20  # streamed read size when checking files.jsonl
 _SPAN = struct.Struct("<QQ")  # a line's start and the next line's start
@@ -54,6 +56,7 @@ class StoredListing:
         files: number of lines (files).
         total_bytes: sum of the listed sizes.
         digest: SHA-256 (hex) of ``files.jsonl``, computed here and equal to ``meta.json``'s.
+        columns: the extra columns ``meta.json`` declares (each line's ``values``).
     """
 
     directory: str
@@ -62,6 +65,7 @@ class StoredListing:
     files: int
     total_bytes: int
     digest: str
+    columns: tuple[Column, ...] = ()
 
     def rows(self, indices: array[int]) -> ListedRows:
         """The lines at ``indices`` (0-based line numbers, record order), for a shard task."""
@@ -71,6 +75,7 @@ class StoredListing:
             storage.unstrip(fs, storage.join(base, OFFSETS_NAME)),
             self.labels,
             indices.tobytes(),
+            self.columns,
         )
 
     def paths(self) -> Iterator[str]:
@@ -117,7 +122,7 @@ class StoredListing:
                 if rows is None:
                     texts = [b"\n" + line + b"\n" for line in lines]
                     numbers = range(done, done + len(lines))
-                    entries = _parse_lines(where, numbers, texts, self.labels)
+                    entries = _parse_lines(where, numbers, texts, self.labels, self.columns)
                     rows = [(e.path, e.token, e.label) for e in entries]
                 yield from rows
                 done += len(lines)
@@ -206,7 +211,9 @@ def open_listing(directory: str, meta: dict[str, Any]) -> StoredListing | None:
             path=idx_where,
         )
     root = storage.resolve_relative(meta["root"], directory)  # written from the project folder
-    return StoredListing(directory, root, tuple(meta["labels"]), lines, meta["bytes"], found)
+    columns = meta_columns(meta, storage.unstrip(fs, storage.join(base, META_NAME)))
+    labels = tuple(meta["labels"])
+    return StoredListing(directory, root, labels, lines, meta["bytes"], found, columns)
 
 
 @dataclass(frozen=True)
@@ -221,6 +228,7 @@ class ListedRows:
     offsets: str  # URL of files.idx
     labels: tuple[str, ...]
     indices: bytes  # array("I") of 0-based line numbers, in record order
+    columns: tuple[Column, ...] = ()
 
     def __len__(self) -> int:
         return len(self.indices) // 4
@@ -245,12 +253,16 @@ class ListedRows:
                 chunk = order[at : at + size]
                 if c is not None:  # one C call reads the batch (~1 us a line less, no GIL)
                     text, bad = c.read_lines(*fds, chunk)
-                    rows = None if bad >= 0 else _parse_array(self.files, chunk, text, self.labels)
+                    rows = (
+                        None
+                        if bad >= 0
+                        else _parse_array(self.files, chunk, text, self.labels, self.columns)
+                    )
                     if rows is not None:
                         yield rows
                         continue
                 texts = [self._line(read_idx, read_lines, j) for j in chunk]
-                yield _parse_lines(self.files, chunk, texts, self.labels)
+                yield _parse_lines(self.files, chunk, texts, self.labels, self.columns)
 
     def _line(self, read_idx: Reader, read_lines: Reader, j: int) -> bytes:
         """Line ``j`` with the newline before it (a check that it starts a line) and its own."""
@@ -288,7 +300,11 @@ def _reader(f: Any) -> Reader:
 
 
 def _parse_lines(
-    path: str, numbers: Sequence[int], texts: list[bytes], labels: Sequence[str]
+    path: str,
+    numbers: Sequence[int],
+    texts: list[bytes],
+    labels: Sequence[str],
+    columns: Sequence[Column] = (),
 ) -> list[Entry]:
     """Parse lines (each with its leading newline) in one ``json.loads`` call when all are valid."""
     try:
@@ -297,13 +313,20 @@ def _parse_lines(
         records = None
     if records is None or len(records) != len(texts):  # find the bad line, for its message
         return [
-            parse_line(path, j + 1, t[1:-1], labels) for j, t in zip(numbers, texts, strict=True)
+            parse_line(path, j + 1, t[1:-1], labels, columns)
+            for j, t in zip(numbers, texts, strict=True)
         ]
-    return [check_record(path, j + 1, r, labels) for j, r in zip(numbers, records, strict=True)]
+    return [
+        check_record(path, j + 1, r, labels, columns) for j, r in zip(numbers, records, strict=True)
+    ]
 
 
 def _parse_array(
-    path: str, numbers: Sequence[int], text: bytes, labels: Sequence[str]
+    path: str,
+    numbers: Sequence[int],
+    text: bytes,
+    labels: Sequence[str],
+    columns: Sequence[Column] = (),
 ) -> list[Entry] | None:
     """Lines joined as one JSON array, checked; None when some line is not one valid object."""
     try:
@@ -312,10 +335,14 @@ def _parse_array(
         return None
     if len(records) != len(numbers):
         return None
-    return [check_record(path, j + 1, r, labels) for j, r in zip(numbers, records, strict=True)]
+    return [
+        check_record(path, j + 1, r, labels, columns) for j, r in zip(numbers, records, strict=True)
+    ]
 
 
-def parse_line(path: str, n: int, line: bytes, labels: Sequence[str]) -> Entry:
+def parse_line(
+    path: str, n: int, line: bytes, labels: Sequence[str], columns: Sequence[Column] = ()
+) -> Entry:
     """One ``files.jsonl`` line (without its newline) as an entry; ``n`` is its 1-based number.
 
     Raises:
@@ -327,18 +354,21 @@ def parse_line(path: str, n: int, line: bytes, labels: Sequence[str]) -> Entry:
         raise InputError(
             f"{path}:{n}: expected a JSON object, found invalid JSON ({exc})", path=path, line=n
         ) from None
-    return check_record(path, n, record, labels)
+    return check_record(path, n, record, labels, columns)
 
 
-def check_record(path: str, n: int, record: Any, labels: Sequence[str]) -> Entry:
-    """A decoded ``files.jsonl`` line as ``(path, size, label index, token)``, checked."""
+def check_record(
+    path: str, n: int, record: Any, labels: Sequence[str], columns: Sequence[Column] = ()
+) -> Entry:
+    """A decoded ``files.jsonl`` line as ``(path, size, label index, token, values)``, checked."""
 
     def bad(what: str) -> InputError:
         return InputError(f"{path}:{n}: {what}", path=path, line=n)
 
-    if not isinstance(record, dict) or record.keys() != ENTRY_KEYS:
+    keys = ENTRY_KEYS | {VALUES_KEY} if columns else ENTRY_KEYS
+    if not isinstance(record, dict) or record.keys() != keys:
         found = sorted(record) if isinstance(record, dict) else type(record).__name__
-        raise bad(f"expected keys {sorted(ENTRY_KEYS)}, found {found}")
+        raise bad(f"expected keys {sorted(keys)}, found {found}")
     rel, size, label, label_index, token = (
         record["path"],
         record["size"],
@@ -362,7 +392,10 @@ def check_record(path: str, n: int, record: Any, labels: Sequence[str]) -> Entry
             f"label {label!r} does not match label_index {label_index} "
             f"({labels[label_index]!r} in meta.json)"
         )
-    return Entry(rel, size, label_index, token)
+    values = record[VALUES_KEY] if columns else None
+    if columns and (problem := row_problem(values, columns)):
+        raise bad(problem)
+    return Entry(rel, size, label_index, token, values)
 
 
 def open_stored(out_dir: str) -> StoredListing | None:

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from tfshards import atomicfile, jsonfile, storage
+from tfshards.format.columns import Column
 from tfshards.listing import jsonlines
 from tfshards.listing.foldertokens import Tokens
 from tfshards.listing.hashcache import HashCache
@@ -79,6 +80,7 @@ def list_to(
     storage_options: Mapping[str, Any] | None = None,
     threads: int | None = None,
     hash_cache: str | None = None,
+    columns: Sequence[Column] = (),
 ) -> ListedSummary:
     """``write_listing(list_files(root, ...), out)``, in memory bounded by the largest folder.
 
@@ -102,6 +104,7 @@ def list_to(
             storage_options=options,
             threads=threads,
             hash_cache=hash_cache,
+            columns=columns,
         )
         write_listing(listing, out)
         return ListedSummary.of(listing)

@@ -127,6 +127,14 @@ def make_dataset(
     every epoch, disjoint from the other workers'. A pass that does not repeat
     knows its length (``len(ds)``).
 
+    ``features=[...]`` gives ``({name: batch}, label)`` instead: e.g. an index
+    file's extra columns (:mod:`tfshards.format.columns`) with the image,
+    ``features=["image", "tags", "box"]``. A fixed-length column (``float[4]``,
+    a scalar) comes as a dense ``(batch, 4)`` / ``(batch,)`` tensor, a
+    variable one (``int[]``) as a ``tf.RaggedTensor`` ``(batch, None)``
+    (``.to_tensor()`` pads it; a multi-hot target is
+    ``tf.reduce_max(tf.one_hot(tags, n), axis=1)``).
+
     ``shards`` are the shards to read (e.g. ``split.train``) of ``manifest``
     (schema, compression, location). The other keywords are the fields of
     :class:`~tfshards.reading.options.ReadOptions` (reading, order, batching)
@@ -185,9 +193,13 @@ def from_options(
     records = _shuffled_records(shards, manifest, paths, gate, read, how.per_record)
     to_inputs = _to_inputs(manifest, names, shape, decoding, how, read.batch_size)
     parallel = {"num_parallel_calls": tf.data.AUTOTUNE, "deterministic": read.deterministic}
-    if how.per_record:
-        batches = records.map(to_inputs, **parallel).batch(
-            read.batch_size, drop_remainder=read.drops_remainder
+    if how.per_record:  # records of a variable-length feature batch as ragged rows
+        varying = any(s.shape is None for s in manifest.schema if s.name in names)
+        batch = tf.data.Dataset.ragged_batch if varying else tf.data.Dataset.batch
+        batches = batch(
+            records.map(to_inputs, **parallel),
+            read.batch_size,
+            drop_remainder=read.drops_remainder,
         )
     else:
         batches = records.batch(read.batch_size, drop_remainder=read.drops_remainder).map(

@@ -17,7 +17,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from tfshards import jsonfile, storage
-from tfshards.errors import InputError
+from tfshards.errors import ConfigError, InputError
+from tfshards.format.columns import Column, parse_columns
 from tfshards.format.schema import FeatureSpec, schema_from_json, schema_to_json
 from tfshards.shardset import manifestfields as fields
 from tfshards.shardset.resize import Resize
@@ -165,6 +166,11 @@ class Manifest:
         return Resize.from_params(self.params)
 
     @property
+    def columns(self) -> tuple[Column, ...]:
+        """The index file's extra columns the records hold, with their bounds (empty: none)."""
+        return parse_columns(self.params.get("columns"))
+
+    @property
     def bytes(self) -> int:
         return sum(s.bytes for s in self.shards)
 
@@ -225,6 +231,10 @@ class Manifest:
         except (AttributeError, TypeError, ValueError) as exc:  # ConfigError is a ValueError
             what = f"{source}: schema: expected feature specs, found {exc}"
             raise InputError(what, path=source) from exc
+        try:
+            parse_columns(params.get("columns"))
+        except ConfigError as exc:
+            raise InputError(f"{source}: params: {exc}", path=source) from None
         root, fingerprint = fields.root(source, get("root"), get("fingerprint"))
         totals = fields.mapping(source, "totals", get("totals"))
         return cls(

@@ -5,7 +5,10 @@ Where the C loops are built, a window's records are parsed once into columns
 (:mod:`tfshards.validation.clearance`) passes the records it surely passes,
 and the rule itself runs only on the rest; labels and digests are kept in
 bulk. Without them, each record goes through each rule (the reference).
-Both find the same problems, in the same order.
+Both find the same problems, in the same order. Extra columns that declare
+bounds or a length multiple (:mod:`tfshards.format.columns`) are checked
+after the rules, on either path, in each record the first rule passes: its
+Example is decoded in Python (the C outline keeps no float values).
 """
 
 from __future__ import annotations
@@ -17,7 +20,9 @@ from collections.abc import Callable, Sequence
 import numpy as np
 
 from tfshards.errors import InputError
-from tfshards.format import native
+from tfshards.format import native, wire
+from tfshards.format.columns import Column
+from tfshards.format.exampleparser import named_values
 from tfshards.format.records import Parsed, parse_records
 from tfshards.format.schema import FeatureSpec
 from tfshards.shardset.grouping import GroupBy
@@ -26,6 +31,7 @@ from tfshards.validation.batch import BYTES, INT64, Batch, parse_batch
 from tfshards.validation.clearance import CLEARANCES
 
 _INT32 = struct.Struct("=i")  # a record's label id, as numpy reads np.int32
+_LENGTH = struct.Struct("<Q")  # a frame's data length, its first 8 bytes
 
 
 def check_records(buf: bytes | memoryview, checker: RecordChecker) -> int:
@@ -49,7 +55,7 @@ def check_records(buf: bytes | memoryview, checker: RecordChecker) -> int:
         if fields is None:  # a damaged record, or not an Example
             checker.add(problem or "", index, offset)
             continue
-        checker.check(rules.Record(index, offset, fields))
+        checker.check(rules.Record(index, offset, fields), data)
     return records
 
 
@@ -73,6 +79,8 @@ class RecordChecker:
             added to ``groups``; a path the pattern does not match is a problem.
         groups: the group keys found, added to in place.
         record_rules: the rules, in the order they run (the first gates the rest).
+        columns: extra columns whose values are checked (bounds, a variable
+            list's length multiple) in each record the first rule passes.
     """
 
     def __init__(
@@ -90,6 +98,7 @@ class RecordChecker:
         group_by: GroupBy | None = None,
         groups: set[str] | None = None,
         record_rules: Sequence[rules.RecordRule] = rules.RECORD_RULES,
+        columns: Sequence[Column] = (),
     ) -> None:
         group_by = group_by if groups is not None else None
         self.shard = rules.Shard(
@@ -104,11 +113,31 @@ class RecordChecker:
         self.record_labels = record_labels
         self.groups: set[str] = groups if groups is not None else set()
         self.group_by = group_by if self.shard.has_path else None
+        self.columns = tuple(
+            c for c in columns if c.low is not None or c.high is not None or c.multiple != 1
+        )
+        self.names_valued = frozenset(c.name for c in self.columns)
 
-    def check(self, record: rules.Record) -> None:
-        """Apply the rules to one record whose data CRC held."""
+    def check(self, record: rules.Record, data: bytes | memoryview | None = None) -> None:
+        """Apply the rules to one record whose data CRC held; its column values, given ``data``."""
         for what in self.problems(record):
             self.add(what, record.index, record.offset)
+        if data is not None and self.columns and self.gate(self.shard, record) is None:
+            for what in self.value_problems(data):
+                self.add(what, record.index, record.offset)
+
+    def value_problems(self, data: bytes | memoryview) -> list[str]:
+        """The extra columns' values in the Example ``data`` out of their bounds or length."""
+        found = named_values(data, self.names_valued)
+        out = []
+        for column in self.columns:
+            dtype, values = found.get(column.name, (column.dtype, []))
+            if dtype != column.dtype and values:
+                continue  # the schema rule reports it
+            problem = column.length_problem(len(values)) or column.out_of_bounds(values)
+            if problem is not None:
+                out.append(f"feature {column.name!r}: {problem}")
+        return out
 
     def problems(self, record: rules.Record) -> list[str]:
         """The problems of one record whose data CRC held, in rule order; keeps its label etc."""
@@ -144,6 +173,13 @@ class RecordChecker:
             else:  # the reference reads what C refused: checked record by record
                 record = rules.Record(parsed.index, parsed.offset, parsed.fields)
                 found += [(record.index, 0, record.offset, p) for p in self.problems(record)]
+                if (
+                    self.columns
+                    and parsed.data is not None
+                    and self.gate(self.shard, record) is None
+                ):
+                    off = self.value_problems(parsed.data)
+                    found += [(record.index, 0, record.offset, p) for p in off]
         passed = self._gate(batch, found)
         self._keep(passed)
         for rank, rule in enumerate(self.rules, 1):
@@ -158,10 +194,22 @@ class RecordChecker:
                 problem = rule(self.shard, record)
                 if problem is not None:
                     found.append((record.index, rank, record.offset, problem))
+        if self.columns:
+            found += self._batch_values(passed, len(self.rules) + 1)
         found.sort(key=lambda p: (p[0], p[1]))
         for index, _, offset, what in found:
             self.add(what, index, offset)
         return records
+
+    def _batch_values(self, batch: Batch, rank: int) -> list[tuple[int, int, int, str]]:
+        """:meth:`value_problems` of each row of ``batch`` (its frame read from the view)."""
+        found = []
+        for index, offset in zip(batch.index.tolist(), batch.offset.tolist(), strict=True):
+            (length,) = _LENGTH.unpack_from(batch.view, offset)
+            start = offset + wire.HEADER_BYTES
+            what = self.value_problems(batch.view[start : start + length])
+            found += [(index, rank, offset, p) for p in what]
+        return found
 
     def _gate(self, batch: Batch, found: list[tuple[int, int, int, str]]) -> Batch:
         """The rows the first rule passes; the problems of the others go to ``found``."""

@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from tfshards import storage
+from tfshards.format.columns import Column
 from tfshards.format.schema import FeatureSpec
 from tfshards.format.tfrecord import inflate
 from tfshards.format.wire import HEADER_BYTES
@@ -54,6 +55,7 @@ class ShardCheck:
     index_sha256: str | None = None  # of its record index file; None: it has none
     records_sha256: str | None = None  # of its member list; None: it has none
     group_by: str | None = None  # the manifest's grouping: report each record's group
+    columns: tuple[Column, ...] = ()  # the manifest's extra columns: lengths and bounds
 
     @property
     def entry(self) -> ShardInfo:
@@ -92,6 +94,7 @@ class ShardCheck:
             index_sha256=shard.index_sha256 if path is None else None,
             records_sha256=shard.records_sha256 if path is None else None,
             group_by=manifest.group_by,
+            columns=manifest.columns,
         )
 
 
@@ -208,6 +211,7 @@ class _Tally:
             record_labels=kept.labels,
             group_by=GroupBy.parse(task.group_by),
             groups=self.groups,
+            columns=task.columns,
         )
 
     def compare_file(self, size: int, sha256: str) -> None:

@@ -1,7 +1,8 @@
 """The record source of transformed or resized files: features encoded per file.
 
 Each file is fetched whole and checked against its listing, then becomes the
-base features (payload, label, path, sha256) plus what the user's transform
+base features (payload, label, path, sha256), the index file's extra columns
+(:mod:`tfshards.format.columns`: a feature each), plus what the user's transform
 (:mod:`tfshards.run.transform`) returns, the payload resized
 (:mod:`tfshards.writing.resize`) when asked. The shard's schema grows as
 the transform's features are seen (:func:`base_specs`).
@@ -95,7 +96,7 @@ class FeatureFiles:
 
     def features(self, entry: Entry) -> Features:
         """One file's features, checked against its listed size and content token."""
-        rel, listed_size, label, token = entry
+        rel, listed_size, label, token, values = entry
         data = storage.read_bytes(self.fs, storage.join(self.root, rel), size_hint=listed_size)
         if len(data) != listed_size or not data:
             raise size_error(rel, listed_size, len(data))
@@ -124,8 +125,18 @@ class FeatureFiles:
             "path": ("bytes", [rel.encode()]),
             "sha256": ("bytes", [sha.hexdigest().encode()]),
         }
+        for name, value in (values or {}).items():
+            spec = self.specs[name]
+            features[name] = (spec.dtype, [value] if spec.shape == () else value)
         if self.fn is not None and self.transform is not None:
-            features.update(self._transformed(self.fn, self.transform, rel, data, label))
+            added = self._transformed(self.fn, self.transform, rel, data, label)
+            for name in sorted(set(added) & set(values or {})):
+                raise TransformOutputError(
+                    f"{rel}: transform {self.transform}: expected features other than the "
+                    f"index columns, found {name!r}",
+                    path=rel,
+                )
+            features.update(added)
         return features
 
     def _transformed(

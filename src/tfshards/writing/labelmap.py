@@ -236,4 +236,7 @@ class RelabeledRows:
     def batches(self) -> Iterator[Sequence[Entry]]:
         ids = self.ids
         for batch in self.rows.batches():
-            yield [Entry(path, size, ids[label], token) for path, size, label, token in batch]
+            yield [
+                Entry(path, size, ids[label], token, values)
+                for path, size, label, token, values in batch
+            ]

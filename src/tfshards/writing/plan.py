@@ -20,6 +20,7 @@ from typing import Any
 
 from tfshards import jsonfile, storage
 from tfshards.errors import ConfigError, InputError
+from tfshards.format.columns import Column, columns_json
 from tfshards.listing.protocol import FileListing
 from tfshards.shardset import buckets, grouping, layout
 from tfshards.shardset.manifest import FORMAT_VERSION, Manifest, ShardInfo
@@ -173,6 +174,9 @@ def plan(
         groups = None
     num_shards = _num_shards(listing, config, groups)
     params = _params(config, num_shards, transform_identity, labels, listing.labels)
+    _check_columns(listing.columns, config.image_feature)
+    if listing.columns:  # absent otherwise: sets without columns keep their bytes and name
+        params["columns"] = columns_json(listing.columns)
     params["buckets"] = bucket_count(config.buckets, num_shards, previous)
     fresh = "" if previous is None else growth.growable(previous, params)
     base = previous if previous is not None and not fresh else None
@@ -254,7 +258,19 @@ def _task(
         bucket=shard.bucket,
         exif=config.exif,
         near_duplicates=config.near_duplicates,
+        columns=listing.columns,
     )
+
+
+def _check_columns(columns: Sequence[Column], image_feature: str) -> None:
+    """No extra column takes the payload's feature name."""
+    for column in columns:
+        if column.name == image_feature:
+            raise ConfigError(
+                f"columns: {column.name}: expected a name other than the payload's "
+                f"image_feature {image_feature!r}, found it",
+                option="columns",
+            )
 
 
 def _num_shards(listing: FileListing, config: WriteConfig, groups: grouping.Groups | None) -> int:

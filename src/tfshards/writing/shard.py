@@ -19,6 +19,7 @@ from typing import Any
 from tfshards import atomicfile, errors, storage
 from tfshards.errors import InputError, TransformOutputError
 from tfshards.format import phash
+from tfshards.format.columns import Column
 from tfshards.format.recordbuffer import RecordBuffer
 from tfshards.format.schema import FeatureSpec
 from tfshards.format.tfrecord import Compressor
@@ -54,6 +55,7 @@ class ShardTask:
     bucket: int | None = None  # the split bucket of all its records (tfshards.shardset.buckets)
     exif: str = "ignore"  # tfshards.writing.orientation's mode
     near_duplicates: bool = False  # hash each stored image (tfshards.writing.phashes)
+    columns: tuple[Column, ...] = ()  # the listing's extra columns: a feature each
 
 
 @dataclass(frozen=True)
@@ -74,6 +76,7 @@ def write_shard(task: ShardTask) -> ShardResult:
     if kept is not None:
         return _hashed(kept, fs_out, out_dir, task)
     specs = base_specs(task.image_feature)
+    specs.update((c.name, c.spec()) for c in task.columns)
     source = _source(task, specs)
     rejects = _Rejects(task.source, task.on_error)
     shard = _ShardFile(fs_out, out_dir, task)
@@ -140,10 +143,11 @@ def _hashed(result: ShardResult, fs: Any, out_dir: str, task: ShardTask) -> Shar
 
 
 def _source(task: ShardTask, specs: dict[str, FeatureSpec]) -> RecordSource:
-    """How the task's files become records: transformed or resized, local, or fetched."""
+    """How the task's files become records: transformed, resized or with extra columns
+    (Python: the C loop frames the four base features only), local, or fetched."""
     fs_in, root = storage.open_url(task.source, **task.source_options)
     fn = transforms.load(task.transform) if task.transform else None
-    if fn is not None or task.resize is not None or task.exif == "apply":
+    if fn is not None or task.resize is not None or task.exif == "apply" or task.columns:
         return FeatureFiles(
             fs_in, root, task.image_feature, task.transform, fn, task.resize, specs, task.exif
         )
@@ -211,7 +215,7 @@ def _frame_batch(
     first = len(rejects.found)
     entries = batch
     if any(entry.size > MAX_FILE_BYTES for entry in batch):
-        for rel, size, _, _ in batch:
+        for rel, size, *_ in batch:
             if size > MAX_FILE_BYTES:
                 rejects.add(too_large(rel, size), rel)
         entries = [entry for entry in batch if entry.size <= MAX_FILE_BYTES]

@@ -54,7 +54,7 @@ class FetchedFiles:
 
     def frame(self, buffer: RecordBuffer, entries: Sequence[Entry]) -> Problems:
         for entry in entries:
-            rel, size, label, token = entry
+            rel, size, label, token, _ = entry
             try:
                 data = storage.read_bytes(self.fs, self.prefix + rel, size_hint=size)
                 if len(data) == size:  # else the size error says more

@@ -28,7 +28,7 @@ from tfshards.errors import ShardError, TfshardsError, TransformError
 from tfshards.format import native
 from tfshards.format.schema import FeatureSpec, merge_specs
 from tfshards.listing.listing import read_listing
-from tfshards.listing.meta import listing_counts, listing_root
+from tfshards.listing.meta import listing_counts, listing_root, read_meta
 from tfshards.listing.protocol import FileListing
 from tfshards.listing.storedlisting import open_stored
 from tfshards.progress import Progress
@@ -165,6 +165,11 @@ def _start_pool(config: WriteConfig, listing: FileListing | str) -> executors.Ex
         else (listing.files, listing.total_bytes)
     )
     shards = config.num_shards or sharding.auto_num_shards(files, nbytes, config.target_shard_bytes)
+    columns = (  # extra columns take the Python path: it holds the GIL
+        "columns" in read_meta(*storage.open_url(listing))[0]
+        if isinstance(listing, str)
+        else bool(listing.columns)
+    )
     return executors.start(
         config.run,
         [storage.protocol(fs_in), storage.protocol(fs_out)],
@@ -172,6 +177,7 @@ def _start_pool(config: WriteConfig, listing: FileListing | str) -> executors.Ex
         and config.transform is None
         and config.resize is None
         and config.exif != "apply"  # warn stores the files as they are
+        and not columns
         and storage.is_local(fs_in),
         tasks=shards,
     )
