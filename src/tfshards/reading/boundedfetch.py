@@ -16,6 +16,13 @@ by their sidecars' mtimes). A lookahead download only takes room it can free
 without evicting a pinned shard or another lookahead shard not yet read; a
 demanded one always comes, evicting lookahead shards last, so the cache
 exceeds its limit only by what readers hold pinned.
+
+A reader that knows its order (the epoch order's windows) says it with
+:meth:`BoundedFetch.expect`; lookahead then follows that plan: the next
+shards of it, up to :data:`AHEAD` downloads at once and as many as the limit
+holds, each taking room only from shards not needed before it. Guessing from
+the list, a shuffled epoch read 3 epochs of 80 shards from moto's S3 server
+with 294 downloads for 240 reads, nearly every read waiting on its download.
 """
 
 from __future__ import annotations
@@ -33,6 +40,7 @@ from tfshards.reading.cachespace import CacheSpace
 from tfshards.shardset.manifest import ShardInfo
 
 AHEAD = 4  # lookahead downloads in flight at once (one ~1 MB chunk read covers ~10 ms of them)
+PLAN_SLACK = 64  # plan entries a wait may skip (reads the plan did not foresee)
 TRIES = 8  # times a demanded shard may be evicted by another process between download and pin
 
 # (shard, keep, first, pin owner) -> its path (keep, first: CacheSpace.reserve's). A demanded
@@ -69,6 +77,9 @@ class BoundedFetch:
         self._asked: set[str] = set()  # asked for since every shard last was
         self._last = -1  # the index of the shard last asked for
         self._prepinned: set[cf.Future[str]] = set()  # demands whose pin no wait has taken over
+        self._plan: list[str] = []  # the reader's coming waits, in order (expect)
+        self._cursor = 0  # the plan's next entry
+        self._soon: frozenset[str] = frozenset()  # the plan's next shards the limit holds
         self._pool = cf.ThreadPoolExecutor(workers, thread_name_prefix="tfshards-fetch")
         self.owner = next(_owners)
         self._closed = weakref.finalize(self, _close, self._pool, self.owner)
@@ -96,9 +107,12 @@ class BoundedFetch:
                 self._note_asked(path)
                 future = self._futures.get(path)
                 if future is None or (future.done() and not _brought(future)):
-                    future = self._submit(path, must=True)
+                    future = self._submit(path, must=True, keep=self._soon)
                 index, self._last = self._index[path], self._index[path]
-                self._look_ahead(path, in_order=index == (last + 1) % len(self._order))
+                if self._follow(path):
+                    self._look_ahead_planned()
+                else:
+                    self._look_ahead(path, in_order=index == (last + 1) % len(self._order))
             if not future.result():
                 continue  # a lookahead that found no room: asked for now, it must come
             if pins.pin(path, self.owner):
@@ -117,6 +131,13 @@ class BoundedFetch:
             path=path,
         )
 
+    def expect(self, paths: Sequence[str]) -> None:
+        """The shards the reader will wait for next, in order (replaces the plan before)."""
+        with self._lock:
+            self._plan = [p for p in paths if p in self._index]
+            self._cursor = 0
+            self._look_ahead_planned()
+
     def cancel(self) -> None:
         """Drop downloads that have not started (ones in progress finish)."""
         with self._lock:
@@ -133,9 +154,11 @@ class BoundedFetch:
         if len(self._asked) == len(self._order):
             self._asked = {path}
 
-    def _submit(self, path: str, *, must: bool) -> cf.Future[str]:
+    def _submit(
+        self, path: str, *, must: bool, keep: Collection[str] = frozenset()
+    ) -> cf.Future[str]:
         shard = self._shards[path]
-        keep, first = frozenset(self._ahead), frozenset(self._asked)
+        keep, first = frozenset(self._ahead) | frozenset(keep), frozenset(self._asked)
         future = self._pool.submit(self._bring, shard, keep, first, self.owner if must else None)
         self._futures[path] = future
         if must:
@@ -174,6 +197,40 @@ class BoundedFetch:
                 continue  # coming, or here
             self._submit(nxt, must=False)
             budget -= 1
+
+    def _follow(self, path: str) -> bool:
+        """Move the plan past ``path``; False when it is not the plan's (no plan, or off it)."""
+        at = self._cursor
+        for i in range(at, min(len(self._plan), at + PLAN_SLACK)):
+            if self._plan[i] == path:
+                self._cursor = i + 1
+                return True
+        return False
+
+    def _look_ahead_planned(self) -> None:
+        """Start downloads of the plan's next shards that are neither here nor coming.
+
+        Up to :data:`AHEAD` in flight, and only shards whose place in the plan
+        comes within the limit's bytes; each may evict only shards the plan
+        does not need before it (``keep``: the plan's shards ahead of it).
+        """
+        budget = AHEAD - sum(1 for p in self._ahead if not self._futures[p].done())
+        limit = self._space.limit
+        before: set[str] = set()
+        held = 0
+        for nxt in itertools.islice(self._plan, self._cursor, None):
+            if nxt in before:
+                continue
+            held += self._shards[nxt].bytes
+            if limit is not None and held > limit:
+                break  # the limit cannot hold it beside the shards needed first
+            future = self._futures.get(nxt)
+            coming = future is not None and not future.done()
+            if budget > 0 and not coming and not os.path.exists(nxt):
+                self._submit(nxt, must=False, keep=before)
+                budget -= 1
+            before.add(nxt)
+        self._soon = frozenset(before)
 
 
 def _brought(future: cf.Future[str]) -> bool:
