@@ -210,14 +210,15 @@ class BoundedFetch:
     def _look_ahead_planned(self) -> None:
         """Start downloads of the plan's next shards that are neither here nor coming.
 
-        Up to :data:`AHEAD` in flight, and only shards whose place in the plan
-        comes within the limit's bytes; each may evict only shards the plan
-        does not need before it (``keep``: the plan's shards ahead of it).
+        Up to :data:`AHEAD` in flight, and only shards that the limit holds
+        beside the one being read and those the plan needs before them; each
+        may evict only shards the plan does not need before it (``keep``).
         """
         budget = AHEAD - sum(1 for p in self._ahead if not self._futures[p].done())
         limit = self._space.limit
-        before: set[str] = set()
-        held = 0
+        reading = self._plan[self._cursor - 1 : self._cursor]  # the reader holds it
+        before: set[str] = set(reading)
+        held = sum(self._shards[p].bytes for p in reading)
         for nxt in itertools.islice(self._plan, self._cursor, None):
             if nxt in before:
                 continue
