@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from bench.suite import lookup, resume, startup
+from bench.suite import cachelimit, lookup, resume, startup
 
 TITLES = {
     "write": "Write shards (raw JPEG files -> 16 TFRecord shards)",
@@ -106,6 +106,7 @@ def render(doc: dict[str, Any]) -> str:
     lines += startup.table([r for r in rows if r["group"] == "start"])
     lines += lookup.table([r for r in rows if r["group"] == lookup.GROUP])
     lines += resume.table([r for r in rows if r["group"] == "resume"])
+    lines += cachelimit.table([r for r in rows if r["group"] == cachelimit.GROUP])
     bound = [r for r in rows if r["group"] == "bound"]
     if bound:
         datas = list(dict.fromkeys(r["data"] for r in bound))

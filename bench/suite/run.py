@@ -23,7 +23,7 @@ import typer
 # forkserver import this module again in every worker (as `__mp_main__`).
 SECTIONS = (
     "bound", "write", "validate", "read", "sizes", "generator", "memory", "grow", "start", "show",
-    "resume", "imagecheck",
+    "resume", "imagecheck", "cachelimit",
 )  # fmt: skip
 
 

@@ -374,6 +374,12 @@ def run(
         if "show" in only:
             records = max(100, round(lookup.RECORDS * scale))
             bench.rows += lookup.compare(records, max(reps, 5), workroot, log)
+        if "cachelimit" in only:
+            from bench.suite import cachelimit
+
+            log("cachelimit / 3 epochs from moto's S3, the cache limited to 20% and unlimited")
+            root, _ = ensure(cachelimit.data_set(scale), data_dir)
+            bench.rows += cachelimit.compare(listing_of(root), reps, log)
     finally:
         shutil.rmtree(workroot, ignore_errors=True)
     info["load_after"] = _load()

@@ -1,4 +1,5 @@
-"""A limited cache over S3 (moto's server on 127.0.0.1) shared by processes: bounds, locks."""
+"""A limited cache over S3 (moto's server on 127.0.0.1) shared by processes: bounds, locks,
+two trainings at once."""
 
 from __future__ import annotations
 
@@ -15,11 +16,14 @@ from typing import Any
 import pytest
 
 from cachesize import Sampler, dir_bytes
+from tfshards import storage
 from tfshards.listing.listing import list_files
-from tfshards.project.sample import write_synthetic
+from tfshards.project.sample import write_digits, write_synthetic
 from tfshards.reading import loader, pins
-from tfshards.reading.cache import ShardCache
+from tfshards.reading.cache import CACHE_ENV, ShardCache
 from tfshards.reading.cachespace import LIMIT_ENV
+from tfshards.shardset import manifest as manifests
+from tfshards.shardset.layout import MANIFEST_NAME
 from tfshards.shardset.manifest import Manifest
 from tfshards.writing.config import WriteConfig
 from tfshards.writing.writer import write
@@ -38,63 +42,74 @@ def on_s3(tmp_path: Path, s3: dict[str, Any]) -> Manifest:
     return manifest
 
 
-_READ = """
-import collections, json, sys
-from tfshards.reading import loader
-from tfshards.shardset.manifest import Manifest
+@pytest.fixture
+def digits_on_s3(tmp_path: Path, s3: dict[str, Any]) -> str:
+    """The 1,797 8 px digits in 16 shards on S3; returns the manifest's URL."""
+    write_digits(str(tmp_path / "digits"))
+    config = WriteConfig(
+        out="s3://bucket/digits", num_shards=16, executor="serial", seed=42, out_options=s3
+    )
+    manifest = write(config, list_files(str(tmp_path / "digits")), progress=False).manifest
+    return storage.join(manifest.directory, MANIFEST_NAME)
 
-manifest = Manifest.from_json(open(sys.argv[1], "rb").read())
-options = json.loads(sys.argv[3])
-ds = loader.make_dataset(
-    manifest.shards, manifest, batch_size=8, training=False, repeat=False, cycle_length=2,
-    cache_dir=sys.argv[2], features=["path"], decode=False, storage_options=options,
-)
-seen = collections.Counter()
-for _ in range(2):
-    for features, _ in ds:
-        seen.update(p.decode() for p in features["path"].numpy().tolist())
-print(json.dumps(seen))
+
+# Two epochs at 8 px: the train split read in the epoch order, the val split interleaved.
+TINY = {"image_size": 8, "epochs": 2, "batch_size": 64}
+TIMINGS = {"examples_per_s", "input_bound_fraction", "seconds"}
+
+
+# The train stage's work in a process of its own: argv[1] the config, argv[2] the metrics file.
+_TRAIN = """
+import json, sys
+from tfshards.training.train import train
+from tfshards.training.trainconfig import TrainConfig
+
+train(TrainConfig(**{**json.loads(sys.argv[1]), "metrics": sys.argv[2]}))
 """
 
 
-def _read_in_process(manifest: Manifest, cache_dir: str, s3: dict[str, Any]) -> dict[str, int]:
-    ds = loader.make_dataset(
-        manifest.shards,
-        manifest,
-        batch_size=8,
-        training=False,
-        repeat=False,
-        cycle_length=2,
-        cache_dir=cache_dir,
-        features=["path"],
-        decode=False,
-        storage_options=s3,
-    )
-    seen: collections.Counter[str] = collections.Counter()
-    for _ in range(2):
-        for features, _ in ds:
-            seen.update(p.decode() for p in features["path"].numpy().tolist())
-    return dict(seen)
+def _metrics(path: Path) -> dict[str, Any]:
+    return {k: v for k, v in json.loads(path.read_text()).items() if k not in TIMINGS}
 
 
-def test_two_processes_share_one_limited_cache(on_s3, s3, tmp_path, monkeypatch):
+def test_two_trainings_share_one_limited_cache(digits_on_s3, s3, tmp_path, monkeypatch):
+    """Run concurrently as processes on a cache limited to 20% of the set, both give the
+    metrics of a solo run with no limit."""
+    from tfshards.training.train import train
+    from tfshards.training.trainconfig import TrainConfig
+
+    aws = {
+        "AWS_ENDPOINT_URL": s3["endpoint_url"],  # read by botocore, so by s3fs
+        "AWS_ACCESS_KEY_ID": "testing",
+        "AWS_SECRET_ACCESS_KEY": "testing",
+    }
+    for key, value in aws.items():
+        monkeypatch.setenv(key, value)
     monkeypatch.delenv(LIMIT_ENV, raising=False)
-    solo = _read_in_process(on_s3, str(tmp_path / "solo"), s3)
-    assert sum(solo.values()) == 2 * on_s3.records
-    cache_dir = str(tmp_path / "shared")
-    limit = on_s3.bytes // 5
-    env = {**os.environ, LIMIT_ENV: str(limit), "PYTHONPATH": str(REPO / "src")}
-    argv = [sys.executable, "-c", _READ, str(tmp_path / "manifest.json"), cache_dir, json.dumps(s3)]
+    monkeypatch.setenv(CACHE_ENV, str(tmp_path / "solo"))
+    outputs = {"live_dir": None, "model_out": None, "split_out": None}
+    solo = tmp_path / "solo.json"
+    config = TrainConfig(manifest=digits_on_s3, **TINY, metrics=str(solo), **outputs)  # type: ignore[arg-type]
+    train(config)
+    manifest = manifests.load(digits_on_s3)
+    cache_dir, limit = str(tmp_path / "shared"), manifest.bytes // 5
+    env = {
+        **os.environ,
+        **aws,
+        CACHE_ENV: cache_dir,
+        LIMIT_ENV: str(limit),
+        "PYTHONPATH": str(REPO / "src"),
+    }
+    argv = [sys.executable, "-c", _TRAIN, json.dumps({**config.settings(), **outputs})]
     with Sampler(cache_dir) as sampler:
-        children = [subprocess.Popen(argv, env=env, stdout=subprocess.PIPE) for _ in range(2)]
-        outs = [child.communicate(timeout=300)[0] for child in children]
-    assert [child.returncode for child in children] == [0, 0]
-    for out in outs:
-        assert json.loads(out.decode().splitlines()[-1]) == solo
-    largest = max(s.bytes for s in on_s3.shards)
+        metrics = [str(tmp_path / f"{i}.json") for i in range(2)]
+        children = [subprocess.Popen([*argv, m], env=env, cwd=tmp_path) for m in metrics]
+        assert [child.wait(timeout=300) for child in children] == [0, 0]
+    assert _metrics(tmp_path / "0.json") == _metrics(tmp_path / "1.json") == _metrics(solo)
+    largest = max(s.bytes for s in manifest.shards)
     assert dir_bytes(cache_dir) <= limit + largest
     # Each process pins the shards its reader holds open; together they can hold more.
-    print(f"two processes: peak {sampler.peak} bytes, limit {limit}, largest shard {largest}")
+    print(f"two trainings: peak {sampler.peak} bytes, limit {limit}, largest shard {largest}")
 
 
 def test_three_training_epochs_over_s3_stay_under_the_limit_plus_one_shard(

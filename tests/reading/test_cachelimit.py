@@ -5,6 +5,7 @@ from __future__ import annotations
 import collections
 import os
 import threading
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -12,7 +13,7 @@ import pytest
 
 from cachesize import Sampler, dir_bytes
 from tfshards.errors import ConfigError, ShardError
-from tfshards.reading import loader, pins
+from tfshards.reading import epochorder, loader, pins
 from tfshards.reading.cache import ShardCache
 from tfshards.reading.cachespace import LIMIT_ENV, parse_limit
 from tfshards.shardset.manifest import Manifest
@@ -160,3 +161,56 @@ def test_limited_cache_refuses_a_remote_shard_that_does_not_match(remote, tmp_pa
     with pytest.raises(ShardError, match=f"{shard.name}: size mismatch"):
         cache.fetch(remote, [shard]).wait(cache.path(shard))
     assert os.listdir(cache.directory) == [".lock", ".locks"]  # no part file, no shard
+
+
+def _appears(path: str, seconds: float = 30) -> bool:
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        if os.path.exists(path):
+            return True
+        time.sleep(0.01)
+    return False
+
+
+def test_lookahead_follows_the_plan_within_the_limit(remote, tmp_path):
+    shards = remote.shards
+    three = sum(s.bytes for s in (shards[5], shards[2], shards[7])) + 3 * 256
+    cache = ShardCache(str(tmp_path / "cache"), limit=three)
+    fetch = cache.fetch(remote, shards)
+    plan = [cache.path(shards[i]) for i in (5, 2, 7, 1)]
+    fetch.expect(plan)
+    held = fetch.wait(plan[0])  # pinned: the limit holds it and the next two
+    assert _appears(plan[1]) and _appears(plan[2])  # brought ahead, never waited for
+    time.sleep(0.2)
+    assert not os.path.exists(plan[3])  # no room left but a shard needed before it
+    assert not os.path.exists(cache.path(shards[0]))  # not in the plan
+    assert cache.downloads == 3
+    pins.release(held)
+    for path in plan[1:]:
+        pins.release(fetch.wait(path))
+    assert cache.downloads == 4
+
+
+def test_windows_of_shards_cut_in_units_let_every_pin_go(remote, limited, tmp_path, monkeypatch):
+    """Shards of several units, windows of several shards: each window pins a shard once."""
+    monkeypatch.setattr(epochorder, "UNIT_BYTES", max(s.bytes for s in remote.shards) // 3)
+    cache_dir = str(tmp_path / "cache")
+    ds = loader.make_dataset(
+        remote.shards,
+        remote,
+        batch_size=8,
+        training=True,
+        shuffle_buffer=40,  # windows of ~40 records: ~1/6 of the set
+        cache_dir=cache_dir,
+        features=["path"],
+        decode=False,
+    )
+    batches = iter(ds.take(3 * remote.records // 8))
+    seen: collections.Counter[bytes] = collections.Counter()
+    with Sampler(cache_dir) as sampler:
+        for features, _ in batches:
+            seen.update(features["path"].numpy().tolist())
+            paths = [os.path.join(cache_dir, s.sha256 + ".tfrecord") for s in remote.shards]
+            assert max(pins.holds(p) for p in paths) <= 1
+    assert len(seen) == remote.records and set(seen.values()) == {3}
+    assert sampler.peak <= limited + max(s.bytes for s in remote.shards)

@@ -16,6 +16,17 @@ by their sidecars' mtimes). A lookahead download only takes room it can free
 without evicting a pinned shard or another lookahead shard not yet read; a
 demanded one always comes, evicting lookahead shards last, so the cache
 exceeds its limit only by what readers hold pinned.
+
+A reader that knows its order (the epoch order's windows) says it with
+:meth:`BoundedFetch.expect`; lookahead then follows that plan: up to
+:data:`AHEAD` of its next shards held or coming, within the limit beside the
+shard being read, each taking room only from shards the plan does not need
+before it; eviction still keeps a fixed part of the set across passes. 3
+epochs of 80 shards from moto's S3 server, limit 20%: 293 downloads for 321
+waits (the list guessed: 294, most waits behind a download of a shard the
+guess had not brought); filling the limit with the plan instead kept nothing
+across passes: 321 downloads, 13.7-14.1 s of CPU (client and server) a run
+against 11.3-12.9 s.
 """
 
 from __future__ import annotations
@@ -33,6 +44,7 @@ from tfshards.reading.cachespace import CacheSpace
 from tfshards.shardset.manifest import ShardInfo
 
 AHEAD = 4  # lookahead downloads in flight at once (one ~1 MB chunk read covers ~10 ms of them)
+PLAN_SLACK = 64  # plan entries a wait may skip (reads the plan did not foresee)
 TRIES = 8  # times a demanded shard may be evicted by another process between download and pin
 
 # (shard, keep, first, pin owner) -> its path (keep, first: CacheSpace.reserve's). A demanded
@@ -69,6 +81,9 @@ class BoundedFetch:
         self._asked: set[str] = set()  # asked for since every shard last was
         self._last = -1  # the index of the shard last asked for
         self._prepinned: set[cf.Future[str]] = set()  # demands whose pin no wait has taken over
+        self._plan: list[str] = []  # the reader's coming waits, in order (expect)
+        self._cursor = 0  # the plan's next entry
+        self._soon: frozenset[str] = frozenset()  # the plan's next shards the limit holds
         self._pool = cf.ThreadPoolExecutor(workers, thread_name_prefix="tfshards-fetch")
         self.owner = next(_owners)
         self._closed = weakref.finalize(self, _close, self._pool, self.owner)
@@ -96,9 +111,12 @@ class BoundedFetch:
                 self._note_asked(path)
                 future = self._futures.get(path)
                 if future is None or (future.done() and not _brought(future)):
-                    future = self._submit(path, must=True)
+                    future = self._submit(path, must=True, keep=self._soon)
                 index, self._last = self._index[path], self._index[path]
-                self._look_ahead(path, in_order=index == (last + 1) % len(self._order))
+                if self._follow(path):
+                    self._look_ahead_planned()
+                else:
+                    self._look_ahead(path, in_order=index == (last + 1) % len(self._order))
             if not future.result():
                 continue  # a lookahead that found no room: asked for now, it must come
             if pins.pin(path, self.owner):
@@ -117,6 +135,14 @@ class BoundedFetch:
             path=path,
         )
 
+    def expect(self, paths: Sequence[str]) -> None:
+        """The shards the reader will wait for next, in order (replaces the plan before)."""
+        with self._lock:
+            self._plan = [p for p in paths if p in self._index]
+            self._cursor = 0
+            self._ahead &= set(self._plan)  # the others: plain cached shards now
+            self._look_ahead_planned()
+
     def cancel(self) -> None:
         """Drop downloads that have not started (ones in progress finish)."""
         with self._lock:
@@ -133,9 +159,11 @@ class BoundedFetch:
         if len(self._asked) == len(self._order):
             self._asked = {path}
 
-    def _submit(self, path: str, *, must: bool) -> cf.Future[str]:
+    def _submit(
+        self, path: str, *, must: bool, keep: Collection[str] = frozenset()
+    ) -> cf.Future[str]:
         shard = self._shards[path]
-        keep, first = frozenset(self._ahead), frozenset(self._asked)
+        keep, first = frozenset(self._ahead) | frozenset(keep), frozenset(self._asked)
         future = self._pool.submit(self._bring, shard, keep, first, self.owner if must else None)
         self._futures[path] = future
         if must:
@@ -174,6 +202,41 @@ class BoundedFetch:
                 continue  # coming, or here
             self._submit(nxt, must=False)
             budget -= 1
+
+    def _follow(self, path: str) -> bool:
+        """Move the plan past ``path``; False when it is not the plan's (no plan, or off it)."""
+        at = self._cursor
+        for i in range(at, min(len(self._plan), at + PLAN_SLACK)):
+            if self._plan[i] == path:
+                self._cursor = i + 1
+                return True
+        return False
+
+    def _look_ahead_planned(self) -> None:
+        """Start downloads of the plan's next shards that are neither here nor coming.
+
+        Up to :data:`AHEAD` held or coming, and only shards that the limit
+        holds beside the one being read and those the plan needs before them;
+        each may evict only shards the plan does not need before it (``keep``).
+        """
+        budget = AHEAD - len(self._ahead)
+        limit = self._space.limit
+        reading = self._plan[self._cursor - 1 : self._cursor]  # the reader holds it
+        before: set[str] = set(reading)
+        held = sum(self._shards[p].bytes for p in reading)
+        for nxt in itertools.islice(self._plan, self._cursor, None):
+            if nxt in before:
+                continue
+            held += self._shards[nxt].bytes
+            if limit is not None and held > limit:
+                break  # the limit cannot hold it beside the shards needed first
+            future = self._futures.get(nxt)
+            coming = future is not None and not future.done()
+            if budget > 0 and not coming and not os.path.exists(nxt):
+                self._submit(nxt, must=False, keep=before)
+                budget -= 1
+            before.add(nxt)
+        self._soon = frozenset(before)
 
 
 def _brought(future: cf.Future[str]) -> bool:

@@ -243,6 +243,8 @@ class Waiter(Protocol):
 
     def wait(self, path: str) -> str: ...
 
+    def expect(self, paths: Sequence[str]) -> None: ...
+
     def shard(self, path: str) -> ShardInfo | None: ...
 
     def cancel(self) -> None: ...
@@ -265,6 +267,9 @@ class Fetch:
         if future is None:
             raise ShardError(f"{path}: not a shard this fetch brings", path=path)
         return future.result()
+
+    def expect(self, paths: Sequence[str]) -> None:
+        """Nothing: every shard is already coming, in the fetch's order."""
 
     def shard(self, path: str) -> ShardInfo | None:
         """The shard whose copy lives at ``path``."""

@@ -20,7 +20,7 @@ from __future__ import annotations
 import concurrent.futures as cf
 import os
 import threading
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 
 import numpy as np
 
@@ -138,6 +138,8 @@ class Gate:
         before: called with the path first (a cache's ``Fetch.wait``: download and hash;
             a limited cache's also pins the file until :meth:`done`).
         check_sha: hash each file; False when ``before`` has.
+        expect: told the order the reader will open shards in next (a limited cache's
+            ``BoundedFetch.expect``: its lookahead follows it).
     """
 
     def __init__(
@@ -147,9 +149,16 @@ class Gate:
         *,
         before: Callable[[str], str] | None = None,
         check_sha: bool = True,
+        expect: Callable[[Sequence[str]], None] | None = None,
     ) -> None:
         self._entries = dict(entries)
         self.compression, self.before, self.check_sha = compression, before, check_sha
+        self._expect = expect
+
+    def expect(self, paths: Sequence[str]) -> None:
+        """Say the shards the reader opens next, in order (no-op unless a limited cache fetches)."""
+        if self._expect is not None:
+            self._expect(paths)
 
     def wait(self, path: str) -> str:
         """Verify the shard at ``path`` (a ``stat`` once verified); returns ``path``."""

@@ -386,7 +386,9 @@ def resolve_paths(
         cache = ShardCache(cache_dir)
         fetch = cache.fetch(manifest, shards, **storage_options)
         cached = {cache.path(s): (s, manifest.shard_url(s)) for s in shards}
-        gate = Gate(cached, manifest.compression, before=fetch.wait, check_sha=False)
+        gate = Gate(
+            cached, manifest.compression, before=fetch.wait, check_sha=False, expect=fetch.expect
+        )
         return [cache.path(s) for s in shards], gate
     entries = {
         os.path.abspath(storage.join(root, s.name)): (s, manifest.shard_url(s)) for s in shards

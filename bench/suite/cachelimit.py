@@ -1,0 +1,111 @@
+"""Training throughput from S3 (moto's server) with the shard cache limited to 20% of the set,
+against an unlimited cache (:mod:`bench.common.limitedcache` runs each read).
+
+One warm-up of each, then ``reps`` rounds (unlimited, limited); the ratio is taken
+within a round. Rows: each contender's wall and CPU seconds (this process and the
+moto server) and the cache's peak bytes, and the limited/unlimited throughput ratio.
+
+    python -m bench.suite.cachelimit [IMAGES] [REPS]
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from bench.common import limitedcache
+from bench.common.data import DataSet, ensure, listing_of
+from bench.common.timing import spread
+
+GROUP = "cachelimit"
+IMAGES, SIZE, SHARDS, BATCH = 8000, 96, 80, 64
+UNLIMITED, LIMITED = "unlimited cache", f"cache limited to {limitedcache.SHARE:.0%} of the set"
+
+
+def data_set(scale: float) -> DataSet:
+    """The set this section reads: 8,000 96 px JPEGs at scale 1."""
+    return DataSet("cachelimit", max(SHARDS, round(IMAGES * scale)), SIZE)
+
+
+def compare(
+    listing: Any, reps: int, log: Callable[[str], None], kind: str = "s3"
+) -> list[dict[str, Any]]:
+    """Two rows (unlimited, limited: wall s, CPU s, peak bytes), then the ratio row."""
+    with limitedcache.store(kind) as options:
+        manifest = limitedcache.write_set(listing, kind, SHARDS, options)
+        limit = int(manifest.bytes * limitedcache.SHARE)
+        runs = {UNLIMITED: None, LIMITED: limit}
+        for bound in runs.values():  # warm-up: TensorFlow's first graphs
+            limitedcache.epochs(manifest, options, bound, BATCH)
+        done: dict[str, list[limitedcache.Run]] = {name: [] for name in runs}
+        for round_ in range(reps):
+            log(f"{GROUP} / round {round_ + 1} of {reps}")
+            for name, bound in runs.items():
+                done[name].append(limitedcache.epochs(manifest, options, bound, BATCH))
+    records = limitedcache.EPOCHS * manifest.records // BATCH * BATCH
+    base = {
+        "group": GROUP,
+        "records": records,
+        "shards": SHARDS,
+        "set_bytes": manifest.bytes,
+        "limit_bytes": limit,
+        "largest_shard": max(s.bytes for s in manifest.shards),
+        "store": kind,
+    }
+    rows = [
+        {
+            **base,
+            "name": name,
+            "wall_s": spread([r.wall_s for r in got]),
+            "cpu_s": spread([r.cpu_s for r in got]),
+            "peak_bytes": max(r.peak_bytes for r in got),
+        }
+        for name, got in done.items()
+    ]
+    ratios = [a.wall_s / b.wall_s for a, b in zip(done[UNLIMITED], done[LIMITED], strict=True)]
+    rows.append({**base, "name": "ratio", "ratio": spread(ratios)})
+    return rows
+
+
+def table(rows: Sequence[dict[str, Any]]) -> list[str]:
+    """The section's table, in markdown lines; nothing when it did not run."""
+    if not rows:
+        return []
+    first = rows[0]
+    where = "S3 (moto)" if first["store"] == "s3" else "memory://"
+    lines = [
+        "",
+        f"#### {limitedcache.EPOCHS} training epochs from {where} through the shard cache "
+        f"({first['records']:,} records read, {first['shards']} shards, "
+        f"{first['set_bytes'] / 2**20:.1f} MiB; limit {first['limit_bytes']:,} B, "
+        f"largest shard {first['largest_shard']:,} B)",
+        "",
+        "| cache | wall s (min-max) | records/s | CPU s, with the server | peak cache bytes |",
+        "|---|---:|---:|---:|---:|",
+    ]
+    for r in rows:
+        if r["name"] == "ratio":
+            w = r["ratio"]
+            lines.append(
+                f"| **throughput, limited / unlimited** | {w['median']:.2f}x "
+                f"({w['min']:.2f}-{w['max']:.2f}) | | | |"
+            )
+            continue
+        w = r["wall_s"]
+        lines.append(
+            f"| {r['name']} | {w['median']:.2f} ({w['min']:.2f}-{w['max']:.2f}) | "
+            f"{r['records'] / w['median']:,.0f} | {r['cpu_s']['median']:.2f} | "
+            f"{r['peak_bytes']:,} |"
+        )
+    return lines
+
+
+if __name__ == "__main__":
+    import os
+
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    images = int(sys.argv[1]) if len(sys.argv) > 1 else IMAGES
+    root, _ = ensure(DataSet("cachelimit", images, SIZE), "bench/data")
+    found = compare(listing_of(root), int(sys.argv[2]) if len(sys.argv) > 2 else 3, print)
+    print("\n".join(table(found)))
