@@ -21,7 +21,9 @@ BENCH = REPO / "bench"
 # What each part of bench/ may import from bench/ besides itself: the suite and every study
 # share only bench.common, and a study imports no other study.
 ALLOWED = {"common": {"common"}, "suite": {"suite", "common"}, "studies": {"common"}}
-SECTIONS = "bound,write,validate,read,sizes,generator,memory,grow,start,show,resume,imagecheck"
+SECTIONS = (
+    "bound,write,validate,read,sizes,generator,memory,grow,start,show,resume,imagecheck,cachelimit"
+)
 
 WRITE = {
     "naive loop (1 process)",
@@ -299,6 +301,12 @@ def test_tiny_run_reports_every_contender_with_positive_numbers(
     resumed = _rows(doc, "resume")  # the first batch at 80% of an epoch, and at its start
     assert len(resumed) == 3 and all(r["wall_s"]["min"] > 0 for r in resumed)
 
+    cached = _rows(doc, "cachelimit")  # epochs from moto's S3, cache unlimited and at 20%
+    assert [r["name"] for r in cached][-1] == "ratio" and len(cached) == 3
+    limited = cached[1]
+    assert limited["peak_bytes"] <= limited["limit_bytes"] + limited["largest_shard"]
+    assert all(r["wall_s"]["min"] > 0 for r in cached[:2]) and cached[2]["ratio"]["min"] > 0
+
     bound = _rows(doc, "bound")
     assert {(r["data"], r["name"]) for r in bound} == {
         (d, p) for d in ("small", "large") for p in PIECES
@@ -313,6 +321,7 @@ def test_tiny_run_reports_every_contender_with_positive_numbers(
         "#### A command's start",
         "#### One record of a large version",
         "#### First training batch after a resume",
+        "training epochs from S3 (moto) through the shard cache",
     )
     for heading in (*headings, *more):
         assert heading in stdout
