@@ -7,7 +7,8 @@ disjoint from the others', in per-replica batches of ``batch_size / replicas``
 ``(train_records // N) // (batch_size / N)`` steps per epoch. Validation is
 read whole by every worker. With a mix (:mod:`tfshards.training.trainmix`) the
 training batches are :func:`tfshards.reading.mixing.mix_datasets` of every set's
-training side, an epoch one mixed epoch; validation is ``--manifest``'s alone.
+training side, one stream across epochs; an epoch is ``epoch_size // batch_size``
+of its steps (one mixed epoch when the batch divides it); validation is ``--manifest``'s.
 
 TensorFlow and the loader are imported when the datasets are made, not with this module.
 """
