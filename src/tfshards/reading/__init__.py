@@ -14,6 +14,7 @@ __all__ = [
     "generator",
     "loader",
     "lookup",
+    "mixing",
     "options",
     "pins",
     "sheet",

@@ -43,6 +43,7 @@ from tfshards.training.stall import LoopTiming
 from tfshards.training.steps import TrainSteps
 from tfshards.training.trainconfig import TrainConfig
 from tfshards.training.traindata import TrainData
+from tfshards.training.trainmix import Mix, load_sets
 
 __all__ = [
     "TrainResult",
@@ -122,14 +123,14 @@ def train(
     writes the outputs (:mod:`tfshards.training.workerrole`).
     """
     started = time.perf_counter()
-    manifest, parts = _load(config)
+    manifest, parts, mix = _load(config)
     placement = _place(config, log)
     config, own_folder = workerrole.worker_config(config, placement.worker)
     try:
         # Seeds first: tf.data ops take the global seed into theirs when they are made.
         mixed = placement.mixed
         with devices.tf_state(config.seed, deterministic=config.deterministic, mixed=mixed):
-            data = traindata.prepare(config, manifest, parts, placement.strategy)
+            data = traindata.prepare(config, manifest, parts, placement.strategy, mix)
             steps = _build(config, data, placement)
             if on_batch is None:
                 local = placement.strategy.experimental_local_results
@@ -142,8 +143,8 @@ def train(
     return TrainResult(metrics, fitted.results, parts)
 
 
-def _load(config: TrainConfig) -> tuple[Manifest, Split]:
-    """The user model, the manifest (both checked before TensorFlow's 3-5 s import), the split."""
+def _load(config: TrainConfig) -> tuple[Manifest, Split, Mix | None]:
+    """The user model, the manifest (both checked before TensorFlow's 3-5 s import), the splits."""
     if models.is_user_model(config.model):
         models.load_builder(config.model)  # a bad module fails before any data is read
     manifest = manifests.load(config.manifest)
@@ -154,8 +155,10 @@ def _load(config: TrainConfig) -> tuple[Manifest, Split]:
         )
     import tensorflow  # noqa: F401  (a missing install is said before the split's warnings)
 
-    split_seed = config.seed if config.split_seed is None else config.split_seed
-    return manifest, split(manifest, config.val_fraction, split_seed)
+    seed = config.seed if config.split_seed is None else config.split_seed
+    parts = split(manifest, config.val_fraction, seed)
+    mix = load_sets(config.manifest, manifest, parts, config.mix, config.val_fraction, seed)
+    return manifest, parts, mix
 
 
 def _place(config: TrainConfig, log: Callable[[str], None] | None) -> Placement:
@@ -228,7 +231,7 @@ def _fit(
     train = data.train
     if done:  # the input starts where the checkpoint's steps ended
         strategy = placement.strategy
-        train = traindata.train_stream(config, data.manifest, data.parts, strategy, done)
+        train = traindata.train_stream(config, data.manifest, data.parts, strategy, done, data.mix)
     iterator = iter(train)  # one for all epochs: the pipeline never restarts
     count = (lambda batch: steps.records(batch[1])) if data.distributed else None
     log_live = live.start(config.live_dir, resumed=len(results))
@@ -308,6 +311,7 @@ def _finish(
         replicas=placement.strategy.num_replicas_in_sync,
         strategy=config.strategy,
         **({"workers": placement.worker[1]} if config.strategy == "multi_worker" else {}),
+        **({"mix_sources": data.mix.metric()} if data.mix else {}),
         seconds=round(time.perf_counter() - started, 2),
     )
     if config.model_out:
@@ -351,6 +355,7 @@ def _resume(
     settings = {**config.settings(), "fingerprint": data.manifest.fingerprint}
     if config.strategy == "multi_worker":  # the input's position is per worker
         settings["workers"] = placement.worker[1]
+    settings.update({"mix_fingerprints": data.mix.fingerprints()} if data.mix else {})
     checkpoint = Checkpoint(
         config.checkpoint_dir,
         settings_key({**settings, "input": "epoch order"}),  # not an iterator's state

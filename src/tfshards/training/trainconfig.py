@@ -10,7 +10,7 @@ from typing import Any
 
 from tfshards.errors import ConfigError
 from tfshards.option import Option
-from tfshards.training import models, optim
+from tfshards.training import models, optim, trainmix
 from tfshards.training.devices import STRATEGIES
 
 MIXED_PRECISION = ("auto", "on", "off")
@@ -45,6 +45,8 @@ class TrainConfig:
         val_fraction: share of records (whole split buckets of shards) held out, in [0, 1).
         seed: seeds Python, NumPy, TensorFlow and the input order.
         split_seed: picks the validation shards; None: ``seed``.
+        mix: ``(manifest, weight)`` of other sets whose training sides are mixed
+            in (:mod:`tfshards.training.trainmix`); ``manifest`` gets ``1 - sum``.
         deterministic: same seed, same result: op determinism and a fixed input order.
         mixed_precision: ``"auto"`` (on when a GPU is present), ``"on"`` or ``"off"``.
         jit_compile: compile the train and eval steps with XLA.
@@ -86,6 +88,7 @@ class TrainConfig:
     val_fraction: float = 0.2
     seed: int = 0
     split_seed: int | None = None
+    mix: trainmix.Pairs = ()
     deterministic: bool = True
     mixed_precision: str = "auto"
     jit_compile: bool = False
@@ -135,6 +138,11 @@ class TrainConfig:
         if self.model_out is not None and not self.model_out.endswith(".keras"):
             raise ConfigError(f"model_out must end with .keras, got {self.model_out!r}")
         self._check_checkpoint_dir()
+        trainmix.check(self.mix)
+        if self.mix and self.strategy == "multi_worker":
+            raise ConfigError(
+                "mix: expected strategy one, mirrored or auto, found multi_worker", option="mix"
+            )
         models.model_spec(self.model, self.image_size)
         if self.model_args and not models.is_user_model(self.model):
             raise ConfigError(f"model {self.model!r} is built in and takes no model_args")
@@ -161,7 +169,9 @@ class TrainConfig:
         """Everything the epochs depend on (outputs left out): a checkpoint's key."""
         values = dataclasses.asdict(self)
         # How often a run checkpoints changes none of its steps: a run resumes under another.
-        return {k: v for k, v in values.items() if k not in (*_OUTPUTS, "checkpoint_every_steps")}
+        # No mix keeps the key of a run made before the option.
+        left_out = (*_OUTPUTS, "checkpoint_every_steps", *(() if self.mix else ("mix",)))
+        return {k: v for k, v in values.items() if k not in left_out}
 
 
 def _inside(path: str, folder: str) -> bool:
@@ -283,6 +293,17 @@ OPTIONS = (
         "split_seed", int | None, _D.split_seed,
         "Picks the validation buckets; none: the same as --seed.",
         param=True, comment="picks the validation shards; null = the same as seed",
+    ),
+    Option(
+        "mix", str, "none",
+        "none, or PATH:WEIGHT[,PATH:WEIGHT...]: also train on these shard sets' training "
+        "sides (manifest.json path or URL), each WEIGHT of every epoch's records, --manifest "
+        "the rest (1 - sum); each set is split as --manifest is. Validation stays "
+        "--manifest's validation side only. Differing labels, or a file one set trains on "
+        "that another validates on, fail the run before training.",
+        param=True,
+        comment="none | PATH:WEIGHT,... sets mixed in; manifest gets 1 - sum; val: manifest's",
+        convert=trainmix.parse,
     ),
     Option(
         "deterministic", bool, _D.deterministic,

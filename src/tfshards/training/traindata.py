@@ -5,7 +5,10 @@ Under ``strategy: multi_worker`` each of the N workers trains on its own block o
 disjoint from the others', in per-replica batches of ``batch_size / replicas``
 (``batch_size`` stays the global batch); every worker takes the same
 ``(train_records // N) // (batch_size / N)`` steps per epoch. Validation is
-read whole by every worker.
+read whole by every worker. With a mix (:mod:`tfshards.training.trainmix`) the
+training batches are :func:`tfshards.reading.mixing.mix_datasets` of every set's
+training side, one stream across epochs; an epoch is ``epoch_size // batch_size``
+of its steps (one mixed epoch when the batch divides it); validation is ``--manifest``'s.
 
 TensorFlow and the loader are imported when the datasets are made, not with this module.
 """
@@ -21,6 +24,7 @@ from tfshards.shardset.manifest import Manifest, ShardInfo
 from tfshards.shardset.split import Split
 from tfshards.training import optim
 from tfshards.training.trainconfig import TrainConfig
+from tfshards.training.trainmix import Mix
 
 
 @dataclass(frozen=True)
@@ -36,6 +40,7 @@ class TrainData:
         class_weights: per-class loss weights, or None for 1 each.
         worker: ``(index, count)`` of this worker (``(0, 1)`` unless multi-worker).
         distributed: ``train`` is a distributed dataset (per-replica batches).
+        mix: the sets mixed for training, or None for ``manifest``'s alone.
     """
 
     manifest: Manifest
@@ -47,10 +52,15 @@ class TrainData:
     class_weights: list[float] | None
     worker: tuple[int, int] = (0, 1)
     distributed: bool = False
+    mix: Mix | None = None
 
 
 def prepare(
-    config: TrainConfig, manifest: Manifest, parts: Split, strategy: Any = None
+    config: TrainConfig,
+    manifest: Manifest,
+    parts: Split,
+    strategy: Any = None,
+    mix: Mix | None = None,
 ) -> TrainData:
     """The train and val datasets, the steps per epoch and the class weights.
 
@@ -62,23 +72,34 @@ def prepare(
 
     distributed = config.strategy == "multi_worker"
     worker = worker_of(strategy) if distributed else (0, 1)
-    local = dataset(parts.train, manifest, config, training=True, worker=worker)
+    if mix is not None:
+        local = _mixed(config, mix)
+    else:
+        local = dataset(parts.train, manifest, config, training=True, worker=worker)
     train_ds = train_stream(config, manifest, parts, strategy) if distributed else local
     val_ds = dataset(parts.val, manifest, config, training=False) if parts.val else None
     weights = None
     if config.class_weight == "balanced":
-        weights = optim.balanced_class_weights(label_counts(parts.train, manifest))
+        counts = label_counts(parts.train, manifest) if mix is None else _mixed_counts(mix)
+        weights = optim.balanced_class_weights(counts)
     step_records = config.batch_size // worker[1]  # this worker's share of a global batch
+    if mix is not None:
+        from tfshards.reading import mixing
+
+        batches = mixing.steps_per_epoch(mix.sources(), config.batch_size)
+    else:
+        batches = loader.steps_per_epoch(parts.train, step_records, worker=worker)
     return TrainData(
         manifest,
         parts,
         train_ds,
         val_ds,
         channels=int(local.element_spec[0].shape[-1]),
-        batches=max(1, loader.steps_per_epoch(parts.train, step_records, worker=worker)),
+        batches=max(1, batches),
         class_weights=weights,
         worker=worker,
         distributed=distributed,
+        mix=mix,
     )
 
 
@@ -88,9 +109,12 @@ def train_stream(
     parts: Split,
     strategy: Any = None,
     done: int = 0,
+    mix: Mix | None = None,
 ) -> Any:
-    """The training batches after ``done`` global steps; distributed by ``strategy``
-    (this worker's block, per-replica batches) under ``multi_worker``."""
+    """The training batches after ``done`` global steps (of ``mix`` when given); distributed
+    by ``strategy`` (this worker's block, per-replica batches) under ``multi_worker``."""
+    if mix is not None:
+        return _mixed(config, mix, done)
     if config.strategy != "multi_worker":
         start = Position.after(done * config.batch_size, parts.train_records) if done else None
         return dataset(parts.train, manifest, config, training=True, start=start)
@@ -141,6 +165,37 @@ def dataset(
         worker=worker,
         input_context=input_context,
     )
+
+
+def _mixed(config: TrainConfig, mix: Mix, done: int = 0) -> Any:
+    """The mix's training batches after ``done`` steps (a mixed epoch's position)."""
+    from tfshards.reading import mixing
+
+    sources = mix.sources()
+    size = mixing.plan_of(sources, seed=config.seed).epoch_size
+    return mixing.mix_datasets(
+        sources,
+        batch_size=config.batch_size,
+        seed=config.seed,
+        start=Position.after(done * config.batch_size, size) if done else None,
+        image_size=(config.image_size, config.image_size),
+        image_dtype=config.image_dtype,
+        scaled_decode=config.scaled_decode,
+        deterministic=config.deterministic,
+    )
+
+
+def _mixed_counts(mix: Mix) -> list[int]:
+    """Each label's expected records in one mixed epoch: every set's counts at its share."""
+    from tfshards.reading import mixing
+
+    plan = mixing.plan_of(mix.sources())
+    total = [0.0] * len(mix.manifests[0].labels)
+    for i, (parts, manifest) in enumerate(zip(mix.parts, mix.manifests, strict=True)):
+        share = int(plan.counts[i]) / max(1, parts.train_records)
+        for label, count in enumerate(label_counts(parts.train, manifest)):
+            total[label] += count * share
+    return [round(t) for t in total]
 
 
 def label_counts(shards: Sequence[ShardInfo], manifest: Manifest) -> list[int]:
