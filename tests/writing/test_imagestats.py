@@ -114,8 +114,15 @@ def test_resumed_write_has_the_same_stats(tmp_path: Path) -> None:
     assert (version / IMAGESTATS_NAME).read_bytes() == first
 
 
-@pytest.mark.parametrize("base_companions", [True, False], ids=["companions", "counted"])
-def test_grown_write_has_the_stats_of_a_fresh_one(tmp_path: Path, base_companions: bool) -> None:
+@pytest.mark.parametrize(
+    ("base_companions", "changed"),
+    [(True, False), (False, False), (True, True)],
+    ids=["carried", "counted", "one-bucket-rewritten"],
+)
+def test_grown_write_has_the_stats_of_a_fresh_one(
+    tmp_path: Path, base_companions: bool, changed: bool
+) -> None:
+    """Buckets kept whole carry the base's totals, a rewritten one is counted again: as fresh."""
     raw = make_mixed(tmp_path / "raw", 60)
     copy = tmp_path / "manifest.json"
     old = _write(raw, tmp_path / "out", manifest_copy=str(copy)).manifest
@@ -123,9 +130,13 @@ def test_grown_write_has_the_stats_of_a_fresh_one(tmp_path: Path, base_companion
         shutil.rmtree(Path(old.directory) / "imagestats")
         (Path(old.directory) / IMAGESTATS_NAME).unlink()
     make_mixed(raw, 12, seed=5, prefix="new")
+    if changed:  # another size under the same name: the shard holding it is written again
+        (raw / "c0" / "f0000.png").unlink()
+        Image.new("L", (301, 77), color=9).save(raw / "c0" / "f0000.png")
     result = _write(raw, tmp_path / "out", manifest_copy=str(copy))
     grown = result.manifest
-    assert grown.base == old.fingerprint and result.reused > 0
+    assert grown.base == old.fingerprint
+    assert result.reused == len(old.shards) - changed
     fresh = _write(raw, tmp_path / "fresh", previous=None).manifest
     assert fresh.base == ""
     got, want = _version(grown), _version(fresh)

@@ -15,13 +15,14 @@ from __future__ import annotations
 
 import contextlib
 import json
+from collections import Counter
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 import numpy as np
 
 from tfshards import atomicfile, storage
-from tfshards.errors import InputError
+from tfshards.errors import InputError, TfshardsError
 from tfshards.format import exif, native, tfrecord
 from tfshards.format.exampleparser import outline
 from tfshards.format.imageheader import NATIVE_FORMATS, read_header
@@ -120,6 +121,30 @@ def save_shard(fs: Any, version: str, shard: str, stats: ImageStats) -> None:
         raise storage.write_error(fs, path, exc) from None
 
 
+def carried(
+    base: Manifest, kept_buckets: Iterable[int | None], **options: Any
+) -> dict[int, ImageStats]:
+    """The base version's statistics of each split bucket whose every shard is kept.
+
+    Those buckets' totals carry over whole (the merge is a sum, in any order),
+    so their shards' companions need not be read: 64 of them read and merged
+    were ~40 ms of a 1% append's ~200 ms of CPU. Empty when the base has no
+    readable ``imagestats.json``.
+    """
+    kept = Counter(b for b in kept_buckets if b is not None)
+    total = Counter(s.bucket for s in base.shards)
+    whole = [b for b, n in kept.items() if n == total[b]]
+    if not whole:
+        return {}
+    try:
+        found = read_version(base.directory, **options)
+    except (InputError, OSError):
+        return {}
+    if found is None:
+        return {}
+    return {b: found.buckets[b] for b in whole if b in found.buckets}
+
+
 def kept(
     fs_in: Any,
     base: str,
@@ -129,14 +154,21 @@ def kept(
     new: str,
     params: Mapping[str, Any],
     place: Callable[[str, str], None],
-) -> ImageStats:
+    counted: bool = False,
+) -> ImageStats | None:
     """The statistics of shard ``old`` of ``base``, kept as ``new``; its companion published.
 
     A readable companion of the base is placed as it is (``place``: the hard link
     or copy the shard got; 64 fsynced rewrites were 0.49 s of a 1% append's
     ~1.3 s wall here), else the statistics are counted from the shard's records.
+    ``counted``: its bucket's total is carried (:func:`carried`), so the
+    companion is placed unread and None is returned.
     """
-    src = layout.stats_path(base, old)
+    src, dst = layout.stats_path(base, old), layout.stats_path(version, new)
+    if counted:
+        with contextlib.suppress(OSError, TfshardsError):  # no companion: counted below
+            place(src, dst)
+            return None
     try:
         stats = ImageStats.from_json(json.loads(storage.read_bytes(fs_in, src)))
     except (OSError, ValueError, KeyError, TypeError, AttributeError):
@@ -144,8 +176,8 @@ def kept(
         stats = of_shard(data, str(params["compression"]), str(params["image_feature"]))
         save_shard(fs_out, version, new, stats)
     else:
-        place(src, layout.stats_path(version, new))
-    return stats
+        place(src, dst)
+    return None if counted else stats
 
 
 def save_version(

@@ -13,7 +13,7 @@ from __future__ import annotations
 import dataclasses
 import errno
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from typing import Any
 
 from tfshards import atomicfile, storage
@@ -27,8 +27,17 @@ from tfshards.writing.shard import ShardResult
 _NO_LINK = {errno.EXDEV, errno.EPERM, errno.EMLINK, errno.ENOTSUP, errno.EOPNOTSUPP}
 
 
-def keep(fs_out: Any, version_path: str, planned: Plan, **options: Any) -> list[ShardResult]:
+def keep(
+    fs_out: Any,
+    version_path: str,
+    planned: Plan,
+    carried: Collection[int] = (),
+    **options: Any,
+) -> list[ShardResult]:
     """Place every kept shard of ``planned`` (and its companions) in ``version_path``.
+
+    ``carried``: the buckets whose statistics carry over whole
+    (:func:`imagestats.carried`); their shards' results hold no statistics.
 
     Raises:
         ShardError: a previous shard is missing or not the size its manifest says.
@@ -46,8 +55,9 @@ def keep(fs_out: Any, version_path: str, planned: Plan, **options: Any) -> list[
         info = dataclasses.replace(kept.info, name=kept.name)
         old, params = kept.info.name, planned.params
         images = imagestats.kept(
-            fs_in, base_path, old, fs_out, version_path, kept.name, params, place
-        )
+            fs_in, base_path, old, fs_out, version_path, kept.name, params, place,
+            counted=kept.info.bucket in carried,
+        )  # fmt: skip
         results.append(ShardResult(info, (), base.schema, True, images))
     return results
 

@@ -36,6 +36,7 @@ from tfshards.run import executor as executors
 from tfshards.run import transform as transforms
 from tfshards.run.executor import Needs
 from tfshards.shardset import datasetinfo, layout, lease
+from tfshards.shardset.imagestats import ImageStats
 from tfshards.shardset.layout import MANIFEST_NAME
 from tfshards.shardset.manifest import Manifest
 from tfshards.writing import growth, imagestats, phashes, reuse, sharding
@@ -90,7 +91,8 @@ def write(config: WriteConfig, listing: FileListing | str, *, progress: bool = T
         # leaves the version, and the one it grows from, alone meanwhile
         # (tfshards.shardset.lease).
         with lease.hold(fs_out, version_path), _hold_base(fs_out, planned):
-            kept = reuse.keep(fs_out, version_path, planned, **config.out_options)
+            carried = _carried_stats(planned, config)
+            kept = reuse.keep(fs_out, version_path, planned, carried, **config.out_options)
             done = _write_shards(pool, planned, config.transform, progress)
             shards = sorted([*kept, *done], key=lambda r: r.info.name)
             manifest = Manifest(
@@ -114,7 +116,7 @@ def write(config: WriteConfig, listing: FileListing | str, *, progress: bool = T
                 )  # fmt: skip
             manifest = _write_metadata(fs_out, version_path, manifest)
             _check_shards_present(fs_out, version_path, manifest)
-            stats = [(r.info.bucket, r.images) for r in shards]
+            stats = [(r.info.bucket, r.images) for r in shards] + list(carried.items())
             imagestats.save_version(
                 fs_out, version_path, stats, last, planned.fingerprint, **config.out_options
             )
@@ -132,6 +134,14 @@ def write(config: WriteConfig, listing: FileListing | str, *, progress: bool = T
     fresh = planned.fresh or damaged or ("previous is none" if previous is None and last else "")
     rotated = sum(r.rotated for r in done)
     return WriteResult(manifest, reused, time.monotonic() - start, fresh=fresh, rotated=rotated)
+
+
+def _carried_stats(planned: Plan, config: WriteConfig) -> dict[int, ImageStats]:
+    """The image statistics of the split buckets kept whole from the base version."""
+    if planned.base is None:
+        return {}
+    buckets = [k.info.bucket for k in planned.kept]
+    return imagestats.carried(planned.base, buckets, **config.out_options)
 
 
 @contextlib.contextmanager
