@@ -75,6 +75,19 @@ def test_remove_deletes_only_its_own_files(tmp_path: Path) -> None:
     assert not (tmp_path / "ck2").exists()  # nothing else there: the folder goes too
 
 
+def test_a_save_folder_left_by_a_kill_mid_save_is_cleared_by_the_next_save(tmp_path: Path) -> None:
+    """A multi-worker save writes into ``<prefix>_temp/`` first; a SIGKILL there leaves it."""
+    checkpoint = _saved(tmp_path / "ck", epochs=1)
+    left = tmp_path / "ck" / "epoch-00001-step-0000000008_temp"
+    left.mkdir()
+    (left / "part-00000-of-00001.data-00000-of-00001").write_bytes(b"half")
+    checkpoint.save(2, [{"epoch": 1}, {"epoch": 2}])
+    assert not left.exists() and checkpoint.restore()[0] == 2
+    left.mkdir()
+    checkpoint.remove()
+    assert not (tmp_path / "ck").exists()
+
+
 def _truncate_data(folder: Path) -> None:
     data = next(p for p in folder.iterdir() if ".data-" in p.name)
     data.write_bytes(data.read_bytes()[:10])

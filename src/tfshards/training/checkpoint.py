@@ -27,6 +27,7 @@ import contextlib
 import hashlib
 import json
 import os
+import shutil
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -154,7 +155,7 @@ class Checkpoint:
         self.step = step or 0
         for name in os.listdir(self.directory):
             if name.startswith(_PREFIX) and not name.startswith(prefix + "."):
-                os.remove(self._path(name))
+                _delete(self._path(name))
 
     def remove(self) -> None:
         """Delete the checkpoint's own files (a finished run needs them no more).
@@ -166,7 +167,7 @@ class Checkpoint:
             return
         for name in os.listdir(self.directory):
             if name == STATE or name.startswith(_PREFIX) or atomicfile.is_temp_name(name):
-                os.remove(self._path(name))
+                _delete(self._path(name))
         os.remove(self._path(MARKER))
         with contextlib.suppress(OSError):  # something else lives there: it stays, and the folder
             os.rmdir(self.directory)
@@ -193,6 +194,15 @@ class Checkpoint:
             if found != expected:
                 return f"has a damaged {name} (expected {expected}, found {found})"
         return None
+
+
+def _delete(path: str) -> None:
+    """Remove a checkpoint file, or the ``<prefix>_temp`` folder TensorFlow writes a
+    multi-worker save into (left behind by a run killed while saving)."""
+    if os.path.isdir(path) and not os.path.islink(path):
+        shutil.rmtree(path)
+    else:
+        os.remove(path)
 
 
 def settings_key(settings: dict[str, Any]) -> str:
