@@ -136,6 +136,8 @@ def records(tf: Any, gate: Gate) -> Callable[[Any], Any]:
         data, starts, lengths = read_chunk(gate, path.decode(), row.tolist())
         return np.array(data, dtype=object), starts, lengths  # object: bytes kept whole
 
+    plain = tf.autograph.experimental.do_not_convert  # no tensor control flow to convert
+
     def dataset(path: Any) -> Any:
         rows = tf.numpy_function(rows_of, [path], tf.int64)
         rows.set_shape([None, 4])
@@ -149,7 +151,7 @@ def records(tf: Any, gate: Gate) -> Callable[[Any], Any]:
             lengths.set_shape([None])
             return tf.strings.substr(data, starts, lengths)
 
-        return tf.data.Dataset.from_tensor_slices(rows).map(split).unbatch()
+        return tf.data.Dataset.from_tensor_slices(rows).map(plain(split)).unbatch()
 
     return dataset
 

@@ -115,6 +115,7 @@ def records(
     """A ``tf.data.Dataset`` of serialized records: the rest of ``start``'s epoch, then
     (``repeat``) every following epoch."""
     last = _FOREVER if repeat else start.epoch + 1
+    plain = tf.autograph.experimental.do_not_convert  # no tensor control flow to convert
 
     def slices(epoch: np.int64) -> np.ndarray:
         e = int(epoch)
@@ -127,7 +128,7 @@ def records(
     def windows(epoch: Any) -> Any:
         rows = tf.numpy_function(slices, [epoch], tf.int64)
         rows.set_shape([None, 3])
-        return tf.data.Dataset.from_tensor_slices(rows).map(lambda row: (epoch, row))
+        return tf.data.Dataset.from_tensor_slices(rows).map(plain(lambda row: (epoch, row)))
 
     def cut(epoch: Any, row: Any) -> Any:
         data, begin, size = tf.numpy_function(read, [epoch, row], (tf.string, tf.int64, tf.int64))
@@ -137,7 +138,7 @@ def records(
         return tf.strings.substr(data, begin, size)
 
     epochs = tf.data.Dataset.range(start.epoch, last)
-    return epochs.flat_map(windows).map(cut).prefetch(1).unbatch()
+    return epochs.flat_map(plain(windows)).map(plain(cut)).prefetch(1).unbatch()
 
 
 def epoch_order(

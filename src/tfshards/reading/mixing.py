@@ -206,7 +206,8 @@ def _choices(tf: Any, plan: MixPlan, begin: Position, last: int) -> Any:
         found.set_shape([None])
         return tf.data.Dataset.from_tensor_slices(found)
 
-    return tf.data.Dataset.range(begin.epoch, last).flat_map(epoch_ids)
+    plain = tf.autograph.experimental.do_not_convert  # no tensor control flow to convert
+    return tf.data.Dataset.range(begin.epoch, last).flat_map(plain(epoch_ids))
 
 
 def _check_options(options: dict[str, Any]) -> None:
