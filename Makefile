@@ -39,12 +39,13 @@ lint: install
 	$(BIN)/ruff format --check src stages tests bench
 	$(BIN)/mypy
 
-# loadgroup: tests marked xdist_group share one worker (and its module fixtures).
+# loadfile: a test file's tests share one worker, so its module fixtures (a trained run, a
+# reproduced pipeline, a built sdist) are made once, not once per worker.
 test: lint
-	$(BIN)/pytest -n 2 --dist loadgroup --durations=15
+	$(BIN)/pytest -n 2 --dist loadfile --durations=15
 
 test-fast: install
-	$(BIN)/pytest -n 2 --dist loadgroup -m "not slow"
+	$(BIN)/pytest -n 2 --dist loadfile -m "not slow"
 
 # dvc.yaml: each stage's src/ deps become the modules its script imports (tests/test_stages.py).
 deps: install

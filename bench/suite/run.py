@@ -35,19 +35,17 @@ def _sections(value: str) -> tuple[str, ...]:
     return picked
 
 
-def use_bytecode_cache(path: str) -> None:
-    """Read and write ``.pyc`` files under ``path``, here and in every child process.
+def use_bytecode_cache() -> None:
+    """Read and write ``.pyc`` files, here and in every child process.
 
-    ``make`` exports ``PYTHONDONTWRITEBYTECODE=1`` and uv installs without
-    compiling, so without this every process compiles TensorFlow from source
-    (~12 s of CPU to import it on the bench machine instead of ~3.5 s) and each
-    pool worker compiles numpy: numbers no installed user would see.
+    Where ``PYTHONDONTWRITEBYTECODE`` is set (CI machines set it), the modules
+    that no install compiled (this checkout's ``src``, ``bench`` and ``tests``)
+    are compiled again by every process that imports them, each pool worker
+    too: a cost no installed user pays. ``make install`` compiles the packages
+    it installs, so they are read from their own ``__pycache__``.
     """
-    cache = os.path.abspath(path)
     os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
-    os.environ["PYTHONPYCACHEPREFIX"] = cache
     sys.dont_write_bytecode = False
-    sys.pycache_prefix = cache
 
 
 def main(
@@ -71,7 +69,7 @@ def main(
         "python -m bench.suite.run " + shlex.join(sys.argv[1:]) if sys.argv[1:] else "make bench"
     )
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")  # before anything imports TensorFlow
-    use_bytecode_cache(os.path.join(data, ".pycache"))
+    use_bytecode_cache()
     from bench.suite import report
     from bench.suite.runner import log, run
 

@@ -54,7 +54,8 @@ def _run(
 def _user_env(tmp: Path, path: str) -> dict[str, str]:
     """A user's environment: this one's network and certificate settings (uv needs them),
     none of this checkout's Python or tfshards settings, caches in ``tmp``."""
-    drop = ("PYTHONPATH", "PYTHONHOME", "PYTHONSTARTUP", "VIRTUAL_ENV", "TFSHARDS_", "FSSPEC_")
+    drop = ("PYTHONPATH", "PYTHONHOME", "PYTHONSTARTUP", "PYTHONDONTWRITEBYTECODE", "VIRTUAL_ENV")
+    drop += ("TFSHARDS_", "FSSPEC_")
     return {
         **{k: v for k, v in os.environ.items() if not k.startswith(drop)},
         "PATH": path,

@@ -107,7 +107,6 @@ def huge_listing(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
     return raw, base / "listing"
 
 
-@pytest.mark.xdist_group("huge_listing")  # one worker lists the 5 GB file once
 def test_a_5_gb_file_is_refused_before_it_is_read(huge_listing, tmp_path, loop):
     raw, listing_dir = huge_listing
     code, stderr = _write(listing_dir, tmp_path / "shards", tmp_path / "m.json")
@@ -118,7 +117,6 @@ def test_a_5_gb_file_is_refused_before_it_is_read(huge_listing, tmp_path, loop):
     )
 
 
-@pytest.mark.xdist_group("huge_listing")  # one worker lists the 5 GB file once
 def test_a_5_gb_file_is_a_reject_with_skip_and_the_rest_is_written(huge_listing, tmp_path, loop):
     _, listing_dir = huge_listing
     code, stderr = _write(
