@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import io
 
 import numpy as np
@@ -126,3 +127,44 @@ def test_a_set_twice_the_target_is_decoded_scaled(large_set):
     scaled, whole = _batches(large_set, 64, True), _batches(large_set, 64, False)
     assert scaled.shape == whole.shape == (24, 64, 64, 3)
     assert 0.0 < np.abs(scaled - whole).mean() < 0.02
+
+
+def _mixed_set(base):  # type: ignore[no-untyped-def]
+    write_synthetic(str(base / "img"), 12, 48, workers=1)
+    write_synthetic(str(base / "img"), 4, 48, fmt="png", workers=1, classes=2, seed=9)
+    config = WriteConfig(out=str(base / "shards"), num_shards=2, executor="serial")
+    return write(config, list_files(str(base / "img")), progress=False).manifest
+
+
+def test_the_stored_formats_come_from_the_versions_statistics(small_set, tmp_path):
+    from tfshards.reading.decode import stored_formats
+
+    assert stored_formats(small_set) == {"JPEG": 12}
+    mixed = stored_formats(_mixed_set(tmp_path))
+    assert mixed is not None and mixed["JPEG"] > 0 and mixed["PNG"] > 0
+    (tmp_path / "none").mkdir()  # a version without statistics: formats unknown
+    assert stored_formats(dataclasses.replace(small_set, root=str(tmp_path / "none"))) is None
+
+
+@pytest.mark.parametrize("size", [48, 512])
+@pytest.mark.parametrize("channels", [1, 3])
+def test_decode_jpeg_gives_the_pixels_of_decode_image(size, channels):
+    import tensorflow as tf
+
+    data = tf.constant(_jpeg(size))
+    for resize, side in ((False, size), (True, size // 2)):
+        shape = (side, side, channels)
+        sniffed = decode_image(data, shape, resize=resize, scaled=False).numpy()
+        direct = decode_image(data, shape, resize=resize, scaled=False, jpeg=True).numpy()
+        np.testing.assert_array_equal(sniffed, direct)
+    shape = (size // 4, size // 4, channels)  # the scaled decode, with and without the switch
+    np.testing.assert_array_equal(
+        decode_image(data, shape, resize=True).numpy(),
+        decode_image(data, shape, resize=True, jpeg=True).numpy(),
+    )
+
+
+def test_a_set_of_jpegs_and_pngs_still_reads_every_image(tmp_path):
+    mixed = _mixed_set(tmp_path)
+    read = _batches(mixed, 48, True)
+    assert read.shape == (mixed.records, 48, 48, 3)

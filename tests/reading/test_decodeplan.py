@@ -38,3 +38,19 @@ def test_record_by_record_by_default_and_as_asked(source):
 
 def test_the_plan_is_a_value():
     assert plan(source=(512, 512), target=(224, 224)) == DecodePlan(per_record=True, scaled=True)
+
+
+@pytest.mark.parametrize(
+    ("formats", "jpeg"),
+    [
+        ({"JPEG": 20}, True),
+        ({"JPEG": 20, "PNG": 0}, True),  # a format counted zero times is not there
+        ({"JPEG": 19, "PNG": 1}, False),  # one PNG: every image's format is sniffed
+        ({"PNG": 20}, False),
+        ({"JPEG": 0}, False),  # no images counted
+        ({}, False),
+        (None, False),  # a version without statistics
+    ],
+)
+def test_decode_jpeg_only_where_the_statistics_count_nothing_but_jpegs(formats, jpeg):
+    assert plan(source=(96, 96), target=None, formats=formats).jpeg is jpeg

@@ -24,13 +24,21 @@ record and on what the path cannot lose):
   record by record read 1.29x and 1.00x at 32 px (batch 0.80x, 1.18x),
   0.53x and 0.97x at 96 px (0.56x, 0.80x), 0.92x and 0.63x at 224 px (0.53x,
   0.50x), 1.55x and 0.98x for 512 px read at 224 (0.78x, 0.47x).
+- ``tf.io.decode_jpeg`` against ``tf.io.decode_image`` (which sniffs the
+  format of each image): the same pixels, and at 512 px 3.68 against 4.13 ms
+  of CPU per image (11% less; 500 JPEGs in a parallel map, medians of 5
+  rounds on a quiet machine); no difference at 96 px (243 against 244 us). A
+  set uses it when its image statistics (``imagestats.json``, counted from the
+  stored payloads as they were written) count JPEGs only.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 SCALED_FROM = 2  # the smallest source / target ratio (both sides) at which libjpeg scales (1/2)
+JPEG = "JPEG"  # the format name the image statistics count JPEGs under
 
 
 @dataclass(frozen=True)
@@ -39,6 +47,7 @@ class DecodePlan:
 
     per_record: bool
     scaled: bool
+    jpeg: bool = False  # every stored image is a JPEG: decode_jpeg, no format sniffing
 
 
 def plan(
@@ -47,6 +56,7 @@ def plan(
     target: tuple[int, int] | None,
     per_record: bool | None = None,
     scaled_decode: bool = True,
+    formats: Mapping[str, int] | None = None,
 ) -> DecodePlan:
     """The decode path for a set whose images are ``source`` (height, width) pixels.
 
@@ -54,7 +64,8 @@ def plan(
     resized; None when unknown (no image decoded). ``target``: the size the
     images are resized to, None when they are not resized. ``per_record`` and
     ``scaled_decode`` are the caller's options: a ``per_record`` given wins;
-    ``scaled_decode=False`` turns the scaled decode off.
+    ``scaled_decode=False`` turns the scaled decode off. ``formats``: the
+    stored images counted per format (None when the set has no statistics).
     """
     by_record = True if per_record is None else per_record
     scaled = (
@@ -64,4 +75,6 @@ def plan(
         and source[0] >= SCALED_FROM * target[0]
         and source[1] >= SCALED_FROM * target[1]
     )
-    return DecodePlan(per_record=by_record, scaled=scaled)
+    counts = dict(formats or {})
+    jpeg = counts.pop(JPEG, 0) > 0 and not any(counts.values())
+    return DecodePlan(per_record=by_record, scaled=scaled, jpeg=jpeg)

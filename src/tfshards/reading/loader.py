@@ -54,7 +54,13 @@ from tfshards.format.wire import COMPRESSIONS
 from tfshards.reading import chunks, epochdata
 from tfshards.reading.cache import ShardCache
 from tfshards.reading.corruption import find_corrupt_record
-from tfshards.reading.decode import decode_image, decode_images, image_shape, parse_fn
+from tfshards.reading.decode import (
+    decode_image,
+    decode_images,
+    image_shape,
+    parse_fn,
+    stored_formats,
+)
 from tfshards.reading.decodeplan import DecodePlan, plan
 from tfshards.reading.epochorder import Position
 from tfshards.reading.gate import Gate
@@ -181,14 +187,17 @@ def from_options(
     names = [manifest.image_feature] if decoding.features is None else list(decoding.features)
     shape: tuple[int, int, int] | None = None
     source: tuple[int, int] | None = None
+    formats: dict[str, int] | None = None
     if decoding.decode and manifest.image_feature in names:
         shape, source = image_shape(shards, paths, gate, manifest, decoding)
+        formats = stored_formats(manifest, **read.storage_options)
     target = _resize_to(manifest, decoding)
     how = plan(
         source=source,
         target=target,
         per_record=decoding.per_record,
         scaled_decode=decoding.scaled_decode,
+        formats=formats,
     )
     records = _shuffled_records(shards, manifest, paths, gate, read, how.per_record)
     to_inputs = _to_inputs(manifest, names, shape, decoding, how, read.batch_size)
@@ -294,7 +303,7 @@ def _to_inputs(
     """Serialized records (one, or a batch) -> ``(inputs, label)``: parsed, image decoded."""
     image_feature = manifest.image_feature
     resize = _resize_to(manifest, decoding) is not None
-    per_record, scaled = how.per_record, how.scaled
+    per_record, scaled, jpeg = how.per_record, how.scaled, how.jpeg
     parse = parse_fn(manifest, [*names, "label"], single=per_record)
     dtype = decoding.image_dtype
 
@@ -303,10 +312,16 @@ def _to_inputs(
         if shape is not None:
             data = parsed[image_feature]
             parsed[image_feature] = (
-                decode_image(data, shape, resize=resize, dtype=dtype, scaled=scaled)
+                decode_image(data, shape, resize=resize, dtype=dtype, scaled=scaled, jpeg=jpeg)
                 if per_record
                 else decode_images(
-                    data, shape, resize=resize, dtype=dtype, batch_size=batch_size, scaled=scaled
+                    data,
+                    shape,
+                    resize=resize,
+                    dtype=dtype,
+                    batch_size=batch_size,
+                    scaled=scaled,
+                    jpeg=jpeg,
                 )
             )
         label = parsed.pop("label")
