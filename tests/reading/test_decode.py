@@ -168,3 +168,18 @@ def test_a_set_of_jpegs_and_pngs_still_reads_every_image(tmp_path):
     mixed = _mixed_set(tmp_path)
     read = _batches(mixed, 48, True)
     assert read.shape == (mixed.records, 48, 48, 3)
+
+
+def test_the_loader_decodes_an_all_jpeg_set_with_decode_jpeg_and_a_mixed_one_sniffing(
+    small_set, tmp_path, monkeypatch
+):
+    asked: list[bool] = []
+
+    def recording(*args, **kwargs):  # type: ignore[no-untyped-def]
+        asked.append(kwargs["jpeg"])
+        return decode_image(*args, **kwargs)
+
+    monkeypatch.setattr(loader, "decode_image", recording)
+    _batches(small_set, 48, True)
+    _batches(_mixed_set(tmp_path), 48, True)
+    assert asked == [True, False]  # each dataset's map traced once
