@@ -14,7 +14,7 @@ from setuptools import Extension, setup
 # One C file per job; _native.c holds the module table (its comment lists the rest).
 SOURCES = [
     f"src/tfshards/format/_native{part}.c"
-    for part in ("", "_crc32c", "_frame", "_scan", "_parse", "_files", "_imagehead")
+    for part in ("", "_crc32c", "_frame", "_scan", "_parse", "_files", "_imagehead", "_members")
 ]
 HEADERS = ["src/tfshards/format/_native.h", "src/tfshards/format/_native_crc32c.h"]
 

@@ -9,6 +9,7 @@ file). Atomic publication lives in :mod:`tfshards.atomicfile`.
 from __future__ import annotations
 
 import errno
+import functools
 import os
 import posixpath
 import stat
@@ -27,7 +28,20 @@ def open_url(url: str, **storage_options: Any) -> tuple[Any, str]:
     """
     if not url:
         raise ConfigError("storage URL is empty")
+    if url.startswith("/") and not storage_options:
+        return _absolute_local(url)
     reject_credentials(url)
+    return _url_to_fs(url, **storage_options)
+
+
+@functools.lru_cache(maxsize=256)
+def _absolute_local(path: str) -> tuple[Any, str]:
+    """An absolute local path's answer, the same every time: a write of 16 small shards
+    asked it ~100 times, ~80 us each in fsspec's URL parsing."""
+    return _url_to_fs(path)
+
+
+def _url_to_fs(url: str, **storage_options: Any) -> tuple[Any, str]:
     import fsspec  # on first use: ~0.1 s that `tfshards --help` need not pay
 
     try:

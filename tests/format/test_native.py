@@ -145,3 +145,45 @@ def test_read_lines_joins_the_lines_by_number_and_names_the_first_bad_offset(
         assert C.read_lines(idx.fileno(), f.fileno(), order.tobytes()) == (b"", 4)
         past = np.array([0, 60], dtype=np.uint32)  # no offsets there
         assert C.read_lines(idx.fileno(), f.fileno(), past.tobytes()) == (b"", 1)
+
+
+def _listing_line(label: int, path: str, token: str) -> bytes:
+    return b'{"label":"L%d","label_index":%d,"path":"%s","size":1,"token":"%s"}\n' % (
+        label,
+        label,
+        path.encode(),
+        token.encode(),
+    )
+
+
+@needs_c
+def test_match_members_finds_each_member_line_in_the_listing_or_says_none():
+    assert C is not None
+    listing = b"".join(_listing_line(i % 2, f"p{i}.png", f"t{i}") for i in range(6))
+    keep = [b"0", b"1"]
+    first = b'["p4.png","t4",0]\n["p1.png","t1",1]\n'
+    changed = b'["p2.png","t9",0]\n'  # another token
+    relabeled = b'["p3.png","t3",0]\n'  # listed under label 1
+    no_newline = b'["p5.png","t5",1]'
+    found = C.match_members(listing, 6, keep, [first, changed, relabeled, b"", no_newline])
+    assert found is not None
+    assert np.frombuffer(found[0], np.int32).tolist() == [4, 1]
+    assert found[1] is None and found[2] is None
+    assert found[3] == b"" and np.frombuffer(found[4], np.int32).tolist() == [5]
+    # A label no kept record carries (b"-1") matches nothing.
+    assert C.match_members(listing, 6, [b"0", b"-1"], [first])[0] is None
+
+
+@needs_c
+@pytest.mark.parametrize(
+    "listing, files",
+    [
+        (_listing_line(0, 'q\\"uote.png', "t"), 1),  # an escaped character: Python decodes
+        (_listing_line(0, "a.png", "t"), 2),  # fewer lines than files
+        (_listing_line(3, "a.png", "t"), 1),  # a label index beyond keep
+        (_listing_line(0, "a.png", "t").replace(b"}", b',"x":1}'), 1),  # an extra column
+    ],
+)
+def test_match_members_gives_up_on_a_listing_that_is_not_plain(listing, files):
+    assert C is not None
+    assert C.match_members(listing, files, [b"0"], [b'["a.png","t",0]\n']) is None

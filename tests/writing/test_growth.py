@@ -16,12 +16,15 @@ from typer.testing import CliRunner
 
 from tfshards.cli import app
 from tfshards.errors import ConfigError, InputError
+from tfshards.format import native
 from tfshards.listing.listing import list_files, write_listing
+from tfshards.listing.storedlisting import open_stored
 from tfshards.shardset import diff, layout
 from tfshards.shardset.manifest import Manifest
 from tfshards.shardset.split import split
 from tfshards.validation.config import ValidateConfig
 from tfshards.validation.validate import validate
+from tfshards.writing import growth
 from tfshards.writing.config import WriteConfig
 from tfshards.writing.writer import WriteResult, write
 
@@ -281,3 +284,31 @@ def test_a_previous_version_missing_a_shard_lends_none_and_the_write_still_compl
     )
     assert again.manifest.base == "" and again.manifest.labels == grown.labels
     assert validate(ValidateConfig(str(tmp_path / "manifest.json"))).ok
+
+
+@pytest.mark.parametrize("odd", [None, 'q"uote.png'])
+def test_the_c_match_finds_what_the_python_ones_do(raw, tmp_path, monkeypatch, odd):
+    first = _grow(raw, tmp_path, num_shards=16).manifest
+    _add(raw, 7)
+    files = sorted(raw.rglob("*.png"))
+    files[5].write_bytes(files[6].read_bytes())  # another content
+    files[9].unlink()
+    if odd:
+        shutil.copyfile(files[0], files[0].parent / odd)
+    write_listing(list_files(str(raw)), str(tmp_path / "listing"))
+    stored = open_stored(str(tmp_path / "listing"))
+    assert stored is not None
+    labels, ids = list(stored.labels), list(range(len(stored.labels)))
+    c_found = None
+    if native.NATIVE is not None:  # the C pass takes a plain listing, and hands others back
+        c_found = growth.match(first, stored, labels, ids)
+        plain = native.NATIVE.match_members(stored.jsonl(), stored.files, [b"0"] * len(ids), [])
+        assert (plain is None) == bool(odd)
+    monkeypatch.setattr(native, "NATIVE", None)
+    as_bytes = growth.match(first, stored, labels, ids)  # the regex pass and dict of lines
+    decoded = growth.match(first, list_files(str(raw)), labels, ids)  # a listing in memory
+    assert as_bytes == decoded
+    assert (decoded.added, decoded.changed, decoded.removed) == (7 + bool(odd), 1, 1)
+    assert sum(h is not None and -1 not in h for _, h in decoded.held) == 14  # 2 shards touched
+    if c_found is not None:
+        assert c_found == decoded

@@ -22,6 +22,8 @@
  *   hash_files        (_native_files.c) SHA-256 and size of many files of one folder
  *   stat_files        (_native_files.c) stat of many files of one folder
  *   read_lines        (_native_files.c) many lines of a stored listing by line number
+ *   match_members     (_native_members.c) where each line of a grown version's
+ *                     previous member lists is in the new listing
  *
  * CRC-32C is in _native_crc32c.c, the shared constants in _native.h.
  *
@@ -56,6 +58,8 @@ static PyMethodDef methods[] = {
     {"outline_examples", outline_examples, METH_VARARGS,
      "outline_examples(buffer, starts, ends, keys) -> (ok, kinds, counts, firsts)"},
     {"read_lines", read_lines, METH_VARARGS, "read_lines(idx_fd, lines_fd, indices) -> (text, bad)"},
+    {"match_members", match_members, METH_VARARGS,
+     "match_members(listing, files, keep, members) -> [indices | None, ...] | None"},
     {"hash_spans", hash_spans, METH_VARARGS, "hash_spans(buffer, starts, ends) -> digests"},
     {"image_headers", image_headers, METH_VARARGS,
      "image_headers(buffer, starts, ends) -> int64 (format, width, height, channels) each"},

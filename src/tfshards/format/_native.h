@@ -59,5 +59,6 @@ PyObject *image_records(PyObject *self, PyObject *args);    /* _native_imagehead
 PyObject *hash_files(PyObject *self, PyObject *args);    /* _native_files.c */
 PyObject *stat_files(PyObject *self, PyObject *args);    /* _native_files.c */
 PyObject *read_lines(PyObject *self, PyObject *args);    /* _native_files.c */
+PyObject *match_members(PyObject *self, PyObject *args); /* _native_members.c */
 
 #endif

@@ -62,6 +62,10 @@ class Native(Protocol):
 
     def read_lines(self, idx_fd: int, lines_fd: int, indices: Buffer) -> tuple[bytes, int]: ...
 
+    def match_members(
+        self, listing: Buffer, files: int, keep: list[bytes], members: list[bytes]
+    ) -> list[bytes | None] | None: ...
+
 
 def _load() -> tuple[Native | None, str | None]:
     """The module, or None and why it is missing (none when the Python loops were asked for)."""

@@ -104,7 +104,7 @@ class Listing:
         """Each file's path relative to the root, in order."""
         return map(_PATH, self.entries)
 
-    def raw_rows(self) -> None:
+    def jsonl(self) -> None:
         """None: the entries are in memory already (:meth:`scan`)."""
         return None
 

@@ -62,8 +62,8 @@ class FileListing(Protocol):
         """Each file's ``(path, token, label id)``, in listing order, in one streamed pass."""
         ...
 
-    def raw_rows(self) -> list[tuple[bytes, bytes, bytes]] | None:
-        """Each file's label id, path and token as JSON bytes, when cheap; else None."""
+    def jsonl(self) -> bytes | None:
+        """The stored ``files.jsonl`` as it is on disk, or None for a listing held in memory."""
         ...
 
     def rows(self, indices: array[int]) -> Rows:

@@ -9,6 +9,7 @@ whatever the number of values. Adding and merging are sums, in any order.
 from __future__ import annotations
 
 import functools
+import operator
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -88,7 +89,9 @@ class Histogram:
             self.low = other.low if not self.total else min(self.low, other.low)
             self.high = max(self.high, other.high)
         self.total += other.total
-        self.counts = [a + b for a, b in zip(self.counts, other.counts, strict=True)]
+        if len(other.counts) != len(self.counts):
+            raise ValueError(f"expected {len(self.counts)} bins, found {len(other.counts)}")
+        self.counts = list(map(operator.add, self.counts, other.counts))
 
     def median(self) -> int:
         """The lower median: exact below :data:`EXACT`, else its bin's middle (within min..max)."""
@@ -105,7 +108,7 @@ class Histogram:
 
     @classmethod
     def from_json(cls, doc: Mapping[str, Any], bits: int) -> Histogram:
-        counts = [int(n) for n in doc["counts"]]
+        counts = list(map(int, doc["counts"]))
         if len(counts) != bin_count(bits):
             raise ValueError(f"expected {bin_count(bits)} bins, found {len(counts)}")
         return cls(counts, int(doc["min"]), int(doc["max"]), sum(counts))

@@ -67,14 +67,14 @@ _PLAIN_ROW = re.compile(rb'^\["([^"\\\n]*)","([^"\\\n]*)",(\d+)\]$', re.M)
 def raw_rows(fs: Any, version: str, shard: ShardInfo) -> list[tuple[bytes, bytes, bytes]]:
     """``shard``'s members: path, token and label id as the JSON bytes of the list.
 
-    Compared with :meth:`tfshards.listing.storedlisting.StoredListing.raw_rows`:
+    Compared with :func:`tfshards.listing.storedlisting.plain_rows`:
     both are written by ``json`` with ``ensure_ascii=False``, so equal strings
     are equal bytes. A list with an escaped character is decoded and re-encoded.
 
     Raises:
         InputError: as :func:`load`.
     """
-    data = _read(fs, version, shard)
+    data = read(fs, version, shard)
     found: list[tuple[bytes, bytes, bytes]] = _PLAIN_ROW.findall(data)
     if len(found) == shard.records:
         return found
@@ -89,7 +89,7 @@ def lines(fs: Any, version: str, shard: ShardInfo) -> list[bytes]:
     Raises:
         InputError: the list is missing or does not match the manifest's ``records_sha256``.
     """
-    data = _read(fs, version, shard)
+    data = read(fs, version, shard)
     return data.split(b"\n")[:-1] if data.endswith(b"\n") else data.split(b"\n")
 
 
@@ -108,12 +108,12 @@ def load(fs: Any, version: str, shard: ShardInfo, *, trusted: bool = False) -> l
         InputError: the list is missing or malformed, holds another number of
             records than its shard, or does not match the manifest's ``records_sha256``.
     """
-    data = _read(fs, version, shard)
+    data = read(fs, version, shard)
     where = storage.unstrip(fs, layout.records_path(version, shard.name))
     return _checked(data, where, shard, trusted=trusted)
 
 
-def _read(fs: Any, version: str, shard: ShardInfo) -> bytes:
+def read(fs: Any, version: str, shard: ShardInfo) -> bytes:
     """The member list's bytes, checked against the manifest's ``records_sha256``."""
     path = layout.records_path(version, shard.name)
     where = storage.unstrip(fs, path)
