@@ -14,6 +14,7 @@ import pytest
 from fsspec.implementations.memory import MemoryFileSystem
 
 from tfshards.errors import ShardError
+from tfshards.reading import cache as cache_module
 from tfshards.reading import corruption, loader
 from tfshards.reading.cache import SIDECAR, ShardCache, default_cache_dir
 from tfshards.shardset.manifest import Manifest
@@ -169,3 +170,67 @@ def test_cached_shard_that_the_manifest_vouches_for_is_walked_before_tensorflow_
         ):
             pass
     assert str(info.value) == expected
+
+
+@pytest.fixture
+def on_s3(make_raw: Callable[..., Path], write_set: Callable[..., Manifest], tmp_path, s3):
+    """24 synthetic 16 px JPEGs in 3 shards on moto's S3 server; with its storage options."""
+    raw = make_raw(24, 16, classes=2, path=tmp_path / "img")
+    out = "s3://bucket/shards"
+    return write_set(raw, out, num_shards=3, executor="serial", out_options=s3), s3
+
+
+@pytest.mark.parametrize("chunk", [None, 1000, "exact"])
+def test_a_download_is_ranged_gets_with_no_head_request(on_s3, tmp_path, monkeypatch, chunk):
+    import s3fs
+
+    manifest, options = on_s3
+    shard = manifest.shards[0]
+    if chunk is not None:  # several ranges; "exact": the shard is one whole range
+        monkeypatch.setattr(cache_module, "CHUNK_BYTES", shard.bytes if chunk == "exact" else chunk)
+
+    def no_head(*args, **kwargs):
+        raise AssertionError("a download asked for the object's size")
+
+    monkeypatch.setattr(s3fs.S3FileSystem, "_info", no_head)
+    cache = ShardCache(str(tmp_path / "cache"))
+    paths = cache.fetch_all(manifest, manifest.shards, **options)
+    for path, s in zip(paths, manifest.shards, strict=True):
+        assert hashlib.sha256(Path(path).read_bytes()).hexdigest() == s.sha256
+
+
+@pytest.mark.parametrize("change", [-7, 1, 70_000])
+def test_a_remote_shard_of_another_size_is_refused_with_its_size(
+    remote, tmp_path, monkeypatch, change
+):
+    monkeypatch.setattr(cache_module, "CHUNK_BYTES", 4096)
+    shard = remote.shards[2]
+    fs = MemoryFileSystem()
+    data = fs.cat_file(_remote_path(remote, shard.name))
+    fs.pipe_file(
+        _remote_path(remote, shard.name), data[:change] if change < 0 else data + b"x" * change
+    )
+    cache = ShardCache(str(tmp_path / "cache"))
+    found = shard.bytes + change
+    with pytest.raises(
+        ShardError,
+        match=rf"{shard.name}: size mismatch: expected {shard.bytes} bytes, found {found}",
+    ):
+        cache.fetch_all(remote, remote.shards)
+    assert not Path(cache.path(shard)).exists()
+
+
+@pytest.mark.parametrize("keep", [1500, 2000, 2001])  # inside a range, at its end, past it
+def test_a_shorter_shard_on_s3_is_refused_with_its_size(on_s3, tmp_path, monkeypatch, keep):
+    import s3fs
+
+    manifest, options = on_s3
+    monkeypatch.setattr(cache_module, "CHUNK_BYTES", 1000)
+    shard = manifest.shards[1]
+    fs = s3fs.S3FileSystem(**options)
+    url = manifest.shard_url(shard)
+    fs.pipe_file(url, fs.cat_file(url)[:keep])
+    cache = ShardCache(str(tmp_path / "cache"))
+    wrong = rf"{shard.name}: size mismatch: expected {shard.bytes} bytes, found {keep}"
+    with pytest.raises(ShardError, match=wrong):
+        cache.fetch_all(manifest, [shard], **options)

