@@ -121,25 +121,28 @@ def save_shard(fs: Any, version: str, shard: str, stats: ImageStats) -> None:
         raise storage.write_error(fs, path, exc) from None
 
 
+def read_base(previous: Manifest | None, fingerprint: str, **options: Any) -> VersionStats | None:
+    """The statistics of the version a write follows (read once for :func:`carried` and
+    :func:`save_version`); None when there is none, it is this version, or they are unreadable."""
+    if previous is None or previous.fingerprint == fingerprint:
+        return None
+    with contextlib.suppress(InputError, OSError):  # unreadable: nothing to carry or compare
+        return read_version(previous.directory, **options)
+    return None
+
+
 def carried(
-    base: Manifest, kept_buckets: Iterable[int | None], **options: Any
+    base: Manifest, kept_buckets: Iterable[int | None], found: VersionStats | None
 ) -> dict[int, ImageStats]:
-    """The base version's statistics of each split bucket whose every shard is kept.
+    """The base version's statistics (``found``) of each split bucket whose every shard is kept.
 
     Those buckets' totals carry over whole (the merge is a sum, in any order),
     so their shards' companions need not be read: 64 of them read and merged
-    were ~40 ms of a 1% append's ~200 ms of CPU. Empty when the base has no
-    readable ``imagestats.json``.
+    were ~40 ms of a 1% append's ~200 ms of CPU. Empty without ``found``.
     """
     kept = Counter(b for b in kept_buckets if b is not None)
     total = Counter(s.bucket for s in base.shards)
     whole = [b for b, n in kept.items() if n == total[b]]
-    if not whole:
-        return {}
-    try:
-        found = read_version(base.directory, **options)
-    except (InputError, OSError):
-        return {}
     if found is None:
         return {}
     return {b: found.buckets[b] for b in whole if b in found.buckets}
@@ -185,21 +188,16 @@ def save_version(
     version: str,
     shards: Iterable[tuple[int | None, ImageStats | None]],
     previous: Manifest | None,
-    fingerprint: str,
-    **options: Any,
+    base: VersionStats | None,
 ) -> None:
     """Merge ``(bucket, stats)`` of each shard, in order, into ``version/imagestats.json``.
 
-    ``previous``'s buckets (when it has statistics and is another version) go under ``base``.
+    ``base``, the statistics of ``previous`` (:func:`read_base`), go under ``base``.
     """
     buckets: dict[int, ImageStats] = {}
     for bucket, stats in shards:
         if stats is not None:
             buckets.setdefault(bucket or 0, ImageStats()).merge(stats)
-    base = None
-    if previous is not None and previous.fingerprint != fingerprint:
-        with contextlib.suppress(InputError, OSError):  # unreadable: nothing to compare with
-            base = read_version(previous.directory, **options)
     doc = VersionStats(
         buckets,
         base.buckets if base is not None else None,

@@ -36,7 +36,7 @@ from tfshards.run import executor as executors
 from tfshards.run import transform as transforms
 from tfshards.run.executor import Needs
 from tfshards.shardset import datasetinfo, layout, lease
-from tfshards.shardset.imagestats import ImageStats
+from tfshards.shardset.imagestats import ImageStats, VersionStats
 from tfshards.shardset.layout import MANIFEST_NAME
 from tfshards.shardset.manifest import Manifest
 from tfshards.writing import growth, imagestats, phashes, reuse, sharding
@@ -91,7 +91,8 @@ def write(config: WriteConfig, listing: FileListing | str, *, progress: bool = T
         # leaves the version, and the one it grows from, alone meanwhile
         # (tfshards.shardset.lease).
         with lease.hold(fs_out, version_path), _hold_base(fs_out, planned):
-            carried = _carried_stats(planned, config)
+            base_stats = imagestats.read_base(last, planned.fingerprint, **config.out_options)
+            carried = _carried_stats(planned, last, base_stats)
             kept = reuse.keep(fs_out, version_path, planned, carried, **config.out_options)
             done = _write_shards(pool, planned, config.transform, progress)
             shards = sorted([*kept, *done], key=lambda r: r.info.name)
@@ -117,9 +118,7 @@ def write(config: WriteConfig, listing: FileListing | str, *, progress: bool = T
             manifest = _write_metadata(fs_out, version_path, manifest)
             _check_shards_present(fs_out, version_path, manifest)
             stats = [(r.info.bucket, r.images) for r in shards] + list(carried.items())
-            imagestats.save_version(
-                fs_out, version_path, stats, last, planned.fingerprint, **config.out_options
-            )
+            imagestats.save_version(fs_out, version_path, stats, last, base_stats)
             # The shards and companions were renamed in without their folders' fsync
             # (one each here instead of five a shard: a 1% append made ~160 fsyncs).
             synced = [storage.join(version_path, f) for f in sorted(layout.FOLDERS)]
@@ -136,12 +135,15 @@ def write(config: WriteConfig, listing: FileListing | str, *, progress: bool = T
     return WriteResult(manifest, reused, time.monotonic() - start, fresh=fresh, rotated=rotated)
 
 
-def _carried_stats(planned: Plan, config: WriteConfig) -> dict[int, ImageStats]:
-    """The image statistics of the split buckets kept whole from the base version."""
-    if planned.base is None:
+def _carried_stats(
+    planned: Plan, last: Manifest | None, found: VersionStats | None
+) -> dict[int, ImageStats]:
+    """The image statistics of the split buckets kept whole from the base version, from
+    ``found``: those of ``last``, the version the base is in the common case."""
+    if planned.base is None or last is None or planned.base.fingerprint != last.fingerprint:
         return {}
     buckets = [k.info.bucket for k in planned.kept]
-    return imagestats.carried(planned.base, buckets, **config.out_options)
+    return imagestats.carried(planned.base, buckets, found)
 
 
 @contextlib.contextmanager
