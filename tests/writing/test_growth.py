@@ -5,10 +5,14 @@ changed; no reader ever serves a removed record."""
 from __future__ import annotations
 
 import dataclasses
+import hashlib
+import itertools
+import json
 import math
 import os
 import random
 import shutil
+from array import array
 from pathlib import Path
 
 import pytest
@@ -312,3 +316,33 @@ def test_the_c_match_finds_what_the_python_ones_do(raw, tmp_path, monkeypatch, o
     assert sum(h is not None and -1 not in h for _, h in decoded.held) == 14  # 2 shards touched
     if c_found is not None:
         assert c_found == decoded
+
+
+@pytest.mark.parametrize("loops", ["c", "python"])
+def test_a_stored_listing_with_a_label_id_out_of_range_is_one_line(
+    raw, tmp_path, monkeypatch, loops
+):
+    if loops == "python":
+        monkeypatch.setattr(native, "NATIVE", None)
+    first = _grow(raw, tmp_path, num_shards=8).manifest
+    _add(raw, 3)
+    listing = tmp_path / "listing"
+    write_listing(list_files(str(raw)), str(listing))
+    lines = (listing / "files.jsonl").read_bytes().split(b"\n")
+    lines[4] = lines[4].replace(b'"label_index":0', b'"label_index":77')
+    data = b"\n".join(lines)
+    (listing / "files.jsonl").write_bytes(data)
+    starts = itertools.accumulate((len(line) + 1 for line in lines[:-1]), initial=0)
+    (listing / "files.idx").write_bytes(array("Q", starts).tobytes())  # where each line starts
+    meta = json.loads((listing / "meta.json").read_text())
+    meta["files_sha256"] = hashlib.sha256(data).hexdigest()  # edited with care: the digest agrees
+    (listing / "meta.json").write_text(json.dumps(meta))
+    config = WriteConfig(
+        out=str(tmp_path / "shards"), manifest_copy=str(tmp_path / "manifest.json"),
+        previous=str(Path(first.directory) / layout.MANIFEST_NAME), executor="serial",
+        num_shards=8,
+    )  # fmt: skip
+    with pytest.raises(
+        InputError, match=r"files\.jsonl:5: expected 'label_index' in 0\.\.9, found 77$"
+    ):
+        write(config, str(listing), progress=False)

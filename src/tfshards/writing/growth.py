@@ -259,7 +259,9 @@ class _Listed:
     @functools.cached_property
     def raw(self) -> list[tuple[bytes, bytes, bytes]] | None:
         """Each line's label id, path and token as JSON bytes, when every line is plain."""
-        return None if self.text is None else plain_rows(self.text, self.listing.files)
+        if self.text is None:
+            return None
+        return plain_rows(self.text, self.listing.files, len(self.listing.labels))
 
     @functools.cached_property
     def lines(self) -> Sequence[tuple[Any, Any, Any]]:
