@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import dataclasses
+import hashlib
+import itertools
+import json
 import os
 import subprocess
 import sys
@@ -130,3 +134,45 @@ def test_write_peak_memory_stays_flat_from_20k_to_200k_files(tmp_path: Path) -> 
     small = _peak_kb(_tree_listing(tmp_path, 20_000), str(tmp_path / "out20k"))
     large = _peak_kb(_tree_listing(tmp_path, 200_000), str(tmp_path / "out200k"))
     assert large <= 1.25 * small, f"peak RSS {small} kB at 20k files, {large} kB at 200k"
+
+
+def _edit_line(listing: Path, n: int, old: bytes, new: bytes) -> None:
+    """Replace ``old`` by ``new`` on line ``n`` (0-based) of ``files.jsonl``, with the
+    offsets and meta.json's digest made to agree: an edit done with care."""
+    lines = (listing / "files.jsonl").read_bytes().split(b"\n")
+    assert old in lines[n]
+    lines[n] = lines[n].replace(old, new)
+    data = b"\n".join(lines)
+    (listing / "files.jsonl").write_bytes(data)
+    starts = itertools.accumulate((len(line) + 1 for line in lines[:-1]), initial=0)
+    (listing / OFFSETS_NAME).write_bytes(array("Q", starts).tobytes())
+    meta = json.loads((listing / "meta.json").read_text())
+    meta["files_sha256"] = hashlib.sha256(data).hexdigest()
+    (listing / "meta.json").write_text(json.dumps(meta))
+
+
+@pytest.mark.parametrize("token", ["sha256:zz", "sha256:00{hex}", "sha256:{upper}", "sha256:"])
+def test_a_sha256_token_that_is_not_64_hex_digits_is_one_line(
+    listed: Path, tmp_path: Path, loop: str, token: str
+) -> None:
+    line = (listed / "files.jsonl").read_bytes().split(b"\n")[2]
+    real = json.loads(line)["token"]
+    hexdigits = real.removeprefix("sha256:")
+    bad = token.format(hex=hexdigits, upper=hexdigits.upper())
+    _edit_line(listed, 2, real.encode(), bad.encode())
+    config = WriteConfig(out=str(tmp_path / "out"), num_shards=3)
+    wrong = rf"files\.jsonl:3: expected 'token' sha256: and 64 lowercase hex digits, found '{bad}'$"
+    with pytest.raises(InputError, match=wrong):
+        write(config, str(listed), progress=False)
+    assert not (tmp_path / "out").exists() or not list((tmp_path / "out").rglob("manifest.json"))
+
+
+def test_a_listing_in_memory_with_a_short_sha256_token_is_one_line(listed: Path, tmp_path: Path):
+    listing = read_listing(str(listed))
+    entries = list(listing.entries)
+    entries[1] = entries[1]._replace(token="sha256:abcd")
+    config = WriteConfig(out=str(tmp_path / "out"), num_shards=3)
+    with pytest.raises(
+        InputError, match=r"listed token: expected 'token' sha256: and 64 lowercase"
+    ):
+        write(config, dataclasses.replace(listing, entries=tuple(entries)), progress=False)

@@ -220,7 +220,7 @@ def test_a_remote_shard_of_another_size_is_refused_with_its_size(
     assert not Path(cache.path(shard)).exists()
 
 
-@pytest.mark.parametrize("keep", [1500, 2000, 2001])  # inside a range, at its end, past it
+@pytest.mark.parametrize("keep", [0, 1500, 2000, 2001])  # empty, inside a range, at its end, past
 def test_a_shorter_shard_on_s3_is_refused_with_its_size(on_s3, tmp_path, monkeypatch, keep):
     import s3fs
 
@@ -234,3 +234,15 @@ def test_a_shorter_shard_on_s3_is_refused_with_its_size(on_s3, tmp_path, monkeyp
     wrong = rf"{shard.name}: size mismatch: expected {shard.bytes} bytes, found {keep}"
     with pytest.raises(ShardError, match=wrong):
         cache.fetch_all(manifest, [shard], **options)
+
+
+def test_a_folder_where_a_copy_goes_is_one_line_and_leaves_no_part_file(remote, tmp_path):
+    cache = ShardCache(str(tmp_path / "cache"))
+    shard = remote.shards[0]
+    Path(cache.path(shard)).mkdir(parents=True)
+    with pytest.raises(
+        ShardError, match=rf"{shard.sha256}\.tfrecord: cannot place the verified copy"
+    ):
+        cache.fetch_all(remote, [shard])
+    assert not [p for p in (tmp_path / "cache").iterdir() if ".part" in p.name]
+    assert Path(cache.path(shard)).is_dir()  # not the cache's file: left alone

@@ -48,6 +48,7 @@ _STORAGE_KEYS = (
 _BATCH = 1024  # files per task: enough to amortize a thread hand-off (~50 us)
 _CHUNK = 1 << 20  # read size: one read for most images, bounded memory for any file
 _HEX_MD5 = re.compile(r"^[0-9a-f]{32}$")
+_HEX_SHA256 = re.compile(r"[0-9a-f]{64}\Z")
 SizedPath = tuple[str, int]  # (path relative to the root, size found when listed)
 
 
@@ -72,10 +73,32 @@ def sha256_token(digest: bytes) -> str:
     return f"{SHA256}:{digest.hex()}"
 
 
-def expected_sha256(token: str) -> bytes | None:
-    """The raw digest a ``sha256`` token promises, or None for other tokens."""
+def token_problem(token: str) -> str | None:
+    """What is wrong with a listed content token, or None: a ``sha256`` one holds 64
+    lowercase hex digits (the writer checks each file against them); others are opaque."""
     kind, _, value = token.partition(":")
-    return bytes.fromhex(value) if kind == SHA256 else None
+    if kind == SHA256 and not _HEX_SHA256.match(value):
+        return f"expected 'token' {SHA256}: and 64 lowercase hex digits, found {token[:90]!r}"
+    return None
+
+
+def expected_sha256(token: str) -> bytes | None:
+    """The raw digest a ``sha256`` token promises, or None for other tokens.
+
+    Raises:
+        InputError: a ``sha256`` token without 32 bytes of hex (a listing in
+            memory, built by hand: stored ones are checked by :func:`token_problem`).
+    """
+    kind, _, value = token.partition(":")
+    if kind != SHA256:
+        return None
+    try:
+        digest = bytes.fromhex(value)
+    except ValueError:
+        digest = b""
+    if len(digest) != 32:
+        raise InputError(f"listed token: {token_problem(token) or 'expected 32 bytes'}")
+    return digest
 
 
 def expected_md5(token: str) -> str | None:

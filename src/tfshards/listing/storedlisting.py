@@ -25,6 +25,7 @@ from tfshards import storage
 from tfshards.errors import InputError
 from tfshards.format import native
 from tfshards.format.columns import Column, row_problem
+from tfshards.listing.contenthash import token_problem
 from tfshards.listing.entry import Entry
 from tfshards.listing.meta import META_NAME, meta_columns, read_meta
 
@@ -386,6 +387,8 @@ def check_record(
     )
     if not (isinstance(rel, str) and rel and isinstance(token, str)):
         raise bad("expected a non-empty string 'path' and a string 'token'")
+    if problem := token_problem(token):
+        raise bad(problem)
     wrapped = f"/{rel}/"  # no empty, "." or ".." part, as index files: 3 substring tests
     if "//" in wrapped or "/./" in wrapped or "/../" in wrapped:
         raise bad(

@@ -221,7 +221,15 @@ class ShardCache:
         except BaseException:
             part.abort()
             raise
-        part.commit()
+        try:
+            part.commit()
+        except OSError as exc:  # the copy's own name is taken: a folder, say
+            part.abort()
+            raise ShardError(
+                f"{part.path}: cannot place the verified copy of {url}: {exc.strerror}",
+                shard=shard.name,
+                path=part.path,
+            ) from None
         self._write_sidecar(part.path, shard)
         self.downloads += 1
 
@@ -306,8 +314,8 @@ def _ranges(fs: Any, path: str, size: int) -> Iterator[bytes]:
     for start, end in itertools.pairwise(bounds):
         try:
             chunk = fs.cat_file(path, start=start, end=end)
-        except OSError:
-            if start == 0 or fs.size(path) > start:
+        except OSError:  # S3 refuses a range that starts at or past the end
+            if fs.size(path) > start:
                 raise
             return  # the file ends before this range: a size the caller names
         yield chunk
