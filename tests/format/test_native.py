@@ -182,6 +182,8 @@ def test_match_members_finds_each_member_line_in_the_listing_or_says_none():
         (_listing_line(0, "a.png", "t"), 2),  # fewer lines than files
         (_listing_line(3, "a.png", "t"), 1),  # a label index beyond keep
         (_listing_line(0, "a.png", "t").replace(b"}", b',"x":1}'), 1),  # an extra column
+        (_listing_line(0, "b.png", "t") + _listing_line(0, "a.png", "u"), 2),  # out of order
+        (_listing_line(0, "a.png", "t") * 2, 2),  # a path twice
     ],
 )
 def test_match_members_gives_up_on_a_listing_that_is_not_plain(listing, files):

@@ -176,3 +176,21 @@ def test_a_listing_in_memory_with_a_short_sha256_token_is_one_line(listed: Path,
         InputError, match=r"listed token: expected 'token' sha256: and 64 lowercase"
     ):
         write(config, dataclasses.replace(listing, entries=tuple(entries)), progress=False)
+
+
+@pytest.mark.parametrize("grown", [False, True])
+def test_a_path_listed_twice_is_one_line_naming_it(
+    listed: Path, tmp_path: Path, loop: str, grown: bool
+) -> None:
+    config = WriteConfig(out=str(tmp_path / "out"), num_shards=3)
+    if grown:  # grown from a version of the clean listing (the C match hands it back)
+        write(config, str(listed), progress=False)
+        config = dataclasses.replace(
+            config, previous=str(next((tmp_path / "out").rglob("manifest.json")))
+        )
+    lines = (listed / "files.jsonl").read_bytes().split(b"\n")
+    _edit_line(listed, 4, lines[4], lines[3])  # line 4 again as line 5
+    path = json.loads(lines[3])["path"]
+    wrong = rf"files\.jsonl:5: expected each path once and after the line before .* found {path!r}"
+    with pytest.raises(InputError, match=wrong):
+        write(config, str(listed), progress=False)

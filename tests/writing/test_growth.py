@@ -346,3 +346,29 @@ def test_a_stored_listing_with_a_label_id_out_of_range_is_one_line(
         InputError, match=r"files\.jsonl:5: expected 'label_index' in 0\.\.9, found 77$"
     ):
         write(config, str(listing), progress=False)
+
+
+@pytest.mark.parametrize("loops", ["c", "python"])
+def test_a_member_list_holding_a_record_twice_is_written_again(raw, tmp_path, monkeypatch, loops):
+    if loops == "python":
+        monkeypatch.setattr(native, "NATIVE", None)
+    first = _grow(raw, tmp_path, num_shards=8).manifest
+    shard = first.shards[2]
+    members = Path(layout.records_path(first.directory, shard.name))
+    rows = members.read_bytes().split(b"\n")
+    rows[1] = rows[0]  # the first record twice, the second one gone (an edit with care)
+    members.write_bytes(b"\n".join(rows))
+    digest = hashlib.sha256(members.read_bytes()).hexdigest()
+    for copy in (Path(first.directory) / layout.MANIFEST_NAME, tmp_path / "manifest.json"):
+        copy.write_text(copy.read_text().replace(shard.records_sha256, digest))
+    _add(raw, 3)
+    listing = tmp_path / "listing"
+    write_listing(list_files(str(raw)), str(listing))
+    config = WriteConfig(
+        out=str(tmp_path / "shards"), manifest_copy=str(tmp_path / "manifest.json"),
+        executor="serial", num_shards=8,
+    )  # fmt: skip
+    grown = write(config, str(listing), progress=False).manifest
+    paths = [row[0] for _, rows in diff.load_members(grown) for row in rows]
+    assert sorted(paths) == sorted(set(paths)) and len(paths) == FILES + 3 == grown.records
+    assert digest not in {s.records_sha256 for s in grown.shards}  # that list was not kept

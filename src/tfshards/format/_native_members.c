@@ -104,7 +104,15 @@ typedef struct {
     const Text *keep;
 } Table;
 
-/* Parses every line of the listing into the table; 0 when one is not plain. */
+/* a < b, as bytes (UTF-8 bytes sort as their code points: Python's str order). */
+static int before(const Line *a, const Line *b) {
+    Py_ssize_t n = a->path_len < b->path_len ? a->path_len : b->path_len;
+    int c = memcmp(a->path, b->path, (size_t)n);
+    return c < 0 || (c == 0 && a->path_len < b->path_len);
+}
+
+/* Parses every line of the listing into the table; 0 when one is not plain, or its
+ * path is not after the one before (a listing holds each path once, in order). */
 static int build(Table *t, const char *p, const char *end, Py_ssize_t labels) {
     Py_ssize_t n = 0;
     while (p < end) {
@@ -112,6 +120,7 @@ static int build(Table *t, const char *p, const char *end, Py_ssize_t labels) {
         const char *stop = eol == NULL ? end : eol;
         if (n == t->count || !parse_line(p, stop, labels, &t->lines[n])) return 0;
         Line *line = &t->lines[n];
+        if (n > 0 && !before(&t->lines[n - 1], line)) return 0;
         line->hash = member_hash(line, &t->keep[line->label]);
         uint64_t at = line->hash & t->mask;
         while (t->slots[at] >= 0) { /* a later equal line replaces it, as a dict would */

@@ -11,6 +11,7 @@ so no process ever holds the whole listing.
 from __future__ import annotations
 
 import hashlib
+import itertools
 import json
 import os
 import re
@@ -107,7 +108,7 @@ class StoredListing:
         """
         fs, base = storage.open_url(self.directory)
         fs_path = storage.join(base, "files.jsonl")
-        where, done, rest = storage.unstrip(fs, fs_path), 0, b""
+        where, done, rest, last = storage.unstrip(fs, fs_path), 0, b"", ""
         with fs.open(fs_path, "rb") as f:
             while chunk := f.read(_CHUNK):
                 lines = (rest + chunk).split(b"\n")
@@ -118,6 +119,7 @@ class StoredListing:
                     numbers = range(done, done + len(lines))
                     entries = _parse_lines(where, numbers, texts, self.labels, self.columns)
                     rows = [(e.path, e.token, e.label) for e in entries]
+                last = _check_order(where, done, last, [row[0] for row in rows])
                 yield from rows
                 done += len(lines)
 
@@ -135,17 +137,39 @@ _PLAIN_LINE = re.compile(
 )
 
 
+def _check_order(where: str, done: int, last: str, paths: list[str]) -> str:
+    """The last of ``paths`` (lines ``done + 1``...), each after the one before: a listing
+    holds each path once, in ``str`` order (as ``tfshards list`` writes it).
+
+    Raises:
+        InputError: a path not after the one before it (names the line).
+    """
+    for k, (before, path) in enumerate(itertools.pairwise([last, *paths])):
+        if not before < path:
+            raise InputError(
+                f"{where}:{done + k + 1}: expected each path once and after the line before "
+                f"(as tfshards list writes them), found {path!r} after {before!r}",
+                path=where,
+                line=done + k + 1,
+            )
+    return paths[-1] if paths else last
+
+
 def plain_rows(data: bytes, files: int, labels: int) -> list[tuple[bytes, bytes, bytes]] | None:
     """Each line's label id, path and token as ``files.jsonl`` holds them (JSON bytes).
 
     One regex pass over the file's ``data`` (24 ms for 20,000 lines where a
     ``json.loads`` took 82 ms). None when a line holds an escaped character,
-    extra columns or a label id not below ``labels`` (not ``files`` plain
-    lines): then :meth:`StoredListing.scan`, which names a bad line.
+    extra columns or a label id not below ``labels``, or a path is not after
+    the one before (not ``files`` plain lines in order): then
+    :meth:`StoredListing.scan`, which names a bad line.
     """
     found: list[tuple[bytes, bytes, bytes]] = _PLAIN_LINE.findall(data)
     ids = {b"%d" % i for i in range(labels)}
     if len(found) != files or not all(label in ids for label, _, _ in found):
+        return None
+    paths = [path for _, path, _ in found]  # UTF-8 bytes sort as their str: in order, once each
+    if not all(a < b for a, b in itertools.pairwise(paths)):
         return None
     return found
 

@@ -182,15 +182,14 @@ def match(
     held_all: PreviousShards = []
     found_all: PreviousShards = []
     counts = [0, 0, 0, 0]  # removed, changed, relabeled, unchanged
-    survivors = 0
+    claimed: set[int] = set()  # listing lines a kept record stands for: each once
     for k, shard in enumerate(previous.shards):
         bucket = shard.bucket if shard.bucket is not None else -1
         held = side.held(fs, directory, shard) if whole is None else whole[k]
-        if held is not None:
+        if held is not None and _claim(claimed, held):
             held_all.append((bucket, held))
             found_all.append((bucket, held))
             counts[3] += len(held)
-            survivors += len(held)
             continue
         try:
             rows = side.read(fs, directory, shard)
@@ -204,9 +203,9 @@ def match(
             ) from None
         held_all.append((bucket, held))
         found_all.append((bucket, found))
-        survivors += sum(i >= 0 for i in found)
+        claimed.update(i for i in found if i >= 0)
     removed, changed, relabeled, unchanged = counts
-    added = listing.files - survivors
+    added = listing.files - len(claimed)
     return Match(held_all, found_all, added, removed, changed, relabeled, unchanged)
 
 
@@ -312,6 +311,17 @@ def _held(at: list[int | None], shard: ShardInfo) -> array[int] | None:
     if None in at or len(at) != shard.records:
         return None
     return array("i", at)  # type: ignore[arg-type]
+
+
+def _claim(claimed: set[int], held: array[int]) -> bool:
+    """Claim the listing lines of a shard kept whole; False (nothing claimed) when one is
+    claimed already: a member list that holds a record twice, or one another list holds
+    (edited by hand), is written again, so no version holds a listed file twice."""
+    lines = set(held)
+    if len(lines) != len(held) or not claimed.isdisjoint(lines):
+        return False
+    claimed |= lines
+    return True
 
 
 def _held_bytes(at: bytes, shard: ShardInfo) -> array[int] | None:
