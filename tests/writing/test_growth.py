@@ -222,7 +222,7 @@ def test_an_id_change_needs_relabel_and_says_so_in_one_line(raw, tmp_path):
     again = CliRunner().invoke(app, [*args[:-3], "--relabel", *args[-3:]])
     assert again.exit_code == 0 and "nothing changed since version" in again.output
     reseeded = CliRunner().invoke(app, [*args, "--seed", "9"])
-    assert "every shard written anew: seed differs from the previous version's" in reseeded.output
+    assert "not grown from the previous version: seed differs from the previous version's" in reseeded.output
 
 
 def test_another_bucket_count_is_refused_unless_the_lineage_starts_anew(raw, tmp_path):

@@ -58,7 +58,7 @@ def _write(values: dict[str, Any]) -> None:
             "(tfshards diff OLD NEW lists them)"
         )
     elif result.fresh:
-        typer.echo(f"every shard written anew: {result.fresh}; label ids kept")
+        typer.echo(f"not grown from the previous version: {result.fresh}; label ids kept")
     if values["old_versions"] == "remove":
         _remove_old_versions(config, storage.join(m.directory, MANIFEST_NAME))
 
