@@ -222,7 +222,10 @@ def test_an_id_change_needs_relabel_and_says_so_in_one_line(raw, tmp_path):
     again = CliRunner().invoke(app, [*args[:-3], "--relabel", *args[-3:]])
     assert again.exit_code == 0 and "nothing changed since version" in again.output
     reseeded = CliRunner().invoke(app, [*args, "--seed", "9"])
-    assert "not grown from the previous version: seed differs from the previous version's" in reseeded.output
+    assert (
+        "not grown from the previous version: seed differs from the previous version's"
+        in reseeded.output
+    )
 
 
 def test_another_bucket_count_is_refused_unless_the_lineage_starts_anew(raw, tmp_path):
@@ -372,3 +375,25 @@ def test_a_member_list_holding_a_record_twice_is_written_again(raw, tmp_path, mo
     paths = [row[0] for _, rows in diff.load_members(grown) for row in rows]
     assert sorted(paths) == sorted(set(paths)) and len(paths) == FILES + 3 == grown.records
     assert digest not in {s.records_sha256 for s in grown.shards}  # that list was not kept
+
+
+@pytest.mark.parametrize("loops", ["c", "python"])
+def test_a_member_list_with_a_label_id_out_of_range_names_its_line(
+    raw, tmp_path, monkeypatch, loops
+):
+    if loops == "python":
+        monkeypatch.setattr(native, "NATIVE", None)
+    first = _grow(raw, tmp_path, num_shards=8).manifest
+    shard = first.shards[5]
+    members = Path(layout.records_path(first.directory, shard.name))
+    rows = members.read_bytes().split(b"\n")
+    rows[2] = rows[2][: rows[2].rindex(b",")] + b",99]"  # label id 99 of 10
+    members.write_bytes(b"\n".join(rows))
+    digest = hashlib.sha256(members.read_bytes()).hexdigest()
+    for copy in (Path(first.directory) / layout.MANIFEST_NAME, tmp_path / "manifest.json"):
+        copy.write_text(copy.read_text().replace(shard.records_sha256, digest))
+    _add(raw, 2)
+    with pytest.raises(
+        InputError, match=rf"{shard.name}\.jsonl:3: expected a label id below 10, found 99$"
+    ):
+        _grow(raw, tmp_path, num_shards=8)

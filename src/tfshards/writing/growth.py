@@ -191,16 +191,12 @@ def match(
             found_all.append((bucket, held))
             counts[3] += len(held)
             continue
+        rows = side.read(fs, directory, shard)
         try:
-            rows = side.read(fs, directory, shard)
             held, found = _classify(rows, side.lines, side.index, old_names, listing.labels, counts)
         except (TypeError, IndexError, ValueError):
             where = storage.unstrip(fs, layout.records_path(directory, shard.name))
-            raise InputError(
-                f"{where}: expected rows [path, token, label id] with label ids below "
-                f"{len(old_names)}, found another row",
-                path=where,
-            ) from None
+            raise _bad_row(where, rows, len(old_names)) from None
         held_all.append((bucket, held))
         found_all.append((bucket, found))
         claimed.update(i for i in found if i >= 0)
@@ -322,6 +318,28 @@ def _claim(claimed: set[int], held: array[int]) -> bool:
         return False
     claimed |= lines
     return True
+
+
+def _bad_row(where: str, rows: Sequence[tuple[Any, Any, Any]], labels: int) -> InputError:
+    """The error for a member list :func:`_classify` could not read: its first label id
+    that is not below ``labels`` (the previous version's), by line."""
+    for n, (_, _, label) in enumerate(rows, 1):
+        text = label.decode() if isinstance(label, bytes) else str(label)
+        try:
+            ok = 0 <= int(text) < labels
+        except (TypeError, ValueError):
+            ok = False
+        if not ok:
+            return InputError(
+                f"{where}:{n}: expected a label id below {labels}, found {text}",
+                path=where,
+                line=n,
+            )
+    return InputError(
+        f"{where}: expected rows [path, token, label id] with label ids below {labels}, "
+        "found another row",
+        path=where,
+    )
 
 
 def _held_bytes(at: bytes, shard: ShardInfo) -> array[int] | None:
