@@ -24,12 +24,28 @@ typedef struct {
     Py_ssize_t len;
 } Text;
 
-#define FNV_OFFSET 1469598103934665603ULL
-#define FNV_PRIME 1099511628211ULL
+#define MIX 0x9E3779B97F4A7C15ULL
 
-static inline uint64_t fnv(uint64_t h, const char *p, Py_ssize_t n) {
-    for (Py_ssize_t k = 0; k < n; k++) h = (h ^ (uint8_t)p[k]) * FNV_PRIME;
-    return h;
+/* h and the n bytes at p, eight at a time (byte by byte cost ~3x more here);
+ * the length goes in with the last word, so pieces hashed one after another
+ * cannot shift into each other. */
+static inline uint64_t mix(uint64_t h, const char *p, Py_ssize_t n) {
+    uint64_t w;
+    for (; n >= 8; p += 8, n -= 8) {
+        memcpy(&w, p, 8);
+        h = (h ^ w) * MIX;
+        h ^= h >> 32;
+    }
+    w = 0;
+    memcpy(&w, p, (size_t)n);
+    h = (h ^ w ^ ((uint64_t)n << 56)) * MIX;
+    return h ^ (h >> 29);
+}
+
+/* The hash of a member line from its three parts (path, token, label id text). */
+static inline uint64_t key_hash(const char *path, Py_ssize_t path_len, const char *token,
+                                Py_ssize_t token_len, const char *label, Py_ssize_t label_len) {
+    return mix(mix(mix(MIX, path, path_len), token, token_len), label, label_len);
 }
 
 /* The plain string at *p (after its opening quote): no quote, backslash or
@@ -77,13 +93,23 @@ static int parse_line(const char *p, const char *end, Py_ssize_t labels, Line *l
 
 /* The hash of the member line ["path","token",keep] the line stands for. */
 static uint64_t member_hash(const Line *line, const Text *keep) {
-    uint64_t h = fnv(FNV_OFFSET, "[\"", 2);
-    h = fnv(h, line->path, line->path_len);
-    h = fnv(h, "\",\"", 3);
-    h = fnv(h, line->token, line->token_len);
-    h = fnv(h, "\",", 2);
-    h = fnv(h, keep->text, keep->len);
-    return fnv(h, "]", 1);
+    return key_hash(line->path, line->path_len, line->token, line->token_len, keep->text, keep->len);
+}
+
+/* The hash of a member line as written, from its parts; 0 with *ok unset when it is not
+ * ["path","token",label] with plain strings (then no listing line stands for it). */
+static uint64_t line_hash(const char *p, Py_ssize_t n, int *ok) {
+    const char *end = p + n, *path = p + 2, *token, *label;
+    *ok = 0;
+    if (n < 8 || memcmp(p, "[\"", 2) != 0 || end[-1] != ']') return 0;
+    const char *q = memchr(path, '"', (size_t)(end - path));
+    if (q == NULL || end - q < 4 || memcmp(q, "\",\"", 3) != 0) return 0;
+    token = q + 3;
+    const char *r = memchr(token, '"', (size_t)(end - token));
+    if (r == NULL || end - r < 3 || memcmp(r, "\",", 2) != 0) return 0;
+    label = r + 2;
+    *ok = 1;
+    return key_hash(path, q - path, token, r - token, label, end - 1 - label);
 }
 
 static int same(const char *m, Py_ssize_t n, const Line *line, const Text *keep) {
@@ -148,9 +174,10 @@ static Py_ssize_t look_up(const Table *t, const char *p, const char *end, int32_
         const char *eol = memchr(p, '\n', (size_t)(end - p));
         const char *stop = eol == NULL ? end : eol;
         Py_ssize_t len = stop - p;
-        uint64_t h = fnv(FNV_OFFSET, p, len), at = h & t->mask;
+        int ok;
+        uint64_t h = line_hash(p, len, &ok), at = h & t->mask;
         int32_t found = -1;
-        for (int32_t slot; (slot = t->slots[at]) >= 0; at = (at + 1) & t->mask) {
+        for (int32_t slot; ok && (slot = t->slots[at]) >= 0; at = (at + 1) & t->mask) {
             const Line *line = &t->lines[slot];
             if (line->hash == h && same(p, len, line, &t->keep[line->label])) {
                 found = slot;

@@ -62,6 +62,8 @@ class BoundedFetch:
         bring: downloads one shard (``ShardCache.bring`` bound to its remote).
         paths: each shard's local path, in fetch order.
         workers: parallel downloads.
+        spare: bytes a lookahead leaves under the limit (``bring`` reserves with
+            it), so a shard asked for while lookaheads download fits beside them.
     """
 
     def __init__(
@@ -70,8 +72,9 @@ class BoundedFetch:
         bring: Bring,
         paths: Sequence[tuple[str, ShardInfo]],
         workers: int,
+        spare: int = 0,
     ) -> None:
-        self._space, self._bring = space, bring
+        self._space, self._bring, self._spare = space, bring, spare
         self._shards = dict(paths)
         self._order = list(self._shards)
         self._index = {path: i for i, path in enumerate(self._order)}
@@ -216,7 +219,8 @@ class BoundedFetch:
         """Start downloads of the plan's next shards that are neither here nor coming.
 
         Up to :data:`AHEAD` held or coming, and only shards that the limit
-        holds beside the one being read and those the plan needs before them;
+        holds beside the one being read, those the plan needs before them and
+        the spare room;
         each may evict only shards the plan does not need before it (``keep``).
         """
         budget = AHEAD - len(self._ahead)
@@ -228,7 +232,7 @@ class BoundedFetch:
             if nxt in before:
                 continue
             held += self._shards[nxt].bytes
-            if limit is not None and held > limit:
+            if limit is not None and held + self._spare > limit:
                 break  # the limit cannot hold it beside the shards needed first
             future = self._futures.get(nxt)
             coming = future is not None and not future.done()

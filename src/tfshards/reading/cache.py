@@ -136,17 +136,19 @@ class ShardCache:
         self.space.scan()  # drops part files of downloads whose process died
         fs, root = storage.open_url(manifest.directory, **storage_options)
         if self.limit is not None:
+            largest = max((s.bytes for s in shards), default=0)
 
             def bring(
                 shard: ShardInfo, keep: Collection[str], first: Collection[str], pin: int | None
             ) -> str:
                 must = pin is not None
                 return self.bring(
-                    fs, root, manifest, shard, keep=keep, first=first, must=must, pin=pin
-                )
+                    fs, root, manifest, shard, keep=keep, first=first, must=must, pin=pin,
+                    spare=largest,
+                )  # fmt: skip
 
             paths = [(self.path(s), s) for s in shards]
-            return BoundedFetch(self.space, bring, paths, self.workers)
+            return BoundedFetch(self.space, bring, paths, self.workers, spare=largest)
         pool = cf.ThreadPoolExecutor(max_workers=self.workers, thread_name_prefix="tfshards-fetch")
         futures: dict[str, cf.Future[str]] = {}
         for shard in shards:
@@ -174,19 +176,22 @@ class ShardCache:
         first: Collection[str] = (),
         must: bool = True,
         pin: int | None = None,
+        spare: int = 0,
     ) -> str:
         """Make ``shard``'s verified copy; returns its path, "" when ``must`` is False and no room.
 
         Holds the shard's download lock throughout (eviction skips a shard
         whose lock is held): another thread or process bringing the same shard
-        waits, then finds it verified. ``keep`` and ``must`` are
+        waits, then finds it verified. ``keep``, ``must`` and ``spare`` are
         :meth:`CacheSpace.reserve`'s; ``pin``: pin the copy for this owner
         before the lock goes (:func:`tfshards.reading.pins.pin`).
         """
         path = self.path(shard)
         with self.space.shard_lock(shard.sha256):
             if not self.is_verified(shard):
-                part = self.space.reserve(path, shard.bytes, keep=keep, first=first, must=must)
+                part = self.space.reserve(
+                    path, shard.bytes, keep=keep, first=first, must=must, spare=spare
+                )
                 if part is None:
                     return ""
                 self._download(fs, root, manifest, shard, part)

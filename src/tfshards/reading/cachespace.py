@@ -161,6 +161,7 @@ class CacheSpace:
         keep: Collection[str] = (),
         first: Collection[str] = (),
         must: bool = True,
+        spare: int = 0,
     ) -> Part | None:
         """A part file for ``size`` bytes of ``path``, room made by evicting unpinned shards.
 
@@ -168,12 +169,14 @@ class CacheSpace:
         next) go first, the most recently used of them first; then the others
         least recently used first; shards in ``keep`` (brought ahead, not read
         yet) last, and only when ``must``. Without ``must``, None when the room
-        cannot be made; with it, the part file is made all the same (pinned
-        shards can fill the limit).
+        cannot be made with ``spare`` bytes left over under the limit (a
+        lookahead leaves room for a shard a reader asks for while it downloads,
+        which no eviction can take back); with it, the part file is made all
+        the same (pinned shards can fill the limit).
         """
         if self.limit is None:
             return Part(path, size)
-        need = size + SIDECAR_BYTES
+        need = size + SIDECAR_BYTES + (0 if must else spare)
         with self._dir_lock():
             used, shards = self.scan()
             if used + need > self.limit:

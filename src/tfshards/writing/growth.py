@@ -16,6 +16,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
+
 from tfshards import storage
 from tfshards.errors import ConfigError, InputError
 from tfshards.format import native
@@ -182,7 +184,7 @@ def match(
     held_all: PreviousShards = []
     found_all: PreviousShards = []
     counts = [0, 0, 0, 0]  # removed, changed, relabeled, unchanged
-    claimed: set[int] = set()  # listing lines a kept record stands for: each once
+    claimed = np.zeros(listing.files, dtype=bool)  # lines a kept record stands for: each once
     for k, shard in enumerate(previous.shards):
         bucket = shard.bucket if shard.bucket is not None else -1
         held = side.held(fs, directory, shard) if whole is None else whole[k]
@@ -199,9 +201,10 @@ def match(
             raise _bad_row(where, rows, len(old_names)) from None
         held_all.append((bucket, held))
         found_all.append((bucket, found))
-        claimed.update(i for i in found if i >= 0)
+        at = np.frombuffer(found, dtype=np.int32)
+        claimed[at[at >= 0]] = True
     removed, changed, relabeled, unchanged = counts
-    added = listing.files - len(claimed)
+    added = listing.files - int(claimed.sum())
     return Match(held_all, found_all, added, removed, changed, relabeled, unchanged)
 
 
@@ -309,14 +312,14 @@ def _held(at: list[int | None], shard: ShardInfo) -> array[int] | None:
     return array("i", at)  # type: ignore[arg-type]
 
 
-def _claim(claimed: set[int], held: array[int]) -> bool:
+def _claim(claimed: np.ndarray, held: array[int]) -> bool:
     """Claim the listing lines of a shard kept whole; False (nothing claimed) when one is
     claimed already: a member list that holds a record twice, or one another list holds
     (edited by hand), is written again, so no version holds a listed file twice."""
-    lines = set(held)
-    if len(lines) != len(held) or not claimed.isdisjoint(lines):
+    at = np.frombuffer(held, dtype=np.int32)
+    if claimed[at].any() or len(np.unique(at)) != len(at):
         return False
-    claimed |= lines
+    claimed[at] = True
     return True
 
 

@@ -18,6 +18,8 @@ from array import array
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+import numpy as np
+
 from tfshards.writing import sharding
 
 # A kept shard under half the target size is merged back when its bucket's records
@@ -96,9 +98,30 @@ def fresh(
     return placed
 
 
-def covered(previous: Sequence[tuple[int, Sequence[int]]]) -> set[int]:
-    """The listing indices of the previous shards whose records are all listed unchanged."""
-    return {i for _, held in previous if held and -1 not in held for i in held}
+def not_kept(previous: Sequence[tuple[int, array[int]]], files: int) -> array[int]:
+    """The listing indices (of ``files``) that no previous shard kept whole holds, in order.
+
+    One mask over the listing (a set and a scan of 20,200 indices took ~8 ms in Python).
+    """
+    mask = np.ones(files, dtype=bool)
+    for _, held in previous:
+        if held and -1 not in held:
+            mask[np.frombuffer(held, dtype=np.int32)] = False
+    return array("I", np.flatnonzero(mask).astype(np.uint32).tobytes())
+
+
+def moved(
+    found: Sequence[tuple[int, array[int]]], indices: array[int], now: array[int], files: int
+) -> int:
+    """How many of ``indices`` (listing indices of ``files``) were in a previous shard of
+    another bucket than ``now`` (their buckets, in order) gives them."""
+    unseen = np.iinfo(np.int64).min  # -1 is the bucket of a shard from before buckets
+    was = np.full(files, unseen, dtype=np.int64)
+    for bucket, where in found:
+        at = np.frombuffer(where, dtype=np.int32)
+        was[at[at >= 0]] = bucket
+    before = was[np.frombuffer(indices, dtype=np.uint32)]
+    return int(((before != unseen) & (before != np.frombuffer(now, dtype=np.uint32))).sum())
 
 
 def grown(

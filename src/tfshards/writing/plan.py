@@ -221,17 +221,14 @@ def _place(
         members = placement.by_bucket(record_buckets(listing, config.group_by, count), count)
         return placement.fresh(members, num_shards, config.seed, group_ids), None, 0
     found = growth.match(base, listing, labels, ids, **config.out_options)
-    covered = placement.covered(found.held)
-    rest = array("I", (i for i in range(listing.files) if i not in covered))
+    rest = placement.not_kept(found.held, listing.files)
     rest_buckets = record_buckets(listing, config.group_by, count, rest)
     pending: list[array[int]] = [array("I") for _ in range(count)]
     for i, b in zip(rest, rest_buckets, strict=True):
         pending[b].append(i)
     target = math.ceil(listing.files / num_shards)
     placed = placement.grown(pending, found.held, target, config.seed, group_ids)
-    was = {i: b for b, held in found.found for i in held if i >= 0}
-    moved = sum(was.get(i, b) != b for i, b in zip(rest, rest_buckets, strict=True))
-    return placed, found, moved
+    return placed, found, placement.moved(found.found, rest, rest_buckets, listing.files)
 
 
 def _task(
