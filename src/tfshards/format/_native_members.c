@@ -149,17 +149,7 @@ static int build(Table *t, const char *p, const char *end, Py_ssize_t labels) {
         if (n > 0 && !before(&t->lines[n - 1], line)) return 0;
         line->hash = member_hash(line, &t->keep[line->label]);
         uint64_t at = line->hash & t->mask;
-        while (t->slots[at] >= 0) { /* a later equal line replaces it, as a dict would */
-            const Line *other = &t->lines[t->slots[at]];
-            const Text *a = &t->keep[other->label], *b = &t->keep[line->label];
-            if (other->hash == line->hash && other->path_len == line->path_len &&
-                other->token_len == line->token_len && a->len == b->len &&
-                memcmp(other->path, line->path, line->path_len) == 0 &&
-                memcmp(other->token, line->token, line->token_len) == 0 &&
-                memcmp(a->text, b->text, a->len) == 0)
-                break;
-            at = (at + 1) & t->mask;
-        }
+        while (t->slots[at] >= 0) at = (at + 1) & t->mask; /* paths differ: keys do too */
         t->slots[at] = (int32_t)n++;
         p = stop + 1;
     }
