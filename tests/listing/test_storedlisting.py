@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import dataclasses
-import hashlib
-import itertools
 import json
 import os
 import subprocess
@@ -15,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from handedits import edit_listing_line
 from linktree import link_tree_listing
 from tfshards.errors import InputError
 from tfshards.listing import storedlisting
@@ -136,21 +135,6 @@ def test_write_peak_memory_stays_flat_from_20k_to_200k_files(tmp_path: Path) -> 
     assert large <= 1.25 * small, f"peak RSS {small} kB at 20k files, {large} kB at 200k"
 
 
-def _edit_line(listing: Path, n: int, old: bytes, new: bytes) -> None:
-    """Replace ``old`` by ``new`` on line ``n`` (0-based) of ``files.jsonl``, with the
-    offsets and meta.json's digest made to agree: an edit done with care."""
-    lines = (listing / "files.jsonl").read_bytes().split(b"\n")
-    assert old in lines[n]
-    lines[n] = lines[n].replace(old, new)
-    data = b"\n".join(lines)
-    (listing / "files.jsonl").write_bytes(data)
-    starts = itertools.accumulate((len(line) + 1 for line in lines[:-1]), initial=0)
-    (listing / OFFSETS_NAME).write_bytes(array("Q", starts).tobytes())
-    meta = json.loads((listing / "meta.json").read_text())
-    meta["files_sha256"] = hashlib.sha256(data).hexdigest()
-    (listing / "meta.json").write_text(json.dumps(meta))
-
-
 @pytest.mark.parametrize("token", ["sha256:zz", "sha256:00{hex}", "sha256:{upper}", "sha256:"])
 def test_a_sha256_token_that_is_not_64_hex_digits_is_one_line(
     listed: Path, tmp_path: Path, loop: str, token: str
@@ -159,7 +143,7 @@ def test_a_sha256_token_that_is_not_64_hex_digits_is_one_line(
     real = json.loads(line)["token"]
     hexdigits = real.removeprefix("sha256:")
     bad = token.format(hex=hexdigits, upper=hexdigits.upper())
-    _edit_line(listed, 2, real.encode(), bad.encode())
+    edit_listing_line(listed, 2, real.encode(), bad.encode())
     config = WriteConfig(out=str(tmp_path / "out"), num_shards=3)
     wrong = rf"files\.jsonl:3: expected 'token' sha256: and 64 lowercase hex digits, found '{bad}'$"
     with pytest.raises(InputError, match=wrong):
@@ -189,7 +173,7 @@ def test_a_path_listed_twice_is_one_line_naming_it(
             config, previous=str(next((tmp_path / "out").rglob("manifest.json")))
         )
     lines = (listed / "files.jsonl").read_bytes().split(b"\n")
-    _edit_line(listed, 4, lines[4], lines[3])  # line 4 again as line 5
+    edit_listing_line(listed, 4, lines[4], lines[3])  # line 4 again as line 5
     path = json.loads(lines[3])["path"]
     wrong = rf"files\.jsonl:5: expected each path once and after the line before .* found {path!r}"
     with pytest.raises(InputError, match=wrong):

@@ -5,19 +5,16 @@ changed; no reader ever serves a removed record."""
 from __future__ import annotations
 
 import dataclasses
-import hashlib
-import itertools
-import json
 import math
 import os
 import random
 import shutil
-from array import array
 from pathlib import Path
 
 import pytest
 from typer.testing import CliRunner
 
+from handedits import edit_listing_line, edit_member_rows
 from tfshards.cli import app
 from tfshards.errors import ConfigError, InputError
 from tfshards.format import native
@@ -321,25 +318,12 @@ def test_the_c_match_finds_what_the_python_ones_do(raw, tmp_path, monkeypatch, o
         assert c_found == decoded
 
 
-@pytest.mark.parametrize("loops", ["c", "python"])
-def test_a_stored_listing_with_a_label_id_out_of_range_is_one_line(
-    raw, tmp_path, monkeypatch, loops
-):
-    if loops == "python":
-        monkeypatch.setattr(native, "NATIVE", None)
+def test_a_stored_listing_with_a_label_id_out_of_range_is_one_line(raw, tmp_path, loop):
     first = _grow(raw, tmp_path, num_shards=8).manifest
     _add(raw, 3)
     listing = tmp_path / "listing"
     write_listing(list_files(str(raw)), str(listing))
-    lines = (listing / "files.jsonl").read_bytes().split(b"\n")
-    lines[4] = lines[4].replace(b'"label_index":0', b'"label_index":77')
-    data = b"\n".join(lines)
-    (listing / "files.jsonl").write_bytes(data)
-    starts = itertools.accumulate((len(line) + 1 for line in lines[:-1]), initial=0)
-    (listing / "files.idx").write_bytes(array("Q", starts).tobytes())  # where each line starts
-    meta = json.loads((listing / "meta.json").read_text())
-    meta["files_sha256"] = hashlib.sha256(data).hexdigest()  # edited with care: the digest agrees
-    (listing / "meta.json").write_text(json.dumps(meta))
+    edit_listing_line(listing, 4, b'"label_index":0', b'"label_index":77')
     config = WriteConfig(
         out=str(tmp_path / "shards"), manifest_copy=str(tmp_path / "manifest.json"),
         previous=str(Path(first.directory) / layout.MANIFEST_NAME), executor="serial",
@@ -351,19 +335,13 @@ def test_a_stored_listing_with_a_label_id_out_of_range_is_one_line(
         write(config, str(listing), progress=False)
 
 
-@pytest.mark.parametrize("loops", ["c", "python"])
-def test_a_member_list_holding_a_record_twice_is_written_again(raw, tmp_path, monkeypatch, loops):
-    if loops == "python":
-        monkeypatch.setattr(native, "NATIVE", None)
+def test_a_member_list_holding_a_record_twice_is_written_again(raw, tmp_path, loop):
     first = _grow(raw, tmp_path, num_shards=8).manifest
-    shard = first.shards[2]
-    members = Path(layout.records_path(first.directory, shard.name))
-    rows = members.read_bytes().split(b"\n")
-    rows[1] = rows[0]  # the first record twice, the second one gone (an edit with care)
-    members.write_bytes(b"\n".join(rows))
-    digest = hashlib.sha256(members.read_bytes()).hexdigest()
-    for copy in (Path(first.directory) / layout.MANIFEST_NAME, tmp_path / "manifest.json"):
-        copy.write_text(copy.read_text().replace(shard.records_sha256, digest))
+
+    def first_row_twice(rows: list[bytes]) -> None:  # and the second row gone
+        rows[1] = rows[0]
+
+    digest = edit_member_rows(first, first.shards[2], first_row_twice, tmp_path / "manifest.json")
     _add(raw, 3)
     listing = tmp_path / "listing"
     write_listing(list_files(str(raw)), str(listing))
@@ -377,21 +355,14 @@ def test_a_member_list_holding_a_record_twice_is_written_again(raw, tmp_path, mo
     assert digest not in {s.records_sha256 for s in grown.shards}  # that list was not kept
 
 
-@pytest.mark.parametrize("loops", ["c", "python"])
-def test_a_member_list_with_a_label_id_out_of_range_names_its_line(
-    raw, tmp_path, monkeypatch, loops
-):
-    if loops == "python":
-        monkeypatch.setattr(native, "NATIVE", None)
+def test_a_member_list_with_a_label_id_out_of_range_names_its_line(raw, tmp_path, loop):
     first = _grow(raw, tmp_path, num_shards=8).manifest
     shard = first.shards[5]
-    members = Path(layout.records_path(first.directory, shard.name))
-    rows = members.read_bytes().split(b"\n")
-    rows[2] = rows[2][: rows[2].rindex(b",")] + b",99]"  # label id 99 of 10
-    members.write_bytes(b"\n".join(rows))
-    digest = hashlib.sha256(members.read_bytes()).hexdigest()
-    for copy in (Path(first.directory) / layout.MANIFEST_NAME, tmp_path / "manifest.json"):
-        copy.write_text(copy.read_text().replace(shard.records_sha256, digest))
+
+    def label_99(rows: list[bytes]) -> None:  # of 10 labels
+        rows[2] = rows[2][: rows[2].rindex(b",")] + b",99]"
+
+    edit_member_rows(first, shard, label_99, tmp_path / "manifest.json")
     _add(raw, 2)
     with pytest.raises(
         InputError, match=rf"{shard.name}\.jsonl:3: expected a label id below 10, found 99$"
