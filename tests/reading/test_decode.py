@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import dataclasses
 import io
+import re
+import shutil
 
 import numpy as np
 import pytest
@@ -183,3 +185,40 @@ def test_the_loader_decodes_an_all_jpeg_set_with_decode_jpeg_and_a_mixed_one_sni
     _batches(small_set, 48, True)
     _batches(_mixed_set(tmp_path), 48, True)
     assert asked == [True, False]  # each dataset's map traced once
+
+
+_COUNT = re.compile(rb'("formats":\{"JPEG":)(\d+)')  # a bucket's JPEG count
+
+
+@pytest.mark.parametrize(
+    "edit",
+    [
+        lambda doc: _COUNT.sub(lambda m: m[1] + b"%d" % (int(m[2]) - 1), doc, 1),  # one short
+        lambda doc: _COUNT.sub(rb"\1-\2", doc, 1),
+        lambda doc: _COUNT.sub(rb"\1true", doc, 1),
+        lambda doc: _COUNT.sub(rb"\1Infinity", doc, 1),
+        lambda doc: b"[" * 100_000 + b"]" * 100_000,  # nested past the recursion limit
+    ],
+)
+def test_statistics_edited_out_of_true_leave_the_formats_unknown(small_set, tmp_path, edit):
+    from tfshards.reading.decode import stored_formats
+
+    copy = tmp_path / "copy"
+    shutil.copytree(small_set.directory, copy)
+    stats = copy / "imagestats.json"
+    edited = edit(stats.read_bytes())
+    assert edited != stats.read_bytes()
+    stats.write_bytes(edited)
+    assert stored_formats(dataclasses.replace(small_set, root=str(copy))) is None
+
+
+@pytest.mark.parametrize(
+    "data",
+    [b"[" * 100_000 + b"]" * 100_000, b'{"version": 1, "buckets": {"0": {"images": 1e400}}}'],
+)
+def test_statistics_past_the_parsers_limits_are_one_line(data):
+    from tfshards.errors import InputError
+    from tfshards.shardset.imagestats import VersionStats
+
+    with pytest.raises(InputError, match=r"^stats\.json: not an image statistics file: "):
+        VersionStats.from_json(data, "stats.json")

@@ -523,3 +523,23 @@ def test_mirrored_over_two_cpu_devices_learns_like_one_device(digits: str, tmp_p
     assert runs["one"]["val_accuracy"] > 0.8, runs
     # Same steps up to float summation order and per-replica dropout masks.
     assert abs(runs["mirrored"]["val_accuracy"] - runs["one"]["val_accuracy"]) < 0.05, runs
+
+
+def test_a_tensorflow_error_the_records_cause_is_one_line(tmp_path: Path) -> None:
+    """Statistics edited to call PNGs JPEGs: the scaled JPEG decode meets a PNG."""
+    from tfshards.errors import InputError
+    from tfshards.project.sample import write_synthetic
+
+    write_synthetic(str(tmp_path / "img"), 24, 48, workers=1)
+    write_synthetic(str(tmp_path / "img"), 8, 48, fmt="png", workers=1, classes=2, seed=9)
+    manifest = str(tmp_path / "manifest.json")
+    config = WriteConfig(out=str(tmp_path / "shards"), num_shards=4, manifest_copy=manifest)
+    version = Path(write(config, list_files(str(tmp_path / "img")), progress=False).manifest.root)
+    stats = version / "imagestats.json"
+    doc = json.loads(stats.read_text())
+    for bucket in doc["buckets"].values():  # each bucket's images all called JPEGs
+        bucket["formats"] = {"JPEG": sum(bucket["formats"].values())}
+    stats.write_text(json.dumps(doc))
+    train_config = TrainConfig(manifest=manifest, **TINY, **_outputs(tmp_path))  # type: ignore[arg-type]
+    with pytest.raises(InputError, match=r"training stopped: Invalid JPEG data, size \d+ \("):
+        train(train_config)

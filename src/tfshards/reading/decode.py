@@ -226,10 +226,17 @@ def image_shape(
 
 def stored_formats(manifest: Manifest, **storage_options: Any) -> dict[str, int] | None:
     """The set's images counted per format (``JPEG``, ``PNG``, ...), from the statistics the
-    write counted in its version; None for a version without them or where they cannot be
-    read (the images are then decoded as any format)."""
+    write counted in its version; None for a version without them, where they cannot be
+    read, or where they do not count the manifest's records once each (the images are then
+    decoded as any format)."""
     try:
         found = imagestats.read_version(manifest.directory, **storage_options)
-    except (OSError, TfshardsError):
+        if found is None:
+            return None
+        formats = imagestats.merged(found.buckets.values()).formats
+    except (OSError, TfshardsError, TypeError, ValueError, OverflowError):
         return None
-    return None if found is None else imagestats.merged(found.buckets.values()).formats
+    counts = list(formats.values())
+    if any(type(n) is not int or n < 0 for n in counts) or sum(counts) != manifest.records:
+        return None
+    return formats

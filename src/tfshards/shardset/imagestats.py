@@ -297,7 +297,14 @@ class VersionStats:
                 _buckets_from(base["buckets"]) if base else None,
                 str(base["fingerprint"]) if base else "",
             )
-        except (ValueError, KeyError, TypeError, AttributeError) as exc:
+        except (
+            ValueError,
+            KeyError,
+            TypeError,
+            AttributeError,
+            OverflowError,
+            RecursionError,
+        ) as exc:
             what = f"{source}: not an image statistics file: {exc}"
             raise InputError(what, path=source) from None
 

@@ -17,13 +17,14 @@ first use, so :class:`TrainConfig` loads in milliseconds.
 from __future__ import annotations
 
 import functools
+import re
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from tfshards import atomicfile, jsonfile, storage
-from tfshards.errors import ConfigError
+from tfshards.errors import ConfigError, InputError
 from tfshards.shardset import manifest as manifests
 from tfshards.shardset.manifest import Manifest
 from tfshards.shardset.split import Split, split
@@ -270,10 +271,25 @@ def _fit(
         raise devices.no_deterministic_kernel(
             config.model, placement.device, exc, jit_compile=config.jit_compile
         ) from exc
+    except tf.errors.InvalidArgumentError as exc:  # no record at fault: what it was used for
+        raise InputError(
+            f"{data.manifest.directory}: training stopped: {_tf_words(exc.message)} "
+            "(tfshards validate checks every record; --scaled-decode false decodes each "
+            "image whole, whatever its format)"
+        ) from exc
     finally:
         if log_live is not None:
             log_live.end()
     return Fitted(tuple(results), predictions, matrix, checkpoint)
+
+
+def _tf_words(message: str) -> str:
+    """A TensorFlow error's own words: its first line, without the graph node and the
+    ``tf.data`` iterator that ran it."""
+    first = message.strip().splitlines()[0] if message.strip() else "an error"
+    first = re.sub(r"^\{\{function_node [^}]*\}\}\s*", "", first)
+    first = re.sub(r"^Error in user-defined function .*?Iterator::\S+: ", "", first)
+    return first.split(" [[")[0]
 
 
 def _epoch(
