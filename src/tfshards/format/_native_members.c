@@ -193,8 +193,9 @@ static void release(Py_buffer *views, Py_ssize_t count) {
  * text no line holds, such as b"-1", when none is); ``members``: the bytes of
  * each previous member list. For each member list, the int32 listing line of
  * each of its lines, or None when one is not there. None as a whole when a
- * listing line is not plain (an escaped character, extra columns): then the
- * Python match decodes. */
+ * listing line is not plain (an escaped character, extra columns, a label
+ * index beyond keep) or its path is not after the one before: then the
+ * Python match decodes, and a bad line is named there. */
 PyObject *match_members(PyObject *self, PyObject *args) {
     Py_buffer listing;
     Py_ssize_t files;

@@ -215,7 +215,7 @@ class _Listed:
     compared as their JSON string bytes: both files are written by ``json``
     with ``ensure_ascii=False``), decoded strings otherwise. Each view is
     built on first use, so an append whose shards are all held in C builds
-    none: 20,200 listed files against 64 member lists took ~6 ms there,
+    none: 20,200 listed files against 64 member lists took 11-15 ms there,
     against ~60 ms for the regex pass and dict of member lines in Python.
     """
 
