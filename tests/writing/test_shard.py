@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
+from handedits import edit_listing_line
 from tfshards.cli import app
 from tfshards.listing.listing import list_files, write_listing
 from tfshards.project.sample import write_synthetic
@@ -94,17 +95,25 @@ def test_a_file_size_limit_fails_on_one_line_naming_the_shard(listing_dir, tmp_p
 
 @pytest.fixture(scope="module")
 def huge_listing(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
-    """20 images and a sparse 5 GB file, listed once for the module (hashing it takes ~17 s).
+    """20 images and a sparse 5 GB file, and their listing; the tests only read them.
 
-    Returns (raw folder, listing folder); the tests only read them.
+    The listing is made while the file holds one byte, and its line given the 5 GB size
+    after the file grew to it (hashing 5 GB of zeros would take ~20 s of CPU): the write
+    must refuse the file from the listed size alone, before it reads it.
     """
     base = tmp_path_factory.mktemp("huge")
     raw = base / "raw"
     write_synthetic(str(raw), 20, 64, classes=2, workers=1)
-    with open(raw / "00" / "huge.jpg", "wb") as f:  # sparse: costs no disk
+    huge = raw / "00" / "huge.jpg"
+    huge.write_bytes(b"x")
+    listing = base / "listing"
+    write_listing(list_files(str(raw)), str(listing))
+    with open(huge, "wb") as f:  # sparse: costs no disk
         f.truncate(5 << 30)
-    write_listing(list_files(str(raw)), str(base / "listing"))
-    return raw, base / "listing"
+    rows = (listing / "files.jsonl").read_bytes().split(b"\n")
+    (line,) = [n for n, row in enumerate(rows) if b'"00/huge.jpg"' in row]
+    edit_listing_line(listing, line, b'"size":1,', f'"size":{5 << 30},'.encode())
+    return raw, listing
 
 
 def test_a_5_gb_file_is_refused_before_it_is_read(huge_listing, tmp_path, loop):
