@@ -29,14 +29,15 @@ def data_set(scale: float) -> DataSet:
 
 
 def compare(
-    listing: Any, reps: int, log: Callable[[str], None], kind: str = "s3"
+    listing: Any, reps: int, log: Callable[[str], None], kind: str = "s3", warmup: bool = True
 ) -> list[dict[str, Any]]:
-    """Two rows (unlimited, limited: wall s, CPU s, peak bytes), then the ratio row."""
+    """Two rows (unlimited, limited: wall s, CPU s, peak bytes), then the ratio row; a
+    warm-up run of each first unless ``warmup`` is false."""
     with limitedcache.store(kind) as options:
         manifest = limitedcache.write_set(listing, kind, SHARDS, options)
         limit = int(manifest.bytes * limitedcache.SHARE)
         runs = {UNLIMITED: None, LIMITED: limit}
-        for bound in runs.values():  # warm-up: TensorFlow's first graphs
+        for bound in runs.values() if warmup else ():  # warm-up: TensorFlow's first graphs
             limitedcache.epochs(manifest, options, bound, BATCH)
         done: dict[str, list[limitedcache.Run]] = {name: [] for name in runs}
         for round_ in range(reps):

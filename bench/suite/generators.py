@@ -120,7 +120,12 @@ def contenders(kind: str, part: Listing) -> list[Contender]:
 
 
 def compare_all(
-    listing: Listing, reps: int, scale: float, workroot: str, log: Callable[[str], None]
+    listing: Listing,
+    reps: int,
+    scale: float,
+    workroot: str,
+    log: Callable[[str], None],
+    warmup: bool = True,
 ) -> list[dict[str, Any]]:
     """One job per kind of function; the bound is ``cores / CPU per item`` (none for sleep)."""
     rows = []
@@ -133,7 +138,7 @@ def compare_all(
         bound_rps = None if kind == "sleep" else cores / cost
         log(f"generator / {TITLES[kind]}: {n} items, {cost * 1e6:.0f} us CPU per item")
         group = contenders(kind, part)
-        compare(group, reps, workroot, log)
+        compare(group, reps, workroot, log, warmup)
         for c in group:
             base = None if c is group[0] else group[0]
             extra = {"us_per_item": cost * 1e6}

@@ -68,14 +68,15 @@ def _once(argv: Sequence[str]) -> tuple[float, float]:
 
 
 def compare(
-    records: int, reps: int, workroot: str, log: Callable[[str], None]
+    records: int, reps: int, workroot: str, log: Callable[[str], None], warmup: bool = True
 ) -> list[dict[str, Any]]:
-    """One row per lookup kind: wall and CPU spreads of ``tfshards show`` over ``reps`` rounds."""
+    """One row per lookup kind: wall and CPU spreads of ``tfshards show`` over ``reps`` rounds,
+    after one warm-up run of each unless ``warmup`` is false."""
     log(f"show / writing a version of {records:,} stub records (untimed)")
     manifest, specs = build(records, workroot)
     kinds = {"by path": specs[0], "by SHARD:INDEX": specs[1]}
     argvs = {kind: [*_tfshards(), "show", manifest, spec] for kind, spec in kinds.items()}
-    for argv in argvs.values():  # warm-up: bytecode and page cache
+    for argv in argvs.values() if warmup else ():  # warm-up: bytecode and page cache
         _once(argv)
     walls: dict[str, list[float]] = {kind: [] for kind in argvs}
     cpus: dict[str, list[float]] = {kind: [] for kind in argvs}

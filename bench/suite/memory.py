@@ -44,9 +44,15 @@ def run_child(kind: str, listing_dir: str, out: str) -> dict[str, float]:
 
 
 def compare(
-    listings: dict[str, Listing], kinds: Sequence[str], reps: int, workroot: str, log: Any
+    listings: dict[str, Listing],
+    kinds: Sequence[str],
+    reps: int,
+    workroot: str,
+    log: Any,
+    warmup: bool = True,
 ) -> list[dict[str, Any]]:
-    """Interleaved runs of every (kind, listing); one row per pair, ratio to the smallest set."""
+    """Interleaved runs of every (kind, listing), after a warm-up run of each kind unless
+    ``warmup`` is false; one row per pair, ratio to the smallest set."""
     import shutil
     import tempfile
 
@@ -56,7 +62,7 @@ def compare(
         write_listing(listing, dirs[label])
     results: dict[tuple[str, str], list[dict[str, float]]] = {}
     try:
-        for kind in kinds:  # warm-up: imports compiled into the bytecode cache, page cache
+        for kind in kinds if warmup else ():  # warm-up: bytecode cache, page cache
             out = tempfile.mkdtemp(dir=workroot)
             try:
                 r = run_child(kind, dirs[next(iter(listings))], out)

@@ -50,7 +50,12 @@ def render(doc: dict[str, Any]) -> str:
         f"Python {m['python']}, TensorFlow {m['tensorflow']}, "
         f"tensorflow-datasets {m['tensorflow_datasets']}; load average {m['load_before']} "
         f"before, {m['load_after']} after. Scale {doc['scale']}, {doc['reps']} repetitions "
-        "after a warm-up, interleaved. Reproduce: "
+        + (
+            "with no warm-up (a smoke run: not for tables)"
+            if doc.get("quick")
+            else "after a warm-up"
+        )
+        + ", interleaved. Reproduce: "
         f"`{doc['command']}`",
         "",
         "Data: "

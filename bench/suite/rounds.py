@@ -77,10 +77,15 @@ def measure(fn: Callable[[str], Work], workroot: str) -> Sample:
 
 
 def compare(
-    contenders: Sequence[Contender], reps: int, workroot: str, log: Callable[[str], None]
+    contenders: Sequence[Contender],
+    reps: int,
+    workroot: str,
+    log: Callable[[str], None],
+    warmup: bool = True,
 ) -> None:
-    """One warm-up run of each, then ``reps`` rounds A B C, A B C, ... (samples appended)."""
-    for c in contenders:
+    """One warm-up run of each (unless ``warmup`` is false), then ``reps`` rounds A B C,
+    A B C, ... (samples appended)."""
+    for c in contenders if warmup else ():
         c.warmup = measure(c.run, workroot)
         log(f"  warm-up  {c.name:<40} {c.warmup.wall:7.2f} s")
     for rep in range(reps):

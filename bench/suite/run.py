@@ -2,7 +2,7 @@
 
     make bench                                  # = python -m bench.suite.run --out bench/results
     python -m bench.suite.run --only write,bound --reps 5
-    python -m bench.suite.run --scale 0.01 --reps 1   # smoke run: 1% of the images
+    python -m bench.suite.run --scale 0.01 --reps 1 --quick   # smoke run: 1% of the images
 
 Data: two deterministic synthetic JPEG sets, generated once under ``--data``
 and reused. Every job runs each contender once to warm up, then ``--reps``
@@ -62,6 +62,14 @@ def main(
     data: Annotated[
         str, typer.Option(help="Where the synthetic images are generated and kept.")
     ] = "bench/data",
+    quick: Annotated[
+        bool,
+        typer.Option(
+            help="A smoke run: no warm-up run where a section does without one, and --reps "
+            "rounds of the start and show commands instead of at least 5. Its numbers include "
+            "imports and cold caches: a check that every section runs, not a table."
+        ),
+    ] = False,
 ) -> None:
     """Benchmark tfshards against what a user would otherwise write; print the markdown table."""
     sections = _sections(only)
@@ -74,7 +82,7 @@ def main(
     from bench.suite.runner import log, run
 
     start = time.perf_counter()
-    doc = run(out, sections, reps, scale, data, command.strip())
+    doc = run(out, sections, reps, scale, data, command.strip(), quick)
     log(f"done in {time.perf_counter() - start:.0f} s; results in {out}/latest.json")
     print(report.render(doc), end="")
 

@@ -61,8 +61,11 @@ def _load() -> str:
 class Bench:
     """Runs the selected sections over the data sets, collecting result rows."""
 
-    def __init__(self, reps: int, workroot: str, costs: dict[str, dict[str, float]]) -> None:
+    def __init__(
+        self, reps: int, workroot: str, costs: dict[str, dict[str, float]], warmup: bool = True
+    ) -> None:
         self.reps = reps
+        self.warmup = warmup
         self.workroot = workroot
         self.costs = costs
         self.rows: list[dict[str, Any]] = []
@@ -81,7 +84,7 @@ class Bench:
         bound_rps: float | None,
     ) -> None:
         log(f"{group} / {data}:")
-        compare(contenders, self.reps, self.workroot, log)
+        compare(contenders, self.reps, self.workroot, log, self.warmup)
         base = contenders[0]
         for c in contenders:
             self.rows.append(row(group, data, c, None if c is base else base, bound_rps))
@@ -315,8 +318,13 @@ def run(
     scale: float,
     data_dir: str,
     command: str,
+    quick: bool = False,
 ) -> dict[str, Any]:
-    """Run the sections in ``only``; returns the result document (also written to ``out``)."""
+    """Run the sections in ``only``; returns the result document (also written to ``out``).
+
+    ``quick``: a smoke run. No warm-up run where a section does without one, and the
+    start and show sections take ``reps`` rounds instead of at least 5.
+    """
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     info = machine()
     sets: list[DataSet] = [SMALL.scaled(scale), LARGE.scaled(scale)]
@@ -333,7 +341,8 @@ def run(
             for name, listing in listings.items():
                 log(f"bound / {name}: timing the unavoidable steps")
                 costs[name] = bounds.costs(listing)
-        bench = Bench(reps, workroot, costs)
+        bench = Bench(reps, workroot, costs, warmup=not quick)
+        least = reps if quick else max(reps, 5)  # fast commands: medians of at least 5
         if "bound" in only:
             for name in listings:
                 bench.rows += bounds.as_rows(name, costs[name])
@@ -355,31 +364,33 @@ def run(
         if "generator" in only:
             from bench.suite import generators
 
-            bench.rows += generators.compare_all(listings["small"], reps, scale, workroot, log)
+            bench.rows += generators.compare_all(
+                listings["small"], reps, scale, workroot, log, not quick
+            )
         if "memory" in only:
             small = listings["small"]
             sizes = {f"{len(subset(small, 10).entries):,} files": subset(small, 10)}
             sizes[f"{len(small.entries):,} files"] = small
-            bench.rows += memory.compare(sizes, list(memory.KINDS), reps, workroot, log)
+            bench.rows += memory.compare(sizes, list(memory.KINDS), reps, workroot, log, not quick)
         if "grow" in only:
             log("grow / small: a write from scratch, then versions grown one from another")
             small_root = listings[SMALL.name].root
             bench.rows += growth.compare(SMALL.scaled(scale), small_root, reps, workroot, log)
         if "start" in only:
-            bench.rows += startup.compare(max(reps, 5), log)
+            bench.rows += startup.compare(least, log, not quick)
         if "resume" in only:
             log("resume / small: the first batch at 80% of an epoch, and at its start")
             _, manifest, _ = _prepare_shards(listings[SMALL.name], workroot, False)
             bench.rows += resume.compare(manifest, reps, log)
         if "show" in only:
             records = max(100, round(lookup.RECORDS * scale))
-            bench.rows += lookup.compare(records, max(reps, 5), workroot, log)
+            bench.rows += lookup.compare(records, least, workroot, log, not quick)
         if "cachelimit" in only:
             from bench.suite import cachelimit
 
             log("cachelimit / 3 epochs from moto's S3, the cache limited to 20% and unlimited")
             root, _ = ensure(cachelimit.data_set(scale), data_dir)
-            bench.rows += cachelimit.compare(listing_of(root), reps, log)
+            bench.rows += cachelimit.compare(listing_of(root), reps, log, warmup=not quick)
     finally:
         shutil.rmtree(workroot, ignore_errors=True)
     info["load_after"] = _load()
@@ -388,6 +399,7 @@ def run(
         "command": command,
         "scale": scale,
         "reps": reps,
+        "quick": quick,
         "sections": list(only),
         "machine": info,
         "data": {

@@ -57,10 +57,11 @@ def _once(argv: Sequence[str]) -> tuple[float, float]:
     return wall, cpu
 
 
-def compare(reps: int, log: Callable[[str], None]) -> list[dict[str, Any]]:
-    """One row per command: wall and CPU spreads over ``reps`` interleaved rounds."""
+def compare(reps: int, log: Callable[[str], None], warmup: bool = True) -> list[dict[str, Any]]:
+    """One row per command: wall and CPU spreads over ``reps`` interleaved rounds, after one
+    warm-up run of each unless ``warmup`` is false."""
     argvs = commands()
-    for argv in argvs.values():  # warm-up: bytecode cache, page cache
+    for argv in argvs.values() if warmup else ():  # warm-up: bytecode cache, page cache
         _once(argv)
     walls: dict[str, list[float]] = {name: [] for name in argvs}
     cpus: dict[str, list[float]] = {name: [] for name in argvs}

@@ -184,7 +184,7 @@ def test_suite_and_studies_share_only_the_common_package() -> None:
 def results(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict[str, Any], str]:
     tmp = tmp_path_factory.mktemp("bench")
     env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2", "PYTHONPATH": str(REPO)}
-    args = ["--scale", "0.005", "--reps", "1", "--only", SECTIONS]
+    args = ["--scale", "0.005", "--reps", "1", "--quick", "--only", SECTIONS]
     args += ["--out", str(tmp / "results"), "--data", str(tmp / "data")]
     proc = subprocess.run(
         [sys.executable, "-m", "bench.suite.run", *args],

@@ -150,7 +150,7 @@ def _parse(
     """
     features: dict[str, tuple[Outline, list[Any]]] = {}
     for num, msg in _fields(memoryview(data)):
-        if num != 1:
+        if num != 1 or not msg:  # an empty Features message holds no feature: no walk
             continue
         for entry_num, entry in _fields(msg):
             if entry_num != 1:
