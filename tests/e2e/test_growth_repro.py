@@ -115,20 +115,8 @@ def _history(root: Path, env: dict[str, str]) -> list[Step]:
     return seen
 
 
-def test_two_repositories_replaying_one_history_grow_the_same_versions(tmp_path):
-    started = time.monotonic()
-    a, b = (  # nothing shared: another path, shard cache and listing hash cache
-        _history(
-            tmp_path / where,
-            {
-                "TFSHARDS_CACHE": str(tmp_path / "caches" / where / "shards"),
-                "TFSHARDS_HASH_CACHE": str(tmp_path / "caches" / where / "hashes.sqlite"),
-            },
-        )
-        for where in ("a", "elsewhere/b")
-    )
-    print(f"two histories of {IMAGES} images: {time.monotonic() - started:.1f} s")
-
+def test_two_repositories_replaying_one_history_grow_the_same_versions(replayed):
+    a, b = replayed.a, replayed.b
     for mine, theirs in zip(a, b, strict=True):
         assert mine.manifest.fingerprint == theirs.manifest.fingerprint
         assert mine.manifest_bytes == theirs.manifest_bytes  # root included
@@ -201,10 +189,10 @@ def _uploaded(recording: Path) -> tuple[int, int]:
     return count, total
 
 
-def _objects(client: Any) -> dict[str, int]:
-    """Key -> size of every object in the bucket."""
+def _objects(client: Any, bucket: str) -> dict[str, int]:
+    """Key -> size of every object in ``bucket``."""
     found: dict[str, int] = {}
-    for page in client.get_paginator("list_objects_v2").paginate(Bucket="bucket"):
+    for page in client.get_paginator("list_objects_v2").paginate(Bucket=bucket):
         found.update({o["Key"]: o["Size"] for o in page.get("Contents", [])})
     return found
 
@@ -241,9 +229,24 @@ def _allowance(root: Path, v1: Step, v2: Manifest) -> dict[str, int]:
     }
 
 
-@pytest.fixture
-def s3(endpoint: str) -> tuple[dict[str, str], Any]:
-    """DVC's environment for moto's server, and a client of its fresh bucket."""
+class Pushed(NamedTuple):
+    """What the second `dvc push` of repository a sent, and what it was allowed to."""
+
+    requests: int  # uploads with a body
+    sent: int  # their body bytes, as moto's server received them
+    stored: int  # the bytes the bucket gained
+    allowance: dict[str, int]  # from _allowance
+    in_sync: str  # `dvc status -c` after pushing the rest
+
+
+class Replayed(NamedTuple):
+    a: list[Step]
+    b: list[Step]
+    pushed: Pushed
+
+
+def _s3(endpoint: str, bucket: str) -> tuple[dict[str, str], Any]:
+    """DVC's environment for moto's server, and a client of a fresh ``bucket``."""
     import boto3
 
     env = {
@@ -259,41 +262,61 @@ def s3(endpoint: str) -> tuple[dict[str, str], Any]:
         aws_secret_access_key="testing",
         region_name="us-east-1",
     )
-    client.create_bucket(Bucket="bucket")
+    client.create_bucket(Bucket=bucket)
     return env, client
 
 
-def test_pushing_a_grown_version_sends_its_new_shards_and_metadata_only(tmp_path, s3):
-    env, client = s3
-    env = {**env, "TFSHARDS_CACHE": str(tmp_path / "cache")}
-    root = tmp_path / "project"
+@pytest.fixture(scope="module")
+def replayed(tmp_path_factory: pytest.TempPathFactory, _moto_server: str) -> Replayed:
+    """One history (a first version, then 1% more files and a new label) in two repositories
+    that share nothing: another path, shard cache and listing hash cache. Repository a has a
+    DVC remote on moto's S3 and pushes each version; repository b has none."""
+    tmp = tmp_path_factory.mktemp("growth")
+    bucket = f"growth-{tmp.name.lower().replace('_', '-')}"
+    s3_env, client = _s3(_moto_server, bucket)
+    envs = {
+        where: {
+            "TFSHARDS_CACHE": str(tmp / "caches" / where / "shards"),
+            "TFSHARDS_HASH_CACHE": str(tmp / "caches" / where / "hashes.sqlite"),
+        }
+        for where in ("a", "elsewhere/b")
+    }
+    started = time.monotonic()
+    env, root = {**s3_env, **envs["a"]}, tmp / "a"
     _new_repo(root, env)  # local shards, as init sets them up
-    _run(["dvc", "remote", "add", "-d", "store", "s3://bucket/dvc"], root, env)
+    _run(["dvc", "remote", "add", "-d", "store", f"s3://{bucket}/dvc"], root, env)
     _commit(root, env, "remote")
     v1 = _snapshot(root, _step(root, env, "first version"))
     _run(["dvc", "push", "-q", "write"], root, env)
-    before = _objects(client)
+    before = _objects(client, bucket)
     assert before  # v1 went
 
     _add_files(root)
     v2 = _step(root, env, "1% more, and aardvark")
-    assert v2.base == v1.manifest.fingerprint
-    started = time.monotonic()
-    with _recording(env["AWS_ENDPOINT_URL"], tmp_path / "moto_recording") as recording:
+    with _recording(_moto_server, tmp / "moto_recording") as recording:
         _run(["dvc", "push", "-q", "write"], root, env)  # the write stage's outs
-    seconds = time.monotonic() - started
     requests, sent = _uploaded(recording)
-    after = _objects(client)
+    after = _objects(client, bucket)
     stored = sum(size for key, size in after.items() if key not in before)
-    may = _allowance(root, v1, v2)
-    print(
-        f"first push {sum(before.values())} B in {len(before)} objects; second push "
-        f"{requests} uploads, {sent} body bytes, {stored} B in {len(after) - len(before)} "
-        f"new objects, {seconds:.1f} s; allowance {may}; v2 {len(v2.shards)} shards, "
-        f"{sum(s.bytes for s in v2.shards)} B"
-    )
-    assert stored <= sent  # the recording saw every byte the bucket gained
-    assert sent <= 1.1 * (may["shards"] + may["metadata"] + may["dir"])
-    assert sent <= 1.1 * (may["unseen"] + may["dir"])  # nothing v1 had went twice
+    allowance = _allowance(root, v1, v2)
     _run(["dvc", "push", "-q"], root, env)  # the rest: the listing
-    assert "in sync" in _run(["dvc", "status", "-c"], root, env)
+    pushed = Pushed(requests, sent, stored, allowance, _run(["dvc", "status", "-c"], root, env))
+    a = [v1, _snapshot(root, v2)]
+    b = _history(tmp / "elsewhere/b", envs["elsewhere/b"])
+    print(f"two histories of {IMAGES} images: {time.monotonic() - started:.1f} s")
+    return Replayed(a, b, pushed)
+
+
+def test_pushing_a_grown_version_sends_its_new_shards_and_metadata_only(replayed):
+    (v1, v2), pushed = replayed.a, replayed.pushed
+    assert v2.manifest.base == v1.manifest.fingerprint
+    may = pushed.allowance
+    print(
+        f"second push {pushed.requests} uploads, {pushed.sent} body bytes, {pushed.stored} B "
+        f"stored; allowance {may}; v2 {len(v2.manifest.shards)} shards, "
+        f"{sum(s.bytes for s in v2.manifest.shards)} B"
+    )
+    assert pushed.stored <= pushed.sent  # the recording saw every byte the bucket gained
+    assert pushed.sent <= 1.1 * (may["shards"] + may["metadata"] + may["dir"])
+    assert pushed.sent <= 1.1 * (may["unseen"] + may["dir"])  # nothing v1 had went twice
+    assert "in sync" in pushed.in_sync

