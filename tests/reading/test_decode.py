@@ -138,14 +138,64 @@ def _mixed_set(base):  # type: ignore[no-untyped-def]
     return write(config, list_files(str(base / "img")), progress=False).manifest
 
 
-def test_the_stored_formats_come_from_the_versions_statistics(small_set, tmp_path):
-    from tfshards.reading.decode import stored_formats
+def _formats(manifest):  # type: ignore[no-untyped-def]
+    from tfshards.reading.decode import stored_stats
 
-    assert stored_formats(small_set) == {"JPEG": 12}
-    mixed = stored_formats(_mixed_set(tmp_path))
+    stats = stored_stats(manifest)
+    return None if stats is None else stats.formats
+
+
+def test_the_stored_formats_come_from_the_versions_statistics(small_set, tmp_path):
+    assert _formats(small_set) == {"JPEG": 12}
+    mixed = _formats(_mixed_set(tmp_path))
     assert mixed is not None and mixed["JPEG"] > 0 and mixed["PNG"] > 0
     (tmp_path / "none").mkdir()  # a version without statistics: formats unknown
-    assert stored_formats(dataclasses.replace(small_set, root=str(tmp_path / "none"))) is None
+    assert _formats(dataclasses.replace(small_set, root=str(tmp_path / "none"))) is None
+
+
+def _stats(formats: dict[str, int], channels: dict[str, int]):  # type: ignore[no-untyped-def]
+    from tfshards.shardset.imagestats import ImageStats
+
+    return ImageStats(formats=formats, channels=channels)
+
+
+@pytest.mark.parametrize(
+    ("formats", "channels", "expected"),
+    [
+        ({"PNG": 5}, {"1": 5}, 1),
+        ({"JPEG": 5}, {"3": 5}, 3),
+        ({"PNG": 5}, {"4": 5}, 4),
+        ({"JPEG": 1, "PNG": 4}, {"4": 5}, 3),  # a CMYK JPEG: decode_jpeg gives 1 or 3
+        ({"PNG": 4, "GIF": 1}, {"1": 4, "3": 1}, 3),  # mixed: colour wins
+        ({"PNG": 5}, {"1": 4, "2": 1}, 3),
+        ({"BMP": 5}, {"1": 4, "unknown": 1}, None),  # a header that did not tell
+        ({"PNG": 5}, {"1": 0, "3": 5}, 3),
+    ],
+)
+def test_the_common_channels_are_the_one_count_or_3(formats, channels, expected):
+    from tfshards.reading.decode import common_channels
+
+    assert common_channels(_stats(formats, channels)) == expected
+    assert common_channels(None) is None
+
+
+def test_a_grayscale_first_record_does_not_make_a_colour_set_gray(tmp_path):
+    """The first record of the only shard is a grayscale PNG (seed 5 shuffles it first);
+    the set also holds colour JPEGs and a GIF. Every image reads at 3 channels: the first
+    image's 1 made the GIF stop the read, and the colour images gray."""
+    raw = tmp_path / "img"
+    write_synthetic(str(raw), 6, 16, workers=1, classes=1)
+    Image.new("L", (16, 16), 90).save(raw / "00" / "0-gray.png")
+    Image.new("RGB", (16, 16), (200, 10, 10)).save(raw / "00" / "z-red.gif")
+    config = WriteConfig(out=str(tmp_path / "shards"), num_shards=1, executor="serial", seed=5)
+    manifest = write(config, list_files(str(raw)), progress=False).manifest
+    assert _formats(manifest) == {"GIF": 1, "JPEG": 6, "PNG": 1}
+    ds = loader.make_dataset(
+        manifest.shards, manifest, batch_size=8, image_size=(16, 16), training=False
+    )
+    ((images, _),) = list(ds)
+    assert images.shape == (8, 16, 16, 3)
+    assert images.numpy().std(axis=-1).max() > 0.1  # colour kept: not three equal planes
 
 
 @pytest.mark.parametrize("size", [48, 512])
@@ -201,15 +251,13 @@ _COUNT = re.compile(rb'("formats":\{"JPEG":)(\d+)')  # a bucket's JPEG count
     ],
 )
 def test_statistics_edited_out_of_true_leave_the_formats_unknown(small_set, tmp_path, edit):
-    from tfshards.reading.decode import stored_formats
-
     copy = tmp_path / "copy"
     shutil.copytree(small_set.directory, copy)
     stats = copy / "imagestats.json"
     edited = edit(stats.read_bytes())
     assert edited != stats.read_bytes()
     stats.write_bytes(edited)
-    assert stored_formats(dataclasses.replace(small_set, root=str(copy))) is None
+    assert _formats(dataclasses.replace(small_set, root=str(copy))) is None
 
 
 @pytest.mark.parametrize(

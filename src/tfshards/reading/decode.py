@@ -188,13 +188,16 @@ def image_shape(
     gate: Gate,
     manifest: Manifest,
     decoding: DecodeOptions,
+    stored_channels: int | None = None,
 ) -> tuple[tuple[int, int, int], tuple[int, int] | None]:
     """The static image shape (asked for, or the first image's) and the stored image size.
 
-    The stored size is the written ``resize``, or the first image's: read
-    (header only for a JPEG) when the shape or the decode plan needs it.
+    The channels are those asked for, else ``stored_channels`` (see
+    :func:`common_channels`), else the first image's. The stored size is the
+    written ``resize``, or the first image's: read (header only for a JPEG)
+    when the shape or the decode plan needs it.
     """
-    image_size, channels = decoding.image_size, decoding.channels
+    image_size, channels = decoding.image_size, decoding.channels or stored_channels
     side = None if manifest.resize is None else manifest.resize.size
     stored = None if side is None else (side, side)
     asked = None
@@ -224,19 +227,39 @@ def image_shape(
     return (height, width, channels or found), source
 
 
-def stored_formats(manifest: Manifest, **storage_options: Any) -> dict[str, int] | None:
-    """The set's images counted per format (``JPEG``, ``PNG``, ...), from the statistics the
-    write counted in its version; None for a version without them, where they cannot be
-    read, or where they do not count the manifest's records once each (the images are then
-    decoded as any format)."""
+def stored_stats(manifest: Manifest, **storage_options: Any) -> imagestats.ImageStats | None:
+    """The image statistics the write counted in the set's version, merged over its buckets;
+    None for a version without them, where they cannot be read, or where their format or
+    channel counts do not count the manifest's records once each (nothing is then taken
+    from them: the images are decoded as any format, at the first image's channels)."""
     try:
         found = imagestats.read_version(manifest.directory, **storage_options)
         if found is None:
             return None
-        formats = imagestats.merged(found.buckets.values()).formats
+        stats = imagestats.merged(found.buckets.values())
     except (OSError, TfshardsError, TypeError, ValueError, OverflowError):
         return None
-    counts = list(formats.values())
-    if any(type(n) is not int or n < 0 for n in counts) or sum(counts) != manifest.records:
+    for counts in (list(stats.formats.values()), list(stats.channels.values())):
+        if any(type(n) is not int or n < 0 for n in counts) or sum(counts) != manifest.records:
+            return None
+    return stats
+
+
+def common_channels(stats: imagestats.ImageStats | None) -> int | None:
+    """The channels to convert every image to when none are asked for, from the statistics.
+
+    The count every image's header shows, where it is 1, 3, or 4 in a set with no JPEG
+    (a JPEG decodes to 1 or 3); 3 where the counts differ, so that a grayscale image
+    first does not make a set of colour images gray, and a GIF (3 channels only) among
+    grayscale PNGs still decodes. None without statistics, or where a header did not tell
+    its channels: the first image's count is taken.
+    """
+    if stats is None:
         return None
-    return formats
+    found = [ch for ch, n in stats.channels.items() if n]
+    if imagestats.UNKNOWN_CHANNELS in found or not found:
+        return None
+    (one,) = found if len(found) == 1 else ("3",)
+    if one in ("1", "3") or (one == "4" and not stats.formats.get("JPEG")):
+        return int(one)
+    return 3

@@ -55,11 +55,12 @@ from tfshards.reading import chunks, epochdata
 from tfshards.reading.cache import ShardCache
 from tfshards.reading.corruption import find_corrupt_record
 from tfshards.reading.decode import (
+    common_channels,
     decode_image,
     decode_images,
     image_shape,
     parse_fn,
-    stored_formats,
+    stored_stats,
 )
 from tfshards.reading.decodeplan import DecodePlan, plan
 from tfshards.reading.epochorder import Position
@@ -189,8 +190,10 @@ def from_options(
     source: tuple[int, int] | None = None
     formats: dict[str, int] | None = None
     if decoding.decode and manifest.image_feature in names:
-        shape, source = image_shape(shards, paths, gate, manifest, decoding)
-        formats = stored_formats(manifest, **read.storage_options)
+        stats = stored_stats(manifest, **read.storage_options)
+        channels = common_channels(stats)
+        shape, source = image_shape(shards, paths, gate, manifest, decoding, channels)
+        formats = None if stats is None else stats.formats
     target = _resize_to(manifest, decoding)
     how = plan(
         source=source,

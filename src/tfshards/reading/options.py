@@ -128,8 +128,9 @@ class DecodeOptions:
             stored size, which must then be the same for every image. A set
             written with ``resize`` (:mod:`tfshards.writing.resize`) at this size is
             decoded without resizing.
-        channels: 1, 3 or 4 to convert every image to; None takes the first
-            image's.
+        channels: 1, 3 or 4 to convert every image to; None takes the count
+            every image's header shows, 3 where they differ (from the image
+            statistics of the version; the first image's without them).
         image_dtype: ``"float32"`` (in [0, 1]) or ``"uint8"`` (0..255, as
             stored): skips the conversion, ~15% of the CPU per small image, and
             sends a quarter of the bytes to an accelerator; scale in the model
