@@ -16,8 +16,12 @@ import yaml
 sys.path.insert(0, str(Path(__file__).parent))
 from importgraph import closure, edges, graph
 
-# Modules that load a compiled extension, and its C sources (a change there can change bytes).
-COMPILED_SOURCES = {"src/tfshards/format/native.py": "src/tfshards/format/_native*.[ch]"}
+# Modules that read files beside them (a change there can change bytes): the compiled
+# extension's C sources, the bundled digits.
+FILES_BESIDE = {
+    "src/tfshards/format/native.py": "src/tfshards/format/_native*.[ch]",
+    "src/tfshards/project/sample.py": "src/tfshards/project/digits.txt",
+}
 SCRIPT = re.compile(r"python (stages/\S+\.py)")
 STAGE_LINE = re.compile(r"^  ([\w-]+):\s*$")
 SRC_DEP_LINE = re.compile(r"^(\s+)- (src/\S+)\s*$")
@@ -40,7 +44,7 @@ def needed(repo: Path, script: str) -> set[str]:
         path = src / name.replace(".", "/")
         path = path / "__init__.py" if path.is_dir() else path.with_suffix(".py")
         files.add(path.relative_to(repo).as_posix())
-    for module, pattern in COMPILED_SOURCES.items():
+    for module, pattern in FILES_BESIDE.items():
         if module in files:
             files |= {p.relative_to(repo).as_posix() for p in sorted(repo.glob(pattern))}
     return {f for f in files if not f.endswith("__init__.py")}  # a docstring and __all__

@@ -160,6 +160,8 @@ def test_the_wheel_installs_without_a_compiler_and_runs_a_new_pipeline(tmp_path,
     assert _run(["python", "-c", meta], tmp, env).stdout.strip() == __version__
     doctor = _run(["tfshards", "doctor", "--no-devices"], tmp, env).stdout  # train imports TF
     assert "SHA-256: bundled libcrypto-" in doctor and "tensorflow:  tensorflow-cpu " in doctor
+    digits = _run(["tfshards", "sample", "digits", str(tmp / "digits")], tmp, env).stdout
+    assert digits.startswith("wrote 1797 digit images")  # the data file is in the wheel
 
     root = tmp / "project"
     root.mkdir()

@@ -23,7 +23,8 @@ OutDir = Annotated[
 @sample_app.command("digits")
 @one_line_errors
 def digits_command(out_dir: OutDir) -> None:
-    """Write scikit-learn's 1,797 handwritten digits as OUT_DIR/<digit>/<id>.png.
+    """Write the bundled 1,797 handwritten digits (UCI's, as scikit-learn's load_digits
+    has them) as OUT_DIR/<digit>/<id>.png.
 
     Grayscale 8x8 PNGs (native size, 0..16 scaled to 0..255), ten labels "0".."9",
     no download. The same bytes on every run.

@@ -9,6 +9,7 @@ JPEG and zlib encoders, so their output is pinned by the lock file).
 from __future__ import annotations
 
 import colorsys
+import importlib.resources
 import io
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -194,13 +195,27 @@ def _run(batches: list[SyntheticBatch], workers: int) -> Iterator[tuple[int, int
             yield done
 
 
+DIGITS_FILE = "digits.txt"
+_INTENSITY = {c: v for v, c in enumerate("0123456789abcdefg")}
+
+
+def read_digits() -> tuple[np.ndarray, np.ndarray]:
+    """The bundled digits: labels ``(1797,)`` and 0..16 intensities ``(1797, 8, 8)``."""
+    text = (importlib.resources.files(__package__) / DIGITS_FILE).read_text("ascii")
+    rows = [line.split(" ") for line in text.splitlines() if not line.startswith("#")]
+    labels = np.array([int(label) for label, _ in rows], dtype=np.int64)
+    flat = [[_INTENSITY[c] for c in pixels] for _, pixels in rows]
+    return labels, np.array(flat, dtype=np.uint8).reshape(len(rows), 8, 8)
+
+
 def write_digits(out_dir: str) -> int:
-    """Write scikit-learn's bundled handwritten digits as ``OUT/<digit>/<id>.png``.
+    """Write the bundled handwritten digits (``digits.txt`` beside this module, the copy
+    scikit-learn's ``load_digits()`` returns) as ``OUT/<digit>/<id>.png``.
 
     1,797 grayscale images in 10 classes (``"0"`` .. ``"9"``), no download. The
     images stay at their native 8 x 8 pixels (upscaling would add no information,
     only bytes); the 0..16 intensities are scaled to 0..255 with rounding. ``id``
-    is the image's position in ``load_digits()``, zero-padded to five digits.
+    is the image's line among the file's images, zero-padded to five digits.
 
     Args:
         out_dir: local directory or fsspec URL; created if missing.
@@ -208,12 +223,9 @@ def write_digits(out_dir: str) -> int:
     Returns:
         The number of images written (1797).
     """
-    from sklearn.datasets import load_digits  # importing sklearn costs ~1 s; only pay here
-
-    digits = load_digits()
-    images = np.rint(np.asarray(digits.images, dtype=np.float64) * (255.0 / 16.0))
+    labels, intensities = read_digits()
+    images = np.rint(intensities.astype(np.float64) * (255.0 / 16.0))
     pixels = np.clip(images, 0, 255).astype(np.uint8)
-    labels = np.asarray(digits.target)
     fs, base = storage.open_url(out_dir)
     for i, (image, label) in enumerate(zip(pixels, labels, strict=True)):
         path = storage.join(base, str(int(label)), f"{i:05d}.png")
