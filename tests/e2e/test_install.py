@@ -214,8 +214,18 @@ def _shards(tfshards: list[str], raw: Path, cwd: Path, env: dict[str, str]) -> b
     return (cwd / "manifest.json").read_bytes()
 
 
+@pytest.fixture(scope="module")
+def here(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, bytes]:
+    """A small raw tree, and the manifest this checkout's list -> write -> validate gives it."""
+    tmp = tmp_path_factory.mktemp("here").resolve()
+    raw, ours = tmp / "raw", [sys.executable, "-m", "tfshards"]
+    sample = ["sample", "synthetic", str(raw), "--count", "24", "--size", "16", "--workers", "1"]
+    _run([*ours, *sample], tmp, os.environ.copy())
+    return raw, _shards(ours, raw, tmp / "ours", os.environ.copy())
+
+
 @pytest.mark.parametrize("minor", ["3.10", "3.12", "3.13"])
-def test_other_pythons_install_the_sdist_and_write_the_same_bytes(tmp_path, sdist, minor):
+def test_other_pythons_install_the_sdist_and_write_the_same_bytes(tmp_path, sdist, here, minor):
     """The versions requires-python admits besides 3.11: the sdist compiles the loops there,
     and list, write and validate give the manifest this checkout gives. Training (TensorFlow)
     runs only in the 3.11 test above."""
@@ -233,9 +243,5 @@ def test_other_pythons_install_the_sdist_and_write_the_same_bytes(tmp_path, sdis
     loops = _loops(venv / "bin", tmp, env)
     assert loops["missing"] is None and f"python{minor}/site-packages" in loops["file"]
 
-    raw = tmp / "raw"
-    here = [sys.executable, "-m", "tfshards"]
-    sample = ["sample", "synthetic", str(raw), "--count", "24", "--size", "16", "--workers", "1"]
-    _run([*here, *sample], tmp, os.environ.copy())
-    expected = _shards(here, raw, tmp / "here", os.environ.copy())
+    raw, expected = here
     assert _shards([str(venv / "bin" / "tfshards")], raw, tmp / minor, env) == expected
