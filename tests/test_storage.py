@@ -70,6 +70,16 @@ def test_an_aborted_file_is_neither_synced_nor_published(tmp_path, monkeypatch):
     assert calls == [] and list(tmp_path.iterdir()) == []
 
 
+def test_a_file_that_cannot_take_its_name_is_named_and_leaves_no_temp_file(tmp_path):
+    (tmp_path / "taken").mkdir()  # a folder where the file is to go
+    fs = storage.open_url(str(tmp_path))[0]
+    with pytest.raises(IsADirectoryError) as raised:
+        atomicfile.write_atomic(fs, str(tmp_path / "taken"), [b"x"])
+    assert raised.value.filename == str(tmp_path / "taken")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["taken"]
+    assert not list((tmp_path / "taken").iterdir())
+
+
 @pytest.mark.parametrize("interrupted", ["os.close", "os.replace"])
 def test_a_commit_interrupted_by_ctrl_c_aborts_cleanly(tmp_path, monkeypatch, interrupted):
     """Ctrl-C inside commit, then abort: no second close of the same descriptor, no leftover."""

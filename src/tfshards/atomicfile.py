@@ -39,10 +39,10 @@ def write_atomic(
     sink = AtomicSink(fs, path, mode=mode)
     try:
         sink.write(chunks)
+        sink.commit(sync_dir=sync_dir)
     except BaseException:
-        sink.abort()
+        sink.abort()  # a failed rename too: no temp file stays behind
         raise
-    sink.commit(sync_dir=sync_dir)
     return sink.size
 
 
@@ -101,7 +101,10 @@ class AtomicSink:
             os.fsync(self._fd)
             fd, self._fd = self._fd, None  # forget it first: a Ctrl-C here must not close it twice
             os.close(fd)
-            os.replace(self._tmp, self.path)
+            try:
+                os.replace(self._tmp, self.path)
+            except OSError as exc:  # name the file it was to become, not the temp file
+                raise type(exc)(exc.errno, exc.strerror, self.path) from exc
             self._tmp = ""
             if sync_dir:
                 fsync_dir(os.path.dirname(self.path) or ".")

@@ -167,8 +167,11 @@ def _stats(formats: dict[str, int], channels: dict[str, int]):  # type: ignore[n
         ({"PNG": 5}, {"4": 5}, 4),
         ({"JPEG": 1, "PNG": 4}, {"4": 5}, 3),  # a CMYK JPEG: decode_jpeg gives 1 or 3
         ({"PNG": 4, "GIF": 1}, {"1": 4, "3": 1}, 3),  # mixed: colour wins
-        ({"PNG": 5}, {"1": 4, "2": 1}, 3),
-        ({"BMP": 5}, {"1": 4, "unknown": 1}, None),  # a header that did not tell
+        ({"PNG": 5}, {"1": 4, "2": 1}, 1),  # grey, some with alpha
+        ({"PNG": 5}, {"2": 5}, 1),
+        ({"PNG": 4, "GIF": 1}, {"1": 4, "unknown": 1}, 1),  # a header that did not tell
+        ({"JPEG": 1, "PNG": 3, "GIF": 1}, {"1": 3, "3": 1, "unknown": 1}, 3),
+        ({"JPEG": 5}, {"unknown": 5}, None),
         ({"PNG": 5}, {"1": 0, "3": 5}, 3),
     ],
 )
@@ -246,6 +249,8 @@ _COUNT = re.compile(rb'("formats":\{"JPEG":)(\d+)')  # a bucket's JPEG count
         lambda doc: _COUNT.sub(lambda m: m[1] + b"%d" % (int(m[2]) - 1), doc, 1),  # one short
         lambda doc: _COUNT.sub(rb"\1-\2", doc, 1),
         lambda doc: _COUNT.sub(rb"\1true", doc, 1),
+        lambda doc: _COUNT.sub(rb'\1"\2"', doc, 1),  # the right count, as a string
+        lambda doc: _COUNT.sub(rb"\1\2.0", doc, 1),  # the right count, as a float
         lambda doc: _COUNT.sub(rb"\1Infinity", doc, 1),
         lambda doc: b"[" * 100_000 + b"]" * 100_000,  # nested past the recursion limit
     ],

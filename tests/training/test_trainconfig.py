@@ -93,6 +93,8 @@ def test_options_as_the_command_line_spells_them_make_the_config() -> None:
     )
     assert config == TrainConfig(augment=("flip", "crop"), epochs=3)
     assert (config.export_out, config.checkpoint_dir) == (None, None)
+    quiet = from_options({"live_dir": "", "split_out": ""})  # '' is none, as for export_out
+    assert (quiet.live_dir, quiet.split_out) == (None, None)
     named = from_options({"augment": "none", "export_out": "out", "checkpoint_dir": "ck"})
     assert (named.augment, named.export_out, named.checkpoint_dir) == ((), "out", "ck")
 

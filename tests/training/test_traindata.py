@@ -91,3 +91,35 @@ def test_without_val_shards_there_is_no_val_dataset_nor_weights(shards: Any) -> 
     data = prepare(TrainConfig(image_size=8, batch_size=64), shards, split(shards, 0.0, 0))
     assert data.val is None and data.class_weights is None
     assert data.batches == 1  # fewer records than a batch: one step still
+
+
+def test_validation_reads_at_the_training_images_channels(tmp_path: Path) -> None:
+    """Without image statistics each set of shards would take its own first image's
+    channels: a gray training side and a colour validation side must still meet the model
+    at one count (the training side's)."""
+    import dataclasses
+    import os
+
+    from PIL import Image
+
+    raw = tmp_path / "raw"
+    for label, mode, colour in (("gray", "L", 90), ("rgb", "RGB", (200, 10, 10))):
+        (raw / label).mkdir(parents=True)
+        for i in range(6):
+            Image.new(mode, (16, 16), colour).save(raw / label / f"{i}.png")
+    config = WriteConfig(
+        out=str(tmp_path / "shards"), num_shards=2, executor="serial", group_by=r"^(\w+)/"
+    )
+    manifest = write(config, list_files(str(raw)), progress=False).manifest
+    os.remove(Path(manifest.directory) / "imagestats.json")  # a version written without them
+    shards = sorted(manifest.shards, key=lambda s: s.name)
+    parts = split(manifest, 0.0, 0)
+    by_label = {}
+    for shard in shards:
+        y = next(iter(dataset([shard], manifest, TrainConfig(image_size=8), training=False)))[1]
+        by_label[manifest.labels[int(y.numpy()[0])]] = shard
+    assert set(by_label) == {"gray", "rgb"}  # one label a shard
+    parts = dataclasses.replace(parts, train=(by_label["gray"],), val=(by_label["rgb"],))
+    data = prepare(TrainConfig(image_size=8, batch_size=4), manifest, parts)
+    assert data.channels == 1
+    assert next(iter(data.val))[0].shape[-1] == 1

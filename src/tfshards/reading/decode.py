@@ -248,18 +248,20 @@ def stored_stats(manifest: Manifest, **storage_options: Any) -> imagestats.Image
 def common_channels(stats: imagestats.ImageStats | None) -> int | None:
     """The channels to convert every image to when none are asked for, from the statistics.
 
-    The count every image's header shows, where it is 1, 3, or 4 in a set with no JPEG
-    (a JPEG decodes to 1 or 3); 3 where the counts differ, so that a grayscale image
-    first does not make a set of colour images gray, and a GIF (3 channels only) among
-    grayscale PNGs still decodes. None without statistics, or where a header did not tell
-    its channels: the first image's count is taken.
+    The count the images' headers agree on: 1 where each is grey (with or without alpha),
+    3 where each is colour, 4 where each has 4 and no image is a JPEG (a JPEG decodes to 1
+    or 3); 3 where they differ, so that a grayscale image first does not make a set of
+    colour images gray, and a GIF (3 channels only) among grayscale PNGs still decodes.
+    Headers that did not tell their channels (a JPEG libjpeg reads past a fault in) do not
+    count. None without statistics or without one told count: the first image's is taken.
     """
     if stats is None:
         return None
-    found = [ch for ch, n in stats.channels.items() if n]
-    if imagestats.UNKNOWN_CHANNELS in found or not found:
+    found = {ch for ch, n in stats.channels.items() if n} - {imagestats.UNKNOWN_CHANNELS}
+    if not found:
         return None
-    (one,) = found if len(found) == 1 else ("3",)
-    if one in ("1", "3") or (one == "4" and not stats.formats.get("JPEG")):
-        return int(one)
+    if found <= {"1", "2"}:
+        return 1
+    if found == {"4"} and not stats.formats.get("JPEG"):
+        return 4
     return 3

@@ -202,11 +202,11 @@ class ImageStats:
     def from_json(cls, doc: Mapping[str, Any]) -> ImageStats:
         ex = doc["examples"]
         return cls(
-            images=int(doc["images"]),
-            unknown_size=int(doc["unknown_size"]),
-            rotated=int(doc.get("exif_rotated", 0)),  # absent: written before it was counted
-            formats={str(k): int(v) for k, v in doc["formats"].items()},
-            channels={str(k): int(v) for k, v in doc["channels"].items()},
+            images=_count(doc["images"]),
+            unknown_size=_count(doc["unknown_size"]),
+            rotated=_count(doc.get("exif_rotated", 0)),  # absent: written before it was counted
+            formats={str(k): _count(v) for k, v in doc["formats"].items()},
+            channels={str(k): _count(v) for k, v in doc["channels"].items()},
             width=Histogram.from_json(doc["width"], DIM_BITS),
             height=Histogram.from_json(doc["height"], DIM_BITS),
             nbytes=Histogram.from_json(doc["bytes"], BYTE_BITS),
@@ -216,6 +216,14 @@ class ImageStats:
                 int(k): [(example_rank(v), str(v))] for k, v in ex["width_bins"].items()
             },
         )
+
+
+def _count(value: Any) -> int:
+    """A count as the write stores it: a JSON whole number, not negative (not ``"8"``,
+    ``8.9`` or ``true``, which ``int()`` would take)."""
+    if type(value) is not int or value < 0:
+        raise ValueError(f"a count must be a whole number >= 0, found {value!r}")
+    return value
 
 
 def _paths(examples: Mapping[str, list[Example]]) -> dict[str, list[str]]:

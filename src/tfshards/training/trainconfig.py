@@ -332,12 +332,15 @@ OPTIONS = (
     ),
     Option("metrics", str, _D.metrics, "Summary metrics JSON (the DVC metrics file)."),
     Option(
-        "live_dir", str, str(_D.live_dir), "dvclive directory: per-epoch metrics and plots."
+        "live_dir", str, str(_D.live_dir),
+        "dvclive directory: per-epoch metrics and plots; '' for none.",
+        convert=_none_if_empty,
     ),
     Option("model_out", str, str(_D.model_out), "Where to save the trained model (.keras)."),
     Option(
         "split_out", str, str(_D.split_out),
-        "Where to save the train/val split (shards and records per side).",
+        "Where to save the train/val split (shards and records per side); '' for none.",
+        convert=_none_if_empty,
     ),
     Option(
         "export_out", str, "",

@@ -77,7 +77,14 @@ def prepare(
     else:
         local = dataset(parts.train, manifest, config, training=True, worker=worker)
     train_ds = train_stream(config, manifest, parts, strategy) if distributed else local
-    val_ds = dataset(parts.val, manifest, config, training=False) if parts.val else None
+    # The training images' channels for validation too: where the version's statistics do not
+    # settle them, each set of shards would take its own first image's.
+    channels = int(local.element_spec[0].shape[-1])
+    val_ds = (
+        dataset(parts.val, manifest, config, training=False, channels=channels)
+        if parts.val
+        else None
+    )
     weights = None
     if config.class_weight == "balanced":
         counts = label_counts(parts.train, manifest) if mix is None else _mixed_counts(mix)
@@ -94,7 +101,7 @@ def prepare(
         parts,
         train_ds,
         val_ds,
-        channels=int(local.element_spec[0].shape[-1]),
+        channels=channels,
         batches=max(1, batches),
         class_weights=weights,
         worker=worker,
@@ -145,10 +152,12 @@ def dataset(
     batch_size: int | None = None,
     worker: tuple[int, int] | None = None,
     input_context: Any = None,
+    channels: int | None = None,
 ) -> Any:
     """The batches of ``shards`` as ``config`` reads them; training from ``start`` on,
     this worker's block only (``worker`` or ``input_context``), in batches of
-    ``batch_size`` (default ``config.batch_size``)."""
+    ``batch_size`` (default ``config.batch_size``), at ``channels`` (default: the loader's
+    choice)."""
     from tfshards.reading import loader
 
     return loader.make_dataset(
@@ -158,6 +167,7 @@ def dataset(
         training=training,
         seed=config.seed,
         image_size=(config.image_size, config.image_size),
+        channels=channels,
         image_dtype=config.image_dtype,
         scaled_decode=config.scaled_decode,
         deterministic=config.deterministic,
