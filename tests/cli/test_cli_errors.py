@@ -287,6 +287,9 @@ def test_an_interrupted_write_is_one_line_and_keeps_what_it_finished(tmp_path):
          "--workers", "1", "--executor", "serial", "--manifest", str(tmp_path / "m.json"),
          "--transform", "slowly:pause"],
         stderr=subprocess.PIPE, text=True, cwd=tmp_path,
+        # Ctrl-C as at a terminal: a process inherits an ignored SIGINT, and a test run
+        # beside this one can leave it ignored in the worker (then the write never stopped)
+        preexec_fn=lambda: __import__("signal").signal(2, __import__("signal").SIG_DFL),
     )  # fmt: skip
     deadline = __import__("time").monotonic() + 60
     # a finished shard: its marker in the version's _work folder (the shards move up later)
