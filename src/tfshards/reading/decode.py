@@ -239,9 +239,9 @@ def stored_stats(manifest: Manifest, **storage_options: Any) -> imagestats.Image
         stats = imagestats.merged(found.buckets.values())
     except (OSError, TfshardsError, TypeError, ValueError, OverflowError):
         return None
-    for counts in (list(stats.formats.values()), list(stats.channels.values())):
-        if any(type(n) is not int or n < 0 for n in counts) or sum(counts) != manifest.records:
-            return None
+    # Each count is a whole number >= 0 (ImageStats.from_json refuses any other).
+    if any(sum(counts.values()) != manifest.records for counts in (stats.formats, stats.channels)):
+        return None
     return stats
 
 
