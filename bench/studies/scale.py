@@ -3,6 +3,7 @@
     python -m bench.studies.scale                               # 20k and 200k (minutes)
     python -m bench.studies.scale --files 20000,200000,1000000  # the long series (~15 min, 2 cores)
     python -m bench.studies.scale --dir /data/scale --keep      # keep the trees for the next run
+    python -m bench.studies.scale --eager                       # validate vs the eager TF loop
 
 Each size gets a tree of ``--file-bytes`` ``.jpg`` stubs, hard links to one
 file per folder (:func:`bench.common.trees.make_tree`: the listing still opens,
@@ -14,7 +15,10 @@ its pool workers. Beside them, the bounds, timed in this process on the same
 tree (page cache warm): a plain walk (``os.scandir`` + ``stat`` + sort) and the
 same walk + SHA-256 of every file (the least a content-named listing can do),
 and the write bound of :mod:`bench.suite.bound` (read + sha256 + crc32c per record
-on all cores). The tables go to ``bench/README.md``.
+on all cores). With ``--eager``, the loop a user writes to check shards with
+TensorFlow alone (``TFRecordDataset`` + ``Example.FromString``) also runs over
+each size's shards in a fresh process, and a second table gives validate's
+ratio to it. The tables go to ``bench/README.md``.
 """
 
 from __future__ import annotations
@@ -45,6 +49,32 @@ def run_step(args: list[str], src: str | None = None) -> dict[str, float]:
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     cmd = [sys.executable, "-m", "tfshards", *args]
     wall, _, sampler = run_sampled(cmd, env, f"tfshards {args[0]}")
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime
+    return {"wall": wall, "cpu": cpu, "rss_mb": sampler.peak_sum / 2**20}
+
+
+# The loop a user writes to check a shard set with TensorFlow alone: read every record
+# (TFRecordDataset checks both CRCs of each) and parse it as an Example.
+EAGER_LOOP = """
+import sys
+import tensorflow as tf
+
+for raw in tf.data.TFRecordDataset(sys.argv[1:]):
+    tf.train.Example.FromString(raw.numpy())
+"""
+
+
+def run_eager(manifest_path: str) -> dict[str, float]:
+    """The eager loop over the manifest's shards in a fresh process, measured as run_step is."""
+    from tfshards import storage
+    from tfshards.shardset.manifest import load
+
+    manifest = load(manifest_path)
+    paths = [storage.join(manifest.directory, s.name) for s in manifest.shards]
+    env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"}
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    wall, _, sampler = run_sampled([sys.executable, "-c", EAGER_LOOP, *paths], env, "eager loop")
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     cpu = after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime
     return {"wall": wall, "cpu": cpu, "rss_mb": sampler.peak_sum / 2**20}
@@ -104,7 +134,7 @@ def write_bound_us(root: str, n: int = 1000) -> float:
 
 
 def one_size(
-    files: int, base: str, workers: int, file_bytes: int, src: str | None, log: Any
+    files: int, base: str, workers: int, file_bytes: int, src: str | None, eager: bool, log: Any
 ) -> dict[str, Any]:
     root = os.path.join(base, f"tree-{files}")
     if not os.path.isdir(os.path.join(root, "label_00")):
@@ -127,6 +157,8 @@ def one_size(
         # conflicts by construction, counted but not failed.
         checks = ["--fail-on-label-conflict", "false", "--workers", w, "--no-progress"]
         row["validate"] = run_step(["validate", manifest, "--metrics", metrics, *checks], src)
+        if eager:
+            row["eager"] = run_eager(manifest)
         row["write_bound_us"] = write_bound_us(root)
         log(json.dumps(row))
         return row
@@ -158,7 +190,28 @@ def table(rows: list[dict[str, Any]]) -> str:
             f"{r['write_bound_us']:.1f}",
         ]
         lines.append("| " + " | ".join(cells) + " |")
+    if all("eager" in r for r in rows):
+        lines += ["", *eager_table(rows)]
     return "\n".join(lines)
+
+
+def eager_table(rows: list[dict[str, Any]]) -> list[str]:
+    """validate against the eager TensorFlow loop, both fresh processes: CPU and wall ratios."""
+    lines = [
+        "| files | eager loop CPU s (wall) | validate CPU s (wall) | CPU ratio | wall ratio |",
+        "|---:|---:|---:|---:|---:|",
+    ]
+    for r in rows:
+        eager, va = r["eager"], r["validate"]
+        cells = [
+            f"{r['files']:,}",
+            f"{eager['cpu']:.2f} ({eager['wall']:.2f})",
+            f"{va['cpu']:.2f} ({va['wall']:.2f})",
+            f"{eager['cpu'] / va['cpu']:.1f}x",
+            f"{eager['wall'] / va['wall']:.1f}x",
+        ]
+        lines.append("| " + " | ".join(cells) + " |")
+    return lines
 
 
 def main() -> None:
@@ -170,6 +223,11 @@ def main() -> None:
     parser.add_argument("--keep", action="store_true", help="keep the trees (reuse with --dir)")
     parser.add_argument("--json", help="also save the rows here")
     parser.add_argument("--src", help="import tfshards from this src/ (another checkout)")
+    parser.add_argument(
+        "--eager",
+        action="store_true",
+        help="also time the eager TFRecordDataset + Example.FromString loop over the shards",
+    )
     args = parser.parse_args()
 
     def log(message: str) -> None:
@@ -179,7 +237,10 @@ def main() -> None:
     os.makedirs(base, exist_ok=True)
     try:
         sizes = [int(x) for x in args.files.split(",")]
-        rows = [one_size(n, base, args.workers, args.file_bytes, args.src, log) for n in sizes]
+        rows = [
+            one_size(n, base, args.workers, args.file_bytes, args.src, args.eager, log)
+            for n in sizes
+        ]
     finally:
         if not args.keep:
             shutil.rmtree(base, ignore_errors=True)
