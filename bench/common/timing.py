@@ -119,7 +119,7 @@ def per_record(fn: Callable[[], object], n: int, min_seconds: float = 0.2) -> fl
     best = float("inf")
     for _ in range(3):
         rounds, spent = 0, 0.0
-        while spent < min_seconds:
+        while not rounds or spent < min_seconds:  # at least once
             t0 = time.process_time()
             fn()
             spent += time.process_time() - t0

@@ -65,8 +65,9 @@ def main(
     quick: Annotated[
         bool,
         typer.Option(
-            help="A smoke run: no warm-up run where a section does without one, and --reps "
-            "rounds of the start and show commands instead of at least 5. Its numbers include "
+            help="A smoke run: no warm-up run where a section does without one, --reps "
+            "rounds of the start and show commands instead of at least 5, and the bound's "
+            "pieces timed over one pass of their files. Its numbers include "
             "imports and cold caches: a check that every section runs, not a table."
         ),
     ] = False,

@@ -322,8 +322,9 @@ def run(
 ) -> dict[str, Any]:
     """Run the sections in ``only``; returns the result document (also written to ``out``).
 
-    ``quick``: a smoke run. No warm-up run where a section does without one, and the
-    start and show sections take ``reps`` rounds instead of at least 5.
+    ``quick``: a smoke run. No warm-up run where a section does without one, the
+    start and show sections take ``reps`` rounds instead of at least 5, and the
+    bound's pieces are timed over one pass of their files.
     """
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     info = machine()
@@ -340,7 +341,7 @@ def run(
         if set(only) & {"bound", "write", "validate", "read", "generator"}:
             for name, listing in listings.items():
                 log(f"bound / {name}: timing the unavoidable steps")
-                costs[name] = bounds.costs(listing)
+                costs[name] = bounds.costs(listing, quick=quick)
         bench = Bench(reps, workroot, costs, warmup=not quick)
         least = reps if quick else max(reps, 5)  # fast commands: medians of at least 5
         if "bound" in only:
