@@ -35,8 +35,9 @@ class DataSet:
 # ~4 KB and ~72 KB JPEGs: thumbnail-sized and photo-sized records.
 SMALL = DataSet("small", 20_000, 96)
 LARGE = DataSet("large", 2_000, 512)
-# ~1.3 KB and ~16 KB JPEGs: the read-by-size rows' other two sizes (with SMALL and LARGE).
+# ~1.3 KB, ~2.5 KB and ~16 KB JPEGs: the read-by-size rows' other sizes (with SMALL and LARGE).
 TINY = DataSet("tiny", 5_000, 32)
+THUMB = DataSet("thumb", 5_000, 64)
 MEDIUM = DataSet("medium", 2_000, 224)
 
 

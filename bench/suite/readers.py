@@ -119,4 +119,4 @@ def tfshards_read_resized(
 
 # Source side -> target side of the read-by-size rows: a model's input size; the 512 px
 # JPEGs read at ImageNet's 224. Each set is read by the usual resizing reader and by tfshards.
-SIZES = {32: 32, 96: 96, 224: 224, 512: 224}
+SIZES = {32: 32, 64: 64, 96: 96, 224: 224, 512: 224}

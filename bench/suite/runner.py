@@ -11,7 +11,17 @@ import tempfile
 from functools import partial
 from typing import Any
 
-from bench.common.data import LARGE, MEDIUM, SMALL, TINY, DataSet, ensure, listing_of, subset
+from bench.common.data import (
+    LARGE,
+    MEDIUM,
+    SMALL,
+    THUMB,
+    TINY,
+    DataSet,
+    ensure,
+    listing_of,
+    subset,
+)
 from bench.suite import bound as bounds
 from bench.suite import checkers, growth, lookup, memory, readers, report, resume, startup, writers
 from bench.suite.rounds import Contender, Epochs, compare, cpu_count, row
@@ -253,6 +263,14 @@ class Bench:
                         note="the loader's decode plan",
                     ),
                     Contender(
+                        "tfshards make_dataset, per_record=True",
+                        Epochs(
+                            partial(readers.tfshards_read_resized, manifest, side, True, True),
+                            payload,
+                        ),
+                        note="parsed and decoded record by record",
+                    ),
+                    Contender(
                         "tfshards make_dataset, per_record=False, scaled_decode=False",
                         Epochs(
                             partial(readers.tfshards_read_resized, manifest, side, False, False),
@@ -268,10 +286,10 @@ class Bench:
 def sized_sets(listings: dict[str, Listing], scale: float, data_dir: str) -> dict[int, Listing]:
     """The listing of each source side of ``readers.SIZES``, generated where missing.
 
-    Tiny and medium whole; every 4th image of small and large (5,000 and 500 at scale 1).
+    Tiny, thumb and medium whole; every 4th image of small and large (5,000 and 500 at scale 1).
     """
     sized: dict[int, Listing] = {}
-    for data, every in ((TINY, 1), (SMALL, 4), (MEDIUM, 1), (LARGE, 4)):
+    for data, every in ((TINY, 1), (THUMB, 1), (SMALL, 4), (MEDIUM, 1), (LARGE, 4)):
         if data.name in listings:
             listing = listings[data.name]
         else:

@@ -54,9 +54,16 @@ READ_RESIZED = {
 READ_BY_SIZE = {
     "usual reader (parse_single_example, decode_jpeg, resize)",
     "tfshards make_dataset",
+    "tfshards make_dataset, per_record=True",
     "tfshards make_dataset, per_record=False, scaled_decode=False",
 }
-SIZES = ("32 px -> 32 px", "96 px -> 96 px", "224 px -> 224 px", "512 px -> 224 px")
+SIZES = (
+    "32 px -> 32 px",
+    "64 px -> 64 px",
+    "96 px -> 96 px",
+    "224 px -> 224 px",
+    "512 px -> 224 px",
+)
 SHARD_MB = re.compile(r" \(shards ([\d.]+) MB\)$")  # the shard set's size, after some names
 GENERATOR = {
     "serial from_generator",

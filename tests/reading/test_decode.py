@@ -235,8 +235,8 @@ def test_the_loader_decodes_an_all_jpeg_set_with_decode_jpeg_and_a_mixed_one_sni
         return decode_image(*args, **kwargs)
 
     monkeypatch.setattr(loader, "decode_image", recording)
-    _batches(small_set, 48, True)
-    _batches(_mixed_set(tmp_path), 48, True)
+    _batches(small_set, 48, True, per_record=True)  # the path that decodes with decode_image
+    _batches(_mixed_set(tmp_path), 48, True, per_record=True)
     assert asked == [True, False]  # each dataset's map traced once
 
 

@@ -29,9 +29,25 @@ def test_scaled_decode_off_when_asked():
     assert not plan(source=(512, 512), target=(64, 64), scaled_decode=False).scaled
 
 
+@pytest.mark.parametrize(
+    ("source", "target", "per_record"),
+    [
+        ((32, 32), None, False),  # tiny images: a batch at a time
+        ((64, 64), (64, 64), False),  # decodeplan.BATCHED_UP_TO pixels exactly
+        ((16, 256), (32, 32), False),  # the pixels decide, not a side
+        ((64, 65), (64, 64), True),  # one pixel row more: record by record
+        ((96, 96), (96, 96), True),
+        ((512, 512), (224, 224), True),
+        ((64, 64), (32, 32), True),  # scaled decode: its per-image choice costs most in a batch
+        (None, (32, 32), True),  # size unknown
+    ],
+)
+def test_a_batch_at_a_time_for_tiny_images_record_by_record_above(source, target, per_record):
+    assert plan(source=source, target=target).per_record is per_record
+
+
 @pytest.mark.parametrize("source", [(32, 32), (96, 96), (512, 512)])
-def test_record_by_record_by_default_and_as_asked(source):
-    assert plan(source=source, target=(32, 32)).per_record
+def test_the_path_asked_for_wins(source):
     assert plan(source=source, target=None, per_record=True).per_record
     assert not plan(source=source, target=(32, 32), per_record=False).per_record
 

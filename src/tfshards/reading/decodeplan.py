@@ -18,12 +18,19 @@ record and on what the path cannot lose):
   by record.
 - Record by record (parse + decode in a parallel map, then batch) against a
   batch at a time (one ``parse_example`` per batch, one decode op per image in
-  the batch's graph): the batch graph took up to ~20% less CPU per 32-96 px
-  image but its few large work items kept fewer threads busy; in two bench
-  runs (``bench.suite.run --only sizes``, speed-up over the usual reader)
-  record by record read 1.29x and 1.00x at 32 px (batch 0.80x, 1.18x),
-  0.53x and 0.97x at 96 px (0.56x, 0.80x), 0.92x and 0.63x at 224 px (0.53x,
-  0.50x), 1.55x and 0.98x for 512 px read at 224 (0.78x, 0.47x).
+  the batch's graph): the batch graph saves the per-record work of tf.data
+  (a map call, a parse, an element), which is most of the cost of a tiny
+  image, but its few large work items keep fewer threads busy, which costs
+  more as the decode grows. On a quiet machine (5,000 JPEGs a size, batches
+  of 128, medians of 7 interleaved epochs, wall against the usual reader):
+  32 px 1.45x a batch at a time against 1.07x record by record, 48 px 1.29x
+  against 1.03x, 64 px 1.04x against 0.93x; 96 px 0.90-1.05x against
+  0.96-0.97x, 128 px 0.82x against 0.95x, 224 px 0.82x against 1.03x. So
+  images of at most 64 x 64 pixels go a batch at a time, larger ones record
+  by record (``BATCHED_UP_TO``). Under load (3.5-6.7 on 2 cores) two earlier
+  runs had record by record at 1.29x and 1.00x at 32 px (batch 0.80x,
+  1.18x), 0.53x and 0.97x at 96 px (0.56x, 0.80x), 0.92x and 0.63x at 224 px
+  (0.53x, 0.50x), 1.55x and 0.98x for 512 px read at 224 (0.78x, 0.47x).
 - ``tf.io.decode_jpeg`` against ``tf.io.decode_image`` (which sniffs the
   format of each image): the same pixels, and at 512 px 3.68 against 4.13 ms
   of CPU per image (11% less; 500 JPEGs in a parallel map, medians of 5
@@ -38,6 +45,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 SCALED_FROM = 2  # the smallest source / target ratio (both sides) at which libjpeg scales (1/2)
+BATCHED_UP_TO = 64 * 64  # the most pixels (height x width) of an image decoded a batch at a time
 JPEG = "JPEG"  # the format name the image statistics count JPEGs under
 
 
@@ -66,8 +74,11 @@ def plan(
     ``scaled_decode`` are the caller's options: a ``per_record`` given wins;
     ``scaled_decode=False`` turns the scaled decode off. ``formats``: the
     stored images counted per format (None when the set has no statistics).
+
+    Unless asked, a set is decoded a batch at a time when its images have at
+    most ``BATCHED_UP_TO`` pixels and no scaled decode (whose per-image choice
+    costs most in a batch graph), record by record otherwise.
     """
-    by_record = True if per_record is None else per_record
     scaled = (
         scaled_decode
         and target is not None
@@ -75,6 +86,8 @@ def plan(
         and source[0] >= SCALED_FROM * target[0]
         and source[1] >= SCALED_FROM * target[1]
     )
+    tiny = source is not None and source[0] * source[1] <= BATCHED_UP_TO
+    by_record = (not tiny or scaled) if per_record is None else per_record
     counts = dict(formats or {})
     jpeg = counts.pop(JPEG, 0) > 0 and not any(counts.values())
     return DecodePlan(per_record=by_record, scaled=scaled, jpeg=jpeg)

@@ -4,15 +4,17 @@ Training reads the records in :mod:`tfshards.reading.epochorder`'s seekable
 order (windows of ~1 MB units, permuted within; :mod:`tfshards.reading.epochdata`),
 or with ``order="buffer"`` ``interleave`` over the files (seeded file order) ->
 record ``shuffle``; evaluation reads the files in order. Then ``repeat`` ->
-parse and decode record by record in a parallel map -> ``batch`` -> ``prefetch``.
+parse and decode record by record in a parallel map -> ``batch`` -> ``prefetch``
+(images of at most 64 x 64 pixels: ``batch`` first, then parse and decode a
+batch at a time).
 Both read alike: 20,000 32 px JPEGs in 16 shards, batches of 64, 2 shared cores:
 5,350-6,415 records/s (buffer) against 5,750-5,935 (epoch order), two runs each.
-:mod:`tfshards.reading.decodeplan` picks that path, and whether JPEGs are decoded at
-a reduced scale, from the set's image size. ``per_record=False`` batches
-first, parses a batch with one ``parse_example`` and decodes it with one op
-per image in the batch's graph (:func:`decode_images`): ~20% less CPU per
-32-96 px image, but its few large work items kept fewer threads busy on 2
-shared cores, and it read no faster (see the plan's notes).
+:mod:`tfshards.reading.decodeplan` picks the path, and whether JPEGs are decoded at
+a reduced scale, from the set's image size. A batch at a time (``per_record=False``)
+batches first, parses a batch with one ``parse_example`` and decodes it with
+one op per image in the batch's graph (:func:`decode_images`): it saves
+tf.data's per-record work, most of a tiny image's cost, but its few large work
+items keep fewer threads busy as images grow (see the plan's notes).
 
 A parallel ``interleave`` cost 10-17 us per record against 5-7 us on one
 thread (20,000 x 96 px JPEGs, 2 cores) and bought nothing a batch at a time
