@@ -3,7 +3,7 @@
     python -m bench.studies.scale                               # 20k and 200k (minutes)
     python -m bench.studies.scale --files 20000,200000,1000000  # the long series (~15 min, 2 cores)
     python -m bench.studies.scale --dir /data/scale --keep      # keep the trees for the next run
-    python -m bench.studies.scale --eager                       # validate vs the eager TF loop
+    python -m bench.studies.scale --usual                       # against the usual TF recipes
 
 Each size gets a tree of ``--file-bytes`` ``.jpg`` stubs, hard links to one
 file per folder (:func:`bench.common.trees.make_tree`: the listing still opens,
@@ -15,10 +15,14 @@ its pool workers. Beside them, the bounds, timed in this process on the same
 tree (page cache warm): a plain walk (``os.scandir`` + ``stat`` + sort) and the
 same walk + SHA-256 of every file (the least a content-named listing can do),
 and the write bound of :mod:`bench.suite.bound` (read + sha256 + crc32c per record
-on all cores). With ``--eager``, the loop a user writes to check shards with
-TensorFlow alone (``TFRecordDataset`` + ``Example.FromString``) also runs over
-each size's shards in a fresh process, and a second table gives validate's
-ratio to it. The tables go to ``bench/README.md``.
+on all cores). ``list`` runs with a fresh hash cache (cold). With ``--usual``,
+what a user writes with TensorFlow alone runs too, each in a fresh process: a
+``Pool(--workers)`` of ``TFRecordWriter`` loops writing the tree as many
+shards as tfshards wrote, and the eager ``TFRecordDataset`` +
+``Example.FromString`` loop over tfshards' shards; ``list`` runs again with
+the hash cache it filled (warm), and a second table gives the ratios: the
+Pool loop against list + write, cold and warm, the eager loop against
+validate. The tables go to ``bench/README.md``.
 """
 
 from __future__ import annotations
@@ -38,24 +42,28 @@ from bench.common.timing import per_record, run_sampled
 from bench.common.trees import make_tree
 
 
-def run_step(args: list[str], src: str | None = None) -> dict[str, float]:
-    """``python -m tfshards ARGS`` in a fresh process: wall, tree CPU seconds, peak RSS (MB).
-
-    ``src``: another checkout's ``src/`` to import tfshards from (a before/after run).
-    """
-    env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"}
-    if src:
-        env["PYTHONPATH"] = src
+def run_measured(cmd: list[str], what: str, **env: str) -> dict[str, float]:
+    """``cmd`` in a fresh process: wall, tree CPU seconds, peak RSS (MB)."""
+    env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2", **env}
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
-    cmd = [sys.executable, "-m", "tfshards", *args]
-    wall, _, sampler = run_sampled(cmd, env, f"tfshards {args[0]}")
+    wall, _, sampler = run_sampled(cmd, env, what)
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     cpu = after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime
     return {"wall": wall, "cpu": cpu, "rss_mb": sampler.peak_sum / 2**20}
 
 
-# The loop a user writes to check a shard set with TensorFlow alone: read every record
-# (TFRecordDataset checks both CRCs of each) and parse it as an Example.
+def run_step(args: list[str], src: str | None = None, **env: str) -> dict[str, float]:
+    """``python -m tfshards ARGS`` measured by :func:`run_measured`.
+
+    ``src``: another checkout's ``src/`` to import tfshards from (a before/after run).
+    """
+    if src:
+        env["PYTHONPATH"] = src
+    return run_measured([sys.executable, "-m", "tfshards", *args], f"tfshards {args[0]}", **env)
+
+
+# The usual recipes, what a user writes with TensorFlow alone. Checking a shard set: read
+# every record (TFRecordDataset checks both CRCs of each) and parse it as an Example.
 EAGER_LOOP = """
 import sys
 import tensorflow as tf
@@ -64,20 +72,57 @@ for raw in tf.data.TFRecordDataset(sys.argv[1:]):
     tf.train.Example.FromString(raw.numpy())
 """
 
+# Writing one: walk the label folders, then a Pool of workers, each writing whole shards
+# of (file bytes, label) Examples with TFRecordWriter. argv: root, out, shards, workers.
+POOL_WRITE = """
+import os, sys
+from multiprocessing import Pool
 
-def run_eager(manifest_path: str) -> dict[str, float]:
-    """The eager loop over the manifest's shards in a fresh process, measured as run_step is."""
+import tensorflow as tf
+
+root, out, shards, workers = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
+labels = sorted(d for d in os.listdir(root) if os.path.isdir(os.path.join(root, d)))
+files = sorted(
+    (os.path.join(folder, name), label)
+    for label, d in enumerate(labels)
+    for folder, _, names in os.walk(os.path.join(root, d))
+    for name in names
+    if not name.startswith(".")
+)
+
+
+def write(k):
+    feature = tf.train.Feature
+    with tf.io.TFRecordWriter(os.path.join(out, f"shard-{k:05d}.tfrecord")) as writer:
+        for path, label in files[k::shards]:
+            with open(path, "rb") as f:
+                data = f.read()
+            example = tf.train.Example(features=tf.train.Features(feature={
+                "image": feature(bytes_list=tf.train.BytesList(value=[data])),
+                "label": feature(int64_list=tf.train.Int64List(value=[label])),
+            }))
+            writer.write(example.SerializeToString())
+
+
+if __name__ == "__main__":
+    os.makedirs(out)
+    with Pool(workers) as pool:
+        pool.map(write, range(shards))
+"""
+
+
+def run_usual(root: str, manifest_path: str, out: str, workers: int) -> dict[str, dict[str, float]]:
+    """The usual recipes over the same tree and shards, each in a fresh process."""
     from tfshards import storage
     from tfshards.shardset.manifest import load
 
     manifest = load(manifest_path)
     paths = [storage.join(manifest.directory, s.name) for s in manifest.shards]
-    env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"}
-    before = resource.getrusage(resource.RUSAGE_CHILDREN)
-    wall, _, sampler = run_sampled([sys.executable, "-c", EAGER_LOOP, *paths], env, "eager loop")
-    after = resource.getrusage(resource.RUSAGE_CHILDREN)
-    cpu = after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime
-    return {"wall": wall, "cpu": cpu, "rss_mb": sampler.peak_sum / 2**20}
+    shards, w = str(len(manifest.shards)), str(workers)
+    return {
+        "check": run_measured([sys.executable, "-c", EAGER_LOOP, *paths], "eager loop"),
+        "write": run_measured([sys.executable, "-c", POOL_WRITE, root, out, shards, w], "pool"),
+    }
 
 
 def walk(root: str, hash_files: bool) -> int:
@@ -134,7 +179,7 @@ def write_bound_us(root: str, n: int = 1000) -> float:
 
 
 def one_size(
-    files: int, base: str, workers: int, file_bytes: int, src: str | None, eager: bool, log: Any
+    files: int, base: str, workers: int, file_bytes: int, src: str | None, usual: bool, log: Any
 ) -> dict[str, Any]:
     root = os.path.join(base, f"tree-{files}")
     if not os.path.isdir(os.path.join(root, "label_00")):
@@ -147,7 +192,11 @@ def one_size(
         row: dict[str, Any] = {"files": files}
         row["walk"] = timed(walk, root, False)
         row["walk_sha256"] = timed(walk, root, True)
-        row["list"] = run_step(["list", root, "--out", listing], src)
+        hashes = os.path.join(work, "hashes.sqlite")  # a fresh hash cache: a cold list
+        row["list"] = run_step(["list", root, "--out", listing], src, TFSHARDS_HASH_CACHE=hashes)
+        if usual:  # the same again, every file's hash in the cache
+            again = ["list", root, "--out", listing + "-warm"]
+            row["list_warm"] = run_step(again, src, TFSHARDS_HASH_CACHE=hashes)
         w = str(workers)
         manifest = os.path.join(work, "manifest.json")  # never the caller's data/manifest.json
         write = ["write", listing, "--out", out, "--manifest", manifest, "--workers", w]
@@ -157,8 +206,8 @@ def one_size(
         # conflicts by construction, counted but not failed.
         checks = ["--fail-on-label-conflict", "false", "--workers", w, "--no-progress"]
         row["validate"] = run_step(["validate", manifest, "--metrics", metrics, *checks], src)
-        if eager:
-            row["eager"] = run_eager(manifest)
+        if usual:
+            row["usual"] = run_usual(root, manifest, os.path.join(work, "usual"), workers)
         row["write_bound_us"] = write_bound_us(root)
         log(json.dumps(row))
         return row
@@ -190,28 +239,42 @@ def table(rows: list[dict[str, Any]]) -> str:
             f"{r['write_bound_us']:.1f}",
         ]
         lines.append("| " + " | ".join(cells) + " |")
-    if all("eager" in r for r in rows):
-        lines += ["", *eager_table(rows)]
+    if all("usual" in r for r in rows):
+        lines += ["", *usual_table(rows)]
     return "\n".join(lines)
 
 
-def eager_table(rows: list[dict[str, Any]]) -> list[str]:
-    """validate against the eager TensorFlow loop, both fresh processes: CPU and wall ratios."""
+def usual_table(rows: list[dict[str, Any]]) -> list[str]:
+    """tfshards against the usual recipes, all fresh processes: wall (CPU) s, wall ratios."""
     lines = [
-        "| files | eager loop CPU s (wall) | validate CPU s (wall) | CPU ratio | wall ratio |",
-        "|---:|---:|---:|---:|---:|",
+        "| files | step | usual recipe s (CPU) | tfshards s (CPU) | wall ratio | CPU ratio |",
+        "|---:|---|---:|---:|---:|---:|",
     ]
     for r in rows:
-        eager, va = r["eager"], r["validate"]
-        cells = [
-            f"{r['files']:,}",
-            f"{eager['cpu']:.2f} ({eager['wall']:.2f})",
-            f"{va['cpu']:.2f} ({va['wall']:.2f})",
-            f"{eager['cpu'] / va['cpu']:.1f}x",
-            f"{eager['wall'] / va['wall']:.1f}x",
-        ]
-        lines.append("| " + " | ".join(cells) + " |")
+        wr = r["write"]
+        pairs = {
+            "check: eager loop / validate": (r["usual"]["check"], r["validate"]),
+            "write: Pool loop / list (cold) + write": (r["usual"]["write"], _sum(r["list"], wr)),
+            "write: Pool loop / list (warm) + write": (
+                r["usual"]["write"],
+                _sum(r["list_warm"], wr),
+            ),
+        }
+        for step, (usual, ours) in pairs.items():
+            cells = [
+                f"{r['files']:,}",
+                step,
+                f"{usual['wall']:.2f} ({usual['cpu']:.2f})",
+                f"{ours['wall']:.2f} ({ours['cpu']:.2f})",
+                f"{usual['wall'] / ours['wall']:.2f}x",
+                f"{usual['cpu'] / ours['cpu']:.2f}x",
+            ]
+            lines.append("| " + " | ".join(cells) + " |")
     return lines
+
+
+def _sum(*steps: dict[str, float]) -> dict[str, float]:
+    return {"wall": sum(s["wall"] for s in steps), "cpu": sum(s["cpu"] for s in steps)}
 
 
 def main() -> None:
@@ -224,9 +287,10 @@ def main() -> None:
     parser.add_argument("--json", help="also save the rows here")
     parser.add_argument("--src", help="import tfshards from this src/ (another checkout)")
     parser.add_argument(
-        "--eager",
+        "--usual",
         action="store_true",
-        help="also time the eager TFRecordDataset + Example.FromString loop over the shards",
+        help="also time the usual recipes: a Pool loop of TFRecordWriters over the tree, "
+        "the eager TFRecordDataset + Example.FromString loop over the shards, a warm re-list",
     )
     args = parser.parse_args()
 
@@ -238,7 +302,7 @@ def main() -> None:
     try:
         sizes = [int(x) for x in args.files.split(",")]
         rows = [
-            one_size(n, base, args.workers, args.file_bytes, args.src, args.eager, log)
+            one_size(n, base, args.workers, args.file_bytes, args.src, args.usual, log)
             for n in sizes
         ]
     finally:
