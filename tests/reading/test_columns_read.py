@@ -63,6 +63,20 @@ def test_columns_come_as_dense_and_ragged_batches_beside_the_image(
     assert seen == len(rows)
 
 
+def test_both_decode_paths_give_the_same_elements(
+    shard_set: tuple[Manifest, dict[int, dict]],
+) -> None:
+    """Ragged columns carry int64 row splits either way: sets read by different paths mix."""
+    manifest, _ = shard_set
+    kw = {"batch_size": 4, "training": False, "features": ["image", "tags", "box", "age"]}
+    by_batch = loader.make_dataset(manifest.shards, manifest, per_record=False, **kw)
+    by_record = loader.make_dataset(manifest.shards, manifest, per_record=True, **kw)
+    assert by_batch.element_spec == by_record.element_spec
+    assert by_batch.element_spec[0]["tags"].row_splits_dtype == tf.int64
+    both = by_batch.concatenate(by_record)
+    assert len([b for b in both]) == 2 * len([b for b in by_record])
+
+
 def test_the_default_elements_stay_image_and_label(
     shard_set: tuple[Manifest, dict[int, dict]],
 ) -> None:

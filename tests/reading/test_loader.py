@@ -559,6 +559,50 @@ def test_malformed_record_with_valid_crcs_is_named_inside_shard_errors(
     assert (info.value.shard, info.value.index, info.value.offset) == (shard.name, 2, offset)
 
 
+_NOT_AN_IMAGE = _example(
+    image=("bytes", [b"\xff\xd8\xff plain text"]),
+    label=("int64", [1]),
+    path=("bytes", [b"a.jpg"]),
+    sha256=("bytes", [hashlib.sha256(b"\xff\xd8\xff plain text").hexdigest().encode()]),
+)
+
+
+@pytest.mark.parametrize("per_record", [None, True, False])
+def test_a_bad_image_in_the_dropped_last_batch_still_stops_the_read(
+    shard_set, tmp_path, per_record
+):
+    """The 32 px set goes a batch at a time by default; the records of a dropped short batch
+    are decoded all the same, as record by record decodes every record."""
+    manifest = _copy_shards(shard_set[0], tmp_path / "copy")
+    shard = manifest.shards[6]
+    last = shard.records - 1  # one full batch of the others: the last record is dropped
+    forged, offset = _replace_record(manifest, 6, last, _NOT_AN_IMAGE)
+    with pytest.raises(RecordError) as info, corruption.shard_errors(forged):
+        ds = loader.make_dataset(
+            [forged.shards[6]], forged, batch_size=last, training=False, drop_remainder=True,
+            per_record=per_record,
+        )  # fmt: skip
+        assert ds.element_spec[0].shape[0] == last  # a static batch dimension, as asked
+        for _ in ds:
+            pass
+    assert str(info.value).startswith(
+        f"{forged.shard_url(shard)}: record {last} at byte {offset}: "
+        "feature 'image' of a.jpg does not decode as an image"
+    )
+
+
+def test_dropping_the_short_batch_keeps_every_full_one(shard_set):
+    manifest, _ = shard_set
+    kw = {"batch_size": 8, "training": False, "features": ["sha256"], "drop_remainder": True}
+    by_batch = [
+        b[0]["sha256"].numpy().tolist()
+        for b in loader.make_dataset(manifest.shards, manifest, **kw)
+    ]
+    by_record = loader.make_dataset(manifest.shards, manifest, per_record=True, **kw)
+    assert by_batch == [b[0]["sha256"].numpy().tolist() for b in by_record]
+    assert len(by_batch) == IMAGES // 8 and all(len(b) == 8 for b in by_batch)
+
+
 # ----------------------------------------------------------------------------- epoch order
 
 

@@ -177,8 +177,8 @@ def _scaled_jpeg(data: tf.Tensor, shape: tuple[int, int, int]) -> tf.Tensor:
 
 def _tf_feature(tf: Any, spec: FeatureSpec) -> Any:
     dtype = getattr(tf, _TF_DTYPE[spec.dtype])
-    if spec.shape is None:
-        return tf.io.RaggedFeature(dtype)
+    if spec.shape is None:  # int64 row splits, as ragged_batch gives them record by record
+        return tf.io.RaggedFeature(dtype, row_splits_dtype=tf.int64)
     return tf.io.FixedLenFeature(spec.shape, dtype)
 
 

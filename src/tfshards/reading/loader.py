@@ -218,10 +218,15 @@ def from_options(
             read.batch_size,
             drop_remainder=read.drops_remainder,
         )
-    else:
-        batches = records.batch(read.batch_size, drop_remainder=read.drops_remainder).map(
+    else:  # a finite epoch's short last batch is decoded even when dropped, as record by
+        # record decodes every record: a bad image there stops the read, never goes unseen
+        tail = read.drops_remainder and not read.repeats
+        whole = read.drops_remainder and read.repeats
+        batches = records.batch(read.batch_size, drop_remainder=whole).map(
             plain(to_inputs), **parallel
         )
+        if tail:
+            batches = _without_short_batch(tf, batches, read.batch_size)
     # The manifest counts the records: Keras shows steps, not "Unknown".
     count = tf.data.INFINITE_CARDINALITY if read.repeats else _batches(shards, read)
     batches = batches.apply(tf.data.experimental.assert_cardinality(count))
@@ -333,6 +338,20 @@ def _to_inputs(
         return (parsed[image_feature] if decoding.features is None else parsed), label
 
     return to_inputs
+
+
+def _without_short_batch(tf: Any, batches: tf.data.Dataset, size: int) -> tf.data.Dataset:
+    """``batches`` less a short last one, the batch dimension ``size`` again (as
+    ``drop_remainder`` gives it)."""
+    plain = tf.autograph.experimental.do_not_convert
+
+    def sized(tensor: Any) -> Any:
+        if isinstance(tensor, tf.RaggedTensor):
+            return tensor
+        return tf.ensure_shape(tensor, [size, *tensor.shape[1:]])
+
+    full = batches.filter(plain(lambda _, label: tf.shape(label)[0] == size))
+    return full.map(plain(lambda inputs, label: tf.nest.map_structure(sized, (inputs, label))))
 
 
 def records_dataset(
