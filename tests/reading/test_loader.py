@@ -591,6 +591,24 @@ def test_a_bad_image_in_the_dropped_last_batch_still_stops_the_read(
     )
 
 
+@pytest.mark.parametrize("per_record", [None, True])
+def test_images_of_two_sizes_without_image_size_are_one_line_saying_both(tmp_path, per_record):
+    write_synthetic(str(tmp_path / "raw"), 6, 8, workers=1)
+    write_synthetic(str(tmp_path / "more"), 6, 16, workers=1)
+    for path in (tmp_path / "more").rglob("*.jpg"):  # the same folders, other names
+        path.rename(tmp_path / "raw" / path.parent.name / f"big-{path.name}")
+    config = WriteConfig(out=str(tmp_path / "shards"), num_shards=1, workers=1, executor="serial")
+    manifest = write(config, list_files(str(tmp_path / "raw")), progress=False).manifest
+    with pytest.raises(ConfigError) as info, corruption.shard_errors(manifest):
+        for _ in loader.make_dataset(
+            manifest.shards, manifest, batch_size=12, training=False, per_record=per_record
+        ):
+            pass
+    message = str(info.value)
+    assert "\n" not in message and "pass image_size" in message
+    assert "(8, 8, 3)" in message and "(16, 16, 3)" in message
+
+
 def test_dropping_the_short_batch_keeps_every_full_one(shard_set):
     manifest, _ = shard_set
     kw = {"batch_size": 8, "training": False, "features": ["sha256"], "drop_remainder": True}

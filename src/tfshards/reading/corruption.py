@@ -9,7 +9,7 @@ from collections.abc import Iterator, Sequence
 from typing import Any
 
 from tfshards import storage
-from tfshards.errors import RecordError, ShardError
+from tfshards.errors import ConfigError, RecordError, ShardError
 from tfshards.reading.cache import ShardCache
 from tfshards.reading.chunks import raised_in
 from tfshards.shardset.manifest import Manifest, ShardInfo
@@ -23,6 +23,8 @@ _RECORD_PROBLEM = re.compile(
     re.IGNORECASE,
 )
 _IMAGE_PROBLEM = re.compile(r"image file format|decode", re.IGNORECASE)  # scan with Pillow too
+# An image decoded to another shape than the dataset's (no image_size given): not a bad record.
+_OTHER_SHAPE = re.compile(r"\[([\d,]+)\] is not compatible with expected shape \[([\d,]+)\]")
 
 
 @contextlib.contextmanager
@@ -46,7 +48,9 @@ def shard_errors(
     record (:mod:`tfshards.reading.chunks`: a shard changed after it was
     verified) is re-raised as it is, without a scan; one about the whole
     shard (its sha256 when opened again) is re-raised when the scan finds no
-    record at fault. Costs nothing while all is well.
+    record at fault. An image of another shape than the dataset's (a set of
+    several sizes read without ``image_size``) is a :class:`ConfigError`
+    saying both shapes. Costs nothing while all is well.
     """
     import tensorflow as tf
 
@@ -54,6 +58,14 @@ def shard_errors(
         yield
     except (tf.errors.OpError, ValueError) as exc:
         message = str(exc)
+        other = _OTHER_SHAPE.search(message)
+        if other:
+            decoded, expected = (tuple(int(d) for d in g.split(",")) for g in other.groups())
+            raise ConfigError(
+                f"{manifest.directory}: an image decoded to {decoded} (height, width, channels) "
+                f"where the dataset's shape is {expected}, from its first image: pass "
+                "image_size (and channels) to resize every image to one shape"
+            ) from exc
         checked = raised_in(message)  # the chunk reader's or the gate's own error
         if isinstance(checked, RecordError):  # already names the record
             raise checked from exc
