@@ -262,25 +262,32 @@ class Bench:
                         Epochs(partial(readers.tfshards_read_resized, manifest, side), payload),
                         note="the loader's decode plan",
                     ),
-                    Contender(
-                        "tfshards make_dataset, per_record=True",
-                        Epochs(
-                            partial(readers.tfshards_read_resized, manifest, side, True, True),
-                            payload,
-                        ),
-                        note="parsed and decoded record by record",
-                    ),
-                    Contender(
-                        "tfshards make_dataset, per_record=False, scaled_decode=False",
-                        Epochs(
-                            partial(readers.tfshards_read_resized, manifest, side, False, False),
-                            payload,
-                        ),
-                        note="parsed and decoded a batch at a time",
+                    *(
+                        Contender(
+                            f"tfshards make_dataset, {options}",
+                            Epochs(
+                                partial(readers.tfshards_read_resized, manifest, side, *args),
+                                payload,
+                            ),
+                            note=note,
+                        )
+                        for options, args, note in FORCED_PATHS
                     ),
                 ],
                 None,
             )
+
+
+# The two decode paths forced, beside the plan: options as named, tfshards_read_resized's
+# (scaled, per_record), what the path does.
+FORCED_PATHS = (
+    ("per_record=True", (True, True), "parsed and decoded record by record"),
+    (
+        "per_record=False, scaled_decode=False",
+        (False, False),
+        "parsed and decoded a batch at a time",
+    ),
+)
 
 
 def sized_sets(listings: dict[str, Listing], scale: float, data_dir: str) -> dict[int, Listing]:
