@@ -8,14 +8,20 @@ import time
 from types import TracebackType
 from typing import Any
 
-from tqdm import tqdm
-
 LOG_EVERY_S = 30.0  # CI logs: one line every half minute is enough to show life
-tqdm.monitor_interval = 0  # no monitor thread: a thread-free parent can fork its workers cheaply
 
 
 def _is_terminal() -> bool:
     return sys.stderr.isatty() and not os.environ.get("CI")
+
+
+def _bar(total: int | None, desc: str, unit: str) -> Any:
+    """A tqdm bar on stderr. tqdm is imported here, for a terminal only: a DVC stage or a
+    log pays none of its import (21 ms of a 0.45 s validate of 20,000 records, -X importtime)."""
+    from tqdm import tqdm
+
+    tqdm.monitor_interval = 0  # no monitor thread: a thread-free parent can fork workers cheaply
+    return tqdm(total=total, desc=desc, unit=unit, unit_scale=True, file=sys.stderr)
 
 
 class Progress:
@@ -38,7 +44,7 @@ class Progress:
         self._last_log = self._start
         self._bar: Any = None
         if enabled and _is_terminal():
-            self._bar = tqdm(total=total, desc=desc, unit=unit, unit_scale=True, file=sys.stderr)
+            self._bar = _bar(total, desc, unit)
 
     def update(self, n: int, nbytes: int = 0) -> None:
         self.count += n

@@ -52,6 +52,12 @@ def test_the_probe_sees_a_heavy_import() -> None:
     assert "numpy" in imported("validate", "nowhere/manifest.json")
 
 
+def test_a_command_off_a_terminal_imports_no_progress_bar() -> None:
+    # DVC runs a stage with stderr to a log: tqdm is imported only to draw a bar.
+    modules = imported("validate", "nowhere/manifest.json")
+    assert "tfshards.progress" in modules and "tqdm" not in modules
+
+
 def heavy(modules: set[str]) -> set[str]:
     return {m.partition(".")[0] for m in modules} & set(HEAVY)
 
