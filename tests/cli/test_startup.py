@@ -9,6 +9,7 @@ commands that use them, imported when they run.
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -50,6 +51,19 @@ def imported(*args: str) -> set[str]:
 def test_the_probe_sees_a_heavy_import() -> None:
     # The probe itself: a command that runs has imported its work (validate parses with numpy).
     assert "numpy" in imported("validate", "nowhere/manifest.json")
+
+
+@pytest.mark.parametrize(("given", "expected"), [(None, "1"), ("3", "3")])
+def test_commands_run_blas_on_one_thread_unless_told(given: str | None, expected: str) -> None:
+    # numpy's OpenBLAS threads spin on every import (~80 ms of CPU a process on 2 cores).
+    env = {k: v for k, v in os.environ.items() if k != "OPENBLAS_NUM_THREADS"}
+    if given is not None:
+        env["OPENBLAS_NUM_THREADS"] = given
+    code = "import os, tfshards.cli.write; print(os.environ['OPENBLAS_NUM_THREADS'])"
+    done = subprocess.run(
+        [sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True
+    )
+    assert done.stdout.strip() == expected
 
 
 def test_a_command_off_a_terminal_imports_no_progress_bar() -> None:
