@@ -79,6 +79,8 @@ def test_a_sheet_of_one_label_on_one_side(version: Manifest, tmp_path: Path) -> 
         (["--sheet", "x.png", "--label", "zebra"], "label 'zebra': expected one of"),
         (["--sheet", "x.png", "--side", "both"], "expected one of all, train, val"),
         ([], "give a RECORD, or --sheet FILE"),
+        (["0:0", "--sheet", "x.png"], "give them without RECORD"),
+        (["0:0", "--label", "a"], "give them without RECORD"),
     ],
 )
 def test_a_bad_request_is_one_line(version: Manifest, args: list[str], said: str) -> None:

@@ -7,6 +7,7 @@ import base64
 import contextlib
 import hashlib
 import json
+import re
 import time
 import urllib.request
 from collections.abc import Iterator
@@ -67,6 +68,13 @@ def _step(root: Path, env: dict[str, str], message: str) -> Manifest:
     """`dvc repro validate` (training left out: time), a commit; the version it made."""
     out = _run(["dvc", "repro", "validate"], root, env)
     assert "Running stage 'write'" in out and "Running stage 'validate'" in out
+    hint = re.search(r"`(dvc get [^`]+)`, then `(tfshards diff [^`]+)` lists them", out)
+    grown = bool(Manifest.from_json((root / "data/manifest.json").read_bytes()).base)
+    assert bool(hint) == grown, out
+    if hint:  # a grown version, its old one removed: the commands write names work
+        assert hint[1].split()[-1].startswith(env["TMPDIR"])  # never inside the repository
+        _run(hint[1].split(), root, env)
+        assert "aardvark" in _run(hint[2].split(), root, env)
     _commit(root, env, message)
     assert UP_TO_DATE in _run(["dvc", "status", "--with-deps", "validate"], root, env)
     assert not _run(["git", "status", "--porcelain"], root, env).strip()
@@ -278,9 +286,12 @@ def replayed(tmp_path_factory: pytest.TempPathFactory, _moto_server: str) -> Rep
         where: {
             "TFSHARDS_CACHE": str(tmp / "caches" / where / "shards"),
             "TFSHARDS_HASH_CACHE": str(tmp / "caches" / where / "hashes.sqlite"),
+            "TMPDIR": str(tmp / "tmp" / where),  # where write tells to fetch an old version
         }
         for where in ("a", "elsewhere/b")
     }
+    for where in envs:
+        (tmp / "tmp" / where).mkdir(parents=True)
     started = time.monotonic()
     env, root = {**s3_env, **envs["a"]}, tmp / "a"
     _new_repo(root, env)  # local shards, as init sets them up

@@ -591,18 +591,37 @@ def test_a_bad_image_in_the_dropped_last_batch_still_stops_the_read(
     )
 
 
-@pytest.mark.parametrize("per_record", [None, True])
-def test_images_of_two_sizes_without_image_size_are_one_line_saying_both(tmp_path, per_record):
+def _two_sizes(tmp_path: Path) -> Manifest:
+    """6 JPEGs of 8 px and 6 of 16 px in the same label folders, in one shard."""
     write_synthetic(str(tmp_path / "raw"), 6, 8, workers=1)
     write_synthetic(str(tmp_path / "more"), 6, 16, workers=1)
     for path in (tmp_path / "more").rglob("*.jpg"):  # the same folders, other names
         path.rename(tmp_path / "raw" / path.parent.name / f"big-{path.name}")
     config = WriteConfig(out=str(tmp_path / "shards"), num_shards=1, workers=1, executor="serial")
-    manifest = write(config, list_files(str(tmp_path / "raw")), progress=False).manifest
+    return write(config, list_files(str(tmp_path / "raw")), progress=False).manifest
+
+
+def test_images_of_two_sizes_without_image_size_are_refused_from_the_statistics(tmp_path):
+    manifest = _two_sizes(tmp_path)
+    with pytest.raises(ConfigError) as info:
+        loader.make_dataset(manifest.shards, manifest, batch_size=12, training=False)
+    assert "images of several sizes (width 8-16 px, height 8-16 px" in str(info.value)
+    assert "pass image_size" in str(info.value)
+    resized = loader.make_dataset(
+        manifest.shards, manifest, batch_size=12, training=False, image_size=(8, 8)
+    )
+    assert [images.shape for images, _ in resized] == [(12, 8, 8, 3)]
+
+
+@pytest.mark.parametrize("per_record", [None, True])
+def test_images_of_two_sizes_without_statistics_are_one_line_saying_both(tmp_path, per_record):
+    manifest = _two_sizes(tmp_path)
+    (Path(manifest.directory) / "imagestats.json").unlink()  # found while decoding, then
     with pytest.raises(ConfigError) as info, corruption.shard_errors(manifest):
-        for _ in loader.make_dataset(
+        ds = loader.make_dataset(
             manifest.shards, manifest, batch_size=12, training=False, per_record=per_record
-        ):
+        )
+        for _ in ds:
             pass
     message = str(info.value)
     assert "\n" not in message and "pass image_size" in message

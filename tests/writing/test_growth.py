@@ -8,6 +8,7 @@ import dataclasses
 import math
 import os
 import random
+import re
 import shutil
 from pathlib import Path
 
@@ -216,6 +217,10 @@ def test_an_id_change_needs_relabel_and_says_so_in_one_line(raw, tmp_path):
     done = CliRunner().invoke(app, [*args[:-3], "--relabel", *args[-3:]])  # as DVC unpacks it
     assert done.exit_code == 0, done.output
     assert "grew from version" in done.output
+    hint = re.search(r"`(tfshards diff [^`]+)` lists them", done.output)  # a command that works
+    assert hint, done.output
+    listed = CliRunner().invoke(app, hint[1].split()[1:])
+    assert listed.exit_code == 0 and "relabeled" in listed.output, listed.output
     again = CliRunner().invoke(app, [*args[:-3], "--relabel", *args[-3:]])
     assert again.exit_code == 0 and "nothing changed since version" in again.output
     reseeded = CliRunner().invoke(app, [*args, "--seed", "9"])

@@ -77,6 +77,11 @@ def show_command(
     from tfshards.shardset.manifest import load
     from tfshards.storage import open_url
 
+    if record is not None and (sheet is not None or label is not None):
+        raise typer.BadParameter(
+            "--sheet and --label draw a contact sheet of many records: give them without "
+            "RECORD (--png writes one record's image)"
+        )
     version = Version(load(manifest))
     image = feature or str(version.manifest.params.get("image_feature", "image"))
     if record is not None:

@@ -55,12 +55,28 @@ def _write(values: dict[str, Any]) -> None:
             f"grew from version {m.base}: {c.get('added', 0)} records added, "
             f"{c.get('removed', 0)} removed, {c.get('changed', 0)} changed, "
             f"{c.get('relabeled', 0)} relabeled, {c.get('labels_added', 0)} labels added "
-            "(tfshards diff OLD NEW lists them)"
+            f"({_diff_hint(config.out, m.base, m.fingerprint, values['old_versions'])})"
         )
     elif result.fresh:
         typer.echo(f"not grown from the previous version: {result.fresh}; label ids kept")
     if values["old_versions"] == "remove":
         _remove_old_versions(config, storage.join(m.directory, MANIFEST_NAME))
+
+
+def _diff_hint(out: str, old: str, new: str, old_versions: str) -> str:
+    """The command that lists a grown version's changes: the old version is in ``out``
+    unless this write removes it, then in DVC's cache (the version committed last)."""
+    out = out.rstrip("/")
+    if old_versions == "remove":
+        import os
+        import tempfile
+
+        got = os.path.join(tempfile.gettempdir(), f"tfshards-{old}")  # outside the repository
+        return (
+            f"the old version is removed from {out} next; `dvc get . {out} --rev HEAD -o "
+            f"{got}`, then `tfshards diff {got}/{old} {out}/{new}` lists them"
+        )
+    return f"`tfshards diff {out}/{old} {out}/{new}` lists them"
 
 
 def _remove_old_versions(config: WriteConfig, manifest: str) -> None:

@@ -245,6 +245,20 @@ def stored_stats(manifest: Manifest, **storage_options: Any) -> imagestats.Image
     return stats
 
 
+def several_sizes(stats: imagestats.ImageStats | None) -> str:
+    """The images' sizes said, where the statistics count more than one; else ``""``.
+
+    Exact: each histogram keeps its smallest and largest value. Images whose header
+    told no size are not counted, and a set without statistics says nothing here.
+    """
+    if stats is None or not stats.width.total:
+        return ""
+    width, height = stats.width, stats.height
+    if width.low == width.high and height.low == height.high:
+        return ""
+    return f"width {width.low}-{width.high} px, height {height.low}-{height.high} px"
+
+
 def common_channels(stats: imagestats.ImageStats | None) -> int | None:
     """The channels to convert every image to when none are asked for, from the statistics.
 

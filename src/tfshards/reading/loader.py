@@ -62,6 +62,7 @@ from tfshards.reading.decode import (
     decode_images,
     image_shape,
     parse_fn,
+    several_sizes,
     stored_stats,
 )
 from tfshards.reading.decodeplan import DecodePlan, plan
@@ -193,6 +194,12 @@ def from_options(
     formats: dict[str, int] | None = None
     if decoding.decode and manifest.image_feature in names:
         stats = stored_stats(manifest, **read.storage_options)
+        if decoding.image_size is None and (sizes := several_sizes(stats)):
+            raise ConfigError(
+                f"{manifest.directory}: images of several sizes ({sizes}, by its image "
+                "statistics) are kept at their own size without image_size: pass image_size "
+                "(and channels) to resize every image to one shape"
+            )
         channels = common_channels(stats)
         shape, source = image_shape(shards, paths, gate, manifest, decoding, channels)
         formats = None if stats is None else stats.formats
