@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import tempfile
 from typing import Any
 
 import typer
@@ -68,9 +70,6 @@ def _diff_hint(out: str, old: str, new: str, old_versions: str) -> str:
     unless this write removes it, then in DVC's cache (the version committed last)."""
     out = out.rstrip("/")
     if old_versions == "remove":
-        import os
-        import tempfile
-
         got = os.path.join(tempfile.gettempdir(), f"tfshards-{old}")  # outside the repository
         return (
             f"the old version is removed from {out} next; `dvc get . {out} --rev HEAD -o "
