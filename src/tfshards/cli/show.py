@@ -85,14 +85,7 @@ def show_command(
     version = Version(load(manifest))
     image = feature or str(version.manifest.params.get("image_feature", "image"))
     if record is not None:
-        found = version.find(record)
-        typer.echo(f"{found.shard}:{found.index}  {found.path}  label {found.label}")
-        for name, (kind, values) in sorted(found.features.items()):
-            typer.echo(f"  {name} ({kind}): {_value(kind, values)}")
-        if png is not None:
-            data = sheets.to_png(sheets.image_bytes(found.features, image), found.path)
-            _save(open_url, png, data)
-            typer.echo(f"image -> {png}")
+        _print_record(version, record, image, png)
         return
     if sheet is None:
         raise typer.BadParameter("give a RECORD, or --sheet FILE for a contact sheet")
@@ -111,6 +104,21 @@ def show_command(
     ]
     _save(open_url, sheet, sheets.contact_sheet(picked, columns))
     typer.echo(f"{len(picked)} images -> {sheet}")
+
+
+def _print_record(version: Any, record: str, image: str, png: str | None) -> None:
+    """One record's place, path, label and features; its image written to ``png`` if given."""
+    from tfshards.reading import sheet as sheets
+    from tfshards.storage import open_url
+
+    found = version.find(record)
+    typer.echo(f"{found.shard}:{found.index}  {found.path}  label {found.label}")
+    for name, (kind, values) in sorted(found.features.items()):
+        typer.echo(f"  {name} ({kind}): {_value(kind, values)}")
+    if png is not None:
+        data = sheets.to_png(sheets.image_bytes(found.features, image), found.path)
+        _save(open_url, png, data)
+        typer.echo(f"image -> {png}")
 
 
 def _side(manifest: Any, side: str, val_fraction: float, seed: int) -> list[Any]:
