@@ -1,19 +1,123 @@
-"""Per-split records per label, class-balance warnings, and groups kept on one side."""
+"""The split's sides across versions, per-split records per label, class-balance warnings,
+and groups kept on one side."""
 
 from __future__ import annotations
 
+import random
+import warnings
 from pathlib import Path
 
 import pytest
 
+from tfshards.errors import ConfigError
 from tfshards.format import tfrecord
 from tfshards.format.exampleparser import decode
+from tfshards.listing.listing import list_files
 from tfshards.shardset.manifest import Manifest, ShardInfo
-from tfshards.shardset.split import BALANCE_TOLERANCE, Split, balance_warnings, label_counts, split
+from tfshards.shardset.split import (
+    BALANCE_TOLERANCE,
+    Split,
+    SplitWarning,
+    balance_warnings,
+    label_counts,
+    split,
+)
+from tfshards.writing.config import WriteConfig
+from tfshards.writing.writer import write
 
 
 def _shard(name: str, records: int) -> ShardInfo:
     return ShardInfo(name, records, 0, "")
+
+
+def _bucketed(held: list[int]) -> Manifest:
+    """A manifest of one shard per non-empty bucket, ``held[b]`` records in bucket ``b``."""
+    shards = tuple(
+        ShardInfo(f"data-{b:05d}.tfrecord", n, n, f"{b:064x}", bucket=b)
+        for b, n in enumerate(held)
+        if n
+    )
+    return Manifest("/nowhere", "f" * 16, {"buckets": len(held)}, (), ("a",), "none", shards)
+
+
+def _val_buckets(held: list[int], fraction: float, seed: int) -> tuple[set[int], bool]:
+    """The validation buckets, and whether the set was too small for them (it borrowed)."""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", SplitWarning)
+        part = split(_bucketed(held), fraction, seed)
+    borrowed = any("too few" in str(w.message) for w in caught)
+    return {s.bucket for s in part.val if s.bucket is not None}, borrowed
+
+
+def test_a_bucket_keeps_its_side_however_the_others_fill():
+    """Growth that fills empty buckets or shifts the buckets' sizes moves no bucket."""
+    rng = random.Random(0)
+    moved, checked = [], 0
+    for trial in range(400):
+        count, fraction = rng.choice((8, 16, 32)), rng.choice((0.1, 0.2, 0.3))
+        before = [rng.choice((0, 1, 5, 40)) * rng.randint(0, 3) for _ in range(count)]
+        before[0] = before[1] = 30  # at least two filled buckets: a split exists
+        after = [n + rng.choice((0, 0, 1, 25)) for n in before]  # files added anywhere
+        (old, borrowed_old), (new, borrowed_new) = (
+            _val_buckets(before, fraction, trial),
+            _val_buckets(after, fraction, trial),
+        )
+        if borrowed_old or borrowed_new:  # too few records for the rule: it says so
+            continue
+        checked += 1
+        both = [b for b in range(count) if before[b] and after[b]]
+        if [b in old for b in both] != [b in new for b in both]:
+            moved.append((count, fraction, trial, before, after))
+    assert moved == [] and checked > 300
+
+
+def test_the_validation_count_is_the_fraction_of_the_bucket_count():
+    held = [50] * 16
+    assert len(_val_buckets(held, 0.2, 0)[0]) == 3  # round(3.2)
+    assert len(_val_buckets(held, 0.25, 0)[0]) == 4
+    held[5] = 5000  # one heavy bucket changes no count
+    assert all(len(_val_buckets(held, 0.2, s)[0]) == 3 for s in range(20))
+
+
+def test_a_set_too_small_for_its_buckets_borrows_and_says_so():
+    held = [0] * 16
+    held[3], held[9] = 4, 6  # two of 16 buckets hold records
+    borrowed = 0
+    for seed in range(20):
+        with pytest.warns(SplitWarning) as caught:
+            part = split(_bucketed(held), 0.2, seed)
+        assert part.val_records and part.train_records, (seed, part)
+        borrowed += any("too few for the 3 validation buckets" in str(w.message) for w in caught)
+    assert borrowed > 10  # most seeds pick 3 empty buckets
+
+
+def test_one_filled_bucket_cannot_be_split():
+    held = [0] * 16
+    held[7] = 10
+    with pytest.raises(ConfigError, match="at least 2 split buckets"):
+        split(_bucketed(held), 0.2, 0)
+
+
+def test_adding_one_file_to_a_small_set_moves_no_record_across_the_split(make_raw, tmp_path):
+    """24 files of 2 labels in 16 buckets, grown one file at a time: sides never move."""
+    raw = make_raw(24, 16, classes=2)
+    out, manifest_path = tmp_path / "shards", tmp_path / "manifest.json"
+    sides: dict[str, str] = {}
+    for step in range(4):
+        if step:
+            src = sorted(raw.rglob("*.jpg"))[step]
+            (src.parent / f"extra{step}.jpg").write_bytes(src.read_bytes()[:-2] + bytes([step, 0]))
+        listing = list_files(str(raw))
+        config = WriteConfig(out=str(out), manifest_copy=str(manifest_path), executor="serial")
+        manifest = write(config, listing, progress=False).manifest
+        for seed in range(6):
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", SplitWarning)
+                part = split(manifest, 0.2, seed)
+            for side, shards in (("train", part.train), ("val", part.val)):
+                for shard in shards:
+                    for path in _paths(manifest, shard):
+                        assert sides.setdefault(f"{seed}:{path}", side) == side, (step, path)
 
 
 def test_label_counts_add_each_sides_shards():
@@ -89,6 +193,11 @@ def test_a_shard_split_of_a_group_by_set_keeps_each_group_on_one_side(
         sides = [_groups(manifest, part.train), _groups(manifest, part.val)]
         assert sides[0] and sides[1] and sides[0].isdisjoint(sides[1]), sides
         assert sides[0] | sides[1] == set("0123456789")
+
+
+def _paths(manifest: Manifest, shard: ShardInfo) -> list[str]:
+    data = Path(manifest.shard_url(shard)).read_bytes()
+    return [bytes(decode(r.data)["path"][1][0]).decode() for r in tfrecord.scan(data)]
 
 
 def _groups(manifest: Manifest, shards: tuple[ShardInfo, ...]) -> set[str]:

@@ -75,14 +75,18 @@ class Split:
 def split(manifest: Manifest, val_fraction: float, seed: int = 0) -> Split:
     """Split the shard files of ``manifest`` into train and validation sets.
 
-    A pure function of ``(manifest, val_fraction, seed)``: the sorted split
-    buckets (:mod:`tfshards.shardset.buckets`; the shard names, in a set written
-    before buckets) are shuffled with ``random.Random(seed)`` (the same
-    permutation on every CPython and machine) and the first go to validation,
-    as many as bring the record count closest to ``val_fraction``. Validation
-    gets every shard of its buckets: whole files, so the two sets never share a
-    record and each reads sequentially, and a record keeps its side in every
-    later version of the set (its bucket is a hash of its own key).
+    A pure function of ``(manifest, val_fraction, seed)``. In a bucketed set
+    (:mod:`tfshards.shardset.buckets`) every bucket id of the lineage, empty or
+    not, is shuffled with ``random.Random(seed)`` (the same permutation on
+    every CPython and machine) and the first ``round(val_fraction * count)``
+    go to validation: the count never depends on how many records each bucket
+    holds, so a record keeps its side in every later version of the set (its
+    bucket is a hash of its own key). Only a set too small to fill its chosen
+    buckets borrows the next ones (with a warning: those records may change
+    side as the set grows). Validation gets every shard of its buckets: whole
+    files, so the two sets never share a record and each reads sequentially.
+    A set written before buckets is split by shard file, as many shuffled
+    shards as bring the record count closest to ``val_fraction``.
 
     Args:
         manifest: the shard set.
@@ -100,11 +104,9 @@ def split(manifest: Manifest, val_fraction: float, seed: int = 0) -> Split:
     """
     shards = manifest.shards
     if shards and all(s.bucket is not None for s in shards):  # whole buckets, then their shards
-        buckets = sorted({s.bucket for s in shards if s.bucket is not None})
-        weights = [sum(s.records for s in shards if s.bucket == b) for b in buckets]
-        names = [f"bucket-{b:05d}" for b in buckets]
-        _, val_b, effective = choose_val(names, weights, val_fraction, seed, unit="bucket")
-        chosen = {buckets[i] for i in val_b}
+        highest = max(s.bucket or 0 for s in shards)
+        count = max(int(manifest.params.get("buckets") or 0), highest + 1)
+        chosen, effective = _val_buckets(shards, count, val_fraction, seed)
         val = [i for i, s in enumerate(shards) if s.bucket in chosen]
         train = [i for i, s in enumerate(shards) if s.bucket not in chosen]
     else:
@@ -119,6 +121,57 @@ def split(manifest: Manifest, val_fraction: float, seed: int = 0) -> Split:
         effective_val_fraction=effective,
         fingerprint=manifest.fingerprint,
     )
+
+
+def _val_buckets(
+    shards: Sequence[ShardInfo], count: int, val_fraction: float, seed: int
+) -> tuple[set[int], float]:
+    """The validation buckets of :func:`split` and the effective fraction in records."""
+    if not 0.0 <= val_fraction < 1.0 or math.isnan(val_fraction):
+        raise ConfigError(f"val_fraction must be in [0, 1), got {val_fraction}")
+    held = [0] * count
+    for shard in shards:
+        held[shard.bucket or 0] += shard.records
+    total = sum(held)
+    if val_fraction == 0.0:
+        return set(), 0.0
+    filled = sum(1 for n in held if n)
+    if filled < 2:
+        raise ConfigError(
+            f"val_fraction {val_fraction}: a split needs records in at least 2 split buckets "
+            f"(one for training, one for validation), found {filled} of {count}; write more "
+            "files or use val_fraction 0"
+        )
+    order = list(range(count))
+    random.Random(seed).shuffle(order)
+    k = min(count - 1, max(1, math.floor(val_fraction * count + 0.5)))
+    asked = k
+    while not any(held[b] for b in order[:k]):  # borrow the next buckets: validation holds one
+        k += 1
+    while not any(held[b] for b in order[k:]):  # give back the last: training holds one
+        k -= 1
+    val_records = sum(held[b] for b in order[:k])
+    effective = val_records / total
+    if k != asked:
+        warnings.warn(
+            f"val_fraction {val_fraction}: {total} records fill {filled} of the {count} split "
+            f"buckets, too few for the {asked} validation buckets the seed picks; validation "
+            f"takes {k} ({val_records} records, an effective fraction of {effective:.4f}), and "
+            "records in the borrowed buckets may change side as the set grows",
+            SplitWarning,
+            stacklevel=3,
+        )
+    elif abs(effective - val_fraction) > max(SPLIT_TOLERANCE * val_fraction, 0.5 / count):
+        # Whole buckets split in steps of about 1/count: within half a step is the
+        # granularity the bucket count chose, not a problem more shards would fix.
+        warnings.warn(
+            f"val_fraction {val_fraction}: the {k} validation buckets of {count} hold "
+            f"{val_records} of {total} records, an effective fraction of {effective:.4f}; "
+            "more files fill the buckets more evenly",
+            SplitWarning,
+            stacklevel=3,
+        )
+    return set(order[:k]), effective
 
 
 def choose_val(
@@ -161,10 +214,7 @@ def choose_val(
     train = sorted(order[best_k:], key=lambda i: names[i])
     val_weight = sum(weights[i] for i in val)
     effective = val_weight / total if total else best_k / n
-    # Whole buckets split in steps of about 1/n: within half a step is the granularity
-    # the bucket count chose, not a problem more shards would fix.
-    slack = 0.5 / n if unit == "bucket" else 0.0
-    if abs(effective - val_fraction) > max(SPLIT_TOLERANCE * val_fraction, slack):
+    if abs(effective - val_fraction) > SPLIT_TOLERANCE * val_fraction:
         warnings.warn(
             f"val_fraction {val_fraction}: {n} {unit}s split at best as {len(val)} for "
             f"validation ({val_weight} of {total} {counted}), an effective fraction of "
