@@ -65,7 +65,7 @@ def hold(fs: Any, version: str, *, refresh_s: float = REFRESH_S) -> Iterator[str
     def refresh() -> None:
         while not stop.wait(refresh_s):
             with contextlib.suppress(OSError):  # a missed refresh is retried; TTL is 15 of them
-                fs.pipe_file(path, jsonfile.encode(doc))
+                _touch(fs, path, jsonfile.encode(doc))
 
     beat = threading.Thread(target=refresh, name="tfshards-lease", daemon=True)
     beat.start()
@@ -79,6 +79,18 @@ def hold(fs: Any, version: str, *, refresh_s: float = REFRESH_S) -> Iterator[str
         for folder in created:  # deepest first; only if nothing was written into them
             with contextlib.suppress(OSError):
                 os.rmdir(folder)
+
+
+def _touch(fs: Any, path: str, data: bytes) -> None:
+    """A new modification time for the lease at ``path``: a local file's ``utime`` (its
+    bytes are never cut short under a reader), a rewrite elsewhere or where it went."""
+    if storage.is_local(fs):
+        try:
+            os.utime(path)
+            return
+        except FileNotFoundError:
+            pass
+    fs.pipe_file(path, data)
 
 
 def _missing_folders(fs: Any, folder: str) -> list[str]:
