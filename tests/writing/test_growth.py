@@ -10,6 +10,7 @@ import os
 import random
 import re
 import shutil
+from array import array
 from pathlib import Path
 
 import pytest
@@ -28,6 +29,8 @@ from tfshards.validation.config import ValidateConfig
 from tfshards.validation.validate import validate
 from tfshards.writing import growth
 from tfshards.writing.config import WriteConfig
+from tfshards.writing.plan import _rejected_again
+from tfshards.writing.shard import _Rejects
 from tfshards.writing.writer import WriteResult, write
 
 FILES = 2000
@@ -373,3 +376,46 @@ def test_a_member_list_with_a_label_id_out_of_range_names_its_line(raw, tmp_path
         InputError, match=rf"{shard.name}\.jsonl:3: expected a label id below 10, found 99$"
     ):
         _grow(raw, tmp_path, num_shards=8)
+
+
+def test_a_file_left_out_for_its_bytes_stays_out_unread_and_is_no_change(make_raw, tmp_path):
+    """A rejected file listed again unchanged: no new shard, no "added", the same version."""
+    raw = make_raw(60, 8, fmt="png", classes=3)
+    bad = raw / sorted(p.name for p in raw.iterdir())[0] / "empty.png"
+    bad.write_bytes(b"")
+    first = _grow(raw, tmp_path, on_error="skip").manifest
+    assert [r.path for r in first.rejected] == [bad.relative_to(raw).as_posix()]
+    assert first.rejected[0].token.startswith("sha256:")
+    again = _grow(raw, tmp_path, on_error="skip")
+    assert again.unchanged and again.manifest.fingerprint == first.fingerprint
+    added = _add(raw, 2)
+    second = _grow(raw, tmp_path, on_error="skip").manifest
+    assert second.changes["added"] == len(added) == _compared(first, second)["added"]
+    assert second.rejected == first.rejected and second.records == first.records + 2
+    assert all(s.records for s in second.shards)  # no shard of the reject alone
+    bad.write_bytes(_png(raw))  # fixed: another token, read again, now a record
+    third = _grow(raw, tmp_path, on_error="skip").manifest
+    assert third.rejected == () and third.changes["added"] == 1
+    assert third.records == second.records + 1
+
+
+def test_a_file_left_out_because_it_could_not_be_read_is_tried_again(make_raw, tmp_path):
+    """A reject that reading caused (no token) is not carried: the next write reads it."""
+    raw = make_raw(40, 8, fmt="png", classes=2)
+    unreadable = _Rejects(str(raw), "skip")
+    entry = next(iter(list_files(str(raw)).entries))
+    unreadable.add(PermissionError(13, "Permission denied"), entry)
+    unreadable.add(InputError("not an image", path=entry.path), entry)
+    assert [r.token for r in unreadable.found] == ["", entry.token]
+    first = _grow(raw, tmp_path).manifest
+    base = dataclasses.replace(first, rejected=(unreadable.found[0],))
+    listing = list_files(str(raw))
+    rest = array("I", range(listing.files))
+    assert _rejected_again(listing, rest, base) == (rest, ())  # read again
+    base = dataclasses.replace(first, rejected=(unreadable.found[1],))
+    left, again = _rejected_again(listing, rest, base)
+    assert again == (unreadable.found[1],) and len(left) == listing.files - 1
+
+
+def _png(raw: Path) -> bytes:
+    return next(raw.rglob("*.png")).read_bytes()

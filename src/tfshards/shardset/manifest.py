@@ -30,13 +30,23 @@ FORMAT_VERSION = 1
 
 @dataclass(frozen=True)
 class Reject:
-    """A listed input that did not become a record, and why."""
+    """A listed input that did not become a record, and why.
+
+    ``token`` is the listing's content token of a file whose bytes were the
+    problem (not an image, too large): a later version grown from this one
+    leaves the file out again, unread, while its token is the same. A reject
+    that reading itself caused (permissions, I/O) has none and is tried again.
+    """
 
     path: str
     reason: str
+    token: str = ""
 
     def to_json(self) -> dict[str, str]:
-        return {"path": self.path, "reason": self.reason}
+        doc = {"path": self.path, "reason": self.reason}
+        if self.token:  # absent otherwise: sets without content rejects keep their bytes
+            doc["token"] = self.token
+        return doc
 
 
 @dataclass(frozen=True)
@@ -322,6 +332,6 @@ def sidecar_from_json(data: bytes) -> tuple[ShardInfo, tuple[Reject, ...], tuple
         raise ValueError(f"sidecar version {doc.get('version')!r}")
     return (
         ShardInfo.from_json(doc["shard"]),
-        tuple(Reject(r["path"], r["reason"]) for r in doc["rejected"]),
+        tuple(Reject(r["path"], r["reason"], r.get("token", "")) for r in doc["rejected"]),
         schema_from_json(doc["schema"]),
     )

@@ -175,12 +175,14 @@ def metadata_files(source: str, value: Any) -> dict[str, str]:
     return out
 
 
-def rejected(source: str, value: Any) -> tuple[tuple[str, str], ...]:
+def rejected(source: str, value: Any) -> tuple[tuple[str, str, str], ...]:
     if not isinstance(value, list):
         raise bad(source, "rejected", "a list", value)
     out = []
     for i, entry in enumerate(value):
         entry = mapping(source, f"rejected[{i}]", entry)
         path = text(source, f"rejected[{i}].path", get(entry, "path"))
-        out.append((path, text(source, f"rejected[{i}].reason", get(entry, "reason"))))
+        reason = text(source, f"rejected[{i}].reason", get(entry, "reason"))
+        token = text(source, f"rejected[{i}].token", entry["token"]) if "token" in entry else ""
+        out.append((path, reason, token))
     return tuple(out)

@@ -23,7 +23,7 @@ from tfshards.errors import ConfigError, InputError
 from tfshards.format.columns import Column, columns_json
 from tfshards.listing.protocol import FileListing
 from tfshards.shardset import buckets, grouping, layout
-from tfshards.shardset.manifest import FORMAT_VERSION, Manifest, ShardInfo
+from tfshards.shardset.manifest import FORMAT_VERSION, Manifest, Reject, ShardInfo
 from tfshards.writing import growth, labelmap, orientation, placement, sharding
 from tfshards.writing.config import WriteConfig
 from tfshards.writing.shard import ShardTask
@@ -65,6 +65,7 @@ class Plan:
     base: Manifest | None = None
     changes: Mapping[str, int] = field(default_factory=dict)
     fresh: str = ""
+    rejected: tuple[Reject, ...] = ()  # the base's rejects listed again unchanged: left out
 
     @property
     def fingerprint(self) -> str:
@@ -81,6 +82,7 @@ class Plan:
             and [k.info for k in self.kept] == list(base.shards)
             and dict(self.params) == dict(base.params)
             and self.labels == base.labels
+            and sorted(self.rejected, key=str) == sorted(base.rejected, key=str)
         )
 
 
@@ -180,7 +182,9 @@ def plan(
     params["buckets"] = bucket_count(config.buckets, num_shards, previous)
     fresh = "" if previous is None else growth.growable(previous, params)
     base = previous if previous is not None and not fresh else None
-    placed, found, moved = _place(listing, config, params, num_shards, groups, base, labels, ids)
+    placed, found, moved, rejected = _place(
+        listing, config, params, num_shards, groups, base, labels, ids
+    )
     names = [layout.shard_name(config.name, i, len(placed)) for i in range(len(placed))]
     version = storage.join(
         config.out, fingerprint(listing, params, labels, base.fingerprint if base else "")
@@ -195,9 +199,21 @@ def plan(
         for name, p in zip(names, placed, strict=True)
         if isinstance(p, placement.KeptShard) and base is not None
     )
-    changes = {} if found is None or base is None else growth.changes(found, base, labels, moved)
+    changes = (
+        {}
+        if found is None or base is None
+        else growth.changes(found, base, labels, moved, len(rejected))
+    )
     return Plan(
-        version, {**params, "on_error": config.on_error}, tasks, labels, kept, base, changes, fresh
+        version,
+        {**params, "on_error": config.on_error},
+        tasks,
+        labels,
+        kept,
+        base,
+        changes,
+        fresh,
+        rejected,
     )
 
 
@@ -210,8 +226,9 @@ def _place(
     base: Manifest | None,
     labels: Sequence[str],
     ids: Sequence[int],
-) -> tuple[list[placement.Placed], growth.Match | None, int]:
-    """Each shard's bucket and records, new or kept; the match with the base; records moved.
+) -> tuple[list[placement.Placed], growth.Match | None, int, tuple[Reject, ...]]:
+    """Each shard's bucket and records, new or kept; the match with the base; records
+    moved; the base's rejects left out again.
 
     Growing, only the files no kept shard holds are hashed into buckets.
     """
@@ -219,16 +236,35 @@ def _place(
     group_ids = None if groups is None else groups[0]
     if base is None:
         members = placement.by_bucket(record_buckets(listing, config.group_by, count), count)
-        return placement.fresh(members, num_shards, config.seed, group_ids), None, 0
+        return placement.fresh(members, num_shards, config.seed, group_ids), None, 0, ()
     found = growth.match(base, listing, labels, ids, **config.out_options)
-    rest = placement.not_kept(found.held, listing.files)
+    rest, rejected = _rejected_again(listing, placement.not_kept(found.held, listing.files), base)
     rest_buckets = record_buckets(listing, config.group_by, count, rest)
     pending: list[array[int]] = [array("I") for _ in range(count)]
     for i, b in zip(rest, rest_buckets, strict=True):
         pending[b].append(i)
     target = math.ceil(listing.files / num_shards)
     placed = placement.grown(pending, found.held, target, config.seed, group_ids)
-    return placed, found, placement.moved(found.found, rest, rest_buckets, listing.files)
+    return placed, found, placement.moved(found.found, rest, rest_buckets, listing.files), rejected
+
+
+def _rejected_again(
+    listing: FileListing, rest: array[int], base: Manifest
+) -> tuple[array[int], tuple[Reject, ...]]:
+    """``rest`` less the files ``base`` left out for their bytes and lists again with the
+    same content token, and those rejects (in listing order): they are not read again."""
+    known = {(r.path, r.token): r for r in base.rejected if r.token}
+    if not known or not rest:
+        return rest, ()
+    kept, again = array("I"), []
+    entries = (entry for batch in listing.rows(rest).batches() for entry in batch)
+    for i, entry in zip(rest, entries, strict=True):
+        reject = known.get((entry.path, entry.token))
+        if reject is None:
+            kept.append(i)
+        else:
+            again.append(reject)
+    return kept, tuple(again)
 
 
 def _task(

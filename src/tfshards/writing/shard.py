@@ -200,12 +200,13 @@ class _Rejects:
     on_error: str
     found: list[Reject] = field(default_factory=list)
 
-    def add(self, exc: OSError | InputError, rel: str) -> None:
+    def add(self, exc: OSError | InputError, entry: Entry) -> None:
         if self.on_error == "fail" or isinstance(
             exc, (TransformOutputError, errors.StaleListingError)
         ):
-            raise _as_input_error(exc, self.source, rel) from exc
-        self.found.append(Reject(rel, _reason(exc)))
+            raise _as_input_error(exc, self.source, entry.path) from exc
+        token = entry.token if isinstance(exc, InputError) else ""  # its bytes were the problem
+        self.found.append(Reject(entry.path, _reason(exc), token))
 
 
 def _frame_batch(
@@ -215,12 +216,12 @@ def _frame_batch(
     first = len(rejects.found)
     entries = batch
     if any(entry.size > MAX_FILE_BYTES for entry in batch):
-        for rel, size, *_ in batch:
-            if size > MAX_FILE_BYTES:
-                rejects.add(too_large(rel, size), rel)
+        for entry in batch:
+            if entry.size > MAX_FILE_BYTES:
+                rejects.add(too_large(entry.path, entry.size), entry)
         entries = [entry for entry in batch if entry.size <= MAX_FILE_BYTES]
     for entry, problem in source.frame(buffer, entries):
-        rejects.add(problem, entry.path)
+        rejects.add(problem, entry)
     if len(entries) < len(batch):
         order = {entry.path: i for i, entry in enumerate(batch)}
         rejects.found[first:] = sorted(rejects.found[first:], key=lambda r: order[r.path])
