@@ -39,6 +39,7 @@ def _write(values: dict[str, Any]) -> None:
             option="old_versions",
             valid=OLD_VERSIONS,
         )
+    _warn_unlocked(config)
     result = write(config, values["listing"], progress=values["progress"])
     m = result.manifest
     typer.echo(
@@ -63,6 +64,18 @@ def _write(values: dict[str, Any]) -> None:
         typer.echo(f"not grown from the previous version: {result.fresh}; label ids kept")
     if values["old_versions"] == "remove":
         _remove_old_versions(config, storage.join(m.directory, MANIFEST_NAME))
+
+
+def _warn_unlocked(config: WriteConfig) -> None:
+    """Say so when the manifest this write grows from is not the one ``dvc.lock`` records."""
+    copy = config.manifest_copy
+    if config.previous != "auto" or not copy or "://" in copy or not os.path.isfile("dvc.lock"):
+        return
+    from tfshards.project import dvclock
+
+    line = dvclock.unlocked(copy)
+    if line:
+        typer.echo(f"warning: {line}", err=True)
 
 
 def _diff_hint(out: str, old: str, new: str, old_versions: str) -> str:

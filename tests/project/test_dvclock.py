@@ -1,0 +1,67 @@
+"""The write warns when the manifest it grows from is not the one dvc.lock records."""
+
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from tfshards.cli import app
+from tfshards.listing.listing import list_files, write_listing
+from tfshards.project import dvclock
+
+LOCK = """schema: '2.0'
+stages:
+  write:
+    cmd: tfshards write data/listing --out data/shards --manifest data/manifest.json
+    outs:
+    - path: data/manifest.json
+      hash: md5
+      md5: {md5}
+      size: 10
+    - path: data/shards
+      hash: md5
+      md5: 0123456789abcdef0123456789abcdef.dir
+"""
+
+
+def _lock(root: Path, content: bytes) -> None:
+    (root / "dvc.lock").write_text(LOCK.format(md5=hashlib.md5(content).hexdigest()))
+
+
+def test_the_locked_copy_is_quiet_and_another_is_one_line(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "data").mkdir()
+    manifest = tmp_path / "data" / "manifest.json"
+    manifest.write_bytes(b'{"committed": 1}')
+    _lock(tmp_path, b'{"committed": 1}')
+    assert dvclock.unlocked("data/manifest.json") is None
+    manifest.write_bytes(b'{"experiment": 1}')
+    line = dvclock.unlocked("data/manifest.json")
+    assert line is not None and "\n" not in line and "dvc checkout" in line
+    assert dvclock.unlocked("data/other.json") is None  # not a locked output
+
+
+@pytest.mark.parametrize("lock", ["", "stages: [1, 2]\n", "not: [valid\n"])
+def test_a_lock_that_records_nothing_usable_is_quiet(tmp_path, monkeypatch, lock):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "dvc.lock").write_text(lock)
+    (tmp_path / "m.json").write_text("{}")
+    assert dvclock.unlocked("m.json") is None
+
+
+def test_write_grows_from_an_unlocked_manifest_and_says_so(make_raw, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    write_listing(list_files(str(make_raw(12, 16, classes=2))), "data/listing")
+    args = ["write", "data/listing", "--out", "data/shards", "--manifest", "data/manifest.json"]
+    first = CliRunner().invoke(app, args)
+    assert first.exit_code == 0 and "warning" not in first.stderr
+    _lock(tmp_path, Path("data/manifest.json").read_bytes())
+    same = CliRunner().invoke(app, args)
+    assert same.exit_code == 0 and "warning" not in same.stderr
+    (tmp_path / "dvc.lock").write_text(LOCK.format(md5="f" * 32))  # another version committed
+    other = CliRunner().invoke(app, args)
+    assert other.exit_code == 0, other.output
+    assert "warning: data/manifest.json: expected the version dvc.lock records" in other.stderr
