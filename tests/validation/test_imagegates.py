@@ -55,6 +55,7 @@ def test_non_rgb_share_fails_with_one_line_naming_examples(tmp_path: Path) -> No
     _write(raw, tmp_path)
     metrics, plots = tmp_path / "images.json", tmp_path / "plots"
     args = ["validate", _manifest(tmp_path), "--workers", "1", "--val-fraction", "0.25"]
+    args += ["--metrics", str(tmp_path / "metrics.json")]  # never the repository's
     args += ["--image-metrics", str(metrics), "--image-plots", str(plots)]
     quiet = CliRunner().invoke(app, args)
     assert quiet.exit_code == 0, quiet.output

@@ -100,6 +100,12 @@ def test_decoding_is_a_rule_only_when_asked_for():
     assert "does not decode as an image" in str(rules.payload_decodes(decoding, _record(JPEG)))
 
 
+def test_a_payload_pillow_cannot_identify_is_named_without_a_memory_address():
+    decoding = rules.Shard(BASE, "image", 3, decode_images=True)
+    line = str(rules.payload_decodes(decoding, _record(b"\xff\xd8\xff plain text")))
+    assert line.endswith("UnidentifiedImageError: cannot identify image file"), line
+
+
 def _manifest(records: int = 4, listed: int = 4) -> Manifest:
     shards = (ShardInfo("s-00000-of-00001.tfrecord", records, 100, "0" * 64),)
     return Manifest("memory://set/v1", "f", {}, BASE, ("a", "b"), "none", shards, listed=listed)

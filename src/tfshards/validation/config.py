@@ -180,8 +180,11 @@ OPTIONS = (
         param=True, comment="true: a near-duplicate pair across the split fails",
     ),
     Option(
-        "decode", bool, False, "Also decode every image with Pillow (slow: ~0.1-1.5 ms each).",
-        field="decode_images",
+        "decode", bool, False,
+        "true: also decode every image with Pillow, so a truncated or damaged file fails "
+        "here and not in training (slow: ~0.1-1.5 ms each).",
+        param=True, field="decode_images",
+        comment="true: decode every image (catches truncated files; ~0.1-1.5 ms each)",
     ),
     Option(
         "max_problems", int, MAX_PROBLEMS,

@@ -17,6 +17,7 @@ import functools
 import hashlib
 import io
 import posixpath
+import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, NamedTuple
@@ -171,6 +172,9 @@ def payload_is_known_image(shard: Shard, record: Record) -> str | None:
     return f"feature {shard.image_feature!r} of {name}: {not_an_image(bytes(payload[:HEAD_BYTES]))}"
 
 
+_MEMORY_FILE = re.compile(r" ?<_io\.BytesIO object at 0x[0-9a-f]+>")  # Pillow names its input
+
+
 def payload_decodes(shard: Shard, record: Record) -> str | None:
     """With ``decode_images``: Pillow decodes the payload."""
     if not (shard.decode_images and shard.has_payload):
@@ -182,7 +186,7 @@ def payload_decodes(shard: Shard, record: Record) -> str | None:
             img.load()
     # What Pillow raises for bad image bytes; anything else is a bug and propagates.
     except (OSError, SyntaxError, ValueError, EOFError, Image.DecompressionBombError) as exc:
-        why = f"{type(exc).__name__}: {exc}"
+        why = f"{type(exc).__name__}: {_MEMORY_FILE.sub('', str(exc))}"
         source = bytes(record.first("path", b"")).decode("utf-8", "replace")
         of = f" of {source}" if source else ""  # the raw file it came from, when recorded
         return f"feature {shard.image_feature!r}{of} does not decode as an image: {why}"
