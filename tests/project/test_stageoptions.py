@@ -13,6 +13,7 @@ from typer.testing import CliRunner
 from tfshards.cli import app
 from tfshards.cli.validate import validate_command
 from tfshards.cli.write import write_command
+from tfshards.listing import listoptions
 from tfshards.option import Option
 from tfshards.project import pipeline, stageoptions, yamlfile
 from tfshards.training import trainconfig
@@ -109,3 +110,35 @@ def test_train_params_and_command_come_from_its_options():
         if option.param is True and option.name != "model_args":
             assert f"--{option.name.replace('_', '-')} ${{train.{option.name}}}" in cmd
     assert cmd.endswith(" -- ${train.model_args}")
+
+
+@pytest.mark.parametrize(
+    ("command", "section", "key", "hint"),
+    [
+        (["train", "--manifest", "m.json"], "train", "epoch", " (did you mean epochs?)"),
+        (["validate", "m.json"], "validate", "fail_on_leakge", " (did you mean fail_on_leakage?)"),
+        (["list", "raw", "--out", "listing"], "list", "colour", ""),
+    ],
+)
+def test_a_params_key_no_command_reads_is_one_line(
+    tmp_path, monkeypatch, command, section, key, hint
+):
+    monkeypatch.chdir(tmp_path)
+    Path("params.yaml").write_text(f"{section}:\n  {key}: 3\n")
+    said = CliRunner().invoke(app, command)
+    assert said.exit_code == 1, said.output
+    (line,) = said.stderr.strip().splitlines()
+    assert line.startswith(f"error: params.yaml: {section}.{key}: expected one of the {section}")
+    assert line.endswith(f"found '{key}'{hint}; no command would read it")
+
+
+def test_the_demo_params_pass_the_check(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    Path("params.yaml").write_text((Path(__file__).parents[2] / "params.yaml").read_text())
+    for section, options in (
+        ("list", listoptions.OPTIONS),
+        ("train", trainconfig.OPTIONS),
+        ("validate", validateconfig.OPTIONS),
+        ("write", writeconfig.OPTIONS),
+    ):
+        stageoptions.check_section(section, options)

@@ -54,6 +54,7 @@ list_files_command = one_line_errors(
         OPTIONS,
         _list,
         name="list_files_command",
+        section="list",
         doc="""List ROOT's files and labels into OUT/files.jsonl and OUT/meta.json.
 
     Labels are the first folder level under ROOT (ImageFolder layout):

@@ -56,6 +56,7 @@ train_command = one_line_errors(
         OPTIONS,
         _train,
         name="train_command",
+        section="train",
         doc="""Train a classifier on the validated shards of --manifest and log its metrics.
 
     The shards are split into train and validation by whole split buckets

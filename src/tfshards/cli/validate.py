@@ -70,6 +70,7 @@ validate_command = one_line_errors(
         OPTIONS,
         _validate,
         name="validate_command",
+        section="validate",
         doc="""Check a shard set against its manifest; exit 1 on any problem.
 
     For every listed shard: it exists, its size and sha256 match, every

@@ -109,6 +109,7 @@ write_command = one_line_errors(
         OPTIONS,
         _write,
         name="write_command",
+        section="write",
         unpacked=True,
         doc="""Write the listed files into versioned TFRecord shards of tf.train.Example.
 

@@ -9,9 +9,12 @@ The one place where the text DVC renders into a command (``${write.seed}``,
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import inspect
 import json
+import os
 from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
 from typing import Annotated, Any, TypeVar
 
 import typer
@@ -23,6 +26,7 @@ C = TypeVar("C")
 _TRUE = ("true", "yes", "on", "1")
 _FALSE = ("false", "no", "off", "0")
 _NONE = ("", "none", "null")
+PARAMS = "params.yaml"  # DVC's default params file, beside dvc.yaml
 
 
 def parse_bool(value: str, option: str) -> bool:
@@ -130,8 +134,11 @@ def command(
     name: str,
     doc: str,
     unpacked: bool = False,
+    section: str | None = None,
 ) -> Callable[..., None]:
     """A function typer reads as a command with ``options``; it calls ``body`` with the values.
+
+    ``section``: the stage's params section, checked first (:func:`check_section`).
 
     The values are parsed (:func:`parse_bool`, :func:`optional_int`) and keyed by
     option name; an option whose default is a mapping takes the words after ``--``
@@ -150,6 +157,8 @@ def command(
 
     def run(**given: Any) -> None:
         ctx = given.pop("ctx", None)
+        if section is not None:
+            check_section(section, options)
         values = {o.name: _value(o, given[o.name], unpacked) for o in options if o is not after}
         if after is not None:
             values[after.name] = parse_pairs(ctx.args, after.flag)
@@ -160,6 +169,37 @@ def command(
     run.__name__ = run.__qualname__ = name
     run.__doc__ = doc
     return run
+
+
+def check_section(section: str, options: Sequence[Option], path: str = PARAMS) -> None:
+    """Refuse a key of ``section`` in the project's ``params.yaml`` (in the working
+    directory, where DVC runs a stage) that is none of the stage's params: DVC passes a
+    misspelt key to no command, and the run would go on with the default unsaid.
+
+    Raises:
+        ConfigError: one line naming the key, the section's params and the closest one.
+    """
+    if not os.path.isfile(path):
+        return
+    from tfshards.project import yamlfile
+
+    try:
+        doc = yamlfile.plain(yamlfile.load(Path(path)))
+    except ConfigError:  # DVC itself says what is wrong with the file
+        return
+    block = doc.get(section) if isinstance(doc, dict) else None
+    if not isinstance(block, dict):
+        return
+    own = [o.name for o in options if o.param is True]
+    stray = [str(key) for key in block if key not in own]
+    if stray:
+        close = difflib.get_close_matches(stray[0], own, n=1)
+        hint = f" (did you mean {close[0]}?)" if close else ""
+        raise ConfigError(
+            f"{path}: {section}.{stray[0]}: expected one of the {section} params "
+            f"({', '.join(own)}), found {stray[0]!r}{hint}; no command would read it",
+            option=stray[0],
+        )
 
 
 def config(cls: type[C], options: Sequence[Option], values: Mapping[str, Any], **extra: Any) -> C:
