@@ -303,3 +303,32 @@ def test_an_interrupted_write_is_one_line_and_keeps_what_it_finished(tmp_path):
         "error: interrupted (finished shards are kept; a write resumes)"
     ], err
     assert not (tmp_path / "m.json").exists()
+
+
+@pytest.mark.parametrize(
+    ("command", "line"),
+    [
+        ("train", "error: interrupted (the last checkpoint is kept; the next run resumes from it)"),
+        ("write", "error: interrupted (finished shards are kept; a write resumes)"),
+        ("validate", "error: interrupted"),
+    ],
+)
+def test_an_interrupt_says_what_the_interrupted_command_leaves(command, line, capsys):
+    import typer
+
+    from tfshards.cli._common import INTERRUPTED, run_app
+
+    tiny = typer.Typer()
+
+    @tiny.command(name=command)
+    def stopped() -> None:
+        raise KeyboardInterrupt
+
+    @tiny.command(name="other")
+    def other() -> None:  # two commands: the first word names one
+        pass
+
+    with pytest.raises(SystemExit) as exited:
+        run_app(tiny, [command])
+    assert exited.value.code == INTERRUPTED
+    assert capsys.readouterr().err.strip().splitlines() == [line]

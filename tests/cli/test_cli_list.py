@@ -32,7 +32,8 @@ def test_list_writes_listing_and_prints_one_summary_line(raw: Path, tmp_path: Pa
     result = runner.invoke(app, ["list", str(raw), "--out", str(out)])
     assert result.exit_code == 0, result.output
     assert result.stdout == (
-        f"listed 3 files in 2 labels (skipped: 3 = 1 hidden, 1 extension, 1 no-label) -> {out}\n"
+        "listed 3 files in 2 labels (skipped: 3 = 1 hidden, 1 of another extension, "
+        f"1 outside a label folder) -> {out}\n"
     )
     meta = json.loads((out / "meta.json").read_text(encoding="utf-8"))
     assert meta["files_per_label"] == {"cat": 2, "dog": 1}
@@ -83,8 +84,9 @@ def test_list_with_index_and_memory_output(raw: Path, tmp_path: Path) -> None:
         (["{empty}"], "{empty}: expected label folders with files, found no files"),
         (
             ["{raw}", "--glob", "zebra/*"],
-            "{raw}: no file to list: all 6 entries were skipped (1 hidden, 1 extension, 4 glob; "
-            "extensions .bmp,.gif,.jpeg,.jpg,.png,.webp, glob 'zebra/*')",
+            "{raw}: no file to list: all 6 entries were skipped (1 hidden, 1 of another "
+            "extension, 4 outside the glob; kept: extensions .bmp,.gif,.jpeg,.jpg,.png,.webp, "
+            "glob 'zebra/*')",
         ),
         (["{raw}", "--index", "{tmp}/i.tsv"], "{tmp}/i.tsv: unknown index format"),
         (["{raw}", "--index", "{tmp}/i.csv"], "{tmp}/i.csv: index file not found"),

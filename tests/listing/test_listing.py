@@ -414,8 +414,8 @@ def test_nothing_matching_says_what_was_skipped_and_why(make_tree: Make) -> None
     with pytest.raises(InputError) as info:
         list_files(root, glob="cat/*")
     assert str(info.value).endswith(
-        "no file to list: all 3 entries were skipped (1 hidden, 1 extension, 1 glob; "
-        "extensions .bmp,.gif,.jpeg,.jpg,.png,.webp, glob 'cat/*')"
+        "no file to list: all 3 entries were skipped (1 hidden, 1 of another extension, "
+        "1 outside the glob; kept: extensions .bmp,.gif,.jpeg,.jpg,.png,.webp, glob 'cat/*')"
     )
 
 

@@ -374,7 +374,7 @@ def test_cli_writes_and_summarizes(listing, tmp_path):
 @pytest.mark.parametrize(
     ("kwargs", "message"),
     [
-        ({"num_shards": 0}, "num_shards must be >= 1, got 0"),
+        ({"num_shards": 0}, "num_shards: expected at least 1, or 0 in params.yaml .* found 0"),
         ({"compression": "lz4"}, "compression must be one of"),
         ({"on_error": "ignore"}, "on_error must be 'fail' or 'skip'"),
         ({"image_feature": "label"}, "image_feature must be a name other than"),

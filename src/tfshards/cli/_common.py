@@ -142,8 +142,21 @@ def run_app(app: typer.Typer, args: Sequence[str] | None = None) -> NoReturn:
     except (typer.Abort, KeyboardInterrupt):
         code = INTERRUPTED
     if code == INTERRUPTED:  # typer turns Ctrl-C into this exit code, silently
-        typer.echo("error: interrupted (finished shards are kept; a write resumes)", err=True)
+        typer.echo(f"error: interrupted{_RESUMES.get(_command(args), '')}", err=True)
     sys.exit(code if isinstance(code, int) else 0)
+
+
+# What an interrupted command leaves for the next run, by command.
+_RESUMES = {
+    "write": " (finished shards are kept; a write resumes)",
+    "train": " (the last checkpoint is kept; the next run resumes from it)",
+}
+
+
+def _command(args: Sequence[str] | None) -> str:
+    """The subcommand of ``args`` (the process's arguments when None): its first word."""
+    words = sys.argv[1:] if args is None else args
+    return next((w for w in words if not w.startswith("-")), "")
 
 
 def run_command(

@@ -284,9 +284,18 @@ def _hash_contents(
         entries[i] = entries[i]._replace(size=size, token=token)
 
 
+_SKIPPED_AS = {  # each reason of SKIP_REASONS as a phrase after its count
+    "hidden": "hidden",
+    "extension": "of another extension",
+    "glob": "outside the glob",
+    "no-label": "outside a label folder",
+    "not-a-file": "not a regular file",
+}
+
+
 def format_skipped(skipped: Mapping[str, int]) -> str:
-    """``"3 hidden, 1 extension"``, or ``"none"``: the reasons with non-zero counts."""
-    parts = [f"{n} {reason}" for reason, n in skipped.items() if n]
+    """``"3 hidden, 1 of another extension"``, or ``"none"``: the reasons counted."""
+    parts = [f"{n} {_SKIPPED_AS.get(reason, reason)}" for reason, n in skipped.items() if n]
     return ", ".join(parts) or "none"
 
 

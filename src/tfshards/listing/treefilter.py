@@ -51,6 +51,6 @@ class TreeFilter:
         return None
 
     def describe(self) -> str:
-        """``"extensions .jpg,.png, glob '*/a*'"``, for error messages."""
+        """``"kept: extensions .jpg,.png, glob '*/a*'"`` (no glob: none said), for errors."""
         exts = ",".join(sorted(self.extensions)) if self.extensions is not None else "any"
-        return f"extensions {exts}, glob {self.glob!r}"
+        return f"kept: extensions {exts}" + (f", glob {self.glob!r}" if self.glob else "")

@@ -109,8 +109,9 @@ class WriteConfig:
         object.__setattr__(self, "run", run)
         if self.num_shards is not None and self.num_shards < 1:
             raise ConfigError(
-                f"num_shards must be >= 1, got {self.num_shards} (0 on the command line, "
-                "or None here, derives it from the target shard size)"
+                f"num_shards: expected at least 1, or 0 in params.yaml and on the command "
+                f"line (None in Python) to derive it from target_shard_mb, found "
+                f"{self.num_shards}"
             )
         if self.target_shard_bytes < 1:
             raise ConfigError(f"target_shard_bytes must be >= 1, got {self.target_shard_bytes}")
