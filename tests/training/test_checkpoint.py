@@ -187,6 +187,18 @@ def test_checkpoint_made_with_other_settings_is_removed_not_resumed(tmp_path: Pa
     assert not (tmp_path / "ck").exists()
 
 
+def test_a_checkpoint_made_with_other_settings_names_them(tmp_path: Path) -> None:
+    before = {"epochs": 4, "seed": 0, "augment": ("flip",), "model": "small_cnn"}
+    Checkpoint(str(tmp_path / "ck"), "key-a", settings=before).save(1, [])
+    said: list[str] = []
+    now = {**before, "epochs": 6, "seed": 1}
+    assert Checkpoint(str(tmp_path / "ck"), "key-b", settings=now).restore(said.append) == (0, [])
+    assert said == [
+        f"checkpoint in {tmp_path / 'ck'} was made with other settings "
+        "(epochs: 4, now 6; seed: 0, now 1); starting over"
+    ]
+
+
 def test_a_mid_epoch_checkpoint_holds_its_step_in_a_few_bytes(tmp_path: Path) -> None:
     checkpoint = _saved(tmp_path / "ck", value=3.0, epochs=1)
     checkpoint.save(1, [{"epoch": 1}], step=37)

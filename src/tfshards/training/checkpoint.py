@@ -56,6 +56,8 @@ class Checkpoint:
     key: str
     trackables: dict[str, Any] = field(default_factory=dict)
     step: int = 0  # training steps done, as the last save or restore left them
+    settings: dict[str, Any] = field(default_factory=dict)  # what ``key`` names, kept to say
+    # which of them a checkpoint made with other settings differs in
 
     def claim(self) -> None:
         """Check the folder is absent, empty or marked as tfshards' own.
@@ -149,6 +151,7 @@ class Checkpoint:
             "history": history,
             "key": self.key,
             "prefix": prefix,
+            "settings": self.settings,
             "step": step or 0,
         }
         jsonfile.save(state, self._path(STATE))  # durable, then visible
@@ -180,7 +183,7 @@ class Checkpoint:
         if not state:
             return f"has an unreadable {STATE}"
         if state.get("key") != self.key:
-            return "was made with other settings"
+            return f"was made with other settings{_changed(state.get('settings'), self.settings)}"
         files, prefix = state.get("files"), state.get("prefix")
         if not isinstance(files, dict) or not files or not isinstance(prefix, str):
             return f"has an unreadable {STATE}"
@@ -194,6 +197,18 @@ class Checkpoint:
             if found != expected:
                 return f"has a damaged {name} (expected {expected}, found {found})"
         return None
+
+
+def _changed(before: Any, now: dict[str, Any], shown: int = 3) -> str:
+    """`` (epochs: 4, now 6; seed: 0, now 1)``: the settings that differ, or ``""`` when the
+    checkpoint names none (made before it kept them) or none differs by name."""
+    if not isinstance(before, dict) or not now:
+        return ""
+    now = json.loads(json.dumps(now))  # as the state file holds them: tuples are lists
+    names = sorted(k for k in before.keys() | now.keys() if before.get(k) != now.get(k))
+    parts = [f"{k}: {before.get(k)!r}, now {now.get(k)!r}" for k in names[:shown]]
+    more = f"; {len(names) - shown} more" if len(names) > shown else ""
+    return f" ({'; '.join(parts)}{more})" if parts else ""
 
 
 def _delete(path: str) -> None:

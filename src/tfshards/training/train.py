@@ -372,14 +372,16 @@ def _resume(
     if config.strategy == "multi_worker":  # the input's position is per worker
         settings["workers"] = placement.worker[1]
     settings.update({"mix_fingerprints": data.mix.fingerprints()} if data.mix else {})
+    settings["input"] = "epoch order"  # not an iterator's state
     checkpoint = Checkpoint(
         config.checkpoint_dir,
-        settings_key({**settings, "input": "epoch order"}),  # not an iterator's state
+        settings_key(settings),
         {
             "model": [v.value for v in steps.model.variables],
             "optimizer": [v.value for v in steps.optimizer.variables],
             "metrics": [v.value for m in (steps.loss, steps.accuracy) for v in m.variables],
         },
+        settings=settings,
     )
     done, history = checkpoint.restore(log if placement.worker[0] == 0 else None)
     if config.strategy == "multi_worker":
