@@ -499,3 +499,4 @@ def test_init_says_how_when_git_already_tracks_the_images(real_repo):
     assert result.exit_code == 1
     line = result.output.strip().splitlines()[-1]
     assert "data/raw: dvc add failed" in line and "git rm -r --cached data/raw" in line
+    assert "dvc add failed (output 'data/raw' is already tracked by SCM" in line  # DVC's why

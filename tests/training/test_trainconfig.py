@@ -65,6 +65,11 @@ def test_bad_option_is_a_config_error_naming_it(field: str, value: Any, message:
         ({"strategy": "tpu"}, "strategy must be one of"),
         ({"label_smoothing": 1.0}, r"label_smoothing must be in \[0, 1\)"),
         ({"early_stopping_metric": "loss"}, "early_stopping_metric must be one of"),
+        (
+            {"early_stopping": 1, "val_fraction": 0.0},
+            "early_stopping 1: expected a validation side to watch val_loss on, found "
+            "val_fraction 0",
+        ),
         ({"model": "my-pkg.models:build"}, "not package.module:function"),
         ({"model_args": {"units": 3}}, "built in and takes no model_args"),
     ],

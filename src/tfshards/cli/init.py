@@ -76,7 +76,7 @@ def init_command(
     """Add the tfshards pipeline (list -> write -> validate -> train) to this repository.
 
     Writes or merges the stages into ./dvc.yaml and their sections (list,
-    write, train) into ./params.yaml, then `dvc repro` runs them. Other
+    write, validate, train) into ./params.yaml, then `dvc repro` runs them. Other
     stages, params and comments are kept; an option left out keeps the value
     params.yaml already has. Re-running without options changes nothing; an
     option that changes an existing value needs --force. Each command is

@@ -28,17 +28,19 @@ def track(directory: Path, root: str) -> bool:
     if (directory / f"{rel}.dvc").exists() or rel in _stage_outs(directory / "dvc.yaml"):
         return False
     done = subprocess.run(
-        [sys.executable, "-m", "dvc", "add", "--quiet", rel],
+        [sys.executable, "-m", "dvc", "add", rel],  # --quiet would silence its ERROR line too
         cwd=directory,
         capture_output=True,
         text=True,
         check=False,
     )
     if done.returncode != 0:
-        lines = [line.strip() for line in done.stderr.splitlines() if line.strip()]
+        said = (done.stderr + done.stdout).splitlines()
+        lines = [line.strip() for line in said if line.strip()]
         why = next((line for line in lines if line.startswith("ERROR")), lines[-1] if lines else "")
+        why = why.removeprefix("ERROR:").strip() or f"exit status {done.returncode}"
         raise ConfigError(
-            f"{rel}: dvc add failed ({why.removeprefix('ERROR: ')[:300]}); if git tracks the "
+            f"{rel}: dvc add failed ({why[:300]}); if git tracks the "
             f"images, run `git rm -r --cached {rel}`, then `dvc add {rel}`",
             path=rel,
             step="dvc add",

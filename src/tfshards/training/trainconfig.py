@@ -135,6 +135,13 @@ class TrainConfig:
             raise ConfigError("warmup_epochs needs lr_schedule cosine (constant has no warm-up)")
         if self.warmup_epochs >= self.epochs and self.warmup_epochs:
             raise ConfigError(f"warmup_epochs must be < epochs ({self.epochs})")
+        if self.early_stopping and not self.val_fraction:
+            raise ConfigError(
+                f"early_stopping {self.early_stopping}: expected a validation side to watch "
+                f"{self.early_stopping_metric} on, found val_fraction 0; set val_fraction "
+                "above 0 or early_stopping 0",
+                option="early_stopping",
+            )
         if self.model_out is not None and not self.model_out.endswith(".keras"):
             raise ConfigError(f"model_out must end with .keras, got {self.model_out!r}")
         self._check_checkpoint_dir()
@@ -270,7 +277,8 @@ OPTIONS = (
     ),
     Option(
         "image_size", int, _D.image_size,
-        "Images are resized to SIZE x SIZE (small_cnn >= 8, mobilenet_v3_small >= 32).",
+        "Images are resized to SIZE x SIZE (small_cnn >= 8, mobilenet_v3_small >= 32); "
+        "the default suits the 8 px digits demo, `tfshards init` writes 64 for photos.",
         param=True, comment="images are resized to this square size, in pixels",
     ),
     Option(

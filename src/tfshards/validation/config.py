@@ -108,7 +108,8 @@ OPTIONS = (
     Option(
         "val_fraction", float, 0.0,
         "The training split's val_fraction (0: no split): records per label on each "
-        "side, and duplicates across it, are reported.",
+        "side, and duplicates across it, are reported. The pipeline passes "
+        "train.val_fraction (0.2 by default); by hand, give the one you train with.",
         param="train.val_fraction",
     ),
     Option(
