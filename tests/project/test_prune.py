@@ -197,3 +197,26 @@ def test_prune_on_s3_deletes_exactly_the_unreferenced_versions(
     finally:
         fs.rm("prune-bucket", recursive=True)
         s3fs.S3FileSystem.clear_instance_cache()
+
+
+def test_the_summary_counts_hard_linked_shards_as_staying(make_raw, write_set, tmp_path):
+    """A grown version's kept shards are links of its base's: deleting the base frees
+    only what no kept version links; the summary says both, and `du` agrees."""
+    raw = make_raw(60, 16)
+    out, copy = tmp_path / "shards", str(tmp_path / "m.json")
+    base = write_set(list_files(str(raw)), out, num_shards=4, manifest_copy=copy)
+    (raw / "00" / "extra.jpg").write_bytes(next(raw.rglob("*.jpg")).read_bytes() + b"\0")
+    grown = write_set(list_files(str(raw)), out, num_shards=4, manifest_copy=copy)
+    assert grown.base == base.fingerprint
+    _age(out / base.fingerprint)
+    folder = out / base.fingerprint
+    files = [p for p in folder.rglob("*") if p.is_file()]
+    total = sum(p.stat().st_size for p in files)
+    freed = sum(p.stat().st_size for p in files if p.stat().st_nlink == 1)
+    assert 0 < freed < total
+    summary = prune(PruneConfig(manifest=copy)).summary()
+    assert summary == (
+        f"{out}: 2 versions, 1 kept, would delete 1 ({total / 1e6:.1f} MB; "
+        f"{freed / 1e6:.1f} MB freed, the rest hard-linked from versions kept); "
+        "run with --delete to delete them"
+    )

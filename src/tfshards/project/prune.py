@@ -23,7 +23,7 @@ import posixpath
 import re
 import subprocess
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -76,6 +76,7 @@ class VersionState:
     reason: str
     files: int
     bytes: int
+    linked: tuple[tuple[int, int, int], ...] = ()  # (inode, links, size) of hard-linked files
 
     def __str__(self) -> str:
         verb = {"keep": "keep", "delete": "would delete", "deleted": "deleted"}[self.action]
@@ -93,14 +94,27 @@ class PruneReport:
     def summary(self) -> str:
         kept = [v for v in self.versions if v.action == "keep"]
         gone = [v for v in self.versions if v.action != "keep"]
-        freed = sum(v.bytes for v in gone) / 1e6
+        total = sum(v.bytes for v in gone)
+        freed = total - _kept_by_links(gone)
         deleted = any(v.action == "deleted" for v in gone)
         verb = "deleted" if deleted else "would delete"
         tail = "" if deleted or not gone else "; run with --delete to delete them"
+        size = f"{total / 1e6:.1f} MB"
+        if freed != total:  # a grown version's kept shards are hard links of its base's
+            size += f"; {freed / 1e6:.1f} MB freed, the rest hard-linked from versions kept"
         return (
             f"{self.out}: {len(self.versions)} versions, {len(kept)} kept, "
-            f"{verb} {len(gone)} ({freed:.1f} MB){tail}"
+            f"{verb} {len(gone)} ({size}){tail}"
         )
+
+
+def _kept_by_links(gone: Sequence[VersionState]) -> int:
+    """Bytes of the ``gone`` versions' files that stay on disk: files with links beyond them."""
+    seen: dict[int, list[int]] = {}  # inode: [links, size, times among the gone]
+    for version in gone:
+        for inode, links, size in version.linked:
+            seen.setdefault(inode, [links, size, 0])[2] += 1
+    return sum(size * times for links, size, times in seen.values() if times < links)
 
 
 def prune(config: PruneConfig, *, now: float | None = None) -> PruneReport:
@@ -153,9 +167,14 @@ def _decide(
 ) -> VersionState:
     count = len(files)
     size = sum(int(info.get("size") or 0) for info in files.values())
+    linked = tuple(  # local files only: object stores have no links
+        (int(info["ino"]), int(info["nlink"]), int(info.get("size") or 0))
+        for info in files.values()
+        if int(info.get("nlink") or 1) > 1 and "ino" in info
+    )
 
     def state(action: Action, reason: str) -> VersionState:
-        return VersionState(name, action, reason, count, size)
+        return VersionState(name, action, reason, count, size, linked)
 
     if reference is not None:
         return state("keep", f"referenced by the {reference}")
