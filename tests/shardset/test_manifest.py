@@ -278,3 +278,24 @@ def test_labels_renamed_in_the_manifest_alone_fail_validate(written):
         "manifest.json: labels: expected the 3 names of label.labels.txt, found 3 "
         "(from label 2: ['02'] in the file, ['cat'] here)"
     ) in result.output
+
+
+@pytest.mark.parametrize(
+    ("doc", "found"),
+    [
+        (
+            {"version": 2, "files": 3, "files_sha256": "0" * 64, "labels": ["a"]},
+            "found a listing's meta.json (`tfshards list` writes it; `tfshards write` makes "
+            "a manifest from it)",
+        ),
+        ([1, 2], "found JSON of type list"),
+        ({"version": 1, "ok": True}, "found JSON with keys ok, version"),
+    ],
+)
+def test_a_json_file_that_is_no_manifest_says_what_it_is(tmp_path, doc, found):
+    path = tmp_path / "meta.json"
+    path.write_text(json.dumps(doc))
+    with pytest.raises(InputError) as info:
+        load(str(path))
+    assert str(info.value).startswith(f"{path}: expected a shard set's manifest.json")
+    assert str(info.value).endswith(found)

@@ -49,6 +49,14 @@ class Reject:
         return doc
 
 
+def _keys(doc: Any) -> str:
+    """A few of a JSON document's keys, or its type, for an error line."""
+    if not isinstance(doc, dict):
+        return f"of type {type(doc).__name__}"
+    names = sorted(map(str, doc))
+    return "with keys " + ", ".join(names[:5]) + (", ..." if len(names) > 5 else "")
+
+
 @dataclass(frozen=True)
 class ShardInfo:
     """One complete shard: its name, record count, size and sha256 (of the file bytes).
@@ -228,6 +236,18 @@ class Manifest:
         except (json.JSONDecodeError, UnicodeDecodeError) as exc:
             raise InputError(f"{source}: not valid JSON ({exc})", path=source) from exc
         version = doc.get("version") if isinstance(doc, dict) else None
+        if isinstance(doc, dict) and "shards" not in doc and "files_sha256" in doc:
+            raise InputError(
+                f"{source}: expected a shard set's manifest.json, found a listing's meta.json "
+                "(`tfshards list` writes it; `tfshards write` makes a manifest from it)",
+                path=source,
+            )
+        if not isinstance(doc, dict) or "shards" not in doc or "fingerprint" not in doc:
+            raise InputError(
+                f"{source}: expected a shard set's manifest.json (with fingerprint and "
+                f"shards), found JSON {_keys(doc)}",
+                path=source,
+            )
         if version != FORMAT_VERSION:
             raise InputError(
                 f"{source}: manifest format version {version!r} is not supported "
