@@ -419,3 +419,21 @@ def test_a_file_left_out_because_it_could_not_be_read_is_tried_again(make_raw, t
 
 def _png(raw: Path) -> bytes:
     return next(raw.rglob("*.png")).read_bytes()
+
+
+def test_more_buckets_asked_of_a_lineage_are_refused_in_a_line_that_says_why(make_raw, tmp_path):
+    raw = make_raw(40, 8, fmt="png", classes=2)
+    listing = tmp_path / "listing"
+    write_listing(list_files(str(raw)), str(listing))
+    args = ["write", str(listing), "--out", str(tmp_path / "shards")]
+    args += ["--manifest", str(tmp_path / "m.json"), "--executor", "serial"]
+    assert CliRunner().invoke(app, args).exit_code == 0
+    _add(raw, 2)
+    write_listing(list_files(str(raw)), str(listing))
+    grown = CliRunner().invoke(app, [*args, "--buckets", "32"])
+    assert grown.exit_code == 0, grown.output
+    assert grown.output.strip().splitlines()[-1] == (
+        "buckets: kept the lineage's 16 split buckets, not 32: more would move records "
+        "across the split (--previous none starts a lineage with them)"
+    )
+    assert "2 records added" in grown.output

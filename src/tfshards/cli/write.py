@@ -11,6 +11,7 @@ import typer
 from tfshards.cli._common import one_line_errors
 from tfshards.errors import ConfigError
 from tfshards.project import stageoptions
+from tfshards.shardset.buckets import DEFAULT_BUCKETS
 from tfshards.writing.config import OPTIONS, WriteConfig
 
 
@@ -50,20 +51,34 @@ def _write(values: dict[str, Any]) -> None:
     if config.exif != "ignore" and result.rotated:
         done = "stored upright" if config.exif == "apply" else "stored as they are (exif: warn)"
         typer.echo(f"{result.rotated} files with an EXIF orientation of 2-8 {done}")
+    _say_lineage(result, config, values["old_versions"])
+    if values["old_versions"] == "remove":
+        _remove_old_versions(config, storage.join(m.directory, MANIFEST_NAME))
+
+
+def _say_lineage(result: Any, config: WriteConfig, old_versions: str) -> None:
+    """The lines on the version this one came from: kept, grown from it, or written anew."""
+    m = result.manifest
     if result.unchanged:
         typer.echo(f"nothing changed since version {m.fingerprint}: kept it as it is")
     elif m.base:
         c = m.changes
+        records = "record" if c.get("added", 0) == 1 else "records"
         typer.echo(
-            f"grew from version {m.base}: {c.get('added', 0)} records added, "
+            f"grew from version {m.base}: {c.get('added', 0)} {records} added, "
             f"{c.get('removed', 0)} removed, {c.get('changed', 0)} changed, "
             f"{c.get('relabeled', 0)} relabeled, {c.get('labels_added', 0)} labels added "
-            f"({_diff_hint(config.out, m.base, m.fingerprint, values['old_versions'])})"
+            f"({_diff_hint(config.out, m.base, m.fingerprint, old_versions)})"
         )
     elif result.fresh:
         typer.echo(f"not grown from the previous version: {result.fresh}; label ids kept")
-    if values["old_versions"] == "remove":
-        _remove_old_versions(config, storage.join(m.directory, MANIFEST_NAME))
+    kept = m.params.get("buckets")
+    asked = config.buckets
+    if m.base and isinstance(kept, int) and kept < asked and asked != DEFAULT_BUCKETS:
+        typer.echo(
+            f"buckets: kept the lineage's {kept} split buckets, not {asked}: more would move "
+            "records across the split (--previous none starts a lineage with them)"
+        )
 
 
 def _warn_unlocked(config: WriteConfig) -> None:
