@@ -437,3 +437,38 @@ def test_more_buckets_asked_of_a_lineage_are_refused_in_a_line_that_says_why(mak
         "across the split (--previous none starts a lineage with them)"
     )
     assert "2 records added" in grown.output
+
+
+def test_a_kept_shard_damaged_in_the_base_fails_validate_with_the_way_out(raw, tmp_path):
+    first = _grow(raw, tmp_path, num_shards=8).manifest
+    shard = Path(first.directory) / first.shards[0].name
+    data = bytearray(shard.read_bytes())
+    data[len(data) // 2] ^= 0xFF  # damaged in place, at its size: the grown write links it
+    shard.write_bytes(bytes(data))
+    _add(raw, 3)
+    second = _grow(raw, tmp_path, num_shards=8).manifest
+    assert second.base == first.fingerprint
+    args = ["validate", str(tmp_path / "manifest.json"), "--metrics", str(tmp_path / "v.json")]
+    checked = CliRunner().invoke(app, [*args, "--workers", "1"])
+    assert checked.exit_code == 1
+    hint = [line for line in checked.stderr.splitlines() if line.startswith("hint:")]
+    assert hint == [
+        f"hint: version {second.fingerprint} grew from {first.fingerprint} and links the "
+        "shards it kept without reading them, so a shard damaged there is damaged here; "
+        "`tfshards write --previous none` (write.previous: none) writes every shard anew"
+    ]
+    fresh = _grow(raw, tmp_path, num_shards=8, previous=None).manifest
+    assert (
+        CliRunner()
+        .invoke(
+            app,
+            [
+                "validate",
+                str(Path(fresh.directory) / "manifest.json"),
+                "--metrics",
+                str(tmp_path / "w.json"),
+            ],
+        )
+        .exit_code
+        == 0
+    )

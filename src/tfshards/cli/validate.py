@@ -14,6 +14,9 @@ from tfshards.project import stageoptions
 from tfshards.validation.config import OPTIONS, ValidateConfig
 
 
+_DAMAGE = ("sha256 mismatch", "CRC mismatch")  # a shard's bytes, not its records' content
+
+
 def _validate(values: dict[str, Any]) -> None:
     from tfshards.validation.validate import validate, write_balance, write_images, write_metrics
 
@@ -61,6 +64,14 @@ def _validate(values: dict[str, Any]) -> None:
             typer.echo(str(problem), err=True)
         if report.problem_count > len(shown):
             typer.echo(f"... and {report.problem_count - len(shown)} more problems", err=True)
+        m = report.manifest
+        if m.base and any(word in str(p) for p in shown for word in _DAMAGE):
+            typer.echo(
+                f"hint: version {m.fingerprint} grew from {m.base} and links the shards it kept "
+                "without reading them, so a shard damaged there is damaged here; `tfshards write "
+                "--previous none` (write.previous: none) writes every shard anew",
+                err=True,
+            )
         report.raise_for_problems()
     typer.echo(report.summary())
 
