@@ -13,7 +13,6 @@ from tfshards.cli._common import one_line_errors
 from tfshards.project import stageoptions
 from tfshards.validation.config import OPTIONS, ValidateConfig
 
-
 _DAMAGE = ("sha256 mismatch", "CRC mismatch")  # a shard's bytes, not its records' content
 
 
