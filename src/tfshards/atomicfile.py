@@ -29,17 +29,18 @@ def write_atomic(
     *,
     mode: int | None = None,
     sync_dir: bool = True,
+    durable: bool = True,
 ) -> int:
     """Publish ``chunks`` as ``path`` so that readers see all of it or nothing.
 
     Returns the number of bytes written. See :class:`AtomicSink` (``mode``: a
     local file's permission bits, e.g. those of the file it replaces;
-    ``sync_dir``: see :meth:`AtomicSink.commit`).
+    ``sync_dir``, ``durable``: see :meth:`AtomicSink.commit`).
     """
     sink = AtomicSink(fs, path, mode=mode)
     try:
         sink.write(chunks)
-        sink.commit(sync_dir=sync_dir)
+        sink.commit(sync_dir=sync_dir, durable=durable)
     except BaseException:
         sink.abort()  # a failed rename too: no temp file stays behind
         raise
@@ -88,17 +89,21 @@ class AtomicSink:
                 self._chunks.append(bytes(chunk) if isinstance(chunk, memoryview) else chunk)
                 self.size += len(chunk)
 
-    def commit(self, *, sync_dir: bool = True) -> None:
+    def commit(self, *, sync_dir: bool = True, durable: bool = True) -> None:
         """Make the file visible under its name.
 
         ``sync_dir=False`` leaves the directory's fsync (which makes the rename
         survive a power loss) to the caller: a writer of many files in a few
         folders calls :func:`sync_dirs` once before what makes them count.
+        ``durable=False`` skips the file's own fsync too: for a file whose loss
+        or truncation by a power cut costs only redoing work, never a wrong
+        result (a shard's sidecar: the shard is hashed against it).
         """
         if self._fd is not None:
             # Durable before visible: without the fsync a power loss can leave the final
             # name pointing at missing content; the directory's fsync makes the rename last.
-            os.fsync(self._fd)
+            if durable:
+                os.fsync(self._fd)
             fd, self._fd = self._fd, None  # forget it first: a Ctrl-C here must not close it twice
             os.close(fd)
             try:

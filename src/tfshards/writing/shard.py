@@ -117,8 +117,14 @@ def write_shard(task: ShardTask) -> ShardResult:
     schema = tuple(specs[k] for k in sorted(specs))
     sidecar = layout.sidecar_path(out_dir, task.name)
     try:
+        # No fsync: a sidecar lost or cut short by a power cut makes the next run hash the
+        # shard in vain and write it again; one that reads must match the shard's sha256.
         atomicfile.write_atomic(
-            fs_out, sidecar, [sidecar_json(info, rejects.found, schema)], sync_dir=False
+            fs_out,
+            sidecar,
+            [sidecar_json(info, rejects.found, schema)],
+            sync_dir=False,
+            durable=False,
         )
     except OSError as exc:
         raise storage.write_error(fs_out, sidecar, exc) from None
