@@ -45,7 +45,7 @@ def _write(values: dict[str, Any]) -> None:
     m = result.manifest
     typer.echo(
         f"wrote {m.records} records in {len(m.shards)} shards ({m.bytes / 1e6:.1f} MB, "
-        f"{len(m.rejected)} rejected, {result.reused} shards reused) to {m.root} "
+        f"{len(m.rejected)} rejected, {_reused(result)}) to {m.root} "
         f"in {result.seconds:.1f}s"
     )
     if config.exif != "ignore" and result.rotated:
@@ -54,6 +54,12 @@ def _write(values: dict[str, Any]) -> None:
     _say_lineage(result, config, values["old_versions"])
     if values["old_versions"] == "remove":
         _remove_old_versions(config, storage.join(m.directory, MANIFEST_NAME))
+
+
+def _reused(result: Any) -> str:
+    """``"16 shards reused"``, and how many an interrupted write had finished."""
+    kept = result.reused - result.resumed
+    return f"{kept} shards reused" + (f", {result.resumed} resumed" if result.resumed else "")
 
 
 def _say_lineage(result: Any, config: WriteConfig, old_versions: str) -> None:

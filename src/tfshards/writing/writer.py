@@ -60,6 +60,7 @@ class WriteResult:
     unchanged: bool = False
     fresh: str = ""
     rotated: int = 0  # files written here with an EXIF orientation of 2..8 (exif warn, apply)
+    resumed: int = 0  # of ``reused``: shards an interrupted write of this version finished
 
 
 def write(config: WriteConfig, listing: FileListing | str, *, progress: bool = True) -> WriteResult:
@@ -129,10 +130,12 @@ def write(config: WriteConfig, listing: FileListing | str, *, progress: bool = T
     folders = (storage.join(version_path, folder) for folder in sorted(layout.FOLDERS))
     for directory in (version_path, *folders):  # a killed writer's temps, wherever it wrote
         atomicfile.remove_stale_temps(fs_out, directory)
-    reused = len(kept) + sum(r.reused for r in done)
+    resumed = sum(r.reused for r in done)
+    reused = len(kept) + resumed
     fresh = planned.fresh or damaged or ("previous is none" if previous is None and last else "")
     rotated = sum(r.rotated for r in done)
-    return WriteResult(manifest, reused, time.monotonic() - start, fresh=fresh, rotated=rotated)
+    seconds = time.monotonic() - start
+    return WriteResult(manifest, reused, seconds, fresh=fresh, rotated=rotated, resumed=resumed)
 
 
 def _carried_stats(
