@@ -83,6 +83,11 @@ class TransformOutputError(TransformError):
     a feature whose type changes): every file would fail, so it is never skipped."""
 
 
+class ChangedSinceListingError(InputError):
+    """A file's bytes are not those its listing saw (another size, hash or MD5): it changed
+    after ``list``. Skipped under ``on_error: skip`` and read again by the next write."""
+
+
 class StaleListingError(InputError):
     """The listing gives a file a SHA-256 that the hash cache remembered wrongly: the file did
     not change since it was listed (same stat), the listing did. Never skipped: re-run list."""

@@ -18,7 +18,7 @@ from typer.testing import CliRunner
 
 from handedits import edit_listing_line, edit_member_rows
 from tfshards.cli import app
-from tfshards.errors import ConfigError, InputError
+from tfshards.errors import ChangedSinceListingError, ConfigError, InputError
 from tfshards.format import native
 from tfshards.listing.listing import list_files, write_listing
 from tfshards.listing.storedlisting import open_stored
@@ -399,6 +399,21 @@ def test_a_file_left_out_for_its_bytes_stays_out_unread_and_is_no_change(make_ra
     assert third.records == second.records + 1
 
 
+def test_files_rejected_while_growing_count_as_neither_added_nor_changed(make_raw, tmp_path):
+    raw = make_raw(60, 8, fmt="png", classes=3)
+    first = _grow(raw, tmp_path, on_error="skip").manifest
+    label = sorted(p.name for p in raw.iterdir())[0]
+    (raw / label / "notes.png").write_bytes(b"plain text, not an image")  # new, rejected
+    emptied = sorted((raw / label).glob("*.png"))[0]
+    emptied.write_bytes(b"")  # was a record, rejected now
+    second = _grow(raw, tmp_path, on_error="skip").manifest
+    assert {r.path for r in second.rejected} == {f"{label}/notes.png", f"{label}/{emptied.name}"}
+    assert second.records == first.records - 1
+    assert second.changes["added"] == 0 and second.changes["changed"] == 0
+    assert second.changes["removed"] == 1
+    assert second.changes == _compared(first, second)
+
+
 def test_a_file_left_out_because_it_could_not_be_read_is_tried_again(make_raw, tmp_path):
     """A reject that reading caused (no token) is not carried: the next write reads it."""
     raw = make_raw(40, 8, fmt="png", classes=2)
@@ -406,7 +421,10 @@ def test_a_file_left_out_because_it_could_not_be_read_is_tried_again(make_raw, t
     entry = next(iter(list_files(str(raw)).entries))
     unreadable.add(PermissionError(13, "Permission denied"), entry)
     unreadable.add(InputError("not an image", path=entry.path), entry)
-    assert [r.token for r in unreadable.found] == ["", entry.token]
+    changed = "file changed since it was listed: expected 87 bytes, found 90"
+    unreadable.add(ChangedSinceListingError(changed, path=entry.path), entry)
+    assert [r.token for r in unreadable.found] == ["", entry.token, ""]  # the first and last:
+    # read again by the next write (a file put back as listed must become a record)
     first = _grow(raw, tmp_path).manifest
     base = dataclasses.replace(first, rejected=(unreadable.found[0],))
     listing = list_files(str(raw))

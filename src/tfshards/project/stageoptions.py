@@ -138,7 +138,7 @@ def command(
 ) -> Callable[..., None]:
     """A function typer reads as a command with ``options``; it calls ``body`` with the values.
 
-    ``section``: the stage's params section, checked first (:func:`check_section`).
+    ``section``: the stage's params section, checked first (:func:`stray_param`).
 
     The values are parsed (:func:`parse_bool`, :func:`optional_int`) and keyed by
     option name; an option whose default is a mapping takes the words after ``--``
@@ -157,8 +157,9 @@ def command(
 
     def run(**given: Any) -> None:
         ctx = given.pop("ctx", None)
-        if section is not None:
-            check_section(section, options)
+        stray = stray_param(section, options) if section is not None else None
+        if stray:
+            typer.echo(f"warning: {stray}", err=True)
         values = {o.name: _value(o, given[o.name], unpacked) for o in options if o is not after}
         if after is not None:
             values[after.name] = parse_pairs(ctx.args, after.flag)
@@ -171,35 +172,35 @@ def command(
     return run
 
 
-def check_section(section: str, options: Sequence[Option], path: str = PARAMS) -> None:
-    """Refuse a key of ``section`` in the project's ``params.yaml`` (in the working
-    directory, where DVC runs a stage) that is none of the stage's params: DVC passes a
-    misspelt key to no command, and the run would go on with the default unsaid.
-
-    Raises:
-        ConfigError: one line naming the key, the section's params and the closest one.
+def stray_param(section: str, options: Sequence[Option], path: str = PARAMS) -> str | None:
+    """One line naming a key of ``section`` in the project's ``params.yaml`` (in the
+    working directory, where DVC runs a stage) that no option of the stage has, with the
+    closest option; None when every key is one. A misspelt key reaches no command, so the
+    run goes on with the default: the line says so. Not a refusal: a section may also
+    hold a user's own keys (``tfshards init`` merges into an existing ``train:``).
     """
     if not os.path.isfile(path):
-        return
+        return None
     from tfshards.project import yamlfile
 
     try:
         doc = yamlfile.plain(yamlfile.load(Path(path)))
     except ConfigError:  # DVC itself says what is wrong with the file
-        return
+        return None
     block = doc.get(section) if isinstance(doc, dict) else None
     if not isinstance(block, dict):
-        return
-    own = [o.name for o in options if o.param is True]
-    stray = [str(key) for key in block if key not in own]
-    if stray:
-        close = difflib.get_close_matches(stray[0], own, n=1)
-        hint = f" (did you mean {close[0]}?)" if close else ""
-        raise ConfigError(
-            f"{path}: {section}.{stray[0]}: expected one of the {section} params "
-            f"({', '.join(own)}), found {stray[0]!r}{hint}; no command would read it",
-            option=stray[0],
-        )
+        return None
+    known = [o.name for o in options]
+    stray = [str(key) for key in block if key not in known]
+    if not stray:
+        return None
+    close = difflib.get_close_matches(stray[0], known, n=1)
+    hint = f"; did you mean {close[0]}?" if close else ""
+    more = f" (and {len(stray) - 1} more)" if len(stray) > 1 else ""
+    return (
+        f"{path}: {section}.{stray[0]}{more} is no option of `tfshards {section}`, so no "
+        f"command reads it{hint}"
+    )
 
 
 def config(cls: type[C], options: Sequence[Option], values: Mapping[str, Any], **extra: Any) -> C:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import hashlib
 
-from tfshards.errors import InputError
+from tfshards.errors import ChangedSinceListingError, InputError
 from tfshards.format.imageformat import NotAnImage, not_an_image
 from tfshards.format.recordbuffer import ContentChanged, FileChanged
 from tfshards.listing.contenthash import expected_md5
@@ -49,16 +49,17 @@ def check_md5(data: bytes, token: str, rel: str) -> None:
     if want is not None:
         found = hashlib.md5(data, usedforsecurity=False).hexdigest()
         if found != want:
-            raise InputError(
+            raise ChangedSinceListingError(
                 f"file changed since it was listed: expected md5 {want}, found {found}",
                 path=rel,
             )
 
 
 def size_error(rel: str, listed: int, found: int) -> InputError:
-    if found == 0:
-        return InputError("empty file: expected at least 1 byte, found 0", path=rel)
-    return InputError(
+    if found == 0:  # listed empty: its content is the problem; else it was emptied since
+        kind = InputError if listed == 0 else ChangedSinceListingError
+        return kind("empty file: expected at least 1 byte, found 0", path=rel)
+    return ChangedSinceListingError(
         f"file changed since it was listed: expected {listed} bytes, found {found}", path=rel
     )
 
@@ -66,7 +67,7 @@ def size_error(rel: str, listed: int, found: int) -> InputError:
 def content_error(rel: str, listed: bytes, found: str, local_path: str | None) -> InputError:
     """The file's bytes do not have the listed SHA-256: it changed, or the listing is wrong."""
     stale = stale_listing(rel, local_path, listed, found) if local_path is not None else None
-    return stale or InputError(
+    return stale or ChangedSinceListingError(
         f"file changed since it was listed: expected sha256 {listed.hex()}, found {found}",
         path=rel,
     )

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from tfshards import atomicfile, errors, storage
-from tfshards.errors import InputError, TransformOutputError
+from tfshards.errors import ChangedSinceListingError, InputError, TransformOutputError
 from tfshards.format import phash
 from tfshards.format.columns import Column
 from tfshards.format.recordbuffer import RecordBuffer
@@ -211,7 +211,10 @@ class _Rejects:
             exc, (TransformOutputError, errors.StaleListingError)
         ):
             raise _as_input_error(exc, self.source, entry.path) from exc
-        token = entry.token if isinstance(exc, InputError) else ""  # its bytes were the problem
+        # Its bytes as listed were the problem: left out again while they stay so. Not a
+        # read error, nor bytes that changed after the listing: the next write reads it.
+        content = isinstance(exc, InputError) and not isinstance(exc, ChangedSinceListingError)
+        token = entry.token if content else ""
         self.found.append(Reject(entry.path, _reason(exc), token))
 
 

@@ -35,7 +35,7 @@ from tfshards.progress import Progress
 from tfshards.run import executor as executors
 from tfshards.run import transform as transforms
 from tfshards.run.executor import Needs
-from tfshards.shardset import datasetinfo, layout, lease
+from tfshards.shardset import datasetinfo, diff, layout, lease
 from tfshards.shardset.imagestats import ImageStats, VersionStats
 from tfshards.shardset.layout import MANIFEST_NAME
 from tfshards.shardset.manifest import Manifest
@@ -108,7 +108,7 @@ def write(config: WriteConfig, listing: FileListing | str, *, progress: bool = T
                 rejected=(*planned.rejected, *(rej for r in done for rej in r.rejected)),
                 listed=loaded.files,
                 base=planned.base.fingerprint if planned.base is not None else "",
-                changes=planned.changes,
+                changes=_with_rejects(planned, done, **config.out_options),
             )
             if config.near_duplicates:  # beside the manifest, published before it
                 kept_from = {k.name: k.info.name for k in planned.kept}
@@ -136,6 +136,23 @@ def write(config: WriteConfig, listing: FileListing | str, *, progress: bool = T
     rotated = sum(r.rotated for r in done)
     seconds = time.monotonic() - start
     return WriteResult(manifest, reused, seconds, fresh=fresh, rotated=rotated, resumed=resumed)
+
+
+def _with_rejects(planned: Plan, done: list[ShardResult], **options: Any) -> dict[str, int]:
+    """The plan's counts of what changed, with the files this write left out: a new file
+    rejected was not added; a record's file rejected now (emptied, damaged) was removed."""
+    changes = dict(planned.changes)
+    rejected = {r.path for result in done for r in result.rejected}
+    if not changes or not rejected or planned.base is None:
+        return changes
+    members = diff.load_members(planned.base, **options)
+    were = sum(1 for _, rows in members for row in rows if row[0] in rejected)
+    changed = min(were, changes["changed"])  # else read errors of unchanged files
+    changes["added"] -= len(rejected) - were
+    changes["changed"] -= changed
+    changes["unchanged"] -= were - changed
+    changes["removed"] += were
+    return changes
 
 
 def _carried_stats(
