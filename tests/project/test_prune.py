@@ -14,7 +14,7 @@ from typer.testing import CliRunner
 from tfshards.cli import app
 from tfshards.errors import ConfigError
 from tfshards.listing.listing import Listing, list_files
-from tfshards.project.prune import PruneConfig, prune
+from tfshards.project.prune import PruneConfig, _freed, prune
 from tfshards.shardset.layout import MANIFEST_NAME
 from tfshards.shardset.manifest import Manifest
 
@@ -200,23 +200,37 @@ def test_prune_on_s3_deletes_exactly_the_unreferenced_versions(
 
 
 def test_the_summary_counts_hard_linked_shards_as_staying(make_raw, write_set, tmp_path):
-    """A grown version's kept shards are links of its base's: deleting the base frees
-    only what no kept version links; the summary says both, and `du` agrees."""
+    """Grown versions share their kept shards as hard links: deleting the two oldest frees
+    each file no kept version links, once; the summary says it, and the disk agrees."""
     raw = make_raw(60, 16)
     out, copy = tmp_path / "shards", str(tmp_path / "m.json")
-    base = write_set(list_files(str(raw)), out, num_shards=4, manifest_copy=copy)
-    (raw / "00" / "extra.jpg").write_bytes(next(raw.rglob("*.jpg")).read_bytes() + b"\0")
-    grown = write_set(list_files(str(raw)), out, num_shards=4, manifest_copy=copy)
-    assert grown.base == base.fingerprint
-    _age(out / base.fingerprint)
-    folder = out / base.fingerprint
-    files = [p for p in folder.rglob("*") if p.is_file()]
+    chain = []
+    for step in range(3):
+        if step:
+            src = next(raw.rglob("*.jpg"))
+            (src.parent / f"extra{step}.jpg").write_bytes(src.read_bytes() + bytes([step]))
+        chain.append(write_set(list_files(str(raw)), out, num_shards=4, manifest_copy=copy))
+    assert chain[2].base == chain[1].fingerprint and chain[1].base == chain[0].fingerprint
+    gone = [out / m.fingerprint for m in chain[:2]]
+    for folder in gone:
+        _age(folder)
+    files = [p for folder in gone for p in folder.rglob("*") if p.is_file()]
     total = sum(p.stat().st_size for p in files)
-    freed = sum(p.stat().st_size for p in files if p.stat().st_nlink == 1)
-    assert 0 < freed < total
-    summary = prune(PruneConfig(manifest=copy)).summary()
+    used = _disk_bytes(out)
+    report = prune(PruneConfig(manifest=copy))
+    summary = report.summary()
+    planned = _freed([v for v in report.versions if v.action == "delete"])
+    prune(PruneConfig(manifest=copy, delete=True))
+    freed = used - _disk_bytes(out)
+    assert 0 < freed == planned < total  # in bytes, not only as printed
     assert summary == (
-        f"{out}: 2 versions, 1 kept, would delete 1 ({total / 1e6:.1f} MB; "
+        f"{out}: 3 versions, 1 kept, would delete 2 ({total / 1e6:.1f} MB; "
         f"{freed / 1e6:.1f} MB freed, the rest hard-linked from versions kept); "
         "run with --delete to delete them"
     )
+
+
+def _disk_bytes(folder: Path) -> int:
+    """The bytes of the files under ``folder``, each inode once (as `du` counts them)."""
+    inodes = {p.stat().st_ino: p.stat().st_size for p in folder.rglob("*") if p.is_file()}
+    return sum(inodes.values())

@@ -490,3 +490,21 @@ def test_a_kept_shard_damaged_in_the_base_fails_validate_with_the_way_out(raw, t
         .exit_code
         == 0
     )
+
+
+def test_a_first_version_of_one_file_does_not_hold_its_lineage_to_one_bucket(make_raw, tmp_path):
+    raw = make_raw(40, 8, fmt="png", classes=2)
+    keep = sorted(raw.rglob("*.png"))[0]
+    aside = tmp_path / "aside"
+    shutil.copytree(raw, aside)
+    for p in raw.rglob("*.png"):
+        if p != keep:
+            p.unlink()
+    first = _grow(raw, tmp_path).manifest
+    assert first.params["buckets"] == 1
+    shutil.rmtree(raw)
+    shutil.copytree(aside, raw)
+    grown = _grow(raw, tmp_path)
+    assert grown.manifest.params["buckets"] == 16 and "1 split bucket" in grown.fresh
+    part = split(grown.manifest, 0.2, seed=0)
+    assert part.val_records and part.train_records

@@ -95,7 +95,7 @@ class PruneReport:
         kept = [v for v in self.versions if v.action == "keep"]
         gone = [v for v in self.versions if v.action != "keep"]
         total = sum(v.bytes for v in gone)
-        freed = total - _kept_by_links(gone)
+        freed = _freed(gone)
         deleted = any(v.action == "deleted" for v in gone)
         verb = "deleted" if deleted else "would delete"
         tail = "" if deleted or not gone else "; run with --delete to delete them"
@@ -108,13 +108,16 @@ class PruneReport:
         )
 
 
-def _kept_by_links(gone: Sequence[VersionState]) -> int:
-    """Bytes of the ``gone`` versions' files that stay on disk: files with links beyond them."""
+def _freed(gone: Sequence[VersionState]) -> int:
+    """Bytes deleting the ``gone`` versions frees: each file not hard-linked, and once each
+    file whose links all lie among them (one linked from a version kept stays)."""
     seen: dict[int, list[int]] = {}  # inode: [links, size, times among the gone]
     for version in gone:
         for inode, links, size in version.linked:
             seen.setdefault(inode, [links, size, 0])[2] += 1
-    return sum(size * times for links, size, times in seen.values() if times < links)
+    linked = sum(size * times for _, size, times in seen.values())
+    whole = sum(size for links, size, times in seen.values() if times >= links)
+    return sum(v.bytes for v in gone) - linked + whole
 
 
 def prune(config: PruneConfig, *, now: float | None = None) -> PruneReport:

@@ -118,6 +118,11 @@ def growable(previous: Manifest, params: Mapping[str, Any]) -> str:
     """
     if "buckets" not in previous.params:
         return "the previous version was written before split buckets"
+    before = previous.params["buckets"]
+    if isinstance(before, int) and before < 2 and params.get("buckets") != before:
+        # One bucket splits nothing: no record has a side to keep (its first version
+        # had one file, or one shard).
+        return f"the previous version has {before} split bucket, too few to split"
     for key in SAME_SPLIT:
         old, new = previous.params.get(key), params.get(key)
         if old != new:

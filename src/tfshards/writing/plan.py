@@ -334,10 +334,11 @@ def bucket_count(asked: int, num_shards: int, previous: Manifest | None) -> int:
     A first version has ``min(asked, num_shards)`` (a bucket needs a shard). A
     later one keeps the previous version's count, whatever ``num_shards`` is now,
     unless ``asked`` is lower: that would move records across the split, which
-    :func:`growth.growable` refuses.
+    :func:`growth.growable` refuses. A previous count of 1 (a first version of
+    one file or shard) splits nothing and is not kept.
     """
     before = previous.params.get("buckets") if previous is not None else None
-    if isinstance(before, int) and asked >= before:
+    if isinstance(before, int) and before >= 2 and asked >= before:
         return before
     return min(asked, num_shards)
 
