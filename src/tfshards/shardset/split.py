@@ -155,9 +155,10 @@ def _val_buckets(
     if k != asked:
         warnings.warn(
             f"val_fraction {val_fraction}: {total} records fill {filled} of the {count} split "
-            f"buckets, too few for the {asked} validation buckets the seed picks; validation "
-            f"takes {k} ({val_records} records, an effective fraction of {effective:.4f}), and "
-            "records in the borrowed buckets may change side as the set grows",
+            f"buckets, too few for the {asked} validation buckets the seed picks (one side "
+            f"would be empty); validation takes {k} ({val_records} records, an effective "
+            f"fraction of {effective:.4f}), and the records of the {abs(k - asked)} buckets "
+            "moved across may change side as the set grows",
             SplitWarning,
             stacklevel=3,
         )
