@@ -412,6 +412,8 @@ def test_files_rejected_while_growing_count_as_neither_added_nor_changed(make_ra
     assert second.changes["added"] == 0 and second.changes["changed"] == 0
     assert second.changes["removed"] == 1
     assert second.changes == _compared(first, second)
+    again = _grow(raw, tmp_path, on_error="skip")  # a shard of rejects alone stays, unchanged
+    assert again.unchanged and again.manifest.fingerprint == second.fingerprint
 
 
 def test_a_file_left_out_because_it_could_not_be_read_is_tried_again(make_raw, tmp_path):

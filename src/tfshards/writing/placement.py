@@ -146,7 +146,9 @@ def grown(
     """
     kept: dict[int, list[int]] = {}
     for k, (bucket, held) in enumerate(previous):
-        if held and -1 not in held and 0 <= bucket < len(members):
+        # A shard of no records (its files all rejected) is kept too while nothing joins
+        # its bucket: dropping it would name a new version for unchanged data.
+        if -1 not in held and 0 <= bucket < len(members):
             kept.setdefault(bucket, []).append(k)
     placed: list[Placed] = []
     for b, pending in enumerate(members):
