@@ -388,6 +388,8 @@ def test_a_file_left_out_for_its_bytes_stays_out_unread_and_is_no_change(make_ra
     assert first.rejected[0].token.startswith("sha256:")
     again = _grow(raw, tmp_path, on_error="skip")
     assert again.unchanged and again.manifest.fingerprint == first.fingerprint
+    with pytest.raises(InputError, match="empty.png: empty file"):  # fail: still bad, fails
+        _grow(raw, tmp_path)
     added = _add(raw, 2)
     second = _grow(raw, tmp_path, on_error="skip").manifest
     assert second.changes["added"] == len(added) == _compared(first, second)["added"]

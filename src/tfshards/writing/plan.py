@@ -238,7 +238,10 @@ def _place(
         members = placement.by_bucket(record_buckets(listing, config.group_by, count), count)
         return placement.fresh(members, num_shards, config.seed, group_ids), None, 0, ()
     found = growth.match(base, listing, labels, ids, **config.out_options)
-    rest, rejected = _rejected_again(listing, placement.not_kept(found.held, listing.files), base)
+    rest = placement.not_kept(found.held, listing.files)
+    rejected: tuple[Reject, ...] = ()
+    if config.on_error == "skip":  # under "fail" a file still bad fails the write
+        rest, rejected = _rejected_again(listing, rest, base)
     rest_buckets = record_buckets(listing, config.group_by, count, rest)
     pending: list[array[int]] = [array("I") for _ in range(count)]
     for i, b in zip(rest, rest_buckets, strict=True):
