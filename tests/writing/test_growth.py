@@ -10,6 +10,7 @@ import os
 import random
 import re
 import shutil
+import warnings
 from array import array
 from pathlib import Path
 
@@ -388,7 +389,7 @@ def test_a_file_left_out_for_its_bytes_stays_out_unread_and_is_no_change(make_ra
     assert first.rejected[0].token.startswith("sha256:")
     again = _grow(raw, tmp_path, on_error="skip")
     assert again.unchanged and again.manifest.fingerprint == first.fingerprint
-    with pytest.raises(InputError, match="empty.png: empty file"):  # fail: still bad, fails
+    with pytest.raises(InputError, match=r"empty\.png: empty file"):  # fail: still bad, fails
         _grow(raw, tmp_path)
     added = _add(raw, 2)
     second = _grow(raw, tmp_path, on_error="skip").manifest
@@ -496,18 +497,32 @@ def test_a_kept_shard_damaged_in_the_base_fails_validate_with_the_way_out(raw, t
     )
 
 
-def test_a_first_version_of_one_file_does_not_hold_its_lineage_to_one_bucket(make_raw, tmp_path):
+def test_a_set_started_from_a_few_files_grows_with_every_bucket(make_raw, tmp_path):
+    """A first version of 2 files (a shard each) takes all 16 buckets: grown to 40 files,
+    its split is near the fraction asked, not 1 of 2 buckets (50%)."""
     raw = make_raw(40, 8, fmt="png", classes=2)
-    keep = sorted(raw.rglob("*.png"))[0]
     aside = tmp_path / "aside"
     shutil.copytree(raw, aside)
-    for p in raw.rglob("*.png"):
-        if p != keep:
-            p.unlink()
+    for p in sorted(raw.rglob("*.png"))[2:]:
+        p.unlink()
     first = _grow(raw, tmp_path).manifest
-    assert first.params["buckets"] == 1
+    assert first.records == 2 and first.params["buckets"] == 16
     shutil.rmtree(raw)
     shutil.copytree(aside, raw)
+    grown = _grow(raw, tmp_path).manifest
+    assert grown.base == first.fingerprint and grown.params["buckets"] == 16
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", SplitWarning)  # 40 files in 16 buckets: coarse
+        part = split(grown, 0.2, seed=0)
+    assert 0 < part.val_records <= 0.35 * grown.records
+
+
+def test_a_lineage_of_one_bucket_is_not_kept(make_raw, tmp_path):
+    """One shard of many files gives 1 bucket, which splits nothing: the next version,
+    with more shards, is written anew with every bucket, saying why."""
+    raw = make_raw(40, 8, fmt="png", classes=2)
+    first = _grow(raw, tmp_path, num_shards=1).manifest
+    assert first.params["buckets"] == 1
     grown = _grow(raw, tmp_path)
     assert grown.manifest.params["buckets"] == 16 and "1 split bucket" in grown.fresh
     with pytest.warns(SplitWarning, match="effective fraction"):  # 40 files in 16 buckets

@@ -179,7 +179,7 @@ def plan(
     _check_columns(listing.columns, config.image_feature)
     if listing.columns:  # absent otherwise: sets without columns keep their bytes and name
         params["columns"] = columns_json(listing.columns)
-    params["buckets"] = bucket_count(config.buckets, num_shards, previous)
+    params["buckets"] = bucket_count(config.buckets, num_shards, previous, listing.files)
     fresh = "" if previous is None else growth.growable(previous, params)
     base = previous if previous is not None and not fresh else None
     placed, found, moved, rejected = _place(
@@ -331,18 +331,24 @@ def _num_shards(listing: FileListing, config: WriteConfig, groups: grouping.Grou
     return num_shards
 
 
-def bucket_count(asked: int, num_shards: int, previous: Manifest | None) -> int:
+def bucket_count(
+    asked: int, num_shards: int, previous: Manifest | None, files: int | None = None
+) -> int:
     """The split buckets of this version: a lineage keeps its first version's count.
 
-    A first version has ``min(asked, num_shards)`` (a bucket needs a shard). A
-    later one keeps the previous version's count, whatever ``num_shards`` is now,
-    unless ``asked`` is lower: that would move records across the split, which
-    :func:`growth.growable` refuses. A previous count of 1 (a first version of
-    one file or shard) splits nothing and is not kept.
+    A first version has ``min(asked, num_shards)`` (a filled bucket needs a
+    shard), or ``asked`` when it has a shard per file (``files``): its records
+    fill at most that many buckets, and a set started from a few files grows
+    with all of them. A later one keeps the previous version's count, whatever
+    ``num_shards`` is now, unless ``asked`` is lower: that would move records
+    across the split, which :func:`growth.growable` refuses. A previous count
+    of 1 splits nothing and is not kept.
     """
     before = previous.params.get("buckets") if previous is not None else None
     if isinstance(before, int) and before >= 2 and asked >= before:
         return before
+    if files is not None and files <= num_shards:
+        return asked
     return min(asked, num_shards)
 
 
