@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import re
 import signal
 import subprocess
@@ -460,7 +461,8 @@ def test_run_killed_after_epoch_2_resumes_at_3_and_ends_like_an_uninterrupted_ru
     assert (tmp_path / "killed/checkpoints/train/state.json").exists()
 
     lines: list[str] = []
-    resumed = train(TrainConfig(**config), log=lines.append)  # type: ignore[arg-type]
+    elsewhere = {**config, "manifest": os.path.relpath(digits)}  # the same set by another path
+    resumed = train(TrainConfig(**elsewhere), log=lines.append)  # type: ignore[arg-type]
     assert lines[0] == f"resuming after epoch 2/4 from {config['checkpoint_dir']}"
     assert [line.split(":")[0] for line in lines[1:]] == ["epoch 3/4", "epoch 4/4"]
     for name in MODEL_METRICS:

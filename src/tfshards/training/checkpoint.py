@@ -199,7 +199,7 @@ class Checkpoint:
         return None
 
 
-def _changed(before: Any, now: dict[str, Any], shown: int = 3) -> str:
+def _changed(before: Any, now: dict[str, Any], shown: int = 4) -> str:
     """`` (epochs: 4, now 6; seed: 0, now 1)``: the settings that differ, or ``""`` when the
     checkpoint names none (made before it kept them) or none differs by name."""
     if not isinstance(before, dict) or not now:

@@ -368,7 +368,10 @@ def _resume(
     """The checkpoint (None without ``checkpoint_dir``) and the epochs it restored."""
     if not config.checkpoint_dir:
         return None, []
-    settings = {**config.settings(), "fingerprint": data.manifest.fingerprint}
+    # The manifest by its content (fingerprint), not its path: `m.json` and `$PWD/m.json`
+    # name one set, and a run given either resumes the other's checkpoint.
+    settings = {k: v for k, v in config.settings().items() if k != "manifest"}
+    settings["fingerprint"] = data.manifest.fingerprint
     if config.strategy == "multi_worker":  # the input's position is per worker
         settings["workers"] = placement.worker[1]
     settings.update({"mix_fingerprints": data.mix.fingerprints()} if data.mix else {})
