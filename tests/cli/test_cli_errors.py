@@ -332,3 +332,36 @@ def test_an_interrupt_says_what_the_interrupted_command_leaves(command, line, ca
         run_app(tiny, [command])
     assert exited.value.code == INTERRUPTED
     assert capsys.readouterr().err.strip().splitlines() == [line]
+
+
+def test_a_tfshards_warning_is_one_warning_line_and_others_keep_their_form(capsys, monkeypatch):
+    import warnings
+
+    import typer
+
+    from tfshards.cli._common import run_app
+    from tfshards.shardset.split import SplitWarning
+
+    tiny = typer.Typer()
+
+    @tiny.command(name="warns")
+    def warns() -> None:
+        line = "val_fraction 0.2: 2 buckets split in steps of 1/2"
+        warnings.warn(line, SplitWarning, stacklevel=1)
+        warnings.warn("an old argument", DeprecationWarning, stacklevel=1)
+
+    @tiny.command(name="other")
+    def other() -> None:
+        pass
+
+    def shown(message, category, filename, lineno, file=None, line=None):  # as Python shows
+        sys.stderr.write(warnings.formatwarning(message, category, filename, lineno, line))
+
+    monkeypatch.setattr(warnings, "formatwarning", warnings.formatwarning)  # run_app sets it
+    with warnings.catch_warnings(), pytest.raises(SystemExit):
+        warnings.simplefilter("always")
+        warnings.showwarning = shown  # not pytest's recorder
+        run_app(tiny, ["warns"])
+    err = capsys.readouterr().err
+    assert err.splitlines()[0] == "warning: val_fraction 0.2: 2 buckets split in steps of 1/2"
+    assert "DeprecationWarning: an old argument" in err  # Python's form, file and line

@@ -7,6 +7,7 @@ import functools
 import inspect
 import os
 import sys
+import warnings
 from collections.abc import Callable, Sequence
 from typing import Any, NoReturn, ParamSpec, TypeVar
 
@@ -129,6 +130,7 @@ def run_app(app: typer.Typer, args: Sequence[str] | None = None) -> NoReturn:
     silenced unless ``TF_CPP_MIN_LOG_LEVEL`` is already set.
     """
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    warnings.formatwarning = _warning_line
     try:
         code: Any = app(args=list(args) if args is not None else None, standalone_mode=False)
     except typer.exceptions.TyperException as exc:
@@ -144,6 +146,19 @@ def run_app(app: typer.Typer, args: Sequence[str] | None = None) -> NoReturn:
     if code == INTERRUPTED:  # typer turns Ctrl-C into this exit code, silently
         typer.echo(f"error: interrupted{_RESUMES.get(_command(args), '')}", err=True)
     sys.exit(code if isinstance(code, int) else 0)
+
+
+_PYTHON_FORMAT = warnings.formatwarning
+
+
+def _warning_line(
+    message: Warning | str, category: type[Warning], filename: str, lineno: int, line: Any = None
+) -> str:
+    """tfshards' own warnings (a split off the fraction asked) as one ``warning:`` line, like
+    the commands' other warnings; another library's keep Python's form."""
+    if category.__module__.split(".")[0] == "tfshards":
+        return f"warning: {message}\n"
+    return _PYTHON_FORMAT(message, category, filename, lineno, line)
 
 
 # What an interrupted command leaves for the next run, by command.

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 
 from tfshards import jsonfile
 from tfshards.errors import ConfigError
+from tfshards.shardset.buckets import DEFAULT_BUCKETS
 from tfshards.shardset.manifest import Manifest, ShardInfo
 
 SPLIT_TOLERANCE = 0.1  # warn when the effective val fraction is off by more than 10% of the ask
@@ -168,7 +169,12 @@ def _val_buckets(
         warnings.warn(
             f"val_fraction {val_fraction}: the {k} validation buckets of {count} hold "
             f"{val_records} of {total} records, an effective fraction of {effective:.4f}; "
-            "more files fill the buckets more evenly",
+            + (
+                "more files fill the buckets more evenly"
+                if count >= DEFAULT_BUCKETS
+                else f"{count} buckets split in steps of 1/{count}: write.previous none "
+                "(--previous none) starts a lineage with write.buckets"
+            ),
             SplitWarning,
             stacklevel=3,
         )
