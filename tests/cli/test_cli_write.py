@@ -76,3 +76,17 @@ def test_a_value_other_than_keep_or_remove_is_one_line(listing_dir, tmp_path):
         "error: old_versions: expected one of ('keep', 'remove'), got 'purge'"
     ), said
     assert not (tmp_path / "shards").exists()
+
+
+def test_a_file_changed_since_the_listing_is_a_warning_naming_it(make_raw, tmp_path):
+    raw = make_raw(12, 16, classes=2)
+    write_listing(list_files(str(raw)), str(tmp_path / "listing"))
+    changed = sorted(raw.rglob("*.jpg"))[3]
+    changed.write_bytes(changed.read_bytes() + b"more")
+    code, said = _write(tmp_path / "listing", tmp_path / "out", "--on-error", "skip")
+    assert code == 0, said
+    rel = changed.relative_to(raw).as_posix()
+    assert (
+        f"warning: 1 file changed since the listing (first: {rel}) and left out; run "
+        "`tfshards list` again"
+    ) in said.splitlines()

@@ -48,6 +48,14 @@ def _write(values: dict[str, Any]) -> None:
         f"{len(m.rejected)} rejected, {_reused(result)}) to {m.root} "
         f"in {result.seconds:.1f}s"
     )
+    changed = [r.path for r in m.rejected if r.reason.startswith("file changed since")]
+    if changed:  # the listing is stale: a write of it leaves them out every time
+        files = f"{len(changed)} files" if len(changed) > 1 else "1 file"
+        typer.echo(
+            f"warning: {files} changed since the listing (first: {changed[0]}) and left "
+            "out; run `tfshards list` again",
+            err=True,
+        )
     if config.exif != "ignore" and result.rotated:
         done = "stored upright" if config.exif == "apply" else "stored as they are (exif: warn)"
         typer.echo(f"{result.rotated} files with an EXIF orientation of 2-8 {done}")
