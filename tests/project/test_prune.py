@@ -224,9 +224,9 @@ def test_the_summary_counts_hard_linked_shards_as_staying(make_raw, write_set, t
     freed = used - _disk_bytes(out)
     assert 0 < freed == planned < total  # in bytes, not only as printed
     assert summary == (
-        f"{out}: 3 versions, 1 kept, would delete 2 ({total / 1e6:.1f} MB; "
-        f"{freed / 1e6:.1f} MB freed, the rest hard-linked from versions kept); "
-        "run with --delete to delete them"
+        f"{out}: 3 versions, 1 kept, would delete 2 ({freed / 1e6:.1f} MB freed; their files "
+        f"hold {total / 1e6:.1f} MB counting each hard link, shared among them or with versions "
+        "kept); run with --delete to delete them"
     )
 
 

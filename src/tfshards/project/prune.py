@@ -101,7 +101,10 @@ class PruneReport:
         tail = "" if deleted or not gone else "; run with --delete to delete them"
         size = f"{total / 1e6:.1f} MB"
         if freed != total:  # a grown version's kept shards are hard links of its base's
-            size += f"; {freed / 1e6:.1f} MB freed, the rest hard-linked from versions kept"
+            size = (
+                f"{freed / 1e6:.1f} MB freed; their files hold {total / 1e6:.1f} MB counting "
+                "each hard link, shared among them or with versions kept"
+            )
         return (
             f"{self.out}: {len(self.versions)} versions, {len(kept)} kept, "
             f"{verb} {len(gone)} ({size}){tail}"
