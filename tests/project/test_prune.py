@@ -140,7 +140,8 @@ def _head(repo: Path, back: int) -> str:
     ).stdout.strip()
 
 
-def test_cli_prints_one_line_per_version_and_a_summary(versions, tmp_path):
+def test_cli_prints_one_line_per_version_and_a_summary(versions, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # no dvc.lock here: not a DVC project
     result = CliRunner().invoke(app, ["prune", "--manifest", str(tmp_path / "m.json")])
     assert result.exit_code == 0, result.output
     lines = result.output.strip().splitlines()
@@ -154,6 +155,7 @@ def test_cli_prints_one_line_per_version_and_a_summary(versions, tmp_path):
     assert sum(line.startswith("would delete") for line in lines) == 3
     deleted = CliRunner().invoke(app, ["prune", "--manifest", str(tmp_path / "m.json"), "--delete"])
     assert deleted.exit_code == 0 and deleted.output.count("deleted ") >= 3
+    assert "dvc commit" not in deleted.output  # no DVC project here
     missing = CliRunner().invoke(app, ["prune", "--manifest", str(tmp_path / "nope.json")])
     assert missing.exit_code == 1 and missing.output.count("\n") == 1
     assert "nope.json: manifest not found" in missing.output
@@ -234,3 +236,13 @@ def _disk_bytes(folder: Path) -> int:
     """The bytes of the files under ``folder``, each inode once (as `du` counts them)."""
     inodes = {p.stat().st_ino: p.stat().st_size for p in folder.rglob("*") if p.is_file()}
     return sum(inodes.values())
+
+
+def test_a_delete_in_a_dvc_project_says_to_commit(versions, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "dvc.lock").write_text("schema: '2.0'\nstages: {}\n")
+    args = ["prune", "--manifest", str(tmp_path / "m.json"), "--delete"]
+    deleted = CliRunner().invoke(app, args)
+    assert deleted.exit_code == 0, deleted.output
+    last = deleted.output.strip().splitlines()[-1]
+    assert last == "next: `dvc commit -f` records the smaller shard folder in dvc.lock"

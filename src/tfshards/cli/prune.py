@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from typing import Annotated
 
 import typer
@@ -56,3 +57,5 @@ def prune_command(
     for version in report.versions:
         typer.echo(str(version))
     typer.echo(report.summary())
+    if any(v.action == "deleted" for v in report.versions) and os.path.isfile("dvc.lock"):
+        typer.echo("next: `dvc commit -f` records the smaller shard folder in dvc.lock")
