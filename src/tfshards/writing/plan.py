@@ -80,10 +80,16 @@ class Plan:
             base is not None
             and not self.tasks
             and [k.info for k in self.kept] == list(base.shards)
-            and dict(self.params) == dict(base.params)
+            and _shaping(self.params) == _shaping(base.params)
             and self.labels == base.labels
             and sorted(self.rejected, key=str) == sorted(base.rejected, key=str)
         )
+
+
+def _shaping(params: Mapping[str, Any]) -> dict[str, Any]:
+    """The params that shape a version's bytes: ``on_error`` aside (a version without
+    rejects is the same under either, and one with rejects is written again under fail)."""
+    return {k: v for k, v in params.items() if k != "on_error"}
 
 
 def fingerprint(
@@ -179,7 +185,8 @@ def plan(
     _check_columns(listing.columns, config.image_feature)
     if listing.columns:  # absent otherwise: sets without columns keep their bytes and name
         params["columns"] = columns_json(listing.columns)
-    params["buckets"] = bucket_count(config.buckets, num_shards, previous, listing.files)
+    keys = groups[1] if groups is not None else listing.files  # what buckets are keyed by
+    params["buckets"] = bucket_count(config.buckets, num_shards, previous, keys)
     fresh = "" if previous is None else growth.growable(previous, params)
     base = previous if previous is not None and not fresh else None
     placed, found, moved, rejected = _place(
