@@ -84,7 +84,8 @@ def test_a_set_too_small_for_its_buckets_borrows_and_says_so():
     held[3], held[9] = 4, 6  # two of 16 buckets hold records
     borrowed = 0
     for seed in range(20):
-        with pytest.warns(SplitWarning) as caught:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always", SplitWarning)
             part = split(_bucketed(held), 0.2, seed)
         assert part.val_records and part.train_records, (seed, part)
         borrowed += any("too few for the 3 validation buckets" in str(w.message) for w in caught)
@@ -207,3 +208,14 @@ def _groups(manifest: Manifest, shards: tuple[ShardInfo, ...]) -> set[str]:
         for record in tfrecord.scan(Path(manifest.shard_url(shard)).read_bytes()):
             found.add(bytes(decode(record.data)["path"][1][0]).decode()[-5])
     return found
+
+
+def test_sampling_noise_around_the_bucket_step_does_not_warn_and_a_coarse_step_does():
+    held = [12] * 16
+    held[0] = held[1] = 5  # 31 of 200 can come out in validation: 0.155 against 3/16
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", SplitWarning)
+        for seed in range(30):
+            split(_bucketed(held), 0.2, seed)
+    with pytest.warns(SplitWarning, match="2 buckets split in steps of 1/2"):
+        split(_bucketed([100, 100]), 0.1, 0)  # the bucket count cannot come close
