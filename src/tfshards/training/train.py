@@ -370,11 +370,14 @@ def _resume(
         return None, []
     # The manifest by its content (fingerprint), not its path: `m.json` and `$PWD/m.json`
     # name one set, and a run given either resumes the other's checkpoint.
-    settings = {k: v for k, v in config.settings().items() if k != "manifest"}
+    # Each mixed set likewise: by fingerprint and weight, its path left out.
+    settings = {k: v for k, v in config.settings().items() if k not in ("manifest", "mix")}
     settings["fingerprint"] = data.manifest.fingerprint
     if config.strategy == "multi_worker":  # the input's position is per worker
         settings["workers"] = placement.worker[1]
-    settings.update({"mix_fingerprints": data.mix.fingerprints()} if data.mix else {})
+    if data.mix:
+        settings["mix_fingerprints"] = data.mix.fingerprints()
+        settings["mix_weights"] = list(data.mix.weights)
     settings["input"] = "epoch order"  # not an iterator's state
     checkpoint = Checkpoint(
         config.checkpoint_dir,
