@@ -365,3 +365,11 @@ def test_a_tfshards_warning_is_one_warning_line_and_others_keep_their_form(capsy
     err = capsys.readouterr().err
     assert err.splitlines()[0] == "warning: val_fraction 0.2: 2 buckets split in steps of 1/2"
     assert "DeprecationWarning: an old argument" in err  # Python's form, file and line
+
+
+def test_the_interrupted_command_is_found_after_global_options():
+    from tfshards.cli._common import _command
+
+    assert _command(["--pipeline-version", "0.1.0", "train", "--epochs", "1"]) == "train"
+    assert _command(["write", "listing", "--name", "train"]) == "write"
+    assert _command(["validate", "m.json"]) == ""  # leaves nothing to resume

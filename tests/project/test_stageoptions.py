@@ -115,8 +115,13 @@ def test_train_params_and_command_come_from_its_options():
 @pytest.mark.parametrize(
     ("command", "section", "key", "hint"),
     [
-        (["train", "--manifest", "m.json"], "train", "epoch", "; did you mean epochs?"),
-        (["validate", "m.json"], "validate", "fail_on_leakge", "; did you mean fail_on_leakage?"),
+        (["train", "--manifest", "m.json"], "train", "epoch", "; did you mean epoch -> epochs?"),
+        (
+            ["validate", "m.json"],
+            "validate",
+            "fail_on_leakge",
+            "; did you mean fail_on_leakge -> fail_on_leakage?",
+        ),
         (["list", "raw", "--out", "listing"], "list", "zebra", ""),
     ],
 )
@@ -151,3 +156,13 @@ def test_the_demo_params_pass_the_check(tmp_path, monkeypatch):
         ("write", writeconfig.OPTIONS),
     ):
         assert stageoptions.stray_param(section, options) is None
+
+
+def test_every_stray_key_is_named(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    Path("params.yaml").write_text("train:\n  epoch: 3\n  lerning_rate: 0.1\n  zebra: 1\n")
+    assert stageoptions.stray_param("train", trainconfig.OPTIONS) == (
+        "params.yaml: train.epoch, train.lerning_rate, train.zebra are no options of "
+        "`tfshards train`, so no command reads them; did you mean epoch -> epochs, "
+        "lerning_rate -> learning_rate?"
+    )

@@ -169,9 +169,10 @@ _RESUMES = {
 
 
 def _command(args: Sequence[str] | None) -> str:
-    """The subcommand of ``args`` (the process's arguments when None): its first word."""
+    """The subcommand of ``args`` (the process's arguments when None) that leaves something
+    for the next run, or ``""``: global options and their values come before it."""
     words = sys.argv[1:] if args is None else args
-    return next((w for w in words if not w.startswith("-")), "")
+    return next((w for w in words if w in _RESUMES), "")
 
 
 def run_command(

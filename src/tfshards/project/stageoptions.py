@@ -194,13 +194,14 @@ def stray_param(section: str, options: Sequence[Option], path: str = PARAMS) -> 
     stray = [str(key) for key in block if key not in known]
     if not stray:
         return None
-    close = difflib.get_close_matches(stray[0], known, n=1)
-    hint = f"; did you mean {close[0]}?" if close else ""
-    more = f" (and {len(stray) - 1} more)" if len(stray) > 1 else ""
-    return (
-        f"{path}: {section}.{stray[0]}{more} is no option of `tfshards {section}`, so no "
-        f"command reads it{hint}"
-    )
+    guesses = []
+    for key in stray:
+        close = difflib.get_close_matches(key, known, n=1)
+        guesses += [f"{key} -> {close[0]}"] if close else []
+    hint = f"; did you mean {', '.join(guesses)}?" if guesses else ""
+    keys = ", ".join(f"{section}.{key}" for key in stray)
+    what, it = ("is no option", "it") if len(stray) == 1 else ("are no options", "them")
+    return f"{path}: {keys} {what} of `tfshards {section}`, so no command reads {it}{hint}"
 
 
 def config(cls: type[C], options: Sequence[Option], values: Mapping[str, Any], **extra: Any) -> C:
