@@ -299,3 +299,16 @@ def test_a_json_file_that_is_no_manifest_says_what_it_is(tmp_path, doc, found):
         load(str(path))
     assert str(info.value).startswith(f"{path}: expected a shard set's manifest.json")
     assert str(info.value).endswith(found)
+
+
+def test_a_link_to_a_manifest_copy_in_another_folder_finds_the_version(
+    listing, tmp_path, monkeypatch
+):
+    fingerprint = _write_in(tmp_path / "A", listing, 1, monkeypatch)
+    elsewhere = tmp_path / "B"
+    elsewhere.mkdir()
+    (elsewhere / "link.json").symlink_to(tmp_path / "A/data/manifest.json")
+    found = load(str(elsewhere / "link.json"))
+    assert found.directory == str(tmp_path / "A/data/shards" / fingerprint)
+    monkeypatch.chdir(elsewhere)
+    assert CliRunner().invoke(app, ["validate", "link.json", "--metrics", "v.json"]).exit_code == 0

@@ -11,6 +11,7 @@ import builtins
 import dataclasses
 import functools
 import json
+import os
 import posixpath
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -299,7 +300,13 @@ def load(url: str, **storage_options: Any) -> Manifest:
     except FileNotFoundError:
         raise InputError(f"{url}: manifest not found", path=url) from None
     manifest = Manifest.from_json(data, source=url)
-    found = locate(manifest, fs, path, url)
+    try:
+        found = locate(manifest, fs, path, url)
+    except InputError:  # a local link to a manifest elsewhere: its target's place holds
+        real = os.path.realpath(path) if storage.is_local(fs) else path
+        if real == path:
+            raise
+        found = locate(manifest, fs, real, url)
     return dataclasses.replace(manifest, resolved_root=found, resolved_for=manifest.root)
 
 
