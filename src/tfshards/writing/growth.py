@@ -293,15 +293,13 @@ class _Listed:
         return {path: (path, token, want[li]) for li, path, token in self.lines}
 
 
-def changes(
-    found: Match, previous: Manifest, labels: Sequence[str], moved: int, rejected: int = 0
-) -> dict[str, int]:
-    """The counts the manifest keeps under ``changes`` (``diff.Changes.to_metrics``);
-    ``rejected``: listed files the previous version left out, left out again (not added)."""
+def changes(found: Match, previous: Manifest, labels: Sequence[str], moved: int) -> dict[str, int]:
+    """The counts the manifest keeps under ``changes`` (``diff.Changes.to_metrics``), as the
+    member lists match; the writer takes the files it leaves out off them."""
     old, new = previous.labels, tuple(labels)
     position = {name: i for i, name in enumerate(new)}
     return {
-        "added": found.added - rejected,
+        "added": found.added,
         "changed": found.changed,
         "ids_changed": sum(position.get(name, i) != i for i, name in enumerate(old)),
         "labels_added": len(set(new) - set(old)),

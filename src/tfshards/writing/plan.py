@@ -206,11 +206,7 @@ def plan(
         for name, p in zip(names, placed, strict=True)
         if isinstance(p, placement.KeptShard) and base is not None
     )
-    changes = (
-        {}
-        if found is None or base is None
-        else growth.changes(found, base, labels, moved, len(rejected))
-    )
+    changes = {} if found is None or base is None else growth.changes(found, base, labels, moved)
     return Plan(
         version,
         {**params, "on_error": config.on_error},

@@ -139,11 +139,15 @@ def write(config: WriteConfig, listing: FileListing | str, *, progress: bool = T
 
 
 def _with_rejects(planned: Plan, done: list[ShardResult], **options: Any) -> dict[str, int]:
-    """The plan's counts of what changed, with the files this write left out: a new file
-    rejected was not added; a record's file rejected now (emptied, damaged) was removed."""
+    """The plan's counts of what changed, with the files left out: one the base left out
+    and this write again (unread), or a new one rejected now, was not added; a record's
+    file rejected now (emptied, damaged) was removed."""
     changes = dict(planned.changes)
+    if not changes or planned.base is None:
+        return changes
+    changes["added"] -= len(planned.rejected)
     rejected = {r.path for result in done for r in result.rejected}
-    if not changes or not rejected or planned.base is None:
+    if not rejected:
         return changes
     members = diff.load_members(planned.base, **options)
     were = sum(1 for _, rows in members for row in rows if row[0] in rejected)
