@@ -83,6 +83,9 @@ class TransformOutputError(TransformError):
     a feature whose type changes): every file would fail, so it is never skipped."""
 
 
+CHANGED_SINCE_LISTING = "file changed since it was listed"  # what its messages begin with
+
+
 class ChangedSinceListingError(InputError):
     """A file's bytes are not those its listing saw (another size, hash or MD5): it changed
     after ``list``. Skipped under ``on_error: skip`` and read again by the next write."""

@@ -9,7 +9,7 @@ from typing import Any
 import typer
 
 from tfshards.cli._common import one_line_errors
-from tfshards.errors import ConfigError
+from tfshards.errors import CHANGED_SINCE_LISTING, ConfigError
 from tfshards.project import stageoptions
 from tfshards.shardset.buckets import DEFAULT_BUCKETS
 from tfshards.writing.config import OPTIONS, WriteConfig
@@ -48,7 +48,7 @@ def _write(values: dict[str, Any]) -> None:
         f"{len(m.rejected)} rejected, {_reused(result)}) to {m.root} "
         f"in {result.seconds:.1f}s"
     )
-    changed = [r.path for r in m.rejected if r.reason.startswith("file changed since")]
+    changed = [r.path for r in m.rejected if r.reason.startswith(CHANGED_SINCE_LISTING)]
     if changed:  # the listing is stale: a write of it leaves them out every time
         files = f"{len(changed)} files" if len(changed) > 1 else "1 file"
         typer.echo(

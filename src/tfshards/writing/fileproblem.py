@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import hashlib
 
-from tfshards.errors import ChangedSinceListingError, InputError
+from tfshards.errors import CHANGED_SINCE_LISTING, ChangedSinceListingError, InputError
 from tfshards.format.imageformat import NotAnImage, not_an_image
 from tfshards.format.recordbuffer import ContentChanged, FileChanged
 from tfshards.listing.contenthash import expected_md5
@@ -50,7 +50,7 @@ def check_md5(data: bytes, token: str, rel: str) -> None:
         found = hashlib.md5(data, usedforsecurity=False).hexdigest()
         if found != want:
             raise ChangedSinceListingError(
-                f"file changed since it was listed: expected md5 {want}, found {found}",
+                f"{CHANGED_SINCE_LISTING}: expected md5 {want}, found {found}",
                 path=rel,
             )
 
@@ -60,7 +60,7 @@ def size_error(rel: str, listed: int, found: int) -> InputError:
         kind = InputError if listed == 0 else ChangedSinceListingError
         return kind("empty file: expected at least 1 byte, found 0", path=rel)
     return ChangedSinceListingError(
-        f"file changed since it was listed: expected {listed} bytes, found {found}", path=rel
+        f"{CHANGED_SINCE_LISTING}: expected {listed} bytes, found {found}", path=rel
     )
 
 
@@ -68,6 +68,6 @@ def content_error(rel: str, listed: bytes, found: str, local_path: str | None) -
     """The file's bytes do not have the listed SHA-256: it changed, or the listing is wrong."""
     stale = stale_listing(rel, local_path, listed, found) if local_path is not None else None
     return stale or ChangedSinceListingError(
-        f"file changed since it was listed: expected sha256 {listed.hex()}, found {found}",
+        f"{CHANGED_SINCE_LISTING}: expected sha256 {listed.hex()}, found {found}",
         path=rel,
     )
