@@ -28,10 +28,12 @@ sys.dont_write_bytecode = False
 
 
 @pytest.fixture(autouse=True, scope="session")
-def hash_cache_in_tmp(tmp_path_factory: pytest.TempPathFactory) -> None:
-    """`tfshards list` remembers file hashes per user: keep the tests' own apart."""
+def caches_in_tmp(tmp_path_factory: pytest.TempPathFactory) -> None:
+    """`tfshards list` remembers file hashes per user, validate image hashes, the loader
+    shard copies: keep the tests' own apart."""
     path = tmp_path_factory.mktemp("hash-cache") / "listing-hashes.sqlite"
     os.environ["TFSHARDS_HASH_CACHE"] = str(path)
+    os.environ.setdefault("TFSHARDS_CACHE", str(tmp_path_factory.mktemp("cache")))
 
 
 @pytest.fixture(autouse=True)

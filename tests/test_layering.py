@@ -30,6 +30,7 @@ RANKS: list[tuple[str, tuple[str, ...]]] = [
             "tfshards.summary",
             "tfshards.processes",
             "tfshards.option",
+            "tfshards.cachedir",
         ),
     ),
     ("0b", ("tfshards.storage",)),  # raises errors' InputError/ShardError

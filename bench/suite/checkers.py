@@ -5,18 +5,33 @@ from __future__ import annotations
 import os
 
 from bench.suite.rounds import Work
+from tfshards import cachedir
 from tfshards.shardset.manifest import Manifest
 from tfshards.validation.validate import ValidateConfig, validate
 
 
-def tfshards_validate(manifest_url: str, workers: int = 2, executor: str = "process") -> Work:
+def tfshards_validate(
+    manifest_url: str, workers: int = 2, executor: str = "process", cache: str | None = None
+) -> Work:
     """Every check: file sha256, framing and both CRCs, each record against the schema.
 
     ``workers`` > 1 starts a pool of ``executor`` for this call; 1 runs in this process.
+    ``cache``: also the near-duplicate check, its image hashes kept in this cache folder.
     """
     executor = executor if workers > 1 else "serial"
-    config = ValidateConfig(manifest=manifest_url, workers=workers, executor=executor)
-    report = validate(config)
+    config = ValidateConfig(
+        manifest=manifest_url, workers=workers, executor=executor, near_duplicates=bool(cache)
+    )
+    saved = os.environ.get(cachedir.ENV)
+    if cache:  # read where the pool starts: its workers inherit it
+        os.environ[cachedir.ENV] = cache
+    try:
+        report = validate(config)
+    finally:
+        if saved is None:
+            os.environ.pop(cachedir.ENV, None)
+        else:
+            os.environ[cachedir.ENV] = saved
     if not report.ok:
         raise RuntimeError(f"bench shards did not validate: {report.summary()}")
     return report.records, report.bytes

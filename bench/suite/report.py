@@ -14,7 +14,8 @@ TITLES = {
     "read resized": "Read one epoch of the large images resized (float32 batches of 128)",
     "read by size": "Read one epoch of JPEGs of each size, resized (float32 batches of 128)",
     "generator": "Parallelize a per-item Python function feeding tf.data",
-    "image checks": "Write shards with image checks (write.near_duplicates, write.exif)",
+    "image checks": "Write shards with image checks (write.exif)",
+    "near-duplicates": "Validate with the near-duplicate check (validate.near_duplicates)",
 }
 
 

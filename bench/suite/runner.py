@@ -127,7 +127,8 @@ class Bench:
         )
 
     def image_checks(self, name: str, listing: Listing) -> None:
-        """The write with its image checks on against off: what hashing every image costs."""
+        """The write with its image checks on against off, then validate with the
+        near-duplicate check (which hashes every image) against without."""
         self.job(
             "image checks",
             name,
@@ -137,18 +138,35 @@ class Bench:
                     lambda out: writers.tfshards_write(listing, out, WORKERS, "thread"),
                 ),
                 Contender(
-                    f"tfshards ({WORKERS} threads), near_duplicates true",
-                    lambda out: writers.tfshards_write(
-                        listing, out, WORKERS, "thread", near_duplicates=True
-                    ),
-                    note="each image decoded at 1/2..1/8 scale and hashed (format.phash)",
-                ),
-                Contender(
                     f"tfshards ({WORKERS} threads), exif warn",
                     lambda out: writers.tfshards_write(
                         listing, out, WORKERS, "thread", exif="warn"
                     ),
                     note="orientations counted in the C pass of the image statistics",
+                ),
+            ],
+            None,
+        )
+        url, _, _ = _prepare_shards(listing, self.workroot, False)
+        warm = tempfile.mkdtemp(dir=self.workroot, prefix="phash-")
+        self.job(
+            "near-duplicates",
+            name,
+            [
+                Contender(
+                    f"tfshards validate ({WORKERS} processes)",
+                    lambda _: checkers.tfshards_validate(url, WORKERS),
+                ),
+                Contender(
+                    "near_duplicates true, empty cache",
+                    lambda out: checkers.tfshards_validate(url, WORKERS, cache=out),
+                    note="each image decoded at 1/2..1/8 scale and hashed (format.phash)",
+                ),
+                Contender(
+                    "near_duplicates true, cache filled",
+                    lambda _: checkers.tfshards_validate(url, WORKERS, cache=warm),
+                    note="each shard's hashes read back by its sha256 (a grown version's "
+                    "kept shards)",
                 ),
             ],
             None,

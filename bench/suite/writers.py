@@ -30,7 +30,7 @@ def tfshards_write(
 
     ``workers`` > 1 runs ``executor`` (``auto``: threads when tfshards.format._native is
     built, ``process``: a pool started for this call); 1 runs in this process.
-    ``options``: more WriteConfig keywords (``near_duplicates=True``).
+    ``options``: more WriteConfig keywords (``exif="warn"``).
     """
     executor = executor if workers > 1 else "serial"
     config = WriteConfig(out=out, workers=workers, executor=executor, **options)

@@ -35,6 +35,8 @@ class Option:
             Empty: the same as ``name``.
         convert: turns the command-line value into the field's value; a
             ``ValueError`` it raises is a config error naming the option.
+        hidden: left out of ``--help``: an option kept only so that a params.yaml
+            written for an older release still runs (its command says where it went).
     """
 
     name: str
@@ -46,6 +48,7 @@ class Option:
     comment: str | None = None
     field: str | None = ""
     convert: Callable[[Any], Any] | None = None
+    hidden: bool = False
 
     @property
     def flag(self) -> str:

@@ -90,3 +90,21 @@ def test_a_file_changed_since_the_listing_is_a_warning_naming_it(make_raw, tmp_p
         f"warning: 1 file changed since the listing (first: {rel}) and left out; run "
         "`tfshards list` again"
     ) in said.splitlines()
+
+
+def test_an_older_params_near_duplicates_still_runs_with_a_line_saying_where_it_went(
+    listing_dir, tmp_path
+):
+    """DVC passes ``--near-duplicates`` from an older params.yaml's write.near_duplicates:
+    the write runs, hashes nothing, names the same version, and says where the check is."""
+    code, said = _write(listing_dir, tmp_path / "a" / "shards", "--near-duplicates")
+    assert code == 0, said
+    assert "warning: write.near_duplicates is no longer write's" in said
+    assert "validate.near_duplicates" in said and "tfshards init --force" in said
+    code, plain = _write(listing_dir, tmp_path / "b" / "shards")
+    assert code == 0 and "near_duplicates" not in plain
+    assert _versions(tmp_path / "a" / "shards") == _versions(tmp_path / "b" / "shards")
+    (version,) = _versions(tmp_path / "a" / "shards")
+    assert not (tmp_path / "a" / "shards" / version / "phash.bin").exists()
+    help_text = CliRunner().invoke(app, ["write", "--help"]).stdout
+    assert "near-duplicates" not in help_text

@@ -17,10 +17,11 @@ import pytest
 
 from cachesize import Sampler, dir_bytes
 from tfshards import storage
+from tfshards.cachedir import ENV as CACHE_ENV
 from tfshards.listing.listing import list_files
 from tfshards.project.sample import write_digits, write_synthetic
 from tfshards.reading import loader, pins
-from tfshards.reading.cache import CACHE_ENV, ShardCache
+from tfshards.reading.cache import ShardCache
 from tfshards.reading.cachespace import LIMIT_ENV
 from tfshards.shardset import manifest as manifests
 from tfshards.shardset.layout import MANIFEST_NAME

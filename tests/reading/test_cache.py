@@ -13,10 +13,11 @@ from pathlib import Path
 import pytest
 from fsspec.implementations.memory import MemoryFileSystem
 
+from tfshards.cachedir import root as default_cache_dir
 from tfshards.errors import ShardError
 from tfshards.reading import cache as cache_module
 from tfshards.reading import corruption, loader
-from tfshards.reading.cache import SIDECAR, ShardCache, default_cache_dir
+from tfshards.reading.cache import SIDECAR, ShardCache
 from tfshards.shardset.manifest import Manifest
 
 

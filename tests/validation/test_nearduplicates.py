@@ -1,4 +1,4 @@
-"""Near-duplicate images across the split: perceptual hashes, banded search, write, validate."""
+"""Near-duplicate images across the split: perceptual hashes, banded search, validate, cache."""
 
 from __future__ import annotations
 
@@ -11,13 +11,11 @@ from PIL import Image, ImageDraw
 
 from tfshards.format import phash
 from tfshards.listing.listing import list_files
-from tfshards.shardset import phashfile
 from tfshards.shardset import split as splits
 from tfshards.shardset.manifest import Manifest
-from tfshards.validation import nearduplicates
+from tfshards.validation import nearduplicates, phashcache, shardcheck
 from tfshards.validation.config import DEFAULT_DISTANCE
 from tfshards.validation.validate import ValidateConfig, validate
-from tfshards.writing import phashes
 from tfshards.writing.config import WriteConfig
 from tfshards.writing.writer import write
 
@@ -137,7 +135,7 @@ def test_recall_and_false_positives_on_a_synthetic_set():
     assert false <= 2e-5
 
 
-# ----------------------------------------------------------------------------- write, validate
+# ----------------------------------------------------------------------------- validate, cache
 
 
 @pytest.fixture
@@ -161,85 +159,111 @@ def _write(root: Path, out: Path, **kw: object) -> Manifest:
     return write(config, list_files(str(root)), progress=False).manifest
 
 
-def _recomputed(m: Manifest) -> list[bytes]:
-    return [
-        phash.shard_hashes(Path(m.root, s.name).read_bytes(), m.compression, "image")
+def _recomputed(m: Manifest) -> dict[str, np.ndarray]:
+    return {
+        s.name: np.frombuffer(
+            phash.shard_hashes(Path(m.root, s.name).read_bytes(), m.compression, "image"),
+            phash.DTYPE,
+        )
         for s in m.shards
-    ]
+    }
 
 
-def _stored(m: Manifest) -> dict[str, np.ndarray] | None:
-    from fsspec.implementations.local import LocalFileSystem
-
-    return phashfile.load(LocalFileSystem(), m.root, m)
-
-
-def test_hashes_are_stored_beside_the_manifest_only_when_asked(near_tree, tmp_path):
-    plain = _write(near_tree, tmp_path / "plain")
-    hashed = _write(near_tree, tmp_path / "hashed", near_duplicates=True)
-    assert not Path(plain.root, "phash.bin").exists() and "near_duplicates" not in plain.params
-    assert hashed.params["near_duplicates"] is True and hashed.fingerprint != plain.fingerprint
-    assert [s.sha256 for s in hashed.shards] == [s.sha256 for s in plain.shards]
-    stored = _stored(hashed)
-    assert stored is not None
-    assert [stored[s.name].tobytes() for s in hashed.shards] == _recomputed(hashed)
-
-
-def test_validate_reports_near_duplicates_across_the_split(near_tree, tmp_path):
-    m = _write(near_tree, tmp_path / "out", near_duplicates=True)
+def _validate(m: Manifest, **kw: object):  # type: ignore[no-untyped-def]
     manifest = str(Path(m.root, "manifest.json"))
-    report = validate(ValidateConfig(manifest=manifest, val_fraction=0.5))
+    return validate(ValidateConfig(manifest=manifest, val_fraction=0.5, **kw))  # type: ignore[arg-type]
+
+
+@pytest.fixture
+def cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    monkeypatch.setenv("TFSHARDS_CACHE", str(tmp_path / "cache"))
+    return tmp_path / "cache"
+
+
+def test_writing_hashes_nothing_and_validate_reports_pairs_across_the_split(
+    near_tree, tmp_path, cache
+):
+    m = _write(near_tree, tmp_path / "out")
+    assert not Path(m.root, "phash.bin").exists() and not cache.exists()
+    report = _validate(m, near_duplicates=True)
     near = report.near_duplicates
     assert near is not None and report.ok
-    part = splits.split(m, 0.5, 0)
-    val = {s.name for s in part.val}
-    stored = _stored(m)
-    assert stored is not None
-    train = np.concatenate([stored[s.name]["hash"] for s in m.shards if s.name not in val])
-    val_hashes = np.concatenate([stored[s.name]["hash"] for s in m.shards if s.name in val])
+    val = {s.name for s in splits.split(m, 0.5, 0).val}
+    rows = _recomputed(m)
+    train = np.concatenate([rows[s.name]["hash"] for s in m.shards if s.name not in val])
+    val_hashes = np.concatenate([rows[s.name]["hash"] for s in m.shards if s.name in val])
     assert near.across_splits == len(_brute(train, val_hashes, DEFAULT_DISTANCE)) > 0
+    assert near.hashed == m.records
     assert report.metrics()["near_duplicates"]["across_splits"] == near.across_splits
     names = {p.paths[0].rsplit("/", 1)[-1][4:] for p in near.examples}
-    assert names and all(p.paths[1].endswith(tuple(names)) or p.paths[1] for p in near.examples)
-    failing = validate(
-        ValidateConfig(manifest=manifest, val_fraction=0.5, fail_on_near_duplicates=True)
-    )
+    assert names and all(p.paths[1].endswith(tuple(names)) for p in near.examples)
+    failing = _validate(m, fail_on_near_duplicates=True)  # turns the check on by itself
     assert not failing.ok and failing.problem_count == near.across_splits
     lines = [str(p) for p in failing.problems if "near-duplicate image" in str(p)]
     assert len(lines) == near.across_splits
     assert all(".jpg)" in line and "in training and validation" in line for line in lines)
 
 
-def test_a_set_without_hashes_reports_no_near_duplicate_metric(near_tree, tmp_path):
+def test_the_check_is_off_by_default_and_then_hashes_nothing(near_tree, tmp_path, cache):
     m = _write(near_tree, tmp_path / "out")
-    report = validate(ValidateConfig(manifest=str(Path(m.root, "manifest.json"))))
+    report = _validate(m)
     assert report.near_duplicates is None and "near_duplicates" not in report.metrics()
+    assert not cache.exists()
 
 
-def test_growing_recomputes_kept_shards_hashes_then_carries_them(near_tree, tmp_path, monkeypatch):
-    out = tmp_path / "out"
-    first = _write(near_tree, out)
-    # The same records, hashes now asked: every shard kept, hashed here from its bytes.
-    second = _write(
-        near_tree, out, near_duplicates=True, previous=str(Path(first.root, "manifest.json"))
-    )
-    assert second.base == first.fingerprint and second.changes.get("added", 0) == 0
-    stored = _stored(second)
-    assert stored is not None
-    assert [stored[s.name].tobytes() for s in second.shards] == _recomputed(second)
-    # Files added: the shards kept carry their rows from the previous phash.bin.
+def test_each_shard_is_hashed_once_then_read_from_the_cache(
+    near_tree, tmp_path, cache, monkeypatch
+):
+    first = _write(near_tree, tmp_path / "out")
+    cold = _validate(first, near_duplicates=True)
+    for s in first.shards:  # the cache holds exactly the rows a hash of the shard gives
+        assert phashcache.get(s.sha256, "image", s.records) == _recomputed(first)[s.name].tobytes()
     rng = np.random.default_rng(7)
     for i in range(3):
         (near_tree / "a" / f"new{i}.jpg").write_bytes(jpeg(synthetic(rng)))
+    grown = _write(near_tree, tmp_path / "out", previous=str(Path(first.root, "manifest.json")))
+    kept = {s.sha256 for s in first.shards}
+    new = [s for s in grown.shards if s.sha256 not in kept]
+    assert new and len(new) < len(grown.shards)
+    hashed: list[str] = []
+    real = shardcheck._Tally.hash_images
 
-    def refuse(*args: object) -> bytes:
-        raise AssertionError("a kept shard's hashes were computed again")
+    def counted(self, window, count):  # type: ignore[no-untyped-def]
+        if self.phashes is not None:  # not read from the cache
+            hashed.append(self.task.name)
+        return real(self, window, count)
 
-    monkeypatch.setattr(phashes, "shard_hashes", refuse)
-    third = _write(
-        near_tree, out, near_duplicates=True, previous=str(Path(second.root, "manifest.json"))
+    monkeypatch.setattr(shardcheck._Tally, "hash_images", counted)
+    warm = _validate(grown, near_duplicates=True, executor="serial")
+    assert sorted(set(hashed)) == sorted(s.name for s in new)  # only the new shards
+    assert warm.near_duplicates is not None and cold.near_duplicates is not None
+    assert warm.near_duplicates.hashed == grown.records
+
+
+def test_a_damaged_cache_file_is_hashed_again(near_tree, tmp_path, cache):
+    m = _write(near_tree, tmp_path / "out")
+    _validate(m, near_duplicates=True)
+    shard = m.shards[0]
+    path = Path(phashcache.path(shard.sha256, "image"))
+    data = bytearray(path.read_bytes())
+    data[-2] ^= 0xFF  # a row's bits flipped: its header's sha256 no longer holds
+    path.write_bytes(bytes(data))
+    assert phashcache.get(shard.sha256, "image", shard.records) is None
+    again = _validate(m, near_duplicates=True)
+    assert again.near_duplicates is not None and again.near_duplicates.hashed == m.records
+    assert phashcache.get(shard.sha256, "image", shard.records) == (
+        _recomputed(m)[shard.name].tobytes()
     )
-    assert third.base == second.fingerprint and third.changes["added"] == 3
-    stored = _stored(third)
-    assert stored is not None
-    assert [stored[s.name].tobytes() for s in third.shards] == _recomputed(third)
+
+
+def test_a_shard_that_does_not_match_its_manifest_leaves_no_cache_entry(near_tree, tmp_path, cache):
+    m = _write(near_tree, tmp_path / "out")
+    shard = m.shards[0]
+    path = Path(m.root, shard.name)
+    data = bytearray(path.read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    path.write_bytes(bytes(data))
+    report = _validate(m, near_duplicates=True)
+    assert not report.ok
+    assert phashcache.get(shard.sha256, "image", shard.records) is None
+    assert phashcache.get(m.shards[1].sha256, "image", m.shards[1].records) is not None

@@ -88,8 +88,8 @@ def _devices() -> str:
 
 
 def _caches() -> Iterator[tuple[str, str]]:
+    from tfshards import cachedir
     from tfshards.listing.hashcache import default_path
-    from tfshards.reading.cache import default_cache_dir
 
     hashes = default_path()
     if hashes is None:
@@ -97,7 +97,7 @@ def _caches() -> Iterator[tuple[str, str]]:
     else:
         size = os.path.getsize(hashes) if os.path.isfile(hashes) else None
         yield "hash cache", hashes + (f" ({size} bytes)" if size is not None else " (not made yet)")
-    yield "shard cache", default_cache_dir()
+    yield "shard cache", cachedir.root()
 
 
 def report(devices: bool = True) -> Iterator[tuple[str, str]]:

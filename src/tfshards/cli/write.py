@@ -41,6 +41,13 @@ def _write(values: dict[str, Any]) -> None:
             valid=OLD_VERSIONS,
         )
     _warn_unlocked(config)
+    if values["near_duplicates"]:
+        typer.echo(
+            "warning: write.near_duplicates is no longer write's: validate hashes the images. "
+            "Run `tfshards init --force` (it adds validate.near_duplicates), set it to true and "
+            "remove write.near_duplicates from params.yaml",
+            err=True,
+        )
     result = write(config, values["listing"], progress=values["progress"])
     m = result.manifest
     typer.echo(

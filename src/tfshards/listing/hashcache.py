@@ -48,6 +48,7 @@ import zlib
 from array import array
 from collections.abc import Sequence
 
+from tfshards import cachedir
 from tfshards.errors import InputError, StaleListingError
 from tfshards.listing import cachefile
 
@@ -64,17 +65,13 @@ _SELECT = "SELECT names, stats, sha256, crc FROM folders WHERE path = ?"
 def default_path() -> str | None:
     """``$TFSHARDS_HASH_CACHE`` (``none``: no cache), else ``<cache dir>/listing-hashes.sqlite``.
 
-    The cache dir is ``$TFSHARDS_CACHE``, else ``$XDG_CACHE_HOME/tfshards``,
-    else ``~/.cache/tfshards`` (where the loader keeps its shard copies).
+    The cache dir is :func:`tfshards.cachedir.root` (where the loader keeps its shard
+    copies).
     """
     value = os.environ.get(ENV)
     if value is not None:
         return None if value.strip().lower() in ("", OFF) else value
-    base = os.environ.get("TFSHARDS_CACHE") or os.path.join(
-        os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache"),
-        "tfshards",
-    )
-    return os.path.join(base, "listing-hashes.sqlite")
+    return os.path.join(cachedir.root(), "listing-hashes.sqlite")
 
 
 def row_crc(folder: str, names: str, stats: bytes, digests: bytes) -> int:

@@ -107,7 +107,7 @@ def _parameter(option: Option, unpacked: bool) -> inspect.Parameter:
         return inspect.Parameter(option.name, kind, annotation=Annotated[option.type, info])
     metavar = _text(option, unpacked)
     if metavar is None:
-        info = typer.Option(help=option.help)
+        info = typer.Option(help=option.help, hidden=option.hidden)
         return inspect.Parameter(
             option.name, kind, default=option.default, annotation=Annotated[option.type, info]
         )

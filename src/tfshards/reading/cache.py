@@ -38,7 +38,7 @@ from typing import Any, Protocol
 
 from fsspec.implementations.local import LocalFileSystem
 
-from tfshards import atomicfile, jsonfile, storage
+from tfshards import atomicfile, cachedir, jsonfile, storage
 from tfshards.errors import ShardError
 from tfshards.reading import pins
 from tfshards.reading.boundedfetch import BoundedFetch
@@ -53,17 +53,8 @@ from tfshards.reading.cachespace import (
 from tfshards.shardset import check
 from tfshards.shardset.manifest import Manifest, ShardInfo
 
-CACHE_ENV = "TFSHARDS_CACHE"
 DEFAULT_WORKERS = 16  # object stores serve parallel GETs well; each thread mostly waits
 CHUNK_BYTES = 4 << 20  # read remote shards in 4 MB blocks: few requests, bounded memory
-
-
-def default_cache_dir() -> str:
-    """``$TFSHARDS_CACHE``, else ``$XDG_CACHE_HOME/tfshards``, else ``~/.cache/tfshards``."""
-    if os.environ.get(CACHE_ENV):
-        return os.environ[CACHE_ENV]
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return os.path.join(base, "tfshards")
 
 
 def is_remote(manifest: Manifest, **storage_options: Any) -> bool:
@@ -76,7 +67,7 @@ class ShardCache:
     """A local directory of verified shard copies.
 
     Args:
-        directory: where copies live; default :func:`default_cache_dir`.
+        directory: where copies live; default :func:`tfshards.cachedir.root`.
         workers: parallel downloads.
         limit: most bytes to hold (``"20G"``, or an int); None reads ``$TFSHARDS_CACHE_LIMIT``,
             and no limit when that is unset.
@@ -91,7 +82,7 @@ class ShardCache:
     ) -> None:
         if workers < 1:
             raise ValueError(f"workers must be >= 1, got {workers}")
-        self.directory = os.path.abspath(directory or default_cache_dir())
+        self.directory = os.path.abspath(directory or cachedir.root())
         self.workers = workers
         self.limit = limit_from_env() if limit is None else parse_limit(limit)
         self.space = CacheSpace(self.directory, self.limit)

@@ -10,5 +10,5 @@ Writing produces this; reading, validation and training consume it.
 
 # The modules other wings may import; the rest are this wing's own.
 __all__ = ["buckets", "check", "crossleaks", "datasetinfo", "diff", "grouping", "histogram",
-           "imagestats", "layout", "lease", "manifest", "members", "phashfile", "resize",
+           "imagestats", "layout", "lease", "manifest", "members", "resize",
            "split"]  # fmt: skip

@@ -19,7 +19,9 @@ from dataclasses import dataclass
 from tfshards.errors import ConfigError
 
 MANIFEST_NAME = "manifest.json"
-PHASH_NAME = "phash.bin"  # perceptual hashes, with write.near_duplicates (shardset.phashfile)
+# Perceptual hashes that versions written before validate.near_duplicates (which keeps them
+# in the user's cache) held beside the manifest: still theirs, so prune removes them.
+PHASH_NAME = "phash.bin"
 WORK_DIR = "_work"  # resume records and shard temp files (never a shard glob's match)
 
 

@@ -46,10 +46,14 @@ class ValidateConfig:
             (the same image labelled twice) is a problem; False only counts them.
         image_gates: the rules over the image statistics the writer stored
             (:mod:`tfshards.validation.imagegates`).
-        near_duplicate_distance: two images whose perceptual hashes (written with
-            ``write.near_duplicates``) differ in at most this many of 64 bits are near
-            duplicates (:mod:`tfshards.validation.nearduplicates`).
-        fail_on_near_duplicates: a near-duplicate pair across the split is a problem.
+        near_duplicates: hash every image (:mod:`tfshards.format.phash`; each shard's
+            rows are kept in the user's cache, :mod:`tfshards.validation.phashcache`)
+            and count near-duplicate pairs across the split.
+        near_duplicate_distance: two images whose perceptual hashes differ in at most
+            this many of 64 bits are near duplicates
+            (:mod:`tfshards.validation.nearduplicates`).
+        fail_on_near_duplicates: a near-duplicate pair across the split is a problem
+            (turns ``near_duplicates`` on).
     """
 
     manifest: str
@@ -62,6 +66,7 @@ class ValidateConfig:
     fail_on_leakage: bool = False
     fail_on_label_conflict: bool = True
     image_gates: ImageGates = field(default_factory=ImageGates)
+    near_duplicates: bool = False
     near_duplicate_distance: int = DEFAULT_DISTANCE
     fail_on_near_duplicates: bool = False
     workers: InitVar[int | None] = None
@@ -80,6 +85,8 @@ class ValidateConfig:
         object.__setattr__(self, "run", run)
         if not 0.0 <= self.val_fraction < 1.0:
             raise ConfigError(f"val_fraction must be in [0, 1), got {self.val_fraction}")
+        if self.fail_on_near_duplicates:  # failing on pairs needs them counted
+            object.__setattr__(self, "near_duplicates", True)
         if not 0 <= self.near_duplicate_distance <= MAX_DISTANCE:
             raise ConfigError(
                 f"near_duplicate_distance must be in 0..{MAX_DISTANCE} bits, "
@@ -169,15 +176,24 @@ OPTIONS = (
         comment="percent the median width may move since the previous version (0: off)",
     ),
     Option(
+        "near_duplicates", bool, False,
+        "true: hash every image (decoded small and grey: ~70 us of CPU a 96 px JPEG, 3x what "
+        "writing its record costs) "
+        "and count near-duplicate pairs across the split, with examples. Each shard's "
+        "hashes are kept in the user's cache ($TFSHARDS_CACHE, else ~/.cache/tfshards) by "
+        "its sha256, so a grown version hashes only its new shards.",
+        param=True, comment="true: count re-encoded/resized/cropped copies across the split",
+    ),
+    Option(
         "near_duplicate_distance", int, DEFAULT_DISTANCE,
-        "Two images whose perceptual hashes (written with write.near_duplicates) differ in "
-        "at most this many of 64 bits are near duplicates (re-encoded, resized, cropped a "
-        "little); pairs across the split are counted, with examples.",
-        param=True, comment="bits of 64: closer images are near duplicates (write.near_duplicates)",
+        "Two images whose perceptual hashes differ in at most this many of 64 bits are near "
+        "duplicates (re-encoded, resized, cropped a little).",
+        param=True, comment="bits of 64: closer images are near duplicates",
     ),
     Option(
         "fail_on_near_duplicates", bool, False,
-        "true: a near-duplicate pair across the split is a problem (one line per pair).",
+        "true: a near-duplicate pair across the split is a problem (one line per pair); "
+        "turns near_duplicates on.",
         param=True, comment="true: a near-duplicate pair across the split fails",
     ),
     Option(

@@ -1,6 +1,7 @@
 """Find near-duplicate images across the split: perceptual hashes within a Hamming distance.
 
-The hashes are the write's ``phash.bin`` (:mod:`tfshards.shardset.phashfile`).
+The hashes are validate's (:mod:`tfshards.validation.shardcheck` hashes each shard's
+images, or reads them from :mod:`tfshards.validation.phashcache`).
 Each training record is compared with the validation records whose hash lies
 within ``distance`` bits, found by multi-index hashing: the 64 bits are cut
 into ``distance + 1`` bands, and two hashes that differ in at most

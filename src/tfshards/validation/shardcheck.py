@@ -22,13 +22,16 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from tfshards import storage
+from tfshards.format import phash
 from tfshards.format.columns import Column
+from tfshards.format.records import parse_records
 from tfshards.format.schema import FeatureSpec
 from tfshards.format.tfrecord import inflate
 from tfshards.format.wire import HEADER_BYTES
 from tfshards.shardset import check, layout
 from tfshards.shardset.grouping import GroupBy
 from tfshards.shardset.manifest import Manifest, ShardInfo
+from tfshards.validation import phashcache
 from tfshards.validation.config import MAX_PROBLEMS
 from tfshards.validation.recordcheck import RecordChecker, check_records
 from tfshards.validation.rules import Problem
@@ -56,6 +59,7 @@ class ShardCheck:
     records_sha256: str | None = None  # of its member list; None: it has none
     group_by: str | None = None  # the manifest's grouping: report each record's group
     columns: tuple[Column, ...] = ()  # the manifest's extra columns: lengths and bounds
+    near_duplicates: bool = False  # hash each image (tfshards.format.phash), or read the cache
 
     @property
     def entry(self) -> ShardInfo:
@@ -70,6 +74,7 @@ class ShardCheck:
         *,
         path: str | None = None,
         decode_images: bool = False,
+        near_duplicates: bool = False,
         max_problems: int = MAX_PROBLEMS,
         storage_options: Mapping[str, Any] | None = None,
     ) -> ShardCheck:
@@ -95,6 +100,7 @@ class ShardCheck:
             records_sha256=shard.records_sha256 if path is None else None,
             group_by=manifest.group_by,
             columns=manifest.columns,
+            near_duplicates=near_duplicates,
         )
 
 
@@ -113,6 +119,8 @@ class ShardReport:
     groups: tuple[str, ...] = ()  # sorted group keys of its records (with a group_by)
     # Record i's label id as an int32 at [4 * i : 4 * i + 4] (-1: none), for label conflicts.
     record_labels: builtins.bytes = b""
+    # Record i's perceptual hash row (tfshards.format.phash.DTYPE), with near_duplicates.
+    phashes: builtins.bytes = b""
 
 
 @dataclass
@@ -167,13 +175,19 @@ def validate_shard(task: ShardCheck) -> ShardReport:
     stream inflates; otherwise its stream is inflated piece by piece and only
     its framing is walked (:mod:`tfshards.shardset.check`).
     """
-    tally = _Tally(task, _Found(task.name, task.max_problems))
+    cached = None
+    if task.near_duplicates:
+        cached = phashcache.get(task.sha256, task.image_feature, task.records)
+    tally = _Tally(task, _Found(task.name, task.max_problems), hashing=cached is None)
     fs, root = storage.open_url(task.root, **task.storage_options)
     records, size = _check_shard(fs, root, tally)
     if task.index_sha256 is not None:
         _check_companion(fs, root, task, tally.found, layout.INDEX, task.index_sha256)
     if task.records_sha256 is not None:
         _check_companion(fs, root, task, tally.found, layout.RECORDS, task.records_sha256)
+    hashed = tally.hashes()
+    if hashed and not tally.found.count:  # rows of bytes that are the manifest's: kept
+        phashcache.put(task.sha256, task.image_feature, hashed)
     return ShardReport(
         task.name,
         records,
@@ -184,17 +198,39 @@ def validate_shard(task: ShardCheck) -> ShardReport:
         bytes(tally.kept.digests),
         tuple(sorted(tally.groups)),
         bytes(tally.kept.labels),
+        cached if cached is not None else hashed,
     )
 
 
 class _Tally:
     """What one shard's check adds up: its problems, label counts, kept digests and groups."""
 
-    def __init__(self, task: ShardCheck, found: _Found) -> None:
+    def __init__(self, task: ShardCheck, found: _Found, *, hashing: bool = False) -> None:
         self.task, self.found = task, found
         self.labels = [0] * task.num_labels
         self.kept = _Kept()  # sized once the records are in memory
         self.groups: set[str] = set()
+        # Each window's perceptual hash rows, with near_duplicates and no cached rows.
+        self.phashes: list[bytes] | None = [] if task.near_duplicates and hashing else None
+
+    def hash_images(self, window: builtins.bytes | memoryview, count: int) -> None:
+        """The hash rows of the first ``count`` records of ``window`` (whole records)."""
+        if self.phashes is None or count <= 0:
+            return
+        feature = self.task.image_feature
+        parsed = itertools.islice(parse_records(window, [feature]), count)
+        payloads = [
+            p.fields[feature].first if p.fields and feature in p.fields else None for p in parsed
+        ]
+        rows = phash.image_hashes(payloads).tobytes()
+        self.phashes.append(rows.ljust(count * phash.DTYPE.itemsize, b"\0"))  # cut short: ok 0
+
+    def hashes(self) -> builtins.bytes:
+        """The shard's hash rows, one per record the manifest counts (b"": not hashing)."""
+        if self.phashes is None:
+            return b""
+        size = self.task.records * phash.DTYPE.itemsize
+        return b"".join(self.phashes)[:size].ljust(size, b"\0")
 
     def checker(self, add: Callable[[str, int, int], None], kept: _Kept) -> RecordChecker:
         """The record checker of the shard: problems to ``add``, counts in place."""
@@ -366,6 +402,7 @@ def _check_window(
     count = check_records(window, tally.checker(add, here))
     tally.kept.digests += here.digests[: 32 * min(count, wanted)]
     tally.kept.labels += here.labels[: 4 * min(count, wanted)]
+    tally.hash_images(window, min(count, wanted))
     return count
 
 
@@ -400,4 +437,6 @@ def _check_records(buf: bytes, tally: _Tally) -> int:
     """Every record of a shard held in memory (one that cannot seek, within its manifest size)."""
     # A record takes at least 16 bytes, so a manifest claiming more records cannot inflate this.
     tally.kept.make_room(min(tally.task.records, len(buf) // 16))
-    return check_records(buf, tally.checker(tally.found.add, tally.kept))
+    count = check_records(buf, tally.checker(tally.found.add, tally.kept))
+    tally.hash_images(buf, min(count, tally.task.records))
+    return count

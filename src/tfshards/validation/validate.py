@@ -19,12 +19,15 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
+
 from tfshards import jsonfile, storage
 from tfshards.errors import ValidationError
+from tfshards.format import phash
 from tfshards.progress import Progress
 from tfshards.run import executor as executors
 from tfshards.run.executor import Needs
-from tfshards.shardset import grouping, phashfile
+from tfshards.shardset import grouping
 from tfshards.shardset import split as splits
 from tfshards.shardset.manifest import Manifest, load
 from tfshards.validation import imagegates, nearduplicates, rules
@@ -61,7 +64,7 @@ class ValidationReport:
     warnings: tuple[str, ...] = ()  # class balance across the split; not problems
     groups: grouping.Spread | None = None  # None: the set was written without group_by
     images: imagegates.SideStats | None = None  # None: written before image statistics
-    near_duplicates: NearDuplicates | None = None  # None: the set has no phash.bin
+    near_duplicates: NearDuplicates | None = None  # None: the check was off
 
     @property
     def ok(self) -> bool:
@@ -132,6 +135,7 @@ def validate(config: ValidateConfig, *, progress: bool = False) -> ValidationRep
             manifest,
             shard,
             decode_images=config.decode_images,
+            near_duplicates=config.near_duplicates,
             max_problems=config.max_problems,
             storage_options=config.storage_options,
         )
@@ -166,7 +170,7 @@ def validate(config: ValidateConfig, *, progress: bool = False) -> ValidationRep
     images = imagegates.load(manifest, part, **config.storage_options)
     gated = imagegates.check(images, config.image_gates) if images is not None else []
     val = {s.name for s in part.val}
-    near = _near_duplicates(fs, root, manifest, val, config)
+    near = _near_duplicates(fs, root, manifest, done, val, config)
     if near is not None and config.fail_on_near_duplicates and near.across_splits:
         pairs = [Problem(p.train[0], str(p).split(": ", 1)[1]) for p in near.examples]
         extra = rules.Findings(extra.problems + pairs, extra.total + near.across_splits)
@@ -189,12 +193,17 @@ def validate(config: ValidateConfig, *, progress: bool = False) -> ValidationRep
 
 
 def _near_duplicates(
-    fs: Any, root: str, manifest: Manifest, val: set[str], config: ValidateConfig
+    fs: Any,
+    root: str,
+    manifest: Manifest,
+    done: list[ShardReport],
+    val: set[str],
+    config: ValidateConfig,
 ) -> NearDuplicates | None:
-    """Near-duplicate pairs across the split, from ``phash.bin``; None when the set has none."""
-    rows = phashfile.load(fs, root, manifest)
-    if rows is None:
+    """Near-duplicate pairs across the split, from each shard's hash rows; None when off."""
+    if not config.near_duplicates:
         return None
+    rows = {r.name: np.frombuffer(r.phashes, dtype=phash.DTYPE) for r in done}
     found = nearduplicates.find(
         rows, val, config.near_duplicate_distance, limit=config.max_problems
     )

@@ -67,8 +67,6 @@ class WriteConfig:
         exif: ``ignore`` (the files' bytes), ``warn`` (the same, files with an EXIF
             orientation of 2..8 counted) or ``apply`` (those stored upright;
             :mod:`tfshards.writing.orientation`).
-        near_duplicates: also store each image's 64-bit perceptual hash beside the
-            manifest (:mod:`tfshards.writing.phashes`), for validate's near-duplicate check.
     """
 
     out: str
@@ -92,7 +90,6 @@ class WriteConfig:
     previous: str | None = "auto"
     relabel: bool = False
     exif: str = "ignore"
-    near_duplicates: bool = False
     workers: InitVar[int | None] = None
     executor: InitVar[str | None] = None
     dask_address: InitVar[str | None] = None
@@ -272,10 +269,9 @@ OPTIONS = (
         param=True, comment="ignore | warn (count tagged files) | apply (store them upright)",
     ),
     Option(
-        "near_duplicates", bool, False,
-        "Also store a 64-bit perceptual hash of every image (phash.bin beside the manifest; "
-        "each image decoded small), for validate's near-duplicate check across the split.",
-        param=True, comment="true: store perceptual hashes for validate's near-duplicate check",
+        # Older params.yaml files hold write.near_duplicates: DVC passes it when true.
+        "near_duplicates", bool, False, "Moved: validate.near_duplicates.", field=None,
+        hidden=True,
     ),
     Option(
         "old_versions", str, "keep",

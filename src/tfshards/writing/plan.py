@@ -296,7 +296,6 @@ def _task(
         resize=config.resized,
         bucket=shard.bucket,
         exif=config.exif,
-        near_duplicates=config.near_duplicates,
         columns=listing.columns,
     )
 
@@ -380,8 +379,6 @@ def _params(
     exif = orientation.params(config.exif)
     if exif is not None:  # absent under ignore: those sets keep their names
         params["exif"] = exif
-    if config.near_duplicates:  # absent when off: the version then holds no phash.bin
-        params["near_duplicates"] = True
     if tuple(labels) != tuple(listed):  # a pinned, carried or numeric map: absent otherwise
         params["labels"] = list(labels)
     return params

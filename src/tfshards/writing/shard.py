@@ -18,7 +18,6 @@ from typing import Any
 
 from tfshards import atomicfile, errors, storage
 from tfshards.errors import ChangedSinceListingError, InputError, TransformOutputError
-from tfshards.format import phash
 from tfshards.format.columns import Column
 from tfshards.format.recordbuffer import RecordBuffer
 from tfshards.format.schema import FeatureSpec
@@ -54,7 +53,6 @@ class ShardTask:
     resize: Resize | None = None  # store each image resized (tfshards.writing.resize)
     bucket: int | None = None  # the split bucket of all its records (tfshards.shardset.buckets)
     exif: str = "ignore"  # tfshards.writing.orientation's mode
-    near_duplicates: bool = False  # hash each stored image (tfshards.writing.phashes)
     columns: tuple[Column, ...] = ()  # the listing's extra columns: a feature each
 
 
@@ -66,7 +64,6 @@ class ShardResult:
     reused: bool
     images: ImageStats | None = None  # its images' statistics (tfshards.writing.imagestats)
     rotated: int = 0  # files written here with an EXIF orientation of 2..8 (exif warn, apply)
-    phashes: bytes | None = None  # its records' perceptual hashes (near_duplicates)
 
 
 def write_shard(task: ShardTask) -> ShardResult:
@@ -74,7 +71,7 @@ def write_shard(task: ShardTask) -> ShardResult:
     fs_out, out_dir = storage.open_url(task.out, **task.out_options)
     kept = _reuse(fs_out, out_dir, task)
     if kept is not None:
-        return _hashed(kept, fs_out, out_dir, task)
+        return kept
     specs = base_specs(task.image_feature)
     specs.update((c.name, c.spec()) for c in task.columns)
     source = _source(task, specs)
@@ -132,19 +129,8 @@ def write_shard(task: ShardTask) -> ShardResult:
         rotated = source.rotated
     else:  # exif warn on the C path: the write pass read each header's orientation
         rotated = shard.images.stats.rotated if task.exif == "warn" else 0
-    result = ShardResult(
+    return ShardResult(
         info, tuple(rejects.found), schema, False, shard.images.stats, rotated=rotated
-    )
-    return _hashed(result, fs_out, out_dir, task)
-
-
-def _hashed(result: ShardResult, fs: Any, out_dir: str, task: ShardTask) -> ShardResult:
-    """``result`` with its records' perceptual hashes, read back from the shard, when asked."""
-    if not task.near_duplicates:
-        return result
-    data = storage.read_bytes(fs, storage.join(out_dir, task.name))
-    return dataclasses.replace(
-        result, phashes=phash.shard_hashes(data, task.compression, task.image_feature)
     )
 
 

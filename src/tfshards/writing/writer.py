@@ -39,7 +39,7 @@ from tfshards.shardset import datasetinfo, diff, layout, lease
 from tfshards.shardset.imagestats import ImageStats, VersionStats
 from tfshards.shardset.layout import MANIFEST_NAME
 from tfshards.shardset.manifest import Manifest
-from tfshards.writing import growth, imagestats, phashes, reuse, sharding
+from tfshards.writing import growth, imagestats, reuse, sharding
 from tfshards.writing.config import BASE_FEATURES, WriteConfig
 from tfshards.writing.features import keys_differ
 from tfshards.writing.plan import Plan, plan, read_groups
@@ -110,12 +110,6 @@ def write(config: WriteConfig, listing: FileListing | str, *, progress: bool = T
                 base=planned.base.fingerprint if planned.base is not None else "",
                 changes=_with_rejects(planned, done, **config.out_options),
             )
-            if config.near_duplicates:  # beside the manifest, published before it
-                kept_from = {k.name: k.info.name for k in planned.kept}
-                phashes.publish(
-                    fs_out, version_path, shards, manifest, kept_from, planned.base,
-                    **config.out_options,
-                )  # fmt: skip
             manifest = _write_metadata(fs_out, version_path, manifest)
             _check_shards_present(fs_out, version_path, manifest)
             stats = [(r.info.bucket, r.images) for r in shards] + list(carried.items())
