@@ -301,8 +301,10 @@ def test_tiny_run_reports_every_contender_with_positive_numbers(
     assert all(r["records"] == 5000 and r["wall_s"]["min"] > 0 for r in show)
 
     checks = _rows(doc, "image checks")  # the small set written with its image checks on
-    assert len(checks) == 3 and {r["data"] for r in checks} == {"small"}
-    for r in checks:
+    assert len(checks) == 2 and {r["data"] for r in checks} == {"small"}
+    near = _rows(doc, "near-duplicates")  # validated without, then with hashes: cold, filled
+    assert len(near) == 3 and {r["data"] for r in near} == {"small"}
+    for r in checks + near:
         _positive_timings(r)
 
     resumed = _rows(doc, "resume")  # the first batch at 80% of an epoch, and at its start
