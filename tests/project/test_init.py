@@ -230,6 +230,31 @@ def test_init_keeps_params_the_user_tuned_and_adds_missing_keys(repo):
     assert "added params write.seed" in result.output
 
 
+def test_force_after_an_upgrade_places_new_keys_refreshes_comments_and_drops_retired_ones(repo):
+    """A params.yaml an earlier release wrote: write.near_duplicates (now validate's), its
+    old comment on near_duplicate_distance, validate.near_duplicates missing."""
+    assert _init().exit_code == 0
+    text = (repo / "params.yaml").read_text()
+    lines = text.splitlines()
+    at = next(i for i, line in enumerate(lines) if line.startswith("  old_versions:"))
+    lines.insert(at, "  near_duplicates: true  # true: store perceptual hashes")
+    lines = [line for line in lines if not line.startswith("  near_duplicates: false")]
+    old = [
+        line.split("#")[0] + "# bits of 64 (write.near_duplicates)"
+        if line.startswith("  near_duplicate_distance:")
+        else line
+        for line in lines
+    ]
+    (repo / "params.yaml").write_text("\n".join(old) + "\n")
+    plain = _init()  # without --force: the missing key only
+    assert plain.exit_code == 0, plain.output
+    assert _load(repo / "params.yaml")["write"]["near_duplicates"] is True
+    result = _init("--force")
+    assert result.exit_code == 0, result.output
+    assert "removed params write.near_duplicates" in result.output
+    assert (repo / "params.yaml").read_text() == text  # as a fresh init writes it
+
+
 def test_init_reads_the_shard_location_back_from_params(repo):
     assert _init("--shards", "memory://bucket/shards").exit_code == 0
     (repo / "dvc.yaml").unlink()

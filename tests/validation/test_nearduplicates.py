@@ -65,6 +65,10 @@ def _brute(train: np.ndarray, val: np.ndarray, k: int) -> set[tuple[int, int]]:
     return {(int(i), int(j)) for i, j in zip(*np.nonzero(bits <= k), strict=True)}
 
 
+def _bits(train: np.ndarray, val: np.ndarray, pairs: set[tuple[int, int]]) -> list[tuple]:
+    return [(t, v, np.bitwise_count(train[t] ^ val[v])) for t, v in pairs]
+
+
 def _rows(hashes: np.ndarray) -> np.ndarray:
     rows = np.zeros(len(hashes), phash.DTYPE)
     rows["hash"], rows["ok"] = hashes, 1
@@ -98,6 +102,21 @@ def test_the_banded_search_finds_exactly_what_comparing_every_pair_finds(k):
     assert pairs == want and found.across_splits == len(want)
     assert found.hashed == 3000 and len(found.examples) == 5
     assert all(p.train[0] == "t" and p.val[0] == "v" and p.bits <= k for p in found.examples)
+    # The examples are the closest pairs of all, not the first the bands met.
+    closest = sorted((int(b), t, v) for t, v, b in _bits(train, val, want))[:5]
+    assert [(p.bits, p.train[1], p.val[1]) for p in found.examples] == closest
+
+
+def test_the_examples_are_the_closest_pairs_not_the_first_found():
+    rng = np.random.default_rng(3)
+    train = rng.integers(0, 2**63, 50, dtype=np.uint64)
+    val = rng.integers(0, 2**63, 50, dtype=np.uint64)
+    far = np.uint64((1 << 60) | (1 << 61) | (1 << 62))  # 3 bits, all in the last band
+    val[:10] = train[:10] ^ far  # met first: low train indices, agreeing in the first band
+    val[40] = train[40]  # the one identical pair, met last
+    found = nearduplicates.find({"t": _rows(train), "v": _rows(val)}, {"v"}, 8, limit=3)
+    assert found.across_splits == 11
+    assert [(p.bits, p.train[1]) for p in found.examples] == [(0, 40), (3, 0), (3, 1)]
 
 
 def test_records_that_did_not_decode_match_nothing():
@@ -267,3 +286,38 @@ def test_a_shard_that_does_not_match_its_manifest_leaves_no_cache_entry(near_tre
     assert not report.ok
     assert phashcache.get(shard.sha256, "image", shard.records) is None
     assert phashcache.get(m.shards[1].sha256, "image", m.shards[1].records) is not None
+
+
+def test_a_missing_or_damaged_shard_takes_no_part_whatever_the_cache_holds(
+    near_tree, tmp_path, cache
+):
+    m = _write(near_tree, tmp_path / "out")
+    whole = _validate(m, near_duplicates=True).near_duplicates  # fills the cache
+    assert whole is not None and whole.across_splits > 0
+    shard = next(  # a shard that holds a pair
+        s for s in m.shards if any(s.name in (p.train[0], p.val[0]) for p in whole.examples)
+    )
+    path = Path(m.root, shard.name)
+    data = path.read_bytes()
+    for broken in (None, data[:-1] + bytes([data[-1] ^ 1])):  # missing, then one bit off
+        if broken is None:
+            path.unlink()
+        else:
+            path.write_bytes(broken)
+        warm = _validate(m, near_duplicates=True)
+        assert not warm.ok and warm.near_duplicates is not None
+        assert warm.near_duplicates.hashed == m.records - shard.records
+        assert all(shard.name not in (p.train[0], p.val[0]) for p in warm.near_duplicates.examples)
+        assert warm.near_duplicates.across_splits < whole.across_splits
+    path.write_bytes(data)
+    again = _validate(m, near_duplicates=True).near_duplicates
+    assert again is not None and again.across_splits == whole.across_splits
+
+
+def test_with_no_validation_side_the_check_says_it_compared_nothing(near_tree, tmp_path, cache):
+    m = _write(near_tree, tmp_path / "out")
+    manifest = str(Path(m.root, "manifest.json"))
+    report = validate(ValidateConfig(manifest=manifest, near_duplicates=True))
+    assert report.near_duplicates is not None and report.near_duplicates.across_splits == 0
+    assert any("no validation side" in line for line in report.warnings)
+    assert not any("no validation side" in line for line in _validate(m).warnings)

@@ -59,7 +59,9 @@ ForceOption = Annotated[
     typer.Option(
         "--force",
         help="Replace tfshards stages that differ from what init writes (e.g. after an "
-        "upgrade), and params that differ from the options given here.",
+        "upgrade), and params that differ from the options given here; also remove params "
+        "an earlier release wrote that no command reads now, and update tfshards' comments "
+        "in params.yaml.",
     ),
 ]
 

@@ -99,6 +99,11 @@ validate_command = one_line_errors(
     and, unless --fail-on-label-conflict false, a problem. A label missing
     from validation, or whose share there is off its share of training by more
     than 5 percentage points and sampling noise, gets a warning line.
+
+    With --near-duplicates true, every image is also hashed (a perceptual
+    hash, each shard's kept in your cache) and pairs across the split within
+    --near-duplicate-distance bits are counted: re-encoded, resized or
+    slightly cropped copies, the closest printed first.
     """,
     )
 )

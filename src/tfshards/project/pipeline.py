@@ -90,6 +90,8 @@ PARAM_COMMENTS = {
     "validate": stageoptions.comments(validateconfig.OPTIONS),
     "train": stageoptions.comments(trainconfig.OPTIONS),
 }
+# Params an earlier release's init wrote that no command reads now: `init --force` removes them.
+RETIRED_PARAMS = {"write": ("near_duplicates",)}  # now validate.near_duplicates
 
 
 @dataclass(frozen=True)

@@ -45,6 +45,8 @@ class Changes:
     added: list[str] = field(default_factory=list)
     replaced: list[str] = field(default_factory=list)
     unchanged: list[str] = field(default_factory=list)
+    removed: list[str] = field(default_factory=list)
+    reworded: list[str] = field(default_factory=list)  # keys whose comment init updated
 
     def summary(self, what: str) -> str:
         """E.g. ``added stages list, write; kept stages train``."""
@@ -54,6 +56,8 @@ class Changes:
                 ("added", self.added),
                 ("replaced", self.replaced),
                 ("kept", self.unchanged),
+                ("removed", self.removed),
+                ("updated the comment of", self.reworded),
             )
             if names
         ]
@@ -174,6 +178,9 @@ def merge_params(
 
     ``explicit`` holds the values the user asked for on the command line: one
     that differs from the file's fails without ``force`` and replaces it with.
+    ``force`` also brings the comments of tfshards' keys up to date and removes
+    the keys an earlier release wrote that no command reads now
+    (:data:`~tfshards.project.pipeline.RETIRED_PARAMS`).
     """
     changes = Changes()
     for section, values in wanted.items():
@@ -199,10 +206,62 @@ def merge_params(
                     )
                 updates[key] = value
                 changes.replaced.append(name)
-        if updates:
+        retired = [k for k in pipeline.RETIRED_PARAMS.get(section, ()) if k in existing]
+        if updates or (force and retired):
             check_own(document, existing, section, path=path)
-        existing.update(updates)
+        comments = pipeline.PARAM_COMMENTS.get(section, {})
+        _place(existing, updates, values, comments)
+        if force:
+            for key in retired:
+                del existing[key]
+                changes.removed.append(f"{section}.{key}")
+            reworded = _refresh_comments(existing, comments)
+            changes.reworded += [f"{section}.{key}" for key in reworded]
     return changes
+
+
+def _refresh_comments(existing: CommentedMap, comments: Mapping[str, str]) -> list[str]:
+    """Each tfshards key's comment as this release words it, in the section's column;
+    the keys whose comment changed."""
+    column, changed = _comment_column(existing), []
+    for key, comment in comments.items():
+        if key not in existing:
+            continue
+        tokens = existing.ca.items.get(key)
+        token = tokens[2] if tokens and len(tokens) > 2 else None
+        if token is None or token.value.strip().lstrip("#").strip() != comment:
+            existing.yaml_add_eol_comment(comment, key, column=column)
+            changed.append(key)
+    return changed
+
+
+def _place(
+    existing: CommentedMap,
+    updates: Mapping[str, Any],
+    values: Mapping[str, Any],
+    comments: Mapping[str, str],
+) -> None:
+    """Set ``updates`` in ``existing``: a new key where init puts it (after the key before
+    it in ``values``), with its comment in the column the section's comments use."""
+    order = list(values)
+    for key, value in updates.items():
+        if key in existing:
+            existing[key] = value
+            continue
+        before = [k for k in order[: order.index(key)] if k in existing]
+        at = list(existing).index(before[-1]) + 1 if before else len(existing)
+        existing.insert(at, key, value)
+        if key in comments:
+            existing.yaml_add_eol_comment(comments[key], key, column=_comment_column(existing))
+
+
+def _comment_column(section: CommentedMap) -> int:
+    """The column of the section's first end-of-line comment (init aligns them all)."""
+    for tokens in section.ca.items.values():
+        token = tokens[2] if len(tokens) > 2 else None
+        if token is not None and token.value.lstrip().startswith("#"):
+            return int(token.start_mark.column)
+    return 4 + max((len(f"{k}: {v}") for k, v in section.items()), default=0)
 
 
 @dataclass(frozen=True)
@@ -257,7 +316,8 @@ def init(directory: Path, explicit: Mapping[str, Any], *, force: bool, version: 
             (params_path, params_doc, param_changes),
             (dvc_path, dvc_doc, stage_changes),
         )
-        if changes.added or changes.replaced  # else leave the file's bytes alone
+        if changes.added or changes.replaced or changes.removed or changes.reworded
+        # else leave the file's bytes alone
     ]
     for path, _ in writes:
         yamlfile.target(path)  # a file it must not replace fails before either is written

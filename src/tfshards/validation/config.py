@@ -180,14 +180,16 @@ OPTIONS = (
         "true: hash every image (decoded small and grey: ~70 us of CPU a 96 px JPEG, 3x what "
         "writing its record costs) "
         "and count near-duplicate pairs across the split, with examples. Each shard's "
-        "hashes are kept in the user's cache ($TFSHARDS_CACHE, else ~/.cache/tfshards) by "
-        "its sha256, so a grown version hashes only its new shards.",
+        "hashes are kept in the user's cache ($TFSHARDS_CACHE, else "
+        "$XDG_CACHE_HOME/tfshards, else ~/.cache/tfshards; 9 bytes an image) by its sha256, "
+        "so a grown version hashes only its new shards.",
         param=True, comment="true: count re-encoded/resized/cropped copies across the split",
     ),
     Option(
         "near_duplicate_distance", int, DEFAULT_DISTANCE,
-        "Two images whose perceptual hashes differ in at most this many of 64 bits are near "
-        "duplicates (re-encoded, resized, cropped a little).",
+        "With near_duplicates: two images whose perceptual hashes differ in at most this "
+        f"many of 64 bits (0..{MAX_DISTANCE}) are near duplicates (re-encoded, resized, "
+        "cropped a little).",
         param=True, comment="bits of 64: closer images are near duplicates",
     ),
     Option(

@@ -136,16 +136,21 @@ def find(
     hashed = len(train) + len(val_hashes)
     if not len(train) or not len(val_hashes):
         return NearDuplicates(distance, 0, hashed)
-    count, shown = 0, list[list[int]]()
+    count, closest = 0, np.zeros((0, 3), dtype=np.int64)
     for found in candidate_pairs(train, val_hashes, distance):
         count += len(found)
-        shown.extend(found[: max(0, limit - len(shown))].tolist())
-    shown.sort(key=lambda r: (r[2], r[0], r[1]))
+        closest = _closest(np.concatenate([closest, found]), limit)
     examples = tuple(
         NearPair(_record(sides[False][1], t), _record(sides[True][1], v), bits)
-        for t, v, bits in shown[:limit]
+        for t, v, bits in closest.tolist()
     )
     return NearDuplicates(distance, count, hashed, examples)
+
+
+def _closest(pairs: np.ndarray, limit: int) -> np.ndarray:
+    """The ``limit`` rows of (train, val, bits) with the fewest bits, then by position."""
+    order = np.lexsort((pairs[:, 1], pairs[:, 0], pairs[:, 2]))
+    return pairs[order[:limit]]
 
 
 def _record(where: list[tuple[str, np.ndarray]], k: int) -> tuple[str, int]:

@@ -3,12 +3,13 @@
 validate's near-duplicate check hashes every image of a shard once (a small
 grey decode and a DCT: ~70 us of CPU for a 96 px JPEG, ~3x what writing the
 record costs; 20,000 took 1.0 s of CPU against 0.23 s for the rest of
-validate, ``python -m bench.suite.run --only imagecheck``). The rows depend only on the shard's bytes and the image
-feature, so any later validate of a version holding the same shard (a grown
-version keeps most of its shards) reads them back instead. A file is a header
-line (the format, the sha256 of the rows), then one
-:data:`tfshards.format.phash.DTYPE` row per record. One that does not match
-is hashed again and replaced; one that cannot be written costs only time.
+validate, ``python -m bench.suite.run --only imagecheck``). The rows depend
+only on the shard's bytes and the image feature, so any later validate of a
+version holding the same shard (a grown version keeps most of its shards)
+reads them back instead. A file is a header line (the format, the sha256 of
+the rows), then one :data:`tfshards.format.phash.DTYPE` row per record. One
+that does not match is hashed again and replaced; one that cannot be written
+costs only time.
 """
 
 from __future__ import annotations

@@ -185,9 +185,13 @@ def validate_shard(task: ShardCheck) -> ShardReport:
         _check_companion(fs, root, task, tally.found, layout.INDEX, task.index_sha256)
     if task.records_sha256 is not None:
         _check_companion(fs, root, task, tally.found, layout.RECORDS, task.records_sha256)
-    hashed = tally.hashes()
-    if hashed and not tally.found.count:  # rows of bytes that are the manifest's: kept
-        phashcache.put(task.sha256, task.image_feature, hashed)
+    rows = b""
+    if task.near_duplicates:
+        rows = cached if cached is not None else tally.hashes()
+        if not tally.matches:  # missing, or not the manifest's bytes: its images match nothing
+            rows = bytes(task.records * phash.DTYPE.itemsize)
+        elif cached is None and not tally.found.count:  # the manifest's bytes: kept
+            phashcache.put(task.sha256, task.image_feature, rows)
     return ShardReport(
         task.name,
         records,
@@ -198,7 +202,7 @@ def validate_shard(task: ShardCheck) -> ShardReport:
         bytes(tally.kept.digests),
         tuple(sorted(tally.groups)),
         bytes(tally.kept.labels),
-        cached if cached is not None else hashed,
+        rows,
     )
 
 
@@ -212,6 +216,7 @@ class _Tally:
         self.groups: set[str] = set()
         # Each window's perceptual hash rows, with near_duplicates and no cached rows.
         self.phashes: list[bytes] | None = [] if task.near_duplicates and hashing else None
+        self.matches = False  # the file's size and sha256 are the manifest's
 
     def hash_images(self, window: builtins.bytes | memoryview, count: int) -> None:
         """The hash rows of the first ``count`` records of ``window`` (whole records)."""
@@ -226,11 +231,9 @@ class _Tally:
         self.phashes.append(rows.ljust(count * phash.DTYPE.itemsize, b"\0"))  # cut short: ok 0
 
     def hashes(self) -> builtins.bytes:
-        """The shard's hash rows, one per record the manifest counts (b"": not hashing)."""
-        if self.phashes is None:
-            return b""
+        """The shard's hash rows, one per record the manifest counts."""
         size = self.task.records * phash.DTYPE.itemsize
-        return b"".join(self.phashes)[:size].ljust(size, b"\0")
+        return b"".join(self.phashes or [])[:size].ljust(size, b"\0")
 
     def checker(self, add: Callable[[str, int, int], None], kept: _Kept) -> RecordChecker:
         """The record checker of the shard: problems to ``add``, counts in place."""
@@ -251,7 +254,9 @@ class _Tally:
         )
 
     def compare_file(self, size: int, sha256: str) -> None:
-        for what, _, _ in check.bytes_mismatches(self.task.entry, size, sha256):
+        mismatches = check.bytes_mismatches(self.task.entry, size, sha256)
+        self.matches = not mismatches
+        for what, _, _ in mismatches:
             self.found.add(what)
 
 

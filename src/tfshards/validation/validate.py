@@ -185,11 +185,18 @@ def validate(config: ValidateConfig, *, progress: bool = False) -> ValidationRep
         seconds=time.monotonic() - start,
         duplicates=dups,
         split_counts=counts,
-        warnings=tuple(splits.balance_warnings(counts)),
+        warnings=tuple(splits.balance_warnings(counts)) + _unsplit(near, part),
         groups=spread,
         images=images,
         near_duplicates=near,
     )
+
+
+def _unsplit(near: NearDuplicates | None, part: splits.Split) -> tuple[str, ...]:
+    """A line when the near-duplicate check ran with no validation side to compare with."""
+    if near is None or part.val:
+        return ()
+    return ("near-duplicates: no validation side (val_fraction 0), so no pair was compared",)
 
 
 def _near_duplicates(
