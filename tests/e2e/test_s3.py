@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -96,3 +97,73 @@ def test_cli_writes_to_s3_with_credentials_from_the_environment(tmp_path, raw_on
     assert result.returncode == 0, result.stderr
     assert "wrote 40 records in 2 shards" in result.stdout
     assert "testing" not in result.stdout + result.stderr
+
+
+@pytest.fixture
+def refusing_endpoint() -> Iterator[str]:
+    """A moto S3 server that checks credentials: every request with the test keys is refused."""
+    import socket
+    import time
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    server = Path(sys.executable).parent / "moto_server"
+    proc = subprocess.Popen(
+        [str(server), "-H", "127.0.0.1", "-p", str(port)],
+        env={**os.environ, "INITIAL_NO_AUTH_ACTION_COUNT": "0"},
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        for _ in range(200):
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=0.1).close()
+                break
+            except OSError:
+                time.sleep(0.05)
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        proc.terminate()
+        proc.wait()
+
+
+def test_refused_credentials_are_one_line_in_every_command(tmp_path, s3, refusing_endpoint):
+    """s3fs turns a refused request into a bare PermissionError (no file name): each command
+    that reads or lists the store says it in one line, never a traceback."""
+    local = tmp_path / "raw"
+    write_synthetic(str(local), 12, 16, workers=1)
+    listing = list_files(str(local))
+    write_listing(listing, str(tmp_path / "listing"))
+    manifest = tmp_path / "manifest.json"
+    config = WriteConfig(
+        out="s3://bucket/set", num_shards=2, out_options=s3, manifest_copy=str(manifest)
+    )
+    write(config, listing, progress=False)
+    record = listing.entries[0].path
+    env = {
+        **os.environ,
+        "AWS_ENDPOINT_URL": refusing_endpoint,
+        "AWS_ACCESS_KEY_ID": "testing",
+        "AWS_SECRET_ACCESS_KEY": "testing",
+    }
+    elsewhere = ["--manifest", str(tmp_path / "m2.json"), "--no-progress"]
+    commands = [
+        ["validate", str(manifest), "--metrics", str(tmp_path / "v.json")],
+        ["diff", str(manifest), str(manifest)],
+        ["show", str(manifest), record],
+        ["prune", "--out", "s3://bucket/set"],
+        ["write", str(tmp_path / "listing"), "--out", "s3://bucket/set2", *elsewhere],
+    ]
+    for args in commands:
+        result = subprocess.run(
+            [sys.executable, "-m", "tfshards", *args],
+            capture_output=True,
+            text=True,
+            env=env,
+            timeout=120,
+        )
+        lines = result.stderr.strip().splitlines()
+        assert result.returncode == 1, (args[0], result.stderr)
+        assert "Traceback" not in result.stderr and len(lines) == 1, (args[0], result.stderr)
+        assert "InvalidAccessKeyId" in lines[0] or "Forbidden" in lines[0], (args[0], lines)

@@ -74,21 +74,28 @@ def one_line_errors(fn: Callable[P, R]) -> Callable[P, R]:
             )
             raise typer.Exit(1) from None
         except OSError as exc:  # an output the library does not wrap: disk full, read-only
-            if exc.filename is None:
+            if exc.filename is None:  # s3fs turns a refused request into a bare PermissionError
+                _say_backend_error(exc, kwargs)
                 raise
             code = errno.errorcode.get(exc.errno or 0)
             why = f"{exc.strerror} ({code})" if code else exc.strerror
             typer.echo(f"error: {exc.filename}: {why}", err=True)
             raise typer.Exit(1) from None
         except Exception as exc:  # a storage client's own errors; anything else is a bug
-            error = backend_error(exc)
-            if error is None:
-                raise
-            urls = [v for v in kwargs.values() if isinstance(v, str) and "://" in v]
-            typer.echo(f"error: {''.join(u + ': ' for u in urls[:1])}{error}", err=True)
-            raise typer.Exit(1) from None
+            _say_backend_error(exc, kwargs)
+            raise
 
     return wrapper
+
+
+def _say_backend_error(exc: BaseException, kwargs: dict[str, Any]) -> None:
+    """One line and exit 1 when a storage client's error is in ``exc`` or its causes."""
+    error = backend_error(exc)
+    if error is None:
+        return
+    urls = [v for v in kwargs.values() if isinstance(v, str) and "://" in v]
+    typer.echo(f"error: {''.join(u + ': ' for u in urls[:1])}{error}", err=True)
+    raise typer.Exit(1) from None
 
 
 _announced = False
