@@ -43,6 +43,20 @@ def test_remove_leaves_only_the_new_version_and_names_what_it_deleted(listing_di
     assert f"old_versions remove: deleted 1 other versions ({first})" in said
 
 
+def test_remove_keeps_a_version_holding_a_users_file_and_says_so(listing_dir, tmp_path):
+    out = tmp_path / "shards"
+    assert _write(listing_dir, out, "--seed", "1")[0] == 0
+    (first,) = _versions(out)
+    (out / first / "my-eval.txt").write_text("mine")
+    code, said = _write(listing_dir, out, "--seed", "2", "--old-versions", "remove")
+    assert code == 0, said
+    assert (out / first / "my-eval.txt").read_text() == "mine"
+    assert (
+        f"warning: old_versions remove: kept {first}: holds a file tfshards did not write "
+        "(my-eval.txt), so it stays" in said
+    )
+
+
 def test_keep_is_the_default_and_keeps_every_version(listing_dir, tmp_path):
     out = tmp_path / "shards"
     for seed in ("1", "2"):
@@ -108,3 +122,16 @@ def test_an_older_params_near_duplicates_still_runs_with_a_line_saying_where_it_
     assert not (tmp_path / "a" / "shards" / version / "phash.bin").exists()
     help_text = CliRunner().invoke(app, ["write", "--help"]).stdout
     assert "near-duplicates" not in help_text
+
+
+def test_remove_is_refused_where_the_shards_are_not_on_local_disk(listing_dir, tmp_path):
+    """Nothing keeps a remote store's old versions (DVC's cache holds a local folder's)."""
+    code, said = _write(
+        listing_dir, tmp_path / "x", "--out", "memory://shards/set", "--old-versions", "remove"
+    )
+    assert code == 1
+    assert said.strip().splitlines() == [
+        "error: old_versions remove: memory://shards/set is not local disk, so nothing would "
+        "keep the versions it deletes (DVC's cache keeps those of a local shard folder only): "
+        "use keep, and `tfshards prune` to delete versions you no longer need"
+    ]

@@ -95,6 +95,27 @@ def test_recent_and_temp_holding_versions_are_never_touched(versions, tmp_path):
     assert not (out / versions["seed3"]).exists()
 
 
+def test_a_version_holding_a_file_tfshards_did_not_write_is_kept_with_its_name(versions, tmp_path):
+    out = tmp_path / "shards"
+    mine = out / versions["seed1"] / "user-notes.txt"
+    mine.write_text("mine")
+    (out / versions["seed2"] / "eval").mkdir()
+    (out / versions["seed2"] / "eval" / "scores.csv").write_text("1")
+    for child in out.iterdir():
+        _age(child)
+    report = prune(PruneConfig(manifest=str(tmp_path / "m.json"), delete=True))
+    states = {v.name: v for v in report.versions}
+    assert states[versions["seed1"]].action == "keep"
+    assert states[versions["seed1"]].reason == (
+        "holds a file tfshards did not write (user-notes.txt), so it stays"
+    )
+    assert states[versions["seed2"]].reason.startswith(
+        "holds a file tfshards did not write (eval/scores.csv)"
+    )
+    assert mine.read_text() == "mine" and (out / versions["seed2"] / "eval").is_dir()
+    assert states[versions["seed3"]].action == "deleted"
+
+
 def test_a_manifest_from_another_location_is_refused(write_set, versions, listing, tmp_path):
     write_set(listing, tmp_path / "elsewhere", seed=9, manifest_copy=str(tmp_path / "other.json"))
     with pytest.raises(ConfigError, match="expected the current version"):
@@ -182,19 +203,21 @@ def test_prune_on_s3_deletes_exactly_the_unreferenced_versions(
             for seed in (1, 2, 3)
         ]
         fs.pipe_file("prune-bucket/shards/00000000deadbeef/x.tfrecord", b"partial")
+        fs.pipe_file(f"prune-bucket/shards/{names[1]}/user-eval.txt", b"mine")
         config = PruneConfig(
             manifest=str(tmp_path / "m.json"), min_age_s=0, storage_options=options
         )
         assert _actions(prune(config)) == {
             names[0]: "delete",
-            names[1]: "delete",
+            names[1]: "keep",  # it holds a file of the user's
             names[2]: "keep",
             "00000000deadbeef": "keep",
         }
         prune(PruneConfig(**{**config.__dict__, "delete": True}))
         fs.invalidate_cache()
         left = sorted(p.rsplit("/", 1)[-1] for p in fs.ls("prune-bucket/shards"))
-        assert left == sorted(["00000000deadbeef", names[2]])
+        assert left == sorted(["00000000deadbeef", names[1], names[2]])
+        assert fs.cat_file(f"prune-bucket/shards/{names[1]}/user-eval.txt") == b"mine"
         assert fs.exists(f"prune-bucket/shards/{names[2]}/{MANIFEST_NAME}")
     finally:
         fs.rm("prune-bucket", recursive=True)

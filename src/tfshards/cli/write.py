@@ -40,6 +40,15 @@ def _write(values: dict[str, Any]) -> None:
             option="old_versions",
             valid=OLD_VERSIONS,
         )
+    if values["old_versions"] == "remove" and not storage.is_local(
+        storage.open_url(config.out, **config.out_options)[0]
+    ):
+        raise ConfigError(
+            f"old_versions remove: {config.out} is not local disk, so nothing would keep the "
+            "versions it deletes (DVC's cache keeps those of a local shard folder only): use "
+            "keep, and `tfshards prune` to delete versions you no longer need",
+            option="old_versions",
+        )
     _warn_unlocked(config)
     if values["near_duplicates"]:
         typer.echo(
@@ -134,10 +143,14 @@ def _remove_old_versions(config: WriteConfig, manifest: str) -> None:
     pruned = PruneConfig(
         manifest, config.out, min_age_s=0, delete=True, storage_options=config.out_options
     )
-    gone = [v for v in prune(pruned).versions if v.action == "deleted"]
+    report = prune(pruned)
+    gone = [v for v in report.versions if v.action == "deleted"]
     if gone:
         names = ", ".join(v.name for v in gone)
         typer.echo(f"old_versions remove: deleted {len(gone)} other versions ({names})")
+    for v in report.versions:  # the current version is kept as referenced by its manifest
+        if v.action == "keep" and not v.reason.startswith("referenced"):
+            typer.echo(f"warning: old_versions remove: kept {v.name}: {v.reason}", err=True)
 
 
 write_command = one_line_errors(

@@ -29,7 +29,7 @@ from typing import Any, Literal
 
 from tfshards import atomicfile, storage
 from tfshards.errors import ConfigError, InputError
-from tfshards.shardset import lease
+from tfshards.shardset import layout, lease
 from tfshards.shardset.layout import MANIFEST_NAME
 from tfshards.shardset.manifest import Manifest, load
 
@@ -158,6 +158,8 @@ def prune(config: PruneConfig, *, now: float | None = None) -> PruneReport:
         path = storage.join(base, name)
         files = fs.find(path, detail=True)
         state = _decide(name, files, referenced.get(name), clock, config.min_age_s)
+        if state.action == "delete":
+            state = _own_files_only(fs, path, files, state, config.storage_options)
         if state.action == "delete" and config.delete:
             state = _delete(fs, path, state)
         states.append(state)
@@ -204,6 +206,36 @@ def _decide(
     if newest > now - min_age_s:
         return state("keep", "modified recently: a writer may be working in it")
     return state("delete", "not referenced")
+
+
+def _own_files_only(
+    fs: Any,
+    path: str,
+    files: Mapping[str, Any],
+    state: VersionState,
+    options: Mapping[str, Any],
+) -> VersionState:
+    """``state``, or a keep when the folder holds a file tfshards did not write there (one
+    its manifest, the shards it lists and their bookkeeping do not account for)."""
+    try:
+        manifest = load(storage.unstrip(fs, storage.join(path, MANIFEST_NAME)), **options)
+    except InputError as exc:
+        return dataclasses.replace(state, action="keep", reason=f"its manifest: {exc}")
+    own = layout.expected_paths(s.name for s in manifest.shards)
+    base = path.rstrip("/") + "/"
+    foreign = sorted(
+        rel
+        for name in files
+        if (rel := str(name)[len(base) :]) not in own and not lease.is_lease(rel)
+    )
+    if not foreign:
+        return state
+    what = f"{len(foreign)} files" if len(foreign) > 1 else "a file"
+    return dataclasses.replace(
+        state,
+        action="keep",
+        reason=f"holds {what} tfshards did not write ({foreign[0]}), so it stays",
+    )
 
 
 def _delete(fs: Any, path: str, state: VersionState) -> VersionState:

@@ -278,9 +278,11 @@ OPTIONS = (
         "keep | remove. remove: once this version's manifest is out, delete the other "
         "finished versions under OUT that nothing is writing (as `tfshards prune --delete "
         "--min-age-minutes 0` does), so OUT holds exactly this version: a DVC out of it then "
-        "hashes the same on every clone. Folders tfshards did not write are never touched.",
+        "hashes the same on every clone, and DVC's cache keeps the others. Refused where OUT "
+        "is not local disk: nothing would keep them. Folders tfshards did not write are "
+        "never touched.",
         param=True, field=None,
-        comment="keep | remove: the other versions under out (a DVC out: remove)",
+        comment="keep | remove: the other versions under out (a local DVC out: remove)",
     ),
     *run_options(
         "auto | process | thread | serial | dask. auto: threads when the per-record "
