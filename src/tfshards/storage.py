@@ -183,6 +183,9 @@ def write_error(fs: Any, path: str, exc: OSError) -> ShardError:
     where = unstrip(fs, path)
     code = errno.errorcode.get(exc.errno or 0)
     why = f"{exc.strerror or type(exc).__name__}" + (f" ({code})" if code else "")
+    if isinstance(exc, FileNotFoundError) and not is_local(fs):  # s3fs: no such bucket
+        bucket = where.split("://", 1)[-1].split("/", 1)[0]
+        why = f"the store has no bucket {bucket!r} (or it refused the path): {why}"
     return ShardError(f"{where}: cannot write: {why}", path=where, errno=exc.errno)
 
 

@@ -135,3 +135,24 @@ def test_remove_is_refused_where_the_shards_are_not_on_local_disk(listing_dir, t
         "keep the versions it deletes (DVC's cache keeps those of a local shard folder only): "
         "use keep, and `tfshards prune` to delete versions you no longer need"
     ]
+
+
+def test_a_previous_version_missing_a_shard_is_a_warning_naming_it(listing_dir, tmp_path):
+    """Planned anew, the write forks the lineage a clone holding the shard would grow."""
+    out = tmp_path / "shards"
+    assert _write(listing_dir, out, "--seed", "1")[0] == 0
+    (first,) = _versions(out)
+    shard = sorted((out / first).glob("*.tfrecord"))[0]
+    shard.unlink()
+    code, said = _write(listing_dir, out, "--seed", "1")  # the same data: the same version
+    assert code == 0, said
+    again = f"the previous version {first} lacks shard {shard.name} as listed: wrote it again"
+    assert again in said
+    assert shard.is_file()
+    shard.unlink()
+    code, said = _write(listing_dir, out, "--seed", "2")  # other params: another version
+    assert code == 0, said
+    assert (
+        f"warning: not grown from the previous version: the previous version {first} lacks "
+        f"shard {shard.name} as listed, so every shard was written anew" in said
+    )

@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 
 from tfshards import storage
+from tfshards.errors import ShardError
 from tfshards.listing.listing import list_files, write_listing
 from tfshards.project.sample import write_synthetic
 from tfshards.shardset.layout import MANIFEST_NAME
@@ -167,3 +168,10 @@ def test_refused_credentials_are_one_line_in_every_command(tmp_path, s3, refusin
         assert result.returncode == 1, (args[0], result.stderr)
         assert "Traceback" not in result.stderr and len(lines) == 1, (args[0], result.stderr)
         assert "InvalidAccessKeyId" in lines[0] or "Forbidden" in lines[0], (args[0], lines)
+
+
+def test_a_bucket_that_does_not_exist_is_named(tmp_path, raw_on_s3, s3):
+    listing = list_files(raw_on_s3, storage_options=s3)
+    config = WriteConfig(out="s3://nosuchbucket/set", num_shards=2, out_options=s3)
+    with pytest.raises(ShardError, match=r"cannot write: the store has no bucket 'nosuchbucket'"):
+        write(config, listing, progress=False)

@@ -393,6 +393,21 @@ def test_cli_passes_a_clean_set_and_writes_byte_stable_metrics(shard_set, tmp_pa
     assert metrics.read_bytes() == first
 
 
+def test_a_check_by_hand_writes_no_metrics_file(shard_set, tmp_path, monkeypatch):
+    """In a project, `tfshards validate data/manifest.json` must leave the pipeline's
+    results/validate/metrics.json alone (a changed out would make DVC retrain)."""
+    manifest_path, _ = shard_set
+    project = tmp_path / "project"
+    (project / "results" / "validate").mkdir(parents=True)
+    ours = project / "results" / "validate" / "metrics.json"
+    ours.write_text('{"pipeline": true}')
+    monkeypatch.chdir(project)
+    result = CliRunner().invoke(app, ["validate", manifest_path, "--no-progress"])
+    assert result.exit_code == 0, result.output
+    assert ours.read_text() == '{"pipeline": true}'
+    assert sorted(p.name for p in project.rglob("*")) == ["metrics.json", "results", "validate"]
+
+
 def test_cli_lists_problems_up_to_a_bound_then_a_summary_and_exits_1(shard_set, tmp_path):
     manifest_path, manifest = shard_set
     path = _path(manifest, 0)

@@ -43,8 +43,9 @@ def prune_command(
     One line per version (keep / would delete / deleted, with its size and
     why), then a summary. Never touches a version without manifest.json, with
     a writer's temp file, or modified within --min-age-minutes: it may be
-    being written. In a DVC project, run `dvc commit -f` after deleting so
-    dvc.lock records the smaller shard folder.
+    being written, nor one holding a file tfshards did not write. In a DVC
+    project with local shards, run `dvc commit -f` after deleting so dvc.lock
+    records the smaller shard folder; on S3 a deleted version is gone for good.
     """
     config = PruneConfig(
         manifest=manifest,
@@ -57,5 +58,6 @@ def prune_command(
     for version in report.versions:
         typer.echo(str(version))
     typer.echo(report.summary())
-    if any(v.action == "deleted" for v in report.versions) and os.path.isfile("dvc.lock"):
+    deleted = any(v.action == "deleted" for v in report.versions)
+    if deleted and "://" not in report.out and os.path.isfile("dvc.lock"):  # a local DVC out
         typer.echo("next: `dvc commit -f` records the smaller shard folder in dvc.lock")

@@ -27,7 +27,8 @@ def _validate(values: dict[str, Any]) -> None:
         split_seed=values["seed"] if split_seed is None else split_seed,
     )
     report = validate(config, progress=values["progress"])
-    write_metrics(report, values["metrics"])
+    if values["metrics"] is not None:
+        write_metrics(report, values["metrics"])
     if values["balance"] is not None:
         write_balance(report, values["balance"])
     write_images(report, values["image_metrics"], values["image_plots"])

@@ -104,8 +104,10 @@ OPTIONS = (
         argument=True,
     ),
     Option(
-        "metrics", str, "results/validate/metrics.json",
-        "Where to write the metrics JSON (DVC metrics; no timings).", field=None,
+        "metrics", str | None, None,
+        "Where to write the metrics JSON (DVC metrics; no timings); the pipeline passes "
+        "results/validate/metrics.json. Not given: no file, so a check by hand leaves the "
+        "pipeline's metrics alone.", field=None,
     ),
     Option(
         "balance", str | None, None,

@@ -51,7 +51,8 @@ class WriteResult:
     """A committed write: its manifest, shards reused, seconds.
 
     ``unchanged``: nothing changed since the previous version, which is the
-    result. ``fresh``: why a previous version lent no shard ("" otherwise).
+    result. ``fresh``: why a previous version lent no shard ("" otherwise);
+    ``damaged``: that reason, when it was a shard of it missing or resized.
     """
 
     manifest: Manifest
@@ -61,6 +62,7 @@ class WriteResult:
     fresh: str = ""
     rotated: int = 0  # files written here with an EXIF orientation of 2..8 (exif warn, apply)
     resumed: int = 0  # of ``reused``: shards an interrupted write of this version finished
+    damaged: str = ""
 
 
 def write(config: WriteConfig, listing: FileListing | str, *, progress: bool = True) -> WriteResult:
@@ -129,7 +131,9 @@ def write(config: WriteConfig, listing: FileListing | str, *, progress: bool = T
     fresh = planned.fresh or damaged or ("previous is none" if previous is None and last else "")
     rotated = sum(r.rotated for r in done)
     seconds = time.monotonic() - start
-    return WriteResult(manifest, reused, seconds, fresh=fresh, rotated=rotated, resumed=resumed)
+    return WriteResult(
+        manifest, reused, seconds, fresh=fresh, rotated=rotated, resumed=resumed, damaged=damaged
+    )
 
 
 def _with_rejects(planned: Plan, done: list[ShardResult], **options: Any) -> dict[str, int]:
