@@ -5,7 +5,6 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -100,38 +99,11 @@ def test_cli_writes_to_s3_with_credentials_from_the_environment(tmp_path, raw_on
     assert "testing" not in result.stdout + result.stderr
 
 
-@pytest.fixture
-def refusing_endpoint() -> Iterator[str]:
-    """A moto S3 server that checks credentials: every request with the test keys is refused."""
-    import socket
-    import time
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    server = Path(sys.executable).parent / "moto_server"
-    proc = subprocess.Popen(
-        [str(server), "-H", "127.0.0.1", "-p", str(port)],
-        env={**os.environ, "INITIAL_NO_AUTH_ACTION_COUNT": "0"},
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    try:
-        for _ in range(200):
-            try:
-                socket.create_connection(("127.0.0.1", port), timeout=0.1).close()
-                break
-            except OSError:
-                time.sleep(0.05)
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        proc.terminate()
-        proc.wait()
-
-
-def test_refused_credentials_are_one_line_in_every_command(tmp_path, s3, refusing_endpoint):
+def test_refused_credentials_are_one_line_in_every_command(tmp_path, s3, monkeypatch):
     """s3fs turns a refused request into a bare PermissionError (no file name): each command
     that reads or lists the store says it in one line, never a traceback."""
+    import moto.settings
+
     local = tmp_path / "raw"
     write_synthetic(str(local), 12, 16, workers=1)
     listing = list_files(str(local))
@@ -142,9 +114,11 @@ def test_refused_credentials_are_one_line_in_every_command(tmp_path, s3, refusin
     )
     write(config, listing, progress=False)
     record = listing.entries[0].path
+    # moto now checks credentials on every request: the test keys are unknown to it.
+    monkeypatch.setattr(moto.settings, "INITIAL_NO_AUTH_ACTION_COUNT", 0)
     env = {
         **os.environ,
-        "AWS_ENDPOINT_URL": refusing_endpoint,
+        "AWS_ENDPOINT_URL": s3["endpoint_url"],
         "AWS_ACCESS_KEY_ID": "testing",
         "AWS_SECRET_ACCESS_KEY": "testing",
     }
