@@ -53,8 +53,8 @@ def _write(values: dict[str, Any]) -> None:
     if values["near_duplicates"]:
         typer.echo(
             "warning: write.near_duplicates is no longer write's: validate hashes the images. "
-            "Run `tfshards init --force` (it adds validate.near_duplicates), set it to true and "
-            "remove write.near_duplicates from params.yaml",
+            "Run `tfshards init --force` (it adds validate.near_duplicates and removes "
+            "write.near_duplicates), then set validate.near_duplicates: true in params.yaml",
             err=True,
         )
     result = write(config, values["listing"], progress=values["progress"])
