@@ -660,6 +660,26 @@ def test_a_stream_started_at_a_position_is_the_rest_of_the_uninterrupted_one(sha
         assert _paths(one) == whole[steps * 10 : (start.epoch + 1) * IMAGES]
 
 
+def test_a_start_past_an_epoch_and_a_worker_with_no_record_are_refused(shard_set):
+    """Past the end, a stream silently skipped to the next epoch (or went negative without
+    repeat); a worker with 0 records an epoch read empty epochs forever."""
+    manifest, _ = shard_set
+    kw = {"batch_size": 10, "training": True, "decode": False}
+    with pytest.raises(ConfigError) as past:
+        loader.make_dataset(manifest.shards, manifest, start=(0, IMAGES), **kw)
+    assert str(past.value) == (
+        f"start (0, {IMAGES}): an epoch holds {IMAGES} records, so record {IMAGES} is past "
+        f"its end; Position.after(records read, {IMAGES}) gives the position"
+    )
+    per = IMAGES // 3
+    with pytest.raises(ConfigError, match=rf"holds {per} records for each of 3 workers"):
+        loader.make_dataset(manifest.shards, manifest, start=(1, per), worker=(2, 3), **kw)
+    last = loader.make_dataset(manifest.shards, manifest, start=(1, per - 1), worker=(2, 3), **kw)
+    assert next(iter(last)) is not None
+    with pytest.raises(ConfigError, match=rf"give each of {IMAGES + 1} workers 0 records"):
+        loader.make_dataset(manifest.shards, manifest, worker=(0, IMAGES + 1), **kw)
+
+
 def test_the_buffer_order_is_still_there_and_cannot_seek(shard_set):
     manifest, truth = shard_set
     kw = {"batch_size": 16, "training": True, "order": "buffer", "decode": False}

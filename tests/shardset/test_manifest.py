@@ -140,6 +140,27 @@ def test_a_moved_version_directory_is_found_from_its_own_manifest(listing, tmp_p
     assert CliRunner().invoke(app, ["validate", str(moved / MANIFEST_NAME)]).exit_code == 0
 
 
+def test_a_folder_given_as_the_manifest_is_read_through_the_manifest_in_it(
+    listing, tmp_path, monkeypatch
+):
+    """A version directory (or a manifest copy's folder) where a manifest is asked: its
+    manifest.json, as `tfshards diff` takes them; a folder without one is one line."""
+    fingerprint = _write_in(tmp_path / "A", listing, 1, monkeypatch)
+    version = tmp_path / "A/data/shards" / fingerprint
+    assert load(str(version)).fingerprint == fingerprint
+    assert load(str(tmp_path / "A/data")).fingerprint == fingerprint  # the copy's folder
+    result = CliRunner().invoke(app, ["validate", str(version), "--no-progress"])
+    assert result.exit_code == 0, result.output
+    with pytest.raises(InputError) as no_manifest:
+        load(str(tmp_path / "A/data/shards"))
+    assert (
+        str(no_manifest.value) == f"{tmp_path}/A/data/shards: a folder with no manifest.json in it"
+    )
+    failed = CliRunner().invoke(app, ["show", str(tmp_path / "A/data/shards"), "x.png"])
+    assert failed.exit_code == 1 and "Traceback" not in failed.output
+    assert failed.output.strip().endswith("a folder with no manifest.json in it")
+
+
 def test_a_copy_whose_version_is_nowhere_above_it_fails_in_one_line(listing, tmp_path, monkeypatch):
     a = tmp_path / "A"
     fingerprint = _write_in(a, listing, 1, monkeypatch)

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from tfshards.training.devices import device_name, make_strategy, tf_state
+from tfshards.errors import ConfigError
+from tfshards.training.devices import check_tf_config, device_name, make_strategy, tf_state
 
 
 def test_device_name_is_the_first_gpu_or_cpu() -> None:
@@ -50,3 +51,34 @@ def test_the_same_seed_draws_the_same_numbers_in_numpy_and_tensorflow() -> None:
 
     assert draw(7) == draw(7)
     assert draw(7) != draw(8)
+
+
+@pytest.mark.parametrize(
+    ("text", "said"),
+    [
+        ("not json", "TF_CONFIG: expected JSON, found 'not json'"),
+        ("[1]", 'TF_CONFIG: expected {"cluster": {"worker": [...]}, "task"'),
+        (
+            '{"cluster": {"worker": ["127.0.0.1:23456"]}, "task": {"type": "worker", "index": 3}}',
+            "TF_CONFIG: task 'worker' 3 is not in the cluster (its 'worker' hosts: "
+            "['127.0.0.1:23456'])",
+        ),
+        (
+            '{"cluster": {"worker": ["a:1"]}, "task": {"type": "chief", "index": 0}}',
+            "TF_CONFIG: task 'chief' 0 is not in the cluster (its 'chief' hosts: None)",
+        ),
+    ],
+)
+def test_a_tf_config_tensorflow_would_fail_on_is_one_line(text, said):
+    with pytest.raises(ConfigError) as refused:
+        check_tf_config(text)
+    assert str(refused.value).startswith(said)
+
+
+def test_a_tf_config_that_names_this_task_passes():
+    for text in (
+        None,
+        "",
+        '{"cluster": {"worker": ["a:1", "b:2"]}, "task": {"type": "worker", "index": 1}}',
+    ):
+        check_tf_config(text)

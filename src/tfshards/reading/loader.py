@@ -187,6 +187,8 @@ def from_options(
     """:func:`make_dataset` with its options as values: verify, read, batch, decode."""
     import tensorflow as tf
 
+    if _seekable(read):
+        _check_stream(shards, read)
     paths, gate = resolve_paths(manifest, shards, cache_dir=read.cache_dir, **read.storage_options)
     names = [manifest.image_feature] if decoding.features is None else list(decoding.features)
     shape: tuple[int, int, int] | None = None
@@ -307,6 +309,31 @@ def _shuffled_records(
 
 def _seekable(read: ReadOptions) -> bool:
     return read.training and read.order == "epoch"
+
+
+def _check_stream(shards: Sequence[ShardInfo], read: ReadOptions) -> None:
+    """Refuse a worker with no record an epoch (its stream would be an endless run of
+    empty epochs) and a start past the end of an epoch.
+
+    Raises:
+        ConfigError: in one line, with the counts.
+    """
+    index, count = read.worker
+    records = sum(shard.records for shard in shards)
+    per_epoch = records // count
+    if per_epoch < 1:
+        raise ConfigError(
+            f"worker ({index}, {count}): {records} records give each of {count} workers 0 "
+            f"records an epoch; use at most {records} workers"
+        )
+    start = read.position
+    if start.record >= per_epoch:
+        whose = f" for each of {count} workers" if count > 1 else ""
+        raise ConfigError(
+            f"start ({start.epoch}, {start.record}): an epoch holds {per_epoch} records{whose}, "
+            f"so record {start.record} is past its end; "
+            f"Position.after(records read, {per_epoch}) gives the position"
+        )
 
 
 def _to_inputs(

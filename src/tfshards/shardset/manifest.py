@@ -22,6 +22,7 @@ from tfshards.errors import ConfigError, InputError
 from tfshards.format.columns import Column, parse_columns
 from tfshards.format.schema import FeatureSpec, schema_from_json, schema_to_json
 from tfshards.shardset import manifestfields as fields
+from tfshards.shardset.layout import MANIFEST_NAME
 from tfshards.shardset.resize import Resize
 
 FORMAT_VERSION = 1
@@ -297,8 +298,14 @@ def load(url: str, **storage_options: Any) -> Manifest:
     fs, path = storage.open_url(url, **storage_options)
     try:
         data = storage.read_bytes(fs, path)
-    except FileNotFoundError:
-        raise InputError(f"{url}: manifest not found", path=url) from None
+    except (FileNotFoundError, storage.NotAFileError) as exc:
+        if fs.isdir(path):  # a version directory, or the folder a manifest copy is in
+            if fs.isfile(storage.join(path, MANIFEST_NAME)):
+                return load(storage.join(url, MANIFEST_NAME), **storage_options)
+            why = f"a folder with no {MANIFEST_NAME} in it"
+        else:
+            why = "manifest not found" if isinstance(exc, FileNotFoundError) else str(exc.strerror)
+        raise InputError(f"{url}: {why}", path=url) from None
     manifest = Manifest.from_json(data, source=url)
     try:
         found = locate(manifest, fs, path, url)

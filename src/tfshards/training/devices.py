@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import contextlib
+import json
+import os
 from collections.abc import Iterator
 from typing import Any
 
@@ -36,6 +38,7 @@ def make_strategy(name: str) -> Any:
     import tensorflow as tf
 
     if name == "multi_worker":
+        check_tf_config(os.environ.get("TF_CONFIG"))
         return tf.distribute.MultiWorkerMirroredStrategy()
     gpus = tf.config.list_logical_devices("GPU")
     if name == "one" or (name == "auto" and len(gpus) < 2):
@@ -47,6 +50,35 @@ def make_strategy(name: str) -> Any:
     return tf.distribute.MirroredStrategy(
         cpus, cross_device_ops=tf.distribute.ReductionToOneDevice()
     )
+
+
+def check_tf_config(text: str | None) -> None:
+    """Refuse a ``TF_CONFIG`` that TensorFlow would fail on with a traceback (not JSON, no
+    cluster, a task not in it); None or empty: one worker, which is fine.
+
+    Raises:
+        ConfigError: one line saying what is wrong with it.
+    """
+    if not text:
+        return
+    try:
+        doc = json.loads(text)
+    except ValueError as exc:
+        raise ConfigError(f"TF_CONFIG: expected JSON, found {text[:60]!r} ({exc})") from None
+    cluster = doc.get("cluster") if isinstance(doc, dict) else None
+    task = doc.get("task") if isinstance(doc, dict) else None
+    if not isinstance(cluster, dict) or not isinstance(task, dict):
+        raise ConfigError(
+            'TF_CONFIG: expected {"cluster": {"worker": [...]}, "task": {"type": ..., "index": '
+            f"...}}}}, found {text[:80]!r}"
+        )
+    kind, index = task.get("type"), task.get("index")
+    hosts = cluster.get(kind)
+    if not isinstance(hosts, list) or not isinstance(index, int) or not 0 <= index < len(hosts):
+        raise ConfigError(
+            f"TF_CONFIG: task {kind!r} {index!r} is not in the cluster (its {kind!r} hosts: "
+            f"{hosts!r})"
+        )
 
 
 def worker_of(strategy: Any) -> tuple[int, int]:

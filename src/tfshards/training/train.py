@@ -170,6 +170,8 @@ def _place(config: TrainConfig, log: Callable[[str], None] | None) -> Placement:
     if config.strategy == "mirrored" and strategy.num_replicas_in_sync == 1 and log is not None:
         log(f"strategy mirrored: one device found ({device}), so one replica trains")
     worker = devices.worker_of(strategy) if config.strategy == "multi_worker" else (0, 1)
+    if config.strategy == "multi_worker" and worker[1] == 1 and log is not None:
+        log("strategy multi_worker: TF_CONFIG names no other worker, so this one trains alone")
     if worker[1] > 1 and log is not None:
         log(f"strategy multi_worker: worker {worker[0]} of {worker[1]} (0 writes the outputs)")
     return Placement(device, mixed, strategy, worker)
