@@ -130,6 +130,25 @@ def test_sources_decode_to_one_shape_with_one_image_size(two_sets, tmp_path):
     assert images.shape == (4, 10, 10, 3) and labels.shape == (4,)
 
 
+def test_a_grey_set_mixes_into_rgb_ones_at_the_first_sets_channels(two_sets, tmp_path):
+    """With one image_size, the mix takes the first set's channels for every set (the train
+    stage has no channels option, and said to pass one)."""
+    from PIL import Image
+
+    a, _ = two_sets
+    write_synthetic(str(tmp_path / "img"), 20, 8, fmt="png", classes=10, seed=2, workers=1)
+    for path in (tmp_path / "img").rglob("*.png"):
+        Image.open(path).convert("L").save(path)
+    config = WriteConfig(out=str(tmp_path / "shards"), num_shards=4, workers=1, executor="serial")
+    grey = write(config, list_files(str(tmp_path / "img")), progress=False).manifest
+    rgb_first = [mixing.Source(a.shards, a, 0.5), mixing.Source(grey.shards, grey, 0.5)]
+    images, _ = next(iter(mixing.mix_datasets(rgb_first, batch_size=4, image_size=(8, 8))))
+    assert images.shape == (4, 8, 8, 3)
+    grey_first = rgb_first[::-1]
+    images, _ = next(iter(mixing.mix_datasets(grey_first, batch_size=4, image_size=(8, 8))))
+    assert images.shape == (4, 8, 8, 1)
+
+
 def test_sources_must_name_the_same_labels(two_sets, tmp_path):
     a, _ = two_sets
     three = _set(tmp_path, 12, seed=2, classes=3)

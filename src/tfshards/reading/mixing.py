@@ -132,8 +132,9 @@ def mix_datasets(
     worker = worker or (0, 1)
     plan = plan_of(sources, seed=seed, epoch_size=epoch_size, worker=worker)
     begin = plan.position(start)
-    streams = [
-        make_dataset(
+    streams: list[Any] = []
+    for i, (source, at) in enumerate(zip(sources, plan.source_starts(begin), strict=True)):
+        stream = make_dataset(
             source.shards,
             source.manifest,
             batch_size=batch_size,
@@ -144,8 +145,10 @@ def mix_datasets(
             image_size=image_size,
             **options,
         ).unbatch()
-        for i, (source, at) in enumerate(zip(sources, plan.source_starts(begin), strict=True))
-    ]
+        if not streams and image_size is not None and options.get("channels") is None:
+            # One shape for all: the first set's channels (a grey set mixed into RGB ones).
+            options = {**options, "channels": _channels(stream.element_spec)}
+        streams.append(stream)
     _check_elements(streams)
     last = _FOREVER if repeat else begin.epoch + 1
     mixed = tf.data.Dataset.choose_from_datasets(streams, _choices(tf, plan, begin, last))
@@ -230,6 +233,13 @@ def _check_labels(sources: Sequence[Source]) -> None:
         raise ConfigError(
             f"source {i} ({source.manifest.directory}) labels differ from source 0's: {how}"
         )
+
+
+def _channels(spec: Any) -> int | None:
+    """The image channels of a record's element spec, None when its inputs are not one image."""
+    inputs = spec[0] if isinstance(spec, tuple) else spec
+    shape = getattr(inputs, "shape", None)
+    return int(shape[-1]) if shape is not None and shape.rank == 3 and shape[-1] else None
 
 
 def _check_elements(streams: Sequence[Any]) -> None:
