@@ -200,6 +200,7 @@ def test_each_epoch_holds_each_sets_share_and_validates_on_the_manifest_alone(
     metrics = json.loads((tmp_path / "metrics.json").read_text())
     assert metrics["mix_sources"] == mix.metric()
     assert metrics["val_records"] == mix.parts[0].val_records
+    assert metrics["train_records"] == epoch_size  # a mixed epoch's, not the manifest's side
     assert result.split == mix.parts[0]
 
 

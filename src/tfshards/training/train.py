@@ -177,6 +177,15 @@ def _place(config: TrainConfig, log: Callable[[str], None] | None) -> Placement:
     return Placement(device, mixed, strategy, worker)
 
 
+def _epoch_records(data: TrainData) -> int:
+    """Records an epoch trains on: the training side, or a mixed epoch's of every set."""
+    if data.mix is None:
+        return data.parts.train_records
+    from tfshards.reading import mixing
+
+    return mixing.plan_of(data.mix.sources()).epoch_size
+
+
 def _build(config: TrainConfig, data: TrainData, placement: Placement) -> TrainSteps:
     """The model, its optimizer and their compiled steps, made under the strategy."""
     classes = len(data.manifest.labels)
@@ -319,7 +328,7 @@ def _finish(
     metrics = summarize(
         fitted.results,
         device=placement.device,
-        train_records=parts.train_records,
+        train_records=_epoch_records(data),
         val_records=parts.val_records,
     )
     metrics.update(
