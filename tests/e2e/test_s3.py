@@ -127,7 +127,7 @@ def test_refused_credentials_are_one_line_in_every_command(tmp_path, s3, monkeyp
         ["validate", str(manifest), "--metrics", str(tmp_path / "v.json")],
         ["diff", str(manifest), str(manifest)],
         ["show", str(manifest), record],
-        ["prune", "--out", "s3://bucket/set"],
+        ["prune", "--manifest", str(manifest), "--out", "s3://bucket/set"],
         ["write", str(tmp_path / "listing"), "--out", "s3://bucket/set2", *elsewhere],
     ]
     for args in commands:
