@@ -255,6 +255,21 @@ def test_force_after_an_upgrade_places_new_keys_refreshes_comments_and_drops_ret
     assert (repo / "params.yaml").read_text() == text  # as a fresh init writes it
 
 
+def test_force_keeps_the_users_full_line_comments(repo):
+    """ruamel keeps a comment line below a key in that key's comment: refreshing tfshards'
+    comment must leave those lines (a user's notes above the next key) alone."""
+    assert _init().exit_code == 0
+    text = (repo / "params.yaml").read_text()
+    text = text.replace("validate:\n", "# above validate\nvalidate:\n", 1)
+    text = text.replace("  num_shards: 0 ", "  # my note on num_shards\n  num_shards: 0 ", 1)
+    text += "# above myproj\nmyproj:\n  lr_note: hi  # keep me\n"
+    (repo / "params.yaml").write_text(text)
+    result = _init("--force")
+    assert result.exit_code == 0, result.output
+    assert (repo / "params.yaml").read_text() == text
+    assert "updated the comment" not in result.output
+
+
 def test_init_reads_the_shard_location_back_from_params(repo):
     assert _init("--shards", "memory://bucket/shards").exit_code == 0
     (repo / "dvc.yaml").unlink()

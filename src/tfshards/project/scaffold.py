@@ -229,8 +229,15 @@ def _refresh_comments(existing: CommentedMap, comments: Mapping[str, str]) -> li
             continue
         tokens = existing.ca.items.get(key)
         token = tokens[2] if tokens and len(tokens) > 2 else None
-        if token is None or token.value.strip().lstrip("#").strip() != comment:
+        if token is None:
             existing.yaml_add_eol_comment(comment, key, column=column)
+            changed.append(key)
+            continue
+        # The token also holds the full-line comments below the key (a user's, above the
+        # next key): only its first line is tfshards' comment.
+        first, newline, rest = token.value.partition("\n")
+        if first.strip().lstrip("#").strip() != comment:
+            token.value = f"{first[: first.find('#')]}# {comment}{newline}{rest}"
             changed.append(key)
     return changed
 
