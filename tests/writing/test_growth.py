@@ -19,7 +19,7 @@ from typer.testing import CliRunner
 
 from handedits import edit_listing_line, edit_member_rows
 from tfshards.cli import app
-from tfshards.errors import ChangedSinceListingError, ConfigError, InputError
+from tfshards.errors import ChangedSinceListingError, ConfigError, InputError, ShardError
 from tfshards.format import native
 from tfshards.listing.listing import list_files, write_listing
 from tfshards.listing.storedlisting import open_stored
@@ -285,17 +285,24 @@ def test_paths_with_escapes_or_non_ascii_are_matched(make_raw, tmp_path, odd):
     assert added[0] in _members(second)
 
 
-def test_a_previous_version_missing_a_shard_lends_none_and_the_write_still_completes(raw, tmp_path):
+def test_a_previous_version_missing_a_shard_it_would_lend_is_refused_in_one_line(raw, tmp_path):
+    """Planned anew, the write would name another version than a clone holding the shard
+    grows, and (old_versions remove) delete the committed one: it stops instead."""
     _grow(raw, tmp_path, num_shards=16)
     _add(raw, 20)
     grown = _grow(raw, tmp_path, num_shards=16).manifest
     (Path(grown.directory) / grown.shards[3].name).unlink()  # an interrupted copy, a hand
-    again = _grow(raw, tmp_path, num_shards=16)
-    assert (
-        again.fresh
-        == f"the previous version {grown.fingerprint} lacks shard {grown.shards[3].name} as listed"
-    )
-    assert again.manifest.base == "" and again.manifest.labels == grown.labels
+    for added in (0, 5):  # the same files, then more
+        _add(raw, added, seed=2)
+        with pytest.raises(ShardError) as refused:
+            _grow(raw, tmp_path, num_shards=16)
+        assert str(refused.value) == (
+            f"the previous version {grown.fingerprint} lacks shard {grown.shards[3].name} as "
+            "listed: restore it (dvc checkout, dvc pull, or a copy) to grow from it, or set "
+            "write.previous: none (--previous none) to write every shard anew as a new lineage"
+        )
+    fresh = _grow(raw, tmp_path, num_shards=16, previous="none")
+    assert fresh.manifest.base == "" and fresh.manifest.labels == grown.labels
     assert validate(ValidateConfig(str(tmp_path / "manifest.json"))).ok
 
 

@@ -102,13 +102,6 @@ def _say_lineage(result: Any, config: WriteConfig, old_versions: str) -> None:
         )
     elif result.damaged and f"version {m.fingerprint} " in result.damaged:
         typer.echo(f"{result.damaged}: wrote it again")  # planned anew, the same version
-    elif result.damaged:  # another lineage than a clone with the shard would grow
-        typer.echo(
-            f"warning: not grown from the previous version: {result.damaged}, so every shard "
-            "was written anew (label ids kept); restore it (dvc checkout, dvc pull, or a copy) "
-            "and write again to grow from that version instead",
-            err=True,
-        )
     elif result.fresh:
         typer.echo(f"not grown from the previous version: {result.fresh}; label ids kept")
     kept = m.params.get("buckets")

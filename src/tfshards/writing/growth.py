@@ -99,8 +99,9 @@ def damage(previous: Manifest, **options: Any) -> str:
     """What the previous version lacks (a shard missing or of another size), or "".
 
     One listing of its folder. A version with a shard gone (an interrupted
-    upload, a hand) lends none: the write plans anew, and resumes that version
-    itself when the plan names it again.
+    upload, a hand) lends none: the writer repairs it when a fresh plan names it
+    again, and otherwise stops where it would have lent shards
+    (:func:`tfshards.writing.writer.write`).
     """
     found = storage.file_sizes(*storage.open_url(previous.directory, **options))
     for shard in previous.shards:

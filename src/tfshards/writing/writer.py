@@ -79,11 +79,11 @@ def write(config: WriteConfig, listing: FileListing | str, *, progress: bool = T
         groups = read_groups(loaded, config.group_by)
         previous = growth.find(config.previous, config.manifest_copy, **config.out_options)
         last = previous or growth.last(config.manifest_copy)
-        damaged = growth.damage(previous, **config.out_options) if previous else ""
-        if damaged:  # plan anew: the same name resumes that version, else a fresh lineage
-            previous = None
         identity = transforms.identity(config.transform)
-        planned = plan(loaded, config, identity, groups, previous, last.labels if last else None)
+        labels = last.labels if last else None
+        planned, previous, damaged, unlent = _plan(
+            loaded, config, identity, groups, previous, labels
+        )
         if planned.is_base and previous is not None:  # nothing changed since that version
             if config.manifest_copy:
                 _publish(*storage.open_url(config.manifest_copy), previous)
@@ -128,12 +128,46 @@ def write(config: WriteConfig, listing: FileListing | str, *, progress: bool = T
         atomicfile.remove_stale_temps(fs_out, directory)
     resumed = sum(r.reused for r in done)
     reused = len(kept) + resumed
-    fresh = planned.fresh or damaged or ("previous is none" if previous is None and last else "")
+    fresh = planned.fresh or unlent or damaged
+    fresh = fresh or ("previous is none" if previous is None and last else "")
     rotated = sum(r.rotated for r in done)
     seconds = time.monotonic() - start
     return WriteResult(
         manifest, reused, seconds, fresh=fresh, rotated=rotated, resumed=resumed, damaged=damaged
     )
+
+
+def _plan(
+    loaded: FileListing,
+    config: WriteConfig,
+    identity: str,
+    groups: Any,
+    previous: Manifest | None,
+    labels: Sequence[str] | None,
+) -> tuple[Plan, Manifest | None, str, str]:
+    """The plan; the previous version it may grow from (None when it lacks a shard); that
+    damage, when the plan repairs that very version; why a damaged one lends nothing.
+
+    Raises:
+        ShardError: the previous version lacks a shard it would lend (or is unchanged): a
+            clone holding the shard grows it and names another version than a fresh plan.
+    """
+    damaged = growth.damage(previous, **config.out_options) if previous else ""
+    if not damaged:
+        return plan(loaded, config, identity, groups, previous, labels), previous, "", ""
+    assert previous is not None
+    planned = plan(loaded, config, identity, groups, None, labels)
+    if planned.fingerprint == previous.fingerprint:  # the same version: its shards resume
+        return planned, None, damaged, ""
+    trial = plan(loaded, config, identity, groups, previous, labels)
+    if trial.base is not None:
+        raise ShardError(
+            f"{damaged}: restore it (dvc checkout, dvc pull, or a copy) to grow from it, or "
+            "set write.previous: none (--previous none) to write every shard anew as a new "
+            "lineage",
+            path=previous.directory,
+        )
+    return planned, None, "", trial.fresh  # it lends nothing either way: why not
 
 
 def _with_rejects(planned: Plan, done: list[ShardResult], **options: Any) -> dict[str, int]:
