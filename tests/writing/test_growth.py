@@ -469,6 +469,22 @@ def test_more_buckets_asked_of_a_lineage_are_refused_in_a_line_that_says_why(mak
     assert "2 records added" in grown.output
 
 
+def test_a_new_shard_damaged_in_a_grown_version_gets_no_hint_about_kept_shards(raw, tmp_path):
+    first = _grow(raw, tmp_path, num_shards=8).manifest
+    _add(raw, 3)
+    second = _grow(raw, tmp_path, num_shards=8).manifest
+    kept = {s.sha256 for s in first.shards}
+    new = next(s for s in second.shards if s.sha256 not in kept)
+    path = Path(second.directory) / new.name
+    data = bytearray(path.read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    path.write_bytes(bytes(data))
+    args = ["validate", str(tmp_path / "manifest.json"), "--workers", "1"]
+    checked = CliRunner().invoke(app, args)
+    assert checked.exit_code == 1 and f"{new.name}: sha256 mismatch" in checked.stderr
+    assert "hint:" not in checked.stderr
+
+
 def test_a_kept_shard_damaged_in_the_base_fails_validate_with_the_way_out(raw, tmp_path):
     first = _grow(raw, tmp_path, num_shards=8).manifest
     shard = Path(first.directory) / first.shards[0].name

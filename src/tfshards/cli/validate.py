@@ -64,8 +64,8 @@ def _validate(values: dict[str, Any]) -> None:
             typer.echo(str(problem), err=True)
         if report.problem_count > len(shown):
             typer.echo(f"... and {report.problem_count - len(shown)} more problems", err=True)
-        m = report.manifest
-        if m.base and any(word in str(p) for p in shown for word in _DAMAGE):
+        if _damaged_where_kept(report, shown):
+            m = report.manifest
             typer.echo(
                 f"hint: version {m.fingerprint} grew from {m.base} and links the shards it kept "
                 "without reading them, so a shard damaged there is damaged here; `tfshards write "
@@ -74,6 +74,28 @@ def _validate(values: dict[str, Any]) -> None:
             )
         report.raise_for_problems()
     typer.echo(report.summary())
+
+
+def _damaged_where_kept(report: Any, shown: Any) -> bool:
+    """Whether a shard's bytes are damaged in a grown version, in a shard it may have kept
+    from its base: every damaged one, unless the base beside it says which it kept."""
+    import posixpath
+
+    from tfshards import storage
+    from tfshards.errors import InputError
+    from tfshards.shardset.layout import MANIFEST_NAME
+    from tfshards.shardset.manifest import load
+
+    m = report.manifest
+    damaged = {p.where for p in shown if any(word in str(p) for word in _DAMAGE)}
+    if not m.base or not damaged:
+        return False
+    base_url = storage.join(posixpath.dirname(m.directory.rstrip("/")), m.base, MANIFEST_NAME)
+    try:
+        kept = {s.sha256 for s in load(base_url).shards}
+    except (InputError, OSError):  # removed (old_versions remove): it may have kept any
+        return True
+    return any(s.sha256 in kept for s in m.shards if s.name in damaged)
 
 
 validate_command = one_line_errors(
