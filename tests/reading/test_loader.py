@@ -678,6 +678,11 @@ def test_a_start_past_an_epoch_and_a_worker_with_no_record_are_refused(shard_set
     assert next(iter(last)) is not None
     with pytest.raises(ConfigError, match=rf"give each of {IMAGES + 1} workers 0 records"):
         loader.make_dataset(manifest.shards, manifest, worker=(0, IMAGES + 1), **kw)
+    import tensorflow as tf
+
+    both = {"worker": (0, 2), "input_context": tf.distribute.InputContext(4, 3, 4)}
+    with pytest.raises(ConfigError, match="pass worker or input_context, not both"):
+        loader.make_dataset(manifest.shards, manifest, **both, **kw)
 
 
 def test_the_buffer_order_is_still_there_and_cannot_seek(shard_set):

@@ -152,6 +152,8 @@ def make_dataset(
     documented there; :func:`from_options` takes the two values.
     """
     if input_context is not None:
+        if worker is not None:
+            raise ConfigError("pass worker or input_context, not both: they say the same")
         worker = (input_context.input_pipeline_id, input_context.num_input_pipelines)
     read = ReadOptions(
         batch_size=batch_size,
