@@ -224,8 +224,9 @@ class NotAFileError(OSError):
     """A local path that is not a regular file (a FIFO, device, socket or folder): never read."""
 
 
-def not_a_file(mode: int) -> NotAFileError:
-    """The error for a path whose ``st_mode`` is ``mode``: what was expected, what was found."""
+def not_a_file(mode: int, path: str | None = None) -> NotAFileError:
+    """The error for a path whose ``st_mode`` is ``mode``: what was expected, what was found
+    (and the path, when given: a caller that does not wrap it still names the file)."""
     kinds = (
         (stat.S_ISFIFO, "a FIFO"),
         (stat.S_ISCHR, "a character device"),
@@ -234,7 +235,9 @@ def not_a_file(mode: int) -> NotAFileError:
         (stat.S_ISDIR, "a folder"),
     )
     found = next((kind for test, kind in kinds if test(mode)), f"file type {stat.S_IFMT(mode):#o}")
-    return NotAFileError(errno.EINVAL, f"expected a regular file, found {found}")
+    if path is None:
+        return NotAFileError(errno.EINVAL, f"expected a regular file, found {found}")
+    return NotAFileError(errno.EINVAL, f"expected a regular file, found {found}", path)
 
 
 def open_regular(path: str) -> int:
@@ -251,7 +254,7 @@ def open_regular(path: str) -> int:
     try:
         mode = os.fstat(fd).st_mode
         if not stat.S_ISREG(mode):
-            raise not_a_file(mode)
+            raise not_a_file(mode, path)
     except BaseException:
         os.close(fd)
         raise

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 from pathlib import Path
 
@@ -154,3 +155,15 @@ def test_a_previous_version_missing_a_shard_is_written_again_or_named_as_it_lend
     code, said = _write(listing_dir, out, "--seed", "2")  # it would lend nothing anyway
     assert code == 0, said
     assert "not grown from the previous version: seed differs" in said and "lacks" not in said
+
+
+def test_a_manifest_path_that_is_a_folder_or_a_fifo_is_one_line(listing_dir, tmp_path):
+    (tmp_path / "folder.json").mkdir()
+    os.mkfifo(tmp_path / "fifo.json")
+    for name, kind in (("folder.json", "a folder"), ("fifo.json", "a FIFO")):
+        args = ["write", str(listing_dir), "--out", str(tmp_path / "s"), "--previous", "none"]
+        result = CliRunner().invoke(app, [*args, "--manifest", str(tmp_path / name)])
+        assert result.exit_code == 1
+        assert result.stderr.strip() == (
+            f"error: {tmp_path / name}: expected a regular file, found {kind} (EINVAL)"
+        )

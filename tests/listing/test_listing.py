@@ -348,6 +348,16 @@ def test_index_on_memory_storage(memory_tree: Make) -> None:
         ),
         ("i.jsonl", "\n", r"i\.jsonl: expected rows of path,label, found no rows"),
         (
+            "i.jsonl",
+            '{"path": "cat/001.jpg", "label": "\\ud800"}\n',
+            r"i\.jsonl:1: expected a UTF-8 label, found '\\ud800'",
+        ),
+        (
+            "i.jsonl",
+            '{"path": "cat/001.jpg", "label": "a", "n": ' + "[" * 5000 + "]" * 5000 + "}\n",
+            r"i\.jsonl:1: expected a JSON object, found values nested too deep to read",
+        ),
+        (
             "i.txt",
             "path,label\n",
             r"i\.txt: unknown index format: expected \.csv, \.jsonl or "
@@ -370,6 +380,12 @@ def test_index_naming_a_folder_is_an_error(make_tree: Make, tmp_path: Path) -> N
     index.write_text("path,label\ncat/001.jpg,a\ncat/sub,a\n", encoding="utf-8")
     with pytest.raises(InputError, match=r"i\.csv:3: cat/sub: expected a file .* found a folder"):
         list_files(make_tree(TREE), index=str(index), extensions=None)
+
+
+def test_an_index_that_is_a_fifo_is_refused_not_waited_on(local_tree: Make, tmp_path: Path) -> None:
+    os.mkfifo(tmp_path / "fifo.csv")  # opened for reading, it would wait for a writer forever
+    with pytest.raises(InputError, match=r"fifo\.csv: cannot read index file \(expected a "):
+        list_files(local_tree(TREE), index=str(tmp_path / "fifo.csv"))
 
 
 def test_missing_index_file_is_an_error(local_tree: Make, tmp_path: Path) -> None:

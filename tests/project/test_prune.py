@@ -269,3 +269,9 @@ def test_a_delete_in_a_dvc_project_says_to_commit(versions, tmp_path, monkeypatc
     assert deleted.exit_code == 0, deleted.output
     last = deleted.output.strip().splitlines()[-1]
     assert last == "next: `dvc commit -f` records the smaller shard folder in dvc.lock"
+
+
+@pytest.mark.parametrize("age", [-1.0, float("nan")])
+def test_a_negative_or_nan_minimum_age_is_refused(age):
+    with pytest.raises(ConfigError, match="min_age_s must be >= 0"):
+        PruneConfig(manifest="m.json", min_age_s=age)

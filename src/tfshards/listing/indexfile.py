@@ -93,8 +93,12 @@ def read_index(fs: Any, path: str, url: str, columns: Sequence[Column] = ()) -> 
         )
     parse = _csv_rows if FORMATS[ext] == "csv" else _jsonl_rows
     names = [c.name for c in columns]
-    try:
-        raw = fs.open(path, "rb")
+    try:  # locally through open_regular: opening a FIFO waits for a writer, forever
+        raw = (
+            os.fdopen(storage.open_regular(path), "rb")
+            if storage.is_local(fs)
+            else fs.open(path, "rb")
+        )
     except FileNotFoundError:
         raise InputError(f"{url}: index file not found", path=url) from None
     except OSError as exc:
@@ -162,6 +166,12 @@ def _jsonl_rows(
                 path=url,
                 line=n,
             ) from None
+        except RecursionError:  # arrays nested ~1,000 deep
+            raise InputError(
+                f"{url}:{n}: expected a JSON object, found values nested too deep to read",
+                path=url,
+                line=n,
+            ) from None
         needed = ["path", "label", *names]
         if not isinstance(record, dict) or not set(needed) <= record.keys():
             found = sorted(record) if isinstance(record, dict) else type(record).__name__
@@ -216,6 +226,12 @@ def _index_label(url: str, line: int, label: Any) -> str:
         raise InputError(
             f"{url}:{line}: expected a non-empty 'label', found {label!r}", path=url, line=line
         )
+    try:
+        label.encode("utf-8")
+    except UnicodeEncodeError:  # a lone surrogate from a JSON "\udcxx" escape
+        raise InputError(
+            f"{url}:{line}: expected a UTF-8 label, found {label!r}", path=url, line=line
+        ) from None
     return label
 
 

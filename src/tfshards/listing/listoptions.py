@@ -36,7 +36,8 @@ OPTIONS = (
     ),
     Option(
         "extensions", str, ",".join(DEFAULT_EXTENSIONS),
-        "Comma-separated file suffixes to keep, case-insensitive; '*' keeps every file.",
+        "Comma-separated file suffixes to keep, case-insensitive; '*' (or nothing) keeps "
+        "every file.",
         param=True,
         comment="comma-separated; files with other extensions are counted and skipped",
     ),

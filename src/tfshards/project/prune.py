@@ -63,7 +63,7 @@ class PruneConfig:
     def __post_init__(self) -> None:
         if self.keep_commits < 0:
             raise ConfigError(f"keep_commits must be >= 0, got {self.keep_commits}")
-        if self.min_age_s < 0:
+        if not self.min_age_s >= 0:  # NaN too: it compares false, so nothing looked recent
             raise ConfigError(f"min_age_s must be >= 0, got {self.min_age_s}")
 
 
