@@ -275,3 +275,24 @@ def test_a_delete_in_a_dvc_project_says_to_commit(versions, tmp_path, monkeypatc
 def test_a_negative_or_nan_minimum_age_is_refused(age):
     with pytest.raises(ConfigError, match="min_age_s must be >= 0"):
         PruneConfig(manifest="m.json", min_age_s=age)
+
+
+def test_a_delete_killed_after_the_manifest_went_is_finished_by_the_next_prune(
+    versions, tmp_path
+):
+    """A kill between deleting the manifest and the rest left a folder every later prune
+    kept as "being written"; the marker prune writes first says it was a delete."""
+    out = tmp_path / "shards"
+    gone = out / versions["seed1"]
+    (gone / "_work").mkdir(exist_ok=True)
+    (gone / "_work" / "deleting").write_bytes(b"prune\n")  # as _delete leaves it, killed
+    (gone / MANIFEST_NAME).unlink()
+    _age(gone)
+    listed = {v.name: v for v in prune(PruneConfig(manifest=str(tmp_path / "m.json"))).versions}
+    assert (listed[versions["seed1"]].action, listed[versions["seed1"]].reason) == (
+        "delete",
+        "an interrupted delete",
+    )
+    assert listed["00000000deadbeef"].action == "keep"  # no marker: a write, not a delete
+    prune(PruneConfig(manifest=str(tmp_path / "m.json"), delete=True))
+    assert not gone.exists() and (out / "00000000deadbeef").is_dir()

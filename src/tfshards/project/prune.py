@@ -17,6 +17,7 @@ the location is left alone.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import os
 import posixpath
@@ -158,7 +159,7 @@ def prune(config: PruneConfig, *, now: float | None = None) -> PruneReport:
         path = storage.join(base, name)
         files = fs.find(path, detail=True)
         state = _decide(name, files, referenced.get(name), clock, config.min_age_s)
-        if state.action == "delete":
+        if state.action == "delete" and state.reason != "an interrupted delete":
             state = _own_files_only(fs, path, files, state, config.storage_options)
         if state.action == "delete" and config.delete:
             state = _delete(fs, path, state)
@@ -187,13 +188,16 @@ def _decide(
     if reference is not None:
         return state("keep", f"referenced by the {reference}")
     names = {posixpath.basename(str(p)) for p in files}
-    if MANIFEST_NAME not in names:
+    deleting = any(str(p).endswith("/" + layout.DELETING) for p in files)
+    if MANIFEST_NAME not in names and not deleting:
         return state("keep", "no manifest.json: being written, or interrupted (rerun write)")
     holders = lease.live_holders(files, now=now)
     if holders:
         return state("keep", f"a writer ({holders[0]}) holds a lease on it")
     if any(atomicfile.is_temp_name(n) for n in names):
         return state("keep", "holds a temp file: a writer may be working in it")
+    if MANIFEST_NAME not in names:  # a delete was interrupted after the manifest went
+        return state("delete", "an interrupted delete")
     newest = max(
         (
             lease.modified(info)
@@ -245,7 +249,9 @@ def _delete(fs: Any, path: str, state: VersionState) -> VersionState:
     it re-writes the manifest it needs, and a later prune deletes the version
     if it is still unreferenced then.
     """
-    fs.rm(storage.join(path, MANIFEST_NAME))
+    atomicfile.write_atomic(fs, storage.join(path, layout.DELETING), [b"prune\n"], sync_dir=False)
+    with contextlib.suppress(FileNotFoundError):  # gone already: an interrupted delete
+        fs.rm(storage.join(path, MANIFEST_NAME))
     holders = lease.live_holders(fs.find(path, detail=True))
     if holders:
         return dataclasses.replace(

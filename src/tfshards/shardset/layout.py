@@ -23,6 +23,9 @@ MANIFEST_NAME = "manifest.json"
 # in the user's cache) held beside the manifest: still theirs, so prune removes them.
 PHASH_NAME = "phash.bin"
 WORK_DIR = "_work"  # resume records and shard temp files (never a shard glob's match)
+# Written by prune before it deletes a version's manifest: a folder left with it and no
+# manifest is a delete a kill interrupted, which the next prune finishes.
+DELETING = f"{WORK_DIR}/deleting"
 
 
 @dataclass(frozen=True)
@@ -61,7 +64,8 @@ def expected_paths(shards: Iterable[str]) -> set[str]:
     """Every file a finished version directory may hold, relative to it."""
     names = list(shards)
     companions = (c.path(s) for s in names for c in COMPANIONS)
-    return {MANIFEST_NAME, IMAGESTATS_NAME, PHASH_NAME, *TFDS_FILES, *names, *companions}
+    own = {MANIFEST_NAME, IMAGESTATS_NAME, PHASH_NAME, DELETING, *TFDS_FILES, *names}
+    return own | set(companions)
 
 
 def work_dir(version: str) -> str:
