@@ -209,6 +209,20 @@ def test_label_conflicts_are_counted_apart_from_plain_duplicates():
     assert found.examples[1].conflict is None  # c: label 2 twice, a plain duplicate
 
 
+def test_a_label_conflict_names_a_record_of_each_label():
+    """Three records of one payload, labelled a, a, b: the pair shown is one a and the b,
+    not the first two (both a), whatever the order the shards arrive in."""
+    a = _digest("a")
+    labels = [np.array(ids, np.int32).tobytes() for ids in ([0, 0], [1])]
+    for order in ((0, 1), (1, 0)):
+        names, digests = ["s0", "s1"], [a + a, a]
+        store_args = ([names[i] for i in order], [digests[i] for i in order])
+        found = find_duplicates(*store_args, labels=[labels[i] for i in order])
+        (shown,) = found.examples
+        assert shown.conflict == (0, 1)
+        assert {shown.first, shown.second} == {("s0", 0), ("s1", 0)}, order
+
+
 @pytest.fixture
 def image_under_two_labels(tmp_path: Path) -> tuple[Path, str, str]:
     """40 JPEGs in 4 classes; one of class 00 also copied into class 01."""

@@ -35,9 +35,13 @@ ADD_RECORDS = (
     1 << 13
 )  # records sorted into spill files at a time  # at most 256 spill files open at once
 # A payload's tally: its digest, records, records in validation shards, the first two
-# records and the first on each side of the split (each as shard << 32 | record), and
-# the smallest and largest label id its records carry (a label conflict when they differ).
-_FIELDS = ("count", "val", "first", "second", "first_train", "first_val", "label_min", "label_max")
+# records and the first on each side of the split (each as shard << 32 | record), the
+# smallest and largest label id its records carry (a label conflict when they differ), and
+# the first record carrying each of those two (the pair a conflict names).
+_FIELDS = (
+    "count", "val", "first", "second", "first_train", "first_val", "label_min", "label_max",
+    "at_min", "at_max",
+)  # fmt: skip
 _ROW = np.dtype([("key", np.uint64, (4,))] + [(name, np.int64) for name in _FIELDS])
 _NONE = np.iinfo(np.int64).max  # no such record
 
@@ -216,6 +220,7 @@ class DigestStore:
         rows["second"] = _NONE
         rows["first_train"] = _NONE if in_val else where
         rows["first_val"] = where if in_val else _NONE
+        rows["at_min"] = rows["at_max"] = np.where(label >= 0, where, _NONE)
         rows = _tally(rows)
         self._count += len(rows)
         if not self.bits and self._count > self.spill_records:  # more than the count said
@@ -286,6 +291,9 @@ class DigestStore:
             first, second = int(row["first"]), int(row["second"])
         low, high = int(row["label_min"]), int(row["label_max"])
         conflict = (low, high) if 0 <= low < high else None
+        if conflict is not None:  # the two records of the two labels, whatever else held it
+            first, second = sorted((int(row["at_min"]), int(row["at_max"])))
+            crossing = ((first >> 32) in self._val) != ((second >> 32) in self._val)
 
         def where(w: int) -> tuple[str, int]:
             return self.names[w >> 32], w & 0xFFFFFFFF
@@ -315,6 +323,10 @@ def _tally(rows: np.ndarray) -> np.ndarray:
     out["first_val"] = np.minimum.reduceat(rows["first_val"], at)
     out["label_min"] = np.minimum.reduceat(rows["label_min"], at)
     out["label_max"] = np.maximum.reduceat(rows["label_max"], at)
+    group = np.cumsum(start) - 1  # each row's group, to compare with the group's min and max
+    for end, at_end in (("label_min", "at_min"), ("label_max", "at_max")):
+        holds = rows[end] == out[end][group]
+        out[at_end] = np.minimum.reduceat(np.where(holds, rows[at_end], _NONE), at)
     return out
 
 
