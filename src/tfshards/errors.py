@@ -130,3 +130,16 @@ class ValidationError(TfshardsError):
 def declared(cls: type[TfshardsError]) -> set[str]:
     """The attribute names ``cls`` and its bases declare (what its constructor may be given)."""
     return {name for klass in cls.__mro__ for name in getattr(klass, "__annotations__", {})}
+
+
+_CONTROL = {c: f"\\x{c:02x}" for c in [*range(0x20), 0x7F]} | {
+    ord("\n"): "\\n",
+    ord("\r"): "\\r",
+    ord("\t"): "\\t",
+}
+
+
+def one_line(text: str) -> str:
+    """``text`` with control characters escaped (``\\n``, ``\\t``, ``\\x1b``): a file name
+    holding a newline cannot split a message into lines that read as other messages."""
+    return text.translate(_CONTROL)

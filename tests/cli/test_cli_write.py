@@ -167,3 +167,16 @@ def test_a_manifest_path_that_is_a_folder_or_a_fifo_is_one_line(listing_dir, tmp
         assert result.stderr.strip() == (
             f"error: {tmp_path / name}: expected a regular file, found {kind} (EINVAL)"
         )
+
+
+def test_a_file_name_holding_a_newline_stays_on_the_error_line(tmp_path, make_raw):
+    """A name cannot split the error into lines that read as other messages."""
+    raw = make_raw(4, 8, classes=2)
+    label = sorted(p for p in raw.iterdir() if p.is_dir())[0]
+    (label / "evil\nerror: all good\n.jpg").write_bytes(b"hello world text")
+    listing = tmp_path / "listing"
+    assert CliRunner().invoke(app, ["list", str(raw), "--out", str(listing)]).exit_code == 0
+    code, said = _write(listing, tmp_path / "shards")
+    assert code == 1
+    (line,) = said.strip().splitlines()
+    assert line.startswith("error: ") and "evil\\nerror: all good\\n.jpg: expected an image" in line

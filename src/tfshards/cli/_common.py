@@ -14,7 +14,7 @@ from typing import Any, NoReturn, ParamSpec, TypeVar
 import typer
 import typer.exceptions
 
-from tfshards.errors import TfshardsError
+from tfshards.errors import TfshardsError, one_line
 from tfshards.processes import cpu_count
 from tfshards.storage import backend_error, reject_credentials
 
@@ -63,7 +63,7 @@ def one_line_errors(fn: Callable[P, R]) -> Callable[P, R]:
                     reject_credentials(value, spelled.get(name, name))
             return fn(*args, **kwargs)
         except TfshardsError as exc:
-            typer.echo(f"error: {exc}", err=True)
+            typer.echo(f"error: {one_line(str(exc))}", err=True)
             raise typer.Exit(1) from None
         except ModuleNotFoundError as exc:
             missing = (exc.name or "").partition(".")[0]

@@ -10,6 +10,7 @@ from typing import Any
 import typer
 
 from tfshards.cli._common import one_line_errors
+from tfshards.errors import one_line
 from tfshards.project import stageoptions
 from tfshards.validation.config import OPTIONS, ValidateConfig
 
@@ -61,7 +62,7 @@ def _validate(values: dict[str, Any]) -> None:
     if not report.ok:
         shown = report.problems[: config.max_problems]
         for problem in shown:
-            typer.echo(str(problem), err=True)
+            typer.echo(one_line(str(problem)), err=True)
         if report.problem_count > len(shown):
             typer.echo(f"... and {report.problem_count - len(shown)} more problems", err=True)
         if _damaged_where_kept(report, shown):
