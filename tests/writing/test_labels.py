@@ -195,3 +195,10 @@ def test_a_manifest_whose_labels_are_not_its_pinned_map_is_refused(tmp_path):
     doc["labels"] = sorted(TEN[:3])
     with pytest.raises(InputError, match=r"labels: expected the unique names of params\.labels"):
         Manifest.from_json(json.dumps(doc))
+
+
+@pytest.mark.parametrize("name", ["x\ny", " sp", "tail ", "cr\r", "ls\u2028x"])
+def test_a_label_that_label_labels_txt_cannot_hold_is_refused(name):
+    """One name a line, read back stripped by tfds: it would come back another name."""
+    with pytest.raises(InputError, match=r"expected a name without line breaks"):
+        labelmap.resolve(["a", name], None, None, False)

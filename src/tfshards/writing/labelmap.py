@@ -18,7 +18,7 @@ from __future__ import annotations
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
-from tfshards.errors import ConfigError
+from tfshards.errors import ConfigError, InputError
 from tfshards.listing.entry import Entry
 from tfshards.listing.protocol import Rows
 
@@ -104,7 +104,14 @@ def resolve(
         ConfigError: one line: a listed label is not pinned; the pinned map changes a
             previous id and ``relabel`` is False; two numeric names of one number, or
             numbers too large for a map of them.
+        InputError: a listed name holds a line break, or spaces at either end.
     """
+    for name in listed:  # label.labels.txt holds one name a line, read back stripped
+        if name != name.strip() or len(name.splitlines()) > 1:
+            raise InputError(
+                f"label {name!r}: expected a name without line breaks and without spaces at "
+                "either end (tfds reads label.labels.txt a name a line, stripped); rename it"
+            )
     if pinned is not None:
         names = check_labels(pinned)
         label_ids(listed, names)
