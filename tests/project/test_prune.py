@@ -277,9 +277,7 @@ def test_a_negative_or_nan_minimum_age_is_refused(age):
         PruneConfig(manifest="m.json", min_age_s=age)
 
 
-def test_a_delete_killed_after_the_manifest_went_is_finished_by_the_next_prune(
-    versions, tmp_path
-):
+def test_a_delete_killed_after_the_manifest_went_is_finished_by_the_next_prune(versions, tmp_path):
     """A kill between deleting the manifest and the rest left a folder every later prune
     kept as "being written"; the marker prune writes first says it was a delete."""
     out = tmp_path / "shards"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 from typing import Any
 
@@ -108,7 +109,7 @@ def test_a_payload_pillow_cannot_identify_is_named_without_a_memory_address():
 
 def _manifest(records: int = 4, listed: int = 4) -> Manifest:
     shards = (ShardInfo("s-00000-of-00001.tfrecord", records, 100, "0" * 64),)
-    return Manifest("memory://set/v1", "f", {}, BASE, ("a", "b"), "none", shards, listed=listed)
+    return Manifest("memory://set/v1", "v1", {}, BASE, ("a", "b"), "none", shards, listed=listed)
 
 
 def _set(manifest: Manifest, found: int, dups: Duplicates = Duplicates(), **kw: Any):
@@ -179,3 +180,13 @@ def test_a_group_in_two_shards_is_one_set_problem_counting_every_such_group():
         "found 1 (group 's2' is in a and b)"
     ]
     assert rules.groups_in_one_shard(_set(_manifest(), 4)) == rules.Findings([], 0)
+
+
+def test_a_fingerprint_that_is_not_its_folders_name_is_a_problem():
+    """A hand edit of the manifest's fingerprint (the version's name) is found."""
+    renamed = dataclasses.replace(_manifest(), fingerprint="0000000000000000")
+    assert [str(p) for p in rules.named_like_its_folder(_set(renamed, 4)).problems] == [
+        "manifest.json: expected the fingerprint v1 (its version folder's name), found "
+        "'0000000000000000'"
+    ]
+    assert rules.named_like_its_folder(_set(_manifest(), 4)).problems == []

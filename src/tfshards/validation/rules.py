@@ -260,6 +260,15 @@ def inputs_add_up(shards: ShardSet) -> Findings:
     return _each([Problem(_manifest_name(shards), what)])
 
 
+def named_like_its_folder(shards: ShardSet) -> Findings:
+    """The manifest's fingerprint is its version folder's name (a hand edit changes one)."""
+    folder = posixpath.basename(shards.root.rstrip("/"))
+    if shards.manifest.fingerprint == folder:
+        return _each([])
+    what = f"expected the fingerprint {folder} (its version folder's name), found "
+    return _each([Problem(_manifest_name(shards), what + repr(shards.manifest.fingerprint))])
+
+
 def no_unlisted_files(shards: ShardSet) -> Findings:
     """Nothing in the version directory that the manifest does not account for."""
     return _each(unlisted_files(shards.fs, shards.root, shards.manifest))
@@ -362,6 +371,7 @@ def records_keep_their_split_side(shards: ShardSet) -> Findings:
 
 SET_RULES: tuple[SetRule, ...] = (
     total_records_match,
+    named_like_its_folder,
     inputs_add_up,
     no_unlisted_files,
     metadata_files_match,
