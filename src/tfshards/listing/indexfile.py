@@ -210,13 +210,7 @@ def _index_path(url: str, line: int, value: Any) -> str:
             path=url,
             line=line,
         )
-    try:
-        rel.encode("utf-8")
-    except UnicodeEncodeError:  # a lone surrogate from a JSON "\udcxx" escape
-        raise InputError(
-            f"{url}:{line}: expected a UTF-8 path, found {rel!r}", path=url, line=line
-        ) from None
-    return rel
+    return _utf8(url, line, "path", rel)
 
 
 def _index_label(url: str, line: int, label: Any) -> str:
@@ -226,13 +220,18 @@ def _index_label(url: str, line: int, label: Any) -> str:
         raise InputError(
             f"{url}:{line}: expected a non-empty 'label', found {label!r}", path=url, line=line
         )
+    return _utf8(url, line, "label", label)
+
+
+def _utf8(url: str, line: int, what: str, text: str) -> str:
+    """``text``, unless it holds a lone surrogate (a JSON ``"\\udcxx"`` escape) UTF-8 cannot."""
     try:
-        label.encode("utf-8")
-    except UnicodeEncodeError:  # a lone surrogate from a JSON "\udcxx" escape
+        text.encode("utf-8")
+    except UnicodeEncodeError:
         raise InputError(
-            f"{url}:{line}: expected a UTF-8 label, found {label!r}", path=url, line=line
+            f"{url}:{line}: expected a UTF-8 {what}, found {text!r}", path=url, line=line
         ) from None
-    return label
+    return text
 
 
 def _stat_files(
