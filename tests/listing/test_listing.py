@@ -319,6 +319,16 @@ def test_index_on_memory_storage(memory_tree: Make) -> None:
             r"i\.csv:2: expected a non-empty 'label', found None",
         ),
         ("i.csv", "path,label\n/etc/passwd,a\n", r"i\.csv:2: expected a path relative to the root"),
+        (
+            "i.csv",
+            "path,label\ncat/001.jpg,a\ncat/002.jpg,a,extra\n",
+            r"i\.csv:3: expected 2 cells \(the header's\), found 3",
+        ),
+        (
+            "i.csv",
+            "path,label,n,n\ncat/001.jpg,a,1,2\n",
+            r"i\.csv:1: expected each column named once in the header, found \['n'\] twice",
+        ),
         ("i.csv", "path,label\ncat/../dog/001.png,a\n", r"i\.csv:2: .* without '\.', '\.\.'"),
         (
             "i.csv",

@@ -145,7 +145,22 @@ def _csv_rows(
                 path=url,
                 line=1,
             )
+        twice = sorted({name for name in header if header.count(name) > 1})
+        if twice:
+            raise InputError(
+                f"{url}:1: expected each column named once in the header, found {twice} twice",
+                path=url,
+                line=1,
+            )
         for row in reader:
+            if None in row:  # cells past the header's (DictReader's rest key)
+                n, extra = reader.line_num, len(row[None])
+                raise InputError(
+                    f"{url}:{n}: expected {len(header)} cells (the header's), found "
+                    f"{len(header) + extra}",
+                    path=url,
+                    line=n,
+                )
             yield reader.line_num, row["path"], row["label"], [row[n] for n in names]
     except csv.Error as exc:
         n = reader.line_num
