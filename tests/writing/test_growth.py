@@ -206,6 +206,23 @@ def test_numeric_folders_map_to_their_number(tmp_path):
     }
 
 
+def test_the_diff_hint_names_the_old_version_where_it_is(raw, tmp_path):
+    """Grown from a version under another --out: the hint's old path is that version's."""
+    first = _grow(raw, tmp_path, num_shards=8).manifest
+    _add(raw, 3)
+    listing = tmp_path / "listing"
+    write_listing(list_files(str(raw)), str(listing))
+    args = ["write", str(listing), "--out", str(tmp_path / "elsewhere"), "--manifest",
+            str(tmp_path / "m2.json"), "--previous", str(tmp_path / "manifest.json"),
+            "--no-progress", "--executor", "serial"]  # fmt: skip
+    done = CliRunner().invoke(app, args)
+    assert done.exit_code == 0, done.output
+    hint = re.search(r"`(tfshards diff [^`]+)` lists them", done.output)
+    assert hint and hint[1].split()[2] == first.directory, done.output
+    listed = CliRunner().invoke(app, hint[1].split()[1:])
+    assert listed.exit_code == 0 and "added" in listed.output, listed.output
+
+
 def test_an_id_change_needs_relabel_and_says_so_in_one_line(raw, tmp_path):
     first = _grow(raw, tmp_path, num_shards=16).manifest
     swapped = (first.labels[1], first.labels[0], *first.labels[2:])

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import posixpath
 import tempfile
 from typing import Any
 
@@ -98,7 +99,7 @@ def _say_lineage(result: Any, config: WriteConfig, old_versions: str) -> None:
             f"grew from version {m.base}: {c.get('added', 0)} {records} added, "
             f"{c.get('removed', 0)} removed, {c.get('changed', 0)} changed, "
             f"{c.get('relabeled', 0)} relabeled, {c.get('labels_added', 0)} labels added "
-            f"({_diff_hint(config.out, m.base, m.fingerprint, old_versions)})"
+            f"({_diff_hint(config.out, result.base_directory, m.fingerprint, old_versions)})"
         )
     elif result.damaged and f"version {m.fingerprint} " in result.damaged:
         typer.echo(f"{result.damaged}: wrote it again")  # planned anew, the same version
@@ -125,17 +126,21 @@ def _warn_unlocked(config: WriteConfig) -> None:
         typer.echo(f"warning: {line}", err=True)
 
 
-def _diff_hint(out: str, old: str, new: str, old_versions: str) -> str:
-    """The command that lists a grown version's changes: the old version is in ``out``
-    unless this write removes it, then in DVC's cache (the version committed last)."""
+def _diff_hint(out: str, base: str, new: str, old_versions: str) -> str:
+    """The command that lists a grown version's changes: the old version is where it
+    is (``base``, its folder), unless this write removes it from ``out``, then in DVC's
+    cache (the version committed last)."""
     out = out.rstrip("/")
+    old = posixpath.basename(base.rstrip("/"))
     if old_versions == "remove":
         got = os.path.join(tempfile.gettempdir(), f"tfshards-{old}")  # outside the repository
         return (
             f"the old version is removed from {out} next; `dvc get . {out} --rev HEAD -o "
             f"{got}`, then `tfshards diff {got}/{old} {out}/{new}` lists them"
         )
-    return f"`tfshards diff {out}/{old} {out}/{new}` lists them"
+    there = posixpath.dirname(base.rstrip("/"))
+    same = there == out or ("://" not in out and os.path.abspath(there) == os.path.abspath(out))
+    return f"`tfshards diff {f'{out}/{old}' if same else base.rstrip('/')} {out}/{new}` lists them"
 
 
 def _remove_old_versions(config: WriteConfig, manifest: str) -> None:

@@ -63,6 +63,7 @@ class WriteResult:
     rotated: int = 0  # files written here with an EXIF orientation of 2..8 (exif warn, apply)
     resumed: int = 0  # of ``reused``: shards an interrupted write of this version finished
     damaged: str = ""
+    base_directory: str = ""  # where the version this one grew from is ("": none)
 
 
 def write(config: WriteConfig, listing: FileListing | str, *, progress: bool = True) -> WriteResult:
@@ -133,7 +134,14 @@ def write(config: WriteConfig, listing: FileListing | str, *, progress: bool = T
     rotated = sum(r.rotated for r in done)
     seconds = time.monotonic() - start
     return WriteResult(
-        manifest, reused, seconds, fresh=fresh, rotated=rotated, resumed=resumed, damaged=damaged
+        manifest,
+        reused,
+        seconds,
+        fresh=fresh,
+        rotated=rotated,
+        resumed=resumed,
+        damaged=damaged,
+        base_directory=planned.base.directory if planned.base is not None else "",
     )
 
 
