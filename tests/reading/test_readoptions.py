@@ -12,7 +12,42 @@ from tfshards.reading.options import DecodeOptions, ReadOptions
 @pytest.mark.parametrize(
     ("build", "message"),
     [
-        (lambda: ReadOptions(batch_size=0, training=False), "batch_size must be >= 1, got 0"),
+        (
+            lambda: ReadOptions(batch_size=0, training=False),
+            "batch_size must be an integer >= 1, got 0",
+        ),
+        (
+            lambda: ReadOptions(batch_size=8.0, training=False),  # type: ignore[arg-type]
+            "batch_size must be an integer >= 1, got 8.0",
+        ),
+        (
+            lambda: ReadOptions(batch_size="8", training=False),  # type: ignore[arg-type]
+            "batch_size must be an integer >= 1, got '8'",
+        ),
+        (
+            lambda: ReadOptions(batch_size=8, training=True, seed=None),  # type: ignore[arg-type]
+            "seed must be an integer, got None",
+        ),
+        (
+            lambda: ReadOptions(batch_size=8, training=True, shuffle_buffer=-1),
+            "shuffle_buffer must be an integer >= 0, got -1",
+        ),
+        (
+            lambda: ReadOptions(batch_size=8, training=True, cycle_length=0),
+            "cycle_length must be an integer >= 1, got 0",
+        ),
+        (
+            lambda: ReadOptions(batch_size=8, training=True, worker=(0.5, 2)),  # type: ignore[arg-type]
+            r"worker must be \(index, count\) integers, got \(0.5, 2\)",
+        ),
+        (
+            lambda: DecodeOptions(image_size=16),  # type: ignore[arg-type]
+            r"image_size must be \(height, width\) integers >= 1, got 16",
+        ),
+        (
+            lambda: DecodeOptions(features="path"),
+            "features must be a list of names, got 'path'",
+        ),
         (lambda: DecodeOptions(channels=2), "channels must be 1, 3 or 4, got 2"),
         (
             lambda: DecodeOptions(image_dtype="float16"),
@@ -20,11 +55,11 @@ from tfshards.reading.options import DecodeOptions, ReadOptions
         ),
         (
             lambda: DecodeOptions(image_size=(0, 5)),
-            r"image_size must be \(height, width\) >= 1, got \(0, 5\)",
+            r"image_size must be \(height, width\) integers >= 1, got \(0, 5\)",
         ),
         (
             lambda: DecodeOptions(image_size=(5,)),  # type: ignore[arg-type]
-            r"image_size must be \(height, width\) >= 1, got \(5,\)",
+            r"image_size must be \(height, width\) integers >= 1, got \(5,\)",
         ),
         (
             lambda: ReadOptions(batch_size=1, training=True, order="fifo"),
@@ -69,3 +104,10 @@ def test_a_start_tuple_becomes_a_position():
     read = ReadOptions(batch_size=4, training=True, start=(2, 30))
     assert read.position == Position(2, 30)
     assert ReadOptions(batch_size=4, training=True).position == Position(0, 0)
+
+
+def test_numpy_integers_are_integers():
+    import numpy as np
+
+    read = ReadOptions(batch_size=np.int64(8), training=True, seed=np.int32(3), worker=(0, 1))
+    assert read.batch_size == 8 and read.seed == 3

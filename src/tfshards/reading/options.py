@@ -9,6 +9,7 @@ returned). Each checks itself when built, with the one-line
 
 from __future__ import annotations
 
+import numbers
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -85,8 +86,17 @@ class ReadOptions:
     worker: tuple[int, int] = (0, 1)
 
     def __post_init__(self) -> None:
-        if self.batch_size < 1:
-            raise ConfigError(f"batch_size must be >= 1, got {self.batch_size}")
+        _whole("batch_size", self.batch_size, 1)
+        _whole("seed", self.seed, None)
+        for name in ("shuffle_buffer", "cycle_length", "parallel_reads"):
+            if getattr(self, name) is not None:
+                _whole(name, getattr(self, name), 0 if name == "shuffle_buffer" else 1)
+        if (
+            not isinstance(self.worker, (tuple, list))
+            or len(self.worker) != 2
+            or not all(_is_int(v) for v in self.worker)
+        ):
+            raise ConfigError(f"worker must be (index, count) integers, got {self.worker!r}")
         if self.order not in ORDERS:
             raise ConfigError(f"order must be one of {ORDERS}, got {self.order!r}")
         index, count = self.worker
@@ -166,9 +176,27 @@ class DecodeOptions:
         if self.image_dtype not in DTYPES:
             raise ConfigError(f"image_dtype must be 'float32' or 'uint8', got {self.image_dtype!r}")
         size = self.image_size
-        if size is not None and (len(size) != 2 or min(size) < 1):
-            raise ConfigError(f"image_size must be (height, width) >= 1, got {size}")
+        if size is not None and (
+            not isinstance(size, (tuple, list))
+            or len(size) != 2
+            or not all(_is_int(v) and v >= 1 for v in size)
+        ):
+            raise ConfigError(f"image_size must be (height, width) integers >= 1, got {size!r}")
+        if isinstance(self.features, str):  # a name, not names: it would read its letters
+            raise ConfigError(f"features must be a list of names, got {self.features!r}")
         if size is not None:
             object.__setattr__(self, "image_size", tuple(size))
         if self.features is not None:
             object.__setattr__(self, "features", tuple(self.features))
+
+
+def _is_int(value: Any) -> bool:
+    """An integer (numpy's too), never a bool."""
+    return isinstance(value, numbers.Integral) and not isinstance(value, bool)
+
+
+def _whole(name: str, value: Any, least: int | None) -> None:
+    """Refuse ``value`` unless it is an integer (``>= least`` when given): one line."""
+    if not _is_int(value) or (least is not None and value < least):
+        at_least = f" >= {least}" if least is not None else ""
+        raise ConfigError(f"{name} must be an integer{at_least}, got {value!r}")
