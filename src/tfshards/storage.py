@@ -235,8 +235,6 @@ def not_a_file(mode: int, path: str | None = None) -> NotAFileError:
         (stat.S_ISDIR, "a folder"),
     )
     found = next((kind for test, kind in kinds if test(mode)), f"file type {stat.S_IFMT(mode):#o}")
-    if path is None:
-        return NotAFileError(errno.EINVAL, f"expected a regular file, found {found}")
     return NotAFileError(errno.EINVAL, f"expected a regular file, found {found}", path)
 
 

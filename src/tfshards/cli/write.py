@@ -101,8 +101,8 @@ def _say_lineage(result: Any, config: WriteConfig, old_versions: str) -> None:
             f"{c.get('relabeled', 0)} relabeled, {c.get('labels_added', 0)} labels added "
             f"({_diff_hint(config.out, result.base_directory, m.fingerprint, old_versions)})"
         )
-    elif result.damaged and f"version {m.fingerprint} " in result.damaged:
-        typer.echo(f"{result.damaged}: wrote it again")  # planned anew, the same version
+    elif result.damaged:  # only where the plan names that very version again
+        typer.echo(f"{result.damaged}: wrote it again")
     elif result.fresh:
         typer.echo(f"not grown from the previous version: {result.fresh}; label ids kept")
     kept = m.params.get("buckets")
@@ -155,8 +155,9 @@ def _remove_old_versions(config: WriteConfig, manifest: str) -> None:
     if gone:
         names = ", ".join(v.name for v in gone)
         typer.echo(f"old_versions remove: deleted {len(gone)} other versions ({names})")
-    for v in report.versions:  # the current version is kept as referenced by its manifest
-        if v.action == "keep" and not v.reason.startswith("referenced"):
+    current = posixpath.basename(posixpath.dirname(manifest))
+    for v in report.versions:
+        if v.action == "keep" and v.name != current:
             typer.echo(f"warning: old_versions remove: kept {v.name}: {v.reason}", err=True)
 
 

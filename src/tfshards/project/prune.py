@@ -37,6 +37,7 @@ from tfshards.shardset.manifest import Manifest, load
 DEFAULT_MIN_AGE_S = 3600.0  # a writer rewrites a shard well within an hour of its last one
 _VERSION_NAME = re.compile(r"^[0-9a-f]{16}$")
 Action = Literal["keep", "delete", "deleted"]
+INTERRUPTED_DELETE = "an interrupted delete"  # the reason prune finishes one
 
 
 @dataclass(frozen=True)
@@ -159,7 +160,7 @@ def prune(config: PruneConfig, *, now: float | None = None) -> PruneReport:
         path = storage.join(base, name)
         files = fs.find(path, detail=True)
         state = _decide(name, files, referenced.get(name), clock, config.min_age_s)
-        if state.action == "delete" and state.reason != "an interrupted delete":
+        if state.action == "delete" and state.reason != INTERRUPTED_DELETE:
             state = _own_files_only(fs, path, files, state, config.storage_options)
         if state.action == "delete" and config.delete:
             state = _delete(fs, path, state)
@@ -197,7 +198,7 @@ def _decide(
     if any(atomicfile.is_temp_name(n) for n in names):
         return state("keep", "holds a temp file: a writer may be working in it")
     if MANIFEST_NAME not in names:  # a delete was interrupted after the manifest went
-        return state("delete", "an interrupted delete")
+        return state("delete", INTERRUPTED_DELETE)
     newest = max(
         (
             lease.modified(info)

@@ -88,9 +88,9 @@ class ReadOptions:
     def __post_init__(self) -> None:
         _whole("batch_size", self.batch_size, 1)
         _whole("seed", self.seed, None)
-        for name in ("shuffle_buffer", "cycle_length", "parallel_reads"):
+        for name, least in (("shuffle_buffer", 0), ("cycle_length", 1), ("parallel_reads", 1)):
             if getattr(self, name) is not None:
-                _whole(name, getattr(self, name), 0 if name == "shuffle_buffer" else 1)
+                _whole(name, getattr(self, name), least)
         if (
             not isinstance(self.worker, (tuple, list))
             or len(self.worker) != 2
