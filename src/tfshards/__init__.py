@@ -52,6 +52,7 @@ _LAZY = {
     "FileSplit": "tfshards.reading.filesplit",
     "split_files": "tfshards.reading.filesplit",
     "from_files": "tfshards.reading.generator",
+    "file_errors": "tfshards.reading.generator",
     # sample data
     "write_digits": "tfshards.project.sample",
     "write_synthetic": "tfshards.project.sample",
@@ -68,7 +69,7 @@ if TYPE_CHECKING:  # what type checkers see; at run time __getattr__ imports on 
     from tfshards.reading.cache import ShardCache
     from tfshards.reading.corruption import find_corrupt_record, shard_errors
     from tfshards.reading.filesplit import FileSplit, split_files
-    from tfshards.reading.generator import from_files
+    from tfshards.reading.generator import file_errors, from_files
     from tfshards.reading.loader import make_dataset
     from tfshards.shardset.manifest import Manifest, ShardInfo
     from tfshards.shardset.manifest import load as load_manifest
@@ -112,6 +113,7 @@ __all__ = [
     "WriteConfig",
     "WriteResult",
     "__version__",
+    "file_errors",
     "find_corrupt_record",
     "from_files",
     "list_files",

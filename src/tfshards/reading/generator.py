@@ -44,23 +44,29 @@ that script imports TensorFlow at the top; keep ``fn`` in a light module and
 import TensorFlow under ``if __name__ == "__main__"`` to avoid it).
 
 Every element ``fn`` returns is checked against ``output_signature`` (same
-structure, same dtype kind, same shape where declared) in the worker, so a
-mismatch is an :class:`~tfshards.errors.InputError` naming the file, not a
-nameless TensorFlow error. In the Python modes the element order is the file
-order (or a seeded shuffle of it, new each epoch), whatever the parallelism.
+structure, same dtype kind, same shape where declared; integers within the
+declared type's range) in the worker, so a mismatch, or an exception ``fn``
+raises, is an :class:`~tfshards.errors.InputError` naming the file. TensorFlow
+hands it on as an ``OpError`` whose message holds the Python traceback; inside
+``with file_errors():`` it is raised as the ``InputError`` itself. In the Python
+modes the element order is the file order (or a seeded shuffle of it, new each
+epoch), whatever the parallelism.
 """
 
 from __future__ import annotations
 
+import collections
+import contextlib
 import pickle
 import random
+import threading
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from tfshards import storage
-from tfshards.errors import ConfigError
+from tfshards.errors import ConfigError, InputError
 from tfshards.listing.listing import Listing
 from tfshards.reading.pools import (
     CHUNK_ITEMS,
@@ -75,8 +81,13 @@ if TYPE_CHECKING:
 
 __all__ = [
     "MODES",
+    "file_errors",
     "from_files",
 ]
+
+_KEEP_RAISED = 64  # the errors file_errors can find again: the latest, by message
+_raised: collections.OrderedDict[str, InputError] = collections.OrderedDict()
+_lock = threading.Lock()
 
 MODES = ("auto", "serial", "thread", "process", "graph")  # the executor names, and graph
 
@@ -140,6 +151,29 @@ def from_files(
     return ds.prefetch(tf.data.AUTOTUNE)
 
 
+@contextlib.contextmanager
+def file_errors() -> Iterator[None]:
+    """Re-raise the :class:`InputError` of a file ``fn`` failed on as itself.
+
+    Wrap the iteration over a :func:`from_files` dataset (or ``model.fit``).
+    TensorFlow turns an exception raised in a generator into an ``OpError``
+    whose message is a Python traceback ending in the error's line; inside, that
+    line comes back as the ``InputError`` naming the file (its ``path``). Any
+    other error passes through unchanged.
+    """
+    import tensorflow as tf
+
+    try:
+        yield
+    except tf.errors.OpError as exc:
+        message = str(exc)
+        with _lock:
+            found = next((e for text, e in reversed(_raised.items()) if text in message), None)
+        if found is None:
+            raise
+        raise found from exc
+
+
 def _checked_mode(
     mode: str, batch_size: int | None, num_parallel_calls: int | None, listing: Listing
 ) -> str:
@@ -181,10 +215,17 @@ def _python_dataset(
         order = list(items)
         if shuffle:
             random.Random(f"{seed}/{next(epochs)}").shuffle(order)
-        for leaves_out in runner.run(order, chunk):
-            if chunk is not None and drop_remainder and len(leaves_out[0]) < chunk:
-                return
-            yield _pack(template, leaves_out)
+        try:
+            for leaves_out in runner.run(order, chunk):
+                if chunk is not None and drop_remainder and len(leaves_out[0]) < chunk:
+                    return
+                yield _pack(template, leaves_out)
+        except InputError as exc:
+            with _lock:
+                _raised[exc.message] = exc
+                while len(_raised) > _KEEP_RAISED:
+                    _raised.popitem(last=False)
+            raise
 
     signature = output_signature
     if chunk is not None:
