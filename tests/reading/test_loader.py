@@ -591,6 +591,47 @@ def test_a_bad_image_in_the_dropped_last_batch_still_stops_the_read(
     )
 
 
+def _cut_jpeg() -> bytes:
+    """A real JPEG of noise, cut after 300 bytes: its header reads, its data ends early."""
+    import io
+
+    import numpy as np
+    from PIL import Image
+
+    pixels = np.random.default_rng(0).integers(0, 256, (32, 32, 3), dtype=np.uint8)
+    out = io.BytesIO()
+    Image.fromarray(pixels).save(out, format="JPEG", quality=95)
+    return out.getvalue()[:300]
+
+
+@pytest.mark.parametrize("image_size", [None, (8, 8)], ids=["native", "scaled-decode"])
+def test_a_cut_jpeg_is_named_inside_shard_errors_on_every_decode_path(
+    shard_set, tmp_path, image_size
+):
+    """With image_size the decode goes through the JPEG shape op, whose error reads
+    "Invalid JPEG data": that is a bad record too."""
+    cut = _cut_jpeg()
+    content = _example(
+        image=("bytes", [cut]),
+        label=("int64", [1]),
+        path=("bytes", [b"a.jpg"]),
+        sha256=("bytes", [hashlib.sha256(cut).hexdigest().encode()]),
+    )
+    manifest = _copy_shards(shard_set[0], tmp_path / "copy")
+    shard = manifest.shards[6]
+    forged, offset = _replace_record(manifest, 6, 2, content)
+    with pytest.raises(RecordError) as info, corruption.shard_errors(forged):
+        ds = loader.make_dataset(
+            [forged.shards[6]], forged, batch_size=8, training=False, image_size=image_size
+        )
+        for _ in ds:
+            pass
+    assert str(info.value).startswith(
+        f"{forged.shard_url(shard)}: record 2 at byte {offset}: "
+        "feature 'image' of a.jpg does not decode as an image"
+    )
+
+
 def _two_sizes(tmp_path: Path) -> Manifest:
     """6 JPEGs of 8 px and 6 of 16 px in the same label folders, in one shard."""
     write_synthetic(str(tmp_path / "raw"), 6, 8, workers=1)

@@ -19,10 +19,14 @@ from tfshards.shardset.manifest import Manifest, ShardInfo
 _RECORD_PROBLEM = re.compile(
     r"corrupt|truncat|checksum|crc|could not parse|parse example|data loss"
     r"|is required but could not be found|negative number of bytes|utf-8|codec"
-    r"|image file format|decode|sha256 mismatch|size mismatch|record count mismatch",
+    r"|image file format|decode|invalid (?:jpeg|png|gif|bmp|webp) data"
+    r"|sha256 mismatch|size mismatch|record count mismatch",
     re.IGNORECASE,
 )
-_IMAGE_PROBLEM = re.compile(r"image file format|decode", re.IGNORECASE)  # scan with Pillow too
+# Scan with Pillow too. A scaled decode reads a JPEG's shape first: "Invalid JPEG data".
+_IMAGE_PROBLEM = re.compile(
+    r"image file format|decode|invalid (?:jpeg|png|gif|bmp|webp) data", re.IGNORECASE
+)
 # An image decoded to another shape than the dataset's (no image_size given): not a bad record.
 _OTHER_SHAPE = re.compile(r"\[([\d,]+)\] is not compatible with expected shape \[([\d,]+)\]")
 
