@@ -57,11 +57,34 @@ def test_a_position_maps_to_what_each_source_has_read(start):
     ("sizes", "weights", "match"),
     [
         ([10, 10], [1.0], "one weight per source"),
-        ([10, 10], [1.0, 0.0], "finite and > 0"),
-        ([10, 10], [1.0, float("nan")], "finite and > 0"),
+        ([10, 10], [1.0, 0.0], "finite numbers > 0"),
+        ([10, 10], [1.0, float("nan")], "finite numbers > 0"),
         ([10, 0], [1.0, 1.0], ">= 1 record"),
     ],
 )
 def test_bad_sources_are_config_errors(sizes, weights, match):
     with pytest.raises(ConfigError, match=match):
         MixPlan(sizes, weights, seed=0)
+
+
+@pytest.mark.parametrize(
+    ("weights", "epoch_size", "start", "match"),
+    [
+        ([1.0, "0.5"], None, None, "weights must be finite numbers > 0"),
+        ([1.0, True], None, None, "weights must be finite numbers > 0"),
+        ([1.0, 1.0], "10", None, "epoch_size must be an integer >= 1, got '10'"),
+        ([1.0, 1.0], 10.5, None, "epoch_size must be an integer >= 1, got 10.5"),
+        ([1.0, 1.0], 10, (0, 1.5), r"start must be \(epoch, record\)"),
+        ([1.0, 1.0], 10, (1,), r"start must be \(epoch, record\), got \(1,\)"),
+    ],
+)
+def test_values_of_the_wrong_type_are_config_errors_not_python_errors(
+    weights, epoch_size, start, match
+):
+    with pytest.raises(ConfigError, match=match):
+        MixPlan([10, 10], weights, seed=0, epoch_size=epoch_size).position(start)
+
+
+def test_huge_weights_keep_their_shares():
+    plan = MixPlan([10, 10], [1e308, 1e308], seed=0, epoch_size=10)
+    assert plan.counts.tolist() == [5, 5]

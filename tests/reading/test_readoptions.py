@@ -111,3 +111,13 @@ def test_numpy_integers_are_integers():
 
     read = ReadOptions(batch_size=np.int64(8), training=True, seed=np.int32(3), worker=(0, 1))
     assert read.batch_size == 8 and read.seed == 3
+
+
+@pytest.mark.parametrize(
+    "start",
+    [("a", 0), (0, 1.5), (1.5, 0), (True, 1), (1,), (0, 0, 0), "00", (2**62, 0), (-1, 0)],
+)
+def test_a_start_that_is_not_two_whole_counts_is_one_config_error(start):
+    with pytest.raises(ConfigError, match=r"^start must be \(epoch, record\)") as info:
+        ReadOptions(batch_size=4, training=True, start=start)
+    assert "\n" not in str(info.value)

@@ -19,6 +19,7 @@ SeedSequence, the same stream on every platform).
 
 from __future__ import annotations
 
+import numbers
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -28,6 +29,18 @@ from tfshards.errors import ConfigError
 
 UNIT_BYTES = 1 << 20  # as the gate's read chunks (tfshards.reading.gate.CHUNK_BYTES)
 _SEED_MASK = (1 << 63) - 1
+# An epoch or record number past this is no real stream's (2**53 records of one byte are
+# 9 PB); TensorFlow's int64 counters and NumPy's take it whole.
+_LARGEST_BITS = 53
+
+
+def _is_count(value: object) -> bool:
+    """An integer (numpy's too, never a bool) in ``[0, 2**_LARGEST_BITS)``."""
+    return (
+        isinstance(value, numbers.Integral)
+        and not isinstance(value, bool)
+        and 0 <= int(value) < 1 << _LARGEST_BITS
+    )
 
 
 @dataclass(frozen=True)
@@ -38,8 +51,25 @@ class Position:
     record: int = 0
 
     def __post_init__(self) -> None:
-        if self.epoch < 0 or self.record < 0:
-            raise ConfigError(f"start must be (epoch >= 0, record >= 0), got {self}")
+        fields = (self.epoch, self.record)
+        if not all(_is_count(v) for v in fields):
+            raise ConfigError(
+                f"start must be (epoch, record), two integers in [0, 2**{_LARGEST_BITS}), "
+                f"got {fields!r}"
+            )
+        object.__setattr__(self, "epoch", int(self.epoch))
+        object.__setattr__(self, "record", int(self.record))
+
+    @classmethod
+    def of(cls, start: Position | Sequence[int] | None) -> Position:
+        """``start`` as a position: a Position, an ``(epoch, record)`` pair, or None (0, 0)."""
+        if start is None:
+            return cls()
+        if isinstance(start, Position):
+            return start
+        if isinstance(start, (str, bytes)) or not isinstance(start, Sequence) or len(start) != 2:
+            raise ConfigError(f"start must be (epoch, record), got {start!r}")
+        return cls(*start)
 
     @classmethod
     def after(cls, records: int, per_epoch: int) -> Position:

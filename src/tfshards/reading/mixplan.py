@@ -14,6 +14,7 @@ its records per epoch)``. NumPy only, like :mod:`tfshards.reading.epochorder`.
 from __future__ import annotations
 
 import math
+import numbers
 from collections.abc import Sequence
 
 import numpy as np
@@ -46,16 +47,20 @@ class MixPlan:
     ) -> None:
         if len(sizes) != len(weights) or not sizes:
             raise ConfigError(f"need one weight per source, got {len(weights)} for {len(sizes)}")
-        if not all(math.isfinite(w) and w > 0 for w in weights):
-            raise ConfigError(f"weights must be finite and > 0, got {list(weights)}")
+        if not all(_is_weight(w) for w in weights):
+            raise ConfigError(f"weights must be finite numbers > 0, got {list(weights)}")
         if min(sizes) < 1:
             raise ConfigError(f"every source needs >= 1 record per epoch, got {list(sizes)}")
-        total = float(sum(weights))
-        self.weights = np.asarray([w / total for w in weights], np.float64)
+        largest = max(float(w) for w in weights)  # scaled first: 1e308 + 1e308 is inf
+        scaled = [float(w) / largest for w in weights]
+        total = sum(scaled)
+        self.weights = np.asarray([w / total for w in scaled], np.float64)
         self.sizes = np.asarray(sizes, np.int64)
         self.seed = int(seed) & _SEED_MASK
         if epoch_size is None:
             epoch_size = self._no_repeat_size()
+        if not _is_whole(epoch_size):
+            raise ConfigError(f"epoch_size must be an integer >= 1, got {epoch_size!r}")
         if epoch_size < 1:
             raise ConfigError(f"epoch_size must be >= 1, got {epoch_size}")
         self.epoch_size = int(epoch_size)
@@ -83,7 +88,7 @@ class MixPlan:
 
     def position(self, start: Position | tuple[int, int] | None) -> Position:
         """``start`` as a position of the mixed stream (a record past the epoch carried over)."""
-        start = start if isinstance(start, Position) else Position(*(start or (0, 0)))
+        start = Position.of(start)
         return Position.after(start.epoch * self.epoch_size + start.record, self.epoch_size)
 
     def consumed(self, start: Position) -> list[int]:
@@ -106,6 +111,21 @@ class MixPlan:
         if size < 1:
             raise ConfigError("no mixed epoch fits the sources; pass epoch_size")
         return size
+
+
+def _is_whole(value: object) -> bool:
+    """An integer (numpy's too), never a bool."""
+    return isinstance(value, numbers.Integral) and not isinstance(value, bool)
+
+
+def _is_weight(value: object) -> bool:
+    """A finite real number > 0 (numpy's too; never a bool or a string)."""
+    return (
+        isinstance(value, numbers.Real)
+        and not isinstance(value, bool)
+        and math.isfinite(float(value))
+        and float(value) > 0
+    )
 
 
 def largest_remainder(weights: np.ndarray, total: int) -> np.ndarray:

@@ -106,8 +106,8 @@ class ReadOptions:
             )
         object.__setattr__(self, "worker", (int(index), int(count)))
         start = self.start
-        if start is not None and not isinstance(start, Position):
-            object.__setattr__(self, "start", Position(*start))
+        if start is not None:
+            object.__setattr__(self, "start", Position.of(start))
         seekable = self.training and self.order == "epoch"
         if (start is not None or count > 1) and not seekable:
             raise ConfigError("start and worker need training=True with order='epoch'")
