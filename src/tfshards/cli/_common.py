@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import errno
 import functools
+import gc
 import inspect
 import os
 import sys
@@ -143,16 +144,31 @@ def run_app(app: typer.Typer, args: Sequence[str] | None = None) -> NoReturn:
     except typer.exceptions.TyperException as exc:
         if type(exc).__name__ == "NoArgsIsHelpError":  # a bare group: its help, as --help
             typer.echo(exc.ctx.get_help())  # type: ignore[attr-defined]
-            sys.exit(0)
+            _exit(0)
         ctx = getattr(exc, "ctx", None)
         hint = f" (see `{ctx.command_path} --help`)" if ctx is not None else ""
         typer.echo(f"error: {' '.join(exc.format_message().split())}{hint}", err=True)
-        sys.exit(exc.exit_code)
+        _exit(exc.exit_code)
     except (typer.Abort, KeyboardInterrupt):
         code = INTERRUPTED
     if code == INTERRUPTED:  # typer turns Ctrl-C into this exit code, silently
         typer.echo(f"error: interrupted{_RESUMES.get(_command(args), '')}", err=True)
-    sys.exit(code if isinstance(code, int) else 0)
+    _exit(code if isinstance(code, int) else 0)
+
+
+def _exit(code: int) -> NoReturn:
+    """Exit with ``code``, without the collector walking every object again as the
+    interpreter tears the modules down.
+
+    The garbage there is now is collected (its finalizers run, files close); what
+    lives on is frozen, so the collections the teardown sets off skip it. After
+    ``import tensorflow, keras``, exiting took ~0.8 s of CPU more than this (3.0-3.2 s
+    against 2.3-2.5 s for the whole process, two runs each on 2 cores): every command
+    that trains paid it.
+    """
+    gc.collect()
+    gc.freeze()
+    sys.exit(code)
 
 
 _PYTHON_FORMAT = warnings.formatwarning
