@@ -654,6 +654,16 @@ def test_images_of_two_sizes_without_image_size_are_refused_from_the_statistics(
     assert [images.shape for images, _ in resized] == [(12, 8, 8, 3)]
 
 
+def test_four_channels_of_a_jpeg_set_are_refused_when_the_dataset_is_built(shard_set):
+    manifest = shard_set[0]
+    with pytest.raises(ConfigError) as info:
+        loader.make_dataset(manifest.shards, manifest, batch_size=8, training=False, channels=4)
+    assert str(info.value) == (
+        f"{manifest.directory}: channels=4 asked, but {manifest.records} of its images are "
+        "JPEGs (by its image statistics), which decode to 1 or 3 channels: pass channels 1 or 3"
+    )
+
+
 @pytest.mark.parametrize("per_record", [None, True])
 def test_images_of_two_sizes_without_statistics_are_one_line_saying_both(tmp_path, per_record):
     manifest = _two_sizes(tmp_path)

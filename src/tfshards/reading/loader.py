@@ -65,7 +65,7 @@ from tfshards.reading.decode import (
     several_sizes,
     stored_stats,
 )
-from tfshards.reading.decodeplan import DecodePlan, plan
+from tfshards.reading.decodeplan import JPEG, DecodePlan, plan
 from tfshards.reading.epochorder import Position
 from tfshards.reading.gate import Gate
 from tfshards.reading.options import DecodeOptions, ReadOptions
@@ -73,6 +73,8 @@ from tfshards.shardset.manifest import Manifest, ShardInfo
 
 if TYPE_CHECKING:
     import tensorflow as tf
+
+    from tfshards.shardset import imagestats
 
 __all__ = [
     "AUTOTUNE",
@@ -204,6 +206,7 @@ def from_options(
                 "statistics) are kept at their own size without image_size: pass image_size "
                 "(and channels) to resize every image to one shape"
             )
+        _check_channels(manifest, decoding, stats)
         channels = common_channels(stats)
         shape, source = image_shape(shards, paths, gate, manifest, decoding, channels)
         formats = None if stats is None else stats.formats
@@ -311,6 +314,19 @@ def _shuffled_records(
 
 def _seekable(read: ReadOptions) -> bool:
     return read.training and read.order == "epoch"
+
+
+def _check_channels(
+    manifest: Manifest, decoding: DecodeOptions, stats: imagestats.ImageStats | None
+) -> None:
+    """Refuse ``channels=4`` for a set holding JPEGs (they decode to 1 or 3), by its image
+    statistics, before a batch fails in TensorFlow."""
+    jpegs = stats.formats.get(JPEG, 0) if stats is not None else 0
+    if decoding.channels == 4 and jpegs:
+        raise ConfigError(
+            f"{manifest.directory}: channels=4 asked, but {jpegs} of its images are JPEGs "
+            "(by its image statistics), which decode to 1 or 3 channels: pass channels 1 or 3"
+        )
 
 
 def _check_stream(shards: Sequence[ShardInfo], read: ReadOptions) -> None:
