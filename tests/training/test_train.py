@@ -389,9 +389,11 @@ images = [open(path, "rb").read() for path in sys.argv[2:]]
 png = tf.io.decode_png(images[0])
 images.append(tf.io.encode_jpeg(png, quality=100).numpy())  # the same image as a JPEG
 out = served(images=tf.constant(images))
+empty = served(images=tf.constant([], tf.string))  # a request with no image
 print(json.dumps({
     "labels": [v.decode() for v in out["label"].numpy()],
     "probabilities": out["probabilities"].numpy().tolist(),
+    "empty": {k: list(v.shape) for k, v in empty.items()},
     "tfshards": "tfshards" in sys.modules,
 }))
 """
@@ -417,6 +419,7 @@ def test_export_predicts_from_raw_png_and_jpeg_bytes_with_plain_tensorflow(
     served = json.loads(done.stdout.strip().splitlines()[-1])
     assert served["tfshards"] is False
     labels = json.loads(Path(digits).read_text())["labels"]
+    assert served["empty"] == {"class_id": [0], "label": [0], "probabilities": [0, len(labels)]}
     assert len(served["labels"]) == 4 and set(served["labels"]) <= set(labels)
     model = keras.models.load_model(out / "models/model.keras")
     images = [tf.image.resize(tf.io.decode_png(p.read_bytes(), 1), (8, 8)) / 255 for p in pngs]

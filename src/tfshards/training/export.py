@@ -63,9 +63,18 @@ def export_serving(
     shape = (image_size, image_size, channels)
     names = tf.constant(list(labels))
 
-    def serve(images: Any) -> dict[str, Any]:
+    def predict(images: Any) -> Any:
         decoded = decode_images(images, shape, resize=True, dtype=image_dtype, scaled=scaled_decode)
-        probs = tf.cast(model(decoded, training=False), tf.float32)
+        return tf.cast(model(decoded, training=False), tf.float32)
+
+    def serve(images: Any) -> dict[str, Any]:
+        # A request of no image answers empty rows: the model itself fails on an empty batch
+        # (oneDNN's second convolution: "input depth must be evenly divisible by filter depth").
+        probs = tf.cond(
+            tf.size(images) > 0,
+            lambda: predict(images),
+            lambda: tf.zeros((0, len(labels)), tf.float32),
+        )
         ids = tf.argmax(probs, axis=-1, output_type=tf.int32)
         return {"probabilities": probs, "class_id": ids, "label": tf.gather(names, ids)}
 
