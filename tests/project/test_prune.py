@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import errno
 import os
+import signal
 import subprocess
+import sys
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -294,3 +298,86 @@ def test_a_delete_killed_after_the_manifest_went_is_finished_by_the_next_prune(v
     assert listed["00000000deadbeef"].action == "keep"  # no marker: a write, not a delete
     prune(PruneConfig(manifest=str(tmp_path / "m.json"), delete=True))
     assert not gone.exists() and (out / "00000000deadbeef").is_dir()
+
+
+# A prune that stops after it renamed a version away, until the test says go: the moment a
+# kill or a second prune meets it.
+BLOCKED_AFTER_RENAME = """
+import os, sys, time
+from tfshards.project import prune as p
+
+real = p.lease.live_holders
+
+
+def held(files, **kw):
+    if any(".deleting/" in str(f) for f in files):
+        open(os.path.join(sys.argv[2], "renamed"), "w").close()
+        while not os.path.exists(os.path.join(sys.argv[2], "go")):
+            time.sleep(0.01)
+    return real(files, **kw)
+
+
+p.lease.live_holders = held
+print(p.prune(p.PruneConfig(manifest=sys.argv[1], delete=True, min_age_s=0)).summary())
+"""
+
+
+def _blocked_prune(tmp_path: Path) -> subprocess.Popen[str]:
+    flags = tmp_path / "flags"
+    flags.mkdir()
+    proc = subprocess.Popen(
+        [sys.executable, "-c", BLOCKED_AFTER_RENAME, str(tmp_path / "m.json"), str(flags)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    deadline = time.monotonic() + 120
+    while not (flags / "renamed").exists():
+        assert proc.poll() is None, proc.communicate()
+        assert time.monotonic() < deadline
+        time.sleep(0.01)
+    return proc
+
+
+def test_a_prune_killed_mid_delete_leaves_no_half_version_and_the_next_finishes_it(
+    versions, tmp_path
+):
+    """The version's folder goes under a hidden name in one step: a kill never leaves a
+    half-deleted folder under the version's own name (one that looks like a write)."""
+    out, first = tmp_path / "shards", versions["seed1"]
+    proc = _blocked_prune(tmp_path)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    assert not (out / first).exists() and (out / f".{first}.deleting").is_dir()
+    listed = {v.name: v for v in prune(PruneConfig(manifest=str(tmp_path / "m.json"))).versions}
+    assert (listed[first].action, listed[first].reason) == ("delete", "an interrupted delete")
+    prune(PruneConfig(manifest=str(tmp_path / "m.json"), delete=True))
+    left = sorted(p.name for p in out.iterdir())
+    assert left == sorted(["00000000deadbeef", "notes", versions["seed4"]])
+
+
+def test_two_prunes_at_once_both_succeed(versions, tmp_path):
+    out = tmp_path / "shards"
+    proc = _blocked_prune(tmp_path)
+    try:  # the second prune finishes what the first renamed away, and deletes the rest
+        report = prune(PruneConfig(manifest=str(tmp_path / "m.json"), delete=True))
+    finally:
+        (tmp_path / "flags" / "go").touch()
+    stdout, stderr = proc.communicate(timeout=120)
+    assert proc.returncode == 0, stderr
+    assert "deleted 3" in stdout, stdout
+    assert sum(v.action == "deleted" for v in report.versions) == 3
+    left = sorted(p.name for p in out.iterdir())
+    assert left == sorted(["00000000deadbeef", "notes", versions["seed4"]])
+
+
+def test_a_local_prune_on_a_full_disk_still_frees_space(versions, tmp_path, monkeypatch):
+    """Deleting writes nothing on a local disk (a marker file failed there with ENOSPC)."""
+    from tfshards import atomicfile
+
+    def full(*args: Any, **kwargs: Any) -> None:
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(atomicfile, "write_atomic", full)
+    report = prune(PruneConfig(manifest=str(tmp_path / "m.json"), delete=True))
+    assert sum(v.action == "deleted" for v in report.versions) == 3

@@ -20,7 +20,7 @@ from typer.testing import CliRunner
 
 from tfshards import atomicfile, storage
 from tfshards.cli import app
-from tfshards.errors import ConfigError, InputError, TransformError
+from tfshards.errors import ConfigError, InputError, ShardError, TransformError
 from tfshards.format import tfrecord
 from tfshards.format.exampleparser import decode
 from tfshards.listing.listing import Listing, list_files, write_listing
@@ -155,6 +155,28 @@ def test_second_run_reuses_every_shard(listing, tmp_path):
     second = write(config, listing, progress=False)
     assert (first.reused, second.reused) == (0, 4)
     assert first.manifest.to_json() == second.manifest.to_json()
+
+
+@pytest.mark.parametrize("gone", ["data-00001-of-00004.tfrecord", "index", "records"])
+def test_a_file_deleted_while_the_write_ran_publishes_no_manifest(
+    listing, tmp_path, monkeypatch, gone
+):
+    """Another process (a prune of another host, a user) deleting a shard or one of its
+    companions before the manifest goes out: one line naming it, no manifest."""
+    real = writer._write_metadata
+
+    def delete_then_write(fs, version_path, manifest):  # type: ignore[no-untyped-def]
+        shard = manifest.shards[1].name
+        name = {"index": f"index/{shard}.idx", "records": f"records/{shard}.jsonl"}.get(gone, gone)
+        os.unlink(os.path.join(version_path, name))
+        return real(fs, version_path, manifest)
+
+    monkeypatch.setattr(writer, "_write_metadata", delete_then_write)
+    config = WriteConfig(out=str(tmp_path / "out"), num_shards=4, executor="serial")
+    with pytest.raises(ShardError, match="something deleted it while this write ran") as info:
+        write(config, listing, progress=False)
+    assert "\n" not in str(info.value) and "data-00001-of-00004.tfrecord" in str(info.value)
+    assert not list((tmp_path / "out").rglob(MANIFEST_NAME))
 
 
 def test_each_folder_of_a_version_is_synced_once_after_its_files_and_before_the_manifest(

@@ -8,11 +8,20 @@ Of the others, only finished ones are candidates: a version without
 ``manifest.json``, with a writer's temp file or live lease
 (:mod:`tfshards.shardset.lease`: a writer re-writing a finished version holds
 one while it reuses the old shards), or with a file modified within
-``min_age`` seconds may be being written, and is never touched. Deleting starts
-with the manifest, then looks for a lease again before removing the rest, so a
-writer that starts in between keeps its shards (and writes the manifest anew). Only folders
+``min_age`` seconds may be being written, and is never touched. Only folders
 named like a fingerprint (16 hex digits) are considered; anything else under
 the location is left alone.
+
+On a local disk a version is deleted by renaming its folder to a hidden
+``.<name>.deleting`` beside it (one atomic step that needs no free space),
+then removing that: a prune killed half-way leaves the hidden folder, which
+the next prune removes, and never a half-deleted version under its own name. On
+an object store (no atomic rename of a folder) a marker file goes in first,
+then the manifest goes, then every other file, the marker last; a version
+found with the marker and no manifest is finished by the next prune. Either
+way a lease is looked for again after the first step: a writer that started in
+between keeps its folder, or, where it was already gone, fails its own final
+check instead of publishing a manifest.
 """
 
 from __future__ import annotations
@@ -36,6 +45,7 @@ from tfshards.shardset.manifest import Manifest, load
 
 DEFAULT_MIN_AGE_S = 3600.0  # a writer rewrites a shard well within an hour of its last one
 _VERSION_NAME = re.compile(r"^[0-9a-f]{16}$")
+_TRASH = re.compile(r"^\.([0-9a-f]{16})\.deleting$")  # a local version being deleted
 Action = Literal["keep", "delete", "deleted"]
 INTERRUPTED_DELETE = "an interrupted delete"  # the reason prune finishes one
 
@@ -155,17 +165,53 @@ def prune(config: PruneConfig, *, now: float | None = None) -> PruneReport:
             f"{config.manifest}) in this shard location, found {len(names)} other versions"
         )
     clock = time.time() if now is None else now
-    states = []
+    states = [_trash(fs, base, info, config.delete) for info in listed if _is_trash(info)]
     for name in names:
         path = storage.join(base, name)
-        files = fs.find(path, detail=True)
+        files = _files(fs, path)
+        if not files and not fs.exists(path):  # another prune deleted it meanwhile
+            states.append(VersionState(name, "deleted", "deleted by another prune", 0, 0))
+            continue
         state = _decide(name, files, referenced.get(name), clock, config.min_age_s)
         if state.action == "delete" and state.reason != INTERRUPTED_DELETE:
             state = _own_files_only(fs, path, files, state, config.storage_options)
         if state.action == "delete" and config.delete:
-            state = _delete(fs, path, state)
+            state = _delete(fs, base, name, state)
         states.append(state)
-    return PruneReport(out, tuple(states))
+    return PruneReport(out, tuple(sorted(states, key=lambda v: v.name)))
+
+
+def _files(fs: Any, path: str) -> dict[str, Any]:
+    """Every file under ``path`` with its details; {} when it is gone."""
+    try:
+        return dict(fs.find(path, detail=True))
+    except FileNotFoundError:
+        return {}
+
+
+def _is_trash(info: Mapping[str, Any]) -> bool:
+    name = posixpath.basename(str(info["name"]).rstrip("/"))
+    return info.get("type") == "directory" and _TRASH.match(name) is not None
+
+
+def _trash(fs: Any, base: str, info: Mapping[str, Any], delete: bool) -> VersionState:
+    """A hidden ``.<name>.deleting`` folder a killed prune left: removed (on ``delete``)."""
+    path = str(info["name"]).rstrip("/")
+    match = _TRASH.match(posixpath.basename(path))
+    assert match is not None
+    files = _files(fs, path)
+    state = VersionState(
+        match[1],
+        "delete",
+        INTERRUPTED_DELETE,
+        len(files),
+        sum(int(f.get("size") or 0) for f in files.values()),
+    )
+    if not delete:
+        return state
+    with contextlib.suppress(FileNotFoundError):  # another prune finished it
+        fs.rm(path, recursive=True)
+    return dataclasses.replace(state, action="deleted")
 
 
 def _decide(
@@ -243,22 +289,46 @@ def _own_files_only(
     )
 
 
-def _delete(fs: Any, path: str, state: VersionState) -> VersionState:
-    """The manifest first (a half-deleted version never looks finished), then the rest.
-
-    A writer that took a lease between the decision and here keeps the shards:
-    it re-writes the manifest it needs, and a later prune deletes the version
-    if it is still unreferenced then.
-    """
-    atomicfile.write_atomic(fs, storage.join(path, layout.DELETING), [b"prune\n"], sync_dir=False)
+def _delete(fs: Any, base: str, name: str, state: VersionState) -> VersionState:
+    """Delete the version ``name`` under ``base``; a writer's lease found after the first
+    step keeps it (see the module's docstring)."""
+    path = storage.join(base, name)
+    if storage.is_local(fs):
+        return _delete_local(fs, path, storage.join(base, f".{name}.deleting"), state)
+    marker = storage.join(path, layout.DELETING)
+    atomicfile.write_atomic(fs, marker, [b"prune\n"], sync_dir=False)
     with contextlib.suppress(FileNotFoundError):  # gone already: an interrupted delete
         fs.rm(storage.join(path, MANIFEST_NAME))
-    holders = lease.live_holders(fs.find(path, detail=True))
+    files = _files(fs, path)
+    holders = lease.live_holders(files)
     if holders:
         return dataclasses.replace(
             state, action="keep", reason=f"a writer ({holders[0]}) took a lease on it"
         )
-    fs.rm(path, recursive=True)
+    rest = [f for f in files if posixpath.basename(str(f)) != layout.DELETING]
+    with contextlib.suppress(FileNotFoundError):  # another prune deletes them too
+        fs.rm(rest)
+    with contextlib.suppress(FileNotFoundError):
+        fs.rm(marker)
+    return dataclasses.replace(state, action="deleted")
+
+
+def _delete_local(fs: Any, path: str, trash: str, state: VersionState) -> VersionState:
+    try:
+        os.rename(path, trash)  # the version is gone under its name, at once
+    except FileNotFoundError:
+        return dataclasses.replace(state, action="deleted", reason="deleted by another prune")
+    except OSError as exc:
+        raise storage.write_error(fs, path, exc) from None
+    holders = lease.live_holders(_files(fs, trash))
+    if holders:
+        with contextlib.suppress(OSError):  # the writer made the folder anew: it fails alone
+            os.rename(trash, path)
+            return dataclasses.replace(
+                state, action="keep", reason=f"a writer ({holders[0]}) took a lease on it"
+            )
+    with contextlib.suppress(FileNotFoundError):  # another prune finished it
+        fs.rm(trash, recursive=True)
     return dataclasses.replace(state, action="deleted")
 
 

@@ -23,8 +23,9 @@ MANIFEST_NAME = "manifest.json"
 # in the user's cache) held beside the manifest: still theirs, so prune removes them.
 PHASH_NAME = "phash.bin"
 WORK_DIR = "_work"  # resume records and shard temp files (never a shard glob's match)
-# Written by prune before it deletes a version's manifest: a folder left with it and no
-# manifest is a delete a kill interrupted, which the next prune finishes.
+# Written by prune on an object store before it deletes a version's manifest: a folder
+# left with it and no manifest is a delete a kill interrupted, which the next prune
+# finishes (on a local disk prune renames the folder away instead: tfshards.project.prune).
 DELETING = f"{WORK_DIR}/deleting"
 
 

@@ -97,8 +97,10 @@ def _link(src: str, dst: str) -> None:
             os.unlink(dst)
         os.link(src, dst)  # a link appears whole or not at all
     except FileNotFoundError:
+        # a kept shard's record index and member list live in the layout's folders
+        what = "file" if os.path.basename(os.path.dirname(src)) in layout.FOLDERS else "shard"
         raise ShardError(
-            f"{src}: expected this shard of the previous version, found nothing there; "
+            f"{src}: expected this {what} of the previous version, found nothing there; "
             "write again with --previous none to write every shard",
             shard=os.path.basename(src),
         ) from None

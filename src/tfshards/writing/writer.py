@@ -21,7 +21,7 @@ import hashlib
 import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NoReturn
 
 from tfshards import atomicfile, storage
 from tfshards.errors import ShardError, TfshardsError, TransformError
@@ -300,23 +300,37 @@ def _write_shards(
 
 
 def _check_shards_present(fs: Any, version_path: str, manifest: Manifest) -> None:
-    """Every shard the manifest lists is in place with its size (one listing call).
+    """Every shard the manifest lists is in place with its size, and so are the record
+    index and member list it names (one listing call).
 
     Raises:
-        ShardError: a shard went away while this write ran (a concurrent
-            ``prune`` from another host, or a user): no manifest is published.
+        ShardError: a file went away while this write ran (a concurrent ``prune``
+            from another process or host, or a user): no manifest is published.
     """
-    found = storage.file_sizes(fs, version_path)
+    try:
+        listed = fs.find(version_path, detail=True)
+    except FileNotFoundError:
+        listed = {}
+    base = version_path.rstrip("/") + "/"
+    found = {str(p)[len(base) :]: int(info.get("size") or 0) for p, info in listed.items()}
     for shard in manifest.shards:
         size = found.get(shard.name)
         if size != shard.bytes:
             what = "missing" if size is None else f"{size} bytes"
-            raise ShardError(
-                f"{storage.join(version_path, shard.name)}: expected the shard just written "
-                f"({shard.bytes} bytes), found it {what}: something deleted it while this "
-                "write ran; no manifest was published, run write again",
-                shard=shard.name,
-            )
+            _gone(version_path, shard.name, f"the shard just written ({shard.bytes} bytes)", what)
+        companions = ((layout.INDEX, shard.index_sha256), (layout.RECORDS, shard.records_sha256))
+        for companion, sha in companions:
+            if sha is not None and companion.path(shard.name) not in found:
+                what = f"the {companion.folder} file of {shard.name} just written"
+                _gone(version_path, companion.path(shard.name), what, "missing")
+
+
+def _gone(version_path: str, name: str, expected: str, found: str) -> NoReturn:
+    raise ShardError(
+        f"{storage.join(version_path, name)}: expected {expected}, found it {found}: "
+        "something deleted it while this write ran; no manifest was published, run write again",
+        shard=name,
+    )
 
 
 def _publish(fs: Any, path: str, manifest: Manifest) -> None:
