@@ -25,6 +25,7 @@ from tfshards.format import tfrecord
 from tfshards.format.example import encode_bytes, varint
 from tfshards.listing.listing import list_files
 from tfshards.project.sample import write_synthetic
+from tfshards.shardset.buckets import bucket_of
 from tfshards.shardset.manifest import Manifest
 from tfshards.validation.validate import ValidateConfig, ValidationReport, validate, write_metrics
 from tfshards.writing.config import WriteConfig
@@ -109,13 +110,21 @@ def _append_record(manifest_path: str, manifest: Manifest, shard: int, features)
     return offset
 
 
-def _good_features(image: bytes, label: int = 1) -> dict:  # type: ignore[type-arg]
+def _good_features(image: bytes, label: int = 1, path: str = "01/crafted.bin") -> dict:  # type: ignore[type-arg]
     return {
         "image": ("bytes", [image]),
         "label": ("int64", [label]),
-        "path": ("bytes", [b"01/crafted.bin"]),  # not an image name: any payload bytes pass
+        "path": ("bytes", [path.encode()]),  # not an image name: any payload bytes pass
         "sha256": ("bytes", [hashlib.sha256(image).hexdigest().encode()]),
     }
+
+
+def _crafted(manifest: Manifest, shard: int) -> str:
+    """A crafted record's path (not an image name) in the split bucket of ``shard``."""
+    count, bucket = manifest.params["buckets"], manifest.shards[shard].bucket
+    return next(
+        name for n in range(1000) if bucket_of(name := f"01/crafted-{n}.bin", count) == bucket
+    )
 
 
 # ----------------------------------------------------------------------------- clean sets
@@ -331,7 +340,8 @@ def test_wrong_stored_sha256_feature_is_reported(shard_set):
 
 def test_label_out_of_range_is_reported_and_not_counted(shard_set):
     manifest_path, manifest = shard_set
-    offset = _append_record(manifest_path, manifest, 1, _good_features(b"img", label=CLASSES))
+    features = _good_features(b"img", label=CLASSES, path=_crafted(manifest, 1))
+    offset = _append_record(manifest_path, manifest, 1, features)
     report = _check(manifest_path)
     assert _lines(report) == [
         f"{SHARD[1]}: record {manifest.shards[1].records} at byte {offset}: label out of "
@@ -344,12 +354,14 @@ def test_label_out_of_range_is_reported_and_not_counted(shard_set):
 def test_decode_option_reports_undecodable_images(shard_set):
     manifest_path, manifest = shard_set
     assert _check(manifest_path, decode_images=True).ok
-    offset = _append_record(manifest_path, manifest, 2, _good_features(b"not an image"))
+    crafted = _crafted(manifest, 2)
+    features = _good_features(b"not an image", path=crafted)
+    offset = _append_record(manifest_path, manifest, 2, features)
     assert _check(manifest_path).ok
     (line,) = _lines(_check(manifest_path, decode_images=True))
     assert line.startswith(
         f"{SHARD[2]}: record {manifest.shards[2].records} at byte {offset}: feature 'image' "
-        "of 01/crafted.bin "
+        f"of {crafted} "
         "does not decode as an image: "
         "UnidentifiedImageError: "
     )
@@ -692,13 +704,56 @@ def test_groups_found_in_two_shards_are_a_problem_naming_one(tmp_path):
     _edit_manifest(manifest_path, by_label)
     report = _check(manifest_path)
     assert report.metrics()["grouping"] == {"groups": 4, "spanning_shards": 4}
-    (line,) = _lines(report)
+    lines = _lines(report)
+    # The edited group_by also makes each record's key a label folder, which hashes to
+    # another split bucket than the writer's: the split would not be the written one.
+    assert any(": split bucket of '0" in line for line in lines), lines
+    (line,) = [line for line in lines if "groups across shards" in line]
     assert re.fullmatch(
         r"manifest\.json: groups across shards: expected 0 under group_by '\^\(\[\^/\]\+\)/', "
         r"found 4 \(group '0[0-3]' is in data-0000(\d)-of-00004\.tfrecord and "
         r"data-0000(\d)-of-00004\.tfrecord\)",
         line,
     ), line
+
+
+def test_swapped_shard_buckets_in_the_manifest_are_problems_naming_a_record(shard_set):
+    """The split the loader makes comes from the manifest's buckets: edited there, it is
+    not the writer's, and records may sit on the wrong side."""
+    manifest_path, manifest = shard_set
+    a = 0
+    b = next(i for i, s in enumerate(manifest.shards) if s.bucket != manifest.shards[a].bucket)
+
+    def swap(doc):  # type: ignore[no-untyped-def]
+        shards = doc["shards"]
+        shards[a]["bucket"], shards[b]["bucket"] = shards[b]["bucket"], shards[a]["bucket"]
+
+    _edit_manifest(manifest_path, swap)
+    report = _check(manifest_path)
+    assert not report.ok
+    lines = _lines(report)
+    count, was = manifest.params["buckets"], manifest.shards[a].bucket
+    now = manifest.shards[b].bucket
+    assert any(
+        line.startswith(f"{SHARD[a]}: record 0 at byte 0: split bucket of '")
+        and line.endswith(
+            f"': expected {now} (the shard's, by the manifest), found {was} of {count}"
+        )
+        for line in lines
+    ), lines
+
+
+def test_a_shard_bucket_past_the_count_is_one_problem(shard_set):
+    manifest_path, manifest = shard_set
+
+    def past(doc):  # type: ignore[no-untyped-def]
+        doc["shards"][0]["bucket"] = 99
+
+    _edit_manifest(manifest_path, past)
+    count = manifest.params["buckets"]
+    assert _lines(_check(manifest_path)) == [
+        f"{SHARD[0]}: split bucket: expected 0..{count - 1} ({count} buckets), found 99"
+    ]
 
 
 def test_a_record_whose_path_misses_the_group_by_is_a_problem(tmp_path):

@@ -99,6 +99,22 @@ def images_known(shard: rules.Shard, batch: Batch) -> np.ndarray:
     return clear
 
 
+def in_the_bucket_in_bulk(shard: rules.Shard, batch: Batch) -> np.ndarray:
+    """Rows whose one ``path`` hashes to the shard's split bucket (without ``group_by`` the
+    path is the key: the first 8 bytes of its SHA-256, big-endian, modulo the count)."""
+    c = native.NATIVE
+    if shard.bucket is None or not shard.has_path or not 0 <= shard.bucket[0] < shard.bucket[1]:
+        return _all(batch)
+    if shard.group_by is not None or c is None:
+        return _none(batch)
+    bucket, count = shard.bucket
+    start, stop = batch.spans("path")
+    digests = np.frombuffer(c.hash_spans(batch.view, start, stop), dtype=np.uint8)
+    first = digests.reshape(-1, 32)[:, :8].copy().view(">u8").ravel()
+    clear: np.ndarray = batch.scalar("path", BYTES) & (first % np.uint64(count) == bucket)
+    return clear
+
+
 def nothing_to_decode(shard: rules.Shard, batch: Batch) -> np.ndarray:
     """Every row unless payloads are to be decoded."""
     return _all(batch) if not (shard.decode_images and shard.has_payload) else _none(batch)
@@ -108,6 +124,7 @@ CLEARANCES: dict[rules.RecordRule, Clearance] = {
     rules.conforms_to_schema: schema_holds,
     rules.label_in_range: labels_in_range,
     rules.path_names_a_group: no_groups_asked,
+    rules.in_the_shards_bucket: in_the_bucket_in_bulk,
     rules.sha256_matches_payload: sha256_in_bulk,
     rules.payload_is_known_image: images_known,
     rules.payload_decodes: nothing_to_decode,

@@ -99,10 +99,11 @@ class RecordChecker:
         groups: set[str] | None = None,
         record_rules: Sequence[rules.RecordRule] = rules.RECORD_RULES,
         columns: Sequence[Column] = (),
+        bucket: tuple[int, int] | None = None,
     ) -> None:
         group_by = group_by if groups is not None else None
         self.shard = rules.Shard(
-            tuple(schema), image_feature, num_labels, check_sha, decode_images, group_by
+            tuple(schema), image_feature, num_labels, check_sha, decode_images, group_by, bucket
         )
         self.names = frozenset(spec.name for spec in schema)
         self.gate, *rest = record_rules

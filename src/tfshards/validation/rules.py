@@ -27,7 +27,7 @@ from tfshards.errors import InputError
 from tfshards.format.exampleparser import Outline, outline_problem
 from tfshards.format.imageformat import HEAD_BYTES, claims_image, image_format, not_an_image
 from tfshards.format.schema import FeatureSpec
-from tfshards.shardset import grouping, layout, lease
+from tfshards.shardset import buckets, grouping, layout, lease
 from tfshards.shardset.manifest import Manifest
 from tfshards.validation.duplicates import Duplicate, Duplicates
 
@@ -63,6 +63,8 @@ class Shard:
             original file, which the transform may have replaced).
         decode_images: also decode each payload with Pillow.
         group_by: the manifest's grouping: each record's ``path`` must name a group.
+        bucket: ``(bucket, count)``: the shard's split bucket among the set's, which
+            each record's key must hash to; None for a set written before buckets.
     """
 
     schema: tuple[FeatureSpec, ...]
@@ -71,6 +73,7 @@ class Shard:
     check_sha: bool = True
     decode_images: bool = False
     group_by: grouping.GroupBy | None = None
+    bucket: tuple[int, int] | None = None
 
     def scalar(self, name: str, dtype: str) -> bool:
         """Whether the schema holds ``name`` as one value of ``dtype``."""
@@ -141,6 +144,31 @@ def path_names_a_group(shard: Shard, record: Record) -> str | None:
     )
 
 
+def in_the_shards_bucket(shard: Shard, record: Record) -> str | None:
+    """In a bucketed set, the record's key (its ``path``, or its ``group_by`` group)
+    hashes to the shard's split bucket: else the split the loader makes from the
+    manifest is not the writer's, and records may sit on the wrong side."""
+    if shard.bucket is None or not shard.has_path:
+        return None
+    bucket, count = shard.bucket
+    if not 0 <= bucket < count:  # said once for the set (buckets_in_range)
+        return None
+    name = bytes(record.first("path", b"")).decode("utf-8", "surrogatepass")
+    try:
+        key = name if shard.group_by is None else shard.group_by.key(name)
+    except InputError:  # over the time limit: path_names_a_group says so
+        return None
+    if key is None:  # path_names_a_group says so
+        return None
+    found = buckets.bucket_of(key, count)
+    if found == bucket:
+        return None
+    return (
+        f"split bucket of {key!r}: expected {bucket} (the shard's, by the manifest), found "
+        f"{found} of {count}"
+    )
+
+
 def sha256_matches_payload(shard: Shard, record: Record) -> str | None:
     """The stored ``sha256`` feature is the hex SHA-256 of the payload."""
     if not (shard.check_sha and shard.has_payload and shard.has_sha256):
@@ -197,6 +225,7 @@ RECORD_RULES: tuple[RecordRule, ...] = (
     conforms_to_schema,
     label_in_range,
     path_names_a_group,
+    in_the_shards_bucket,
     sha256_matches_payload,
     payload_is_known_image,
     payload_decodes,
@@ -369,6 +398,23 @@ def records_keep_their_split_side(shards: ShardSet) -> Findings:
     return _each([Problem(_manifest_name(shards), what)])
 
 
+def buckets_in_range(shards: ShardSet) -> Findings:
+    """Each shard's split bucket is below the set's bucket count (``params.buckets``)."""
+    m = shards.manifest
+    count = m.params.get("buckets")
+    if not isinstance(count, int):
+        return _each([])
+    return _each(
+        [
+            Problem(
+                s.name, f"split bucket: expected 0..{count - 1} ({count} buckets), found {s.bucket}"
+            )
+            for s in m.shards
+            if s.bucket is not None and not 0 <= s.bucket < count
+        ]
+    )
+
+
 SET_RULES: tuple[SetRule, ...] = (
     total_records_match,
     named_like_its_folder,
@@ -380,6 +426,7 @@ SET_RULES: tuple[SetRule, ...] = (
     no_leakage_across_splits,
     one_label_per_payload,
     records_keep_their_split_side,
+    buckets_in_range,
 )
 
 

@@ -60,6 +60,7 @@ class ShardCheck:
     group_by: str | None = None  # the manifest's grouping: report each record's group
     columns: tuple[Column, ...] = ()  # the manifest's extra columns: lengths and bounds
     near_duplicates: bool = False  # hash each image (tfshards.format.phash), or read the cache
+    bucket: tuple[int, int] | None = None  # (its split bucket, the set's count); None: none
 
     @property
     def entry(self) -> ShardInfo:
@@ -101,7 +102,16 @@ class ShardCheck:
             group_by=manifest.group_by,
             columns=manifest.columns,
             near_duplicates=near_duplicates,
+            bucket=_bucket(manifest, shard),
         )
+
+
+def _bucket(manifest: Manifest, shard: ShardInfo) -> tuple[int, int] | None:
+    """The shard's split bucket and the set's bucket count, where the manifest has both."""
+    count = manifest.params.get("buckets")
+    if shard.bucket is None or not isinstance(count, int) or isinstance(count, bool):
+        return None
+    return shard.bucket, count
 
 
 @dataclass(frozen=True)
@@ -251,6 +261,7 @@ class _Tally:
             group_by=GroupBy.parse(task.group_by),
             groups=self.groups,
             columns=task.columns,
+            bucket=task.bucket,
         )
 
     def compare_file(self, size: int, sha256: str) -> None:
