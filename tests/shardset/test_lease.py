@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import posixpath
 import signal
 import subprocess
 import sys
@@ -168,10 +169,12 @@ def test_prune_leaves_the_shards_when_a_lease_appears_after_its_decision(shards,
     fs, path = storage.open_url(str(old))
     decided = prunes.VersionState(shards["seed1"], "delete", "not referenced", 0, 0)
     with lease.hold(fs, path):  # a writer starting between the decision and the delete
-        state = prunes._delete(fs, path, decided)
+        state = prunes._delete(fs, posixpath.dirname(path), shards["seed1"], decided)
         assert state.action == "keep" and "took a lease" in state.reason
         assert sorted(p.name for p in old.glob("data-*")) != []
-    assert not (old / MANIFEST_NAME).exists()  # the writer publishes it again
+    # On local disk the version went away under a hidden name and came back whole.
+    assert (old / MANIFEST_NAME).exists()
+    assert not (tmp_path / "shards" / f".{shards['seed1']}.deleting").exists()
 
 
 def test_killed_writer_on_this_host_releases_its_version_at_once(shards, tmp_path):
