@@ -159,6 +159,20 @@ def test_sources_must_name_the_same_labels(two_sets, tmp_path):
         mixing.mix_datasets(_sources(two_sets), batch_size=4, training=False, **KW)
 
 
+def test_a_shard_in_two_sources_is_refused_and_halves_of_one_set_mix(two_sets):
+    a, _ = two_sets
+    twice = [mixing.Source(a.shards, a, 0.5), mixing.Source(a.shards[1:], a, 0.5)]
+    with pytest.raises(ConfigError) as info:
+        mixing.mix_datasets(twice, batch_size=4, **KW)
+    assert str(info.value) == (
+        f"source 1 and source 0 both hold shard {a.shards[1].name} of version {a.fingerprint}: "
+        "its records would come twice per mixed epoch; give each shard to one source "
+        "(a weight sets how often)"
+    )
+    halves = [mixing.Source(a.shards[:2], a, 0.5), mixing.Source(a.shards[2:], a, 0.5)]
+    assert mixing.validation_dataset(halves, batch_size=4, **KW).cardinality() > 0
+
+
 def test_workers_mix_disjoint_blocks_of_each_source(two_sets):
     sources = _sources(two_sets)
     assert mixing.plan_of(sources, worker=(0, 2)).counts.tolist() == [75, 32]  # of 75 and 45

@@ -233,6 +233,23 @@ def _check_labels(sources: Sequence[Source]) -> None:
         raise ConfigError(
             f"source {i} ({source.manifest.directory}) labels differ from source 0's: {how}"
         )
+    _check_disjoint(sources)
+
+
+def _check_disjoint(sources: Sequence[Source]) -> None:
+    """No shard of a version is in two sources: its records would be mixed in twice (a
+    weight says how often a source's records come)."""
+    seen: dict[tuple[str, str], int] = {}
+    for i, source in enumerate(sources):
+        for shard in source.shards:
+            key = (source.manifest.fingerprint, shard.name)
+            if key in seen:
+                raise ConfigError(
+                    f"source {i} and source {seen[key]} both hold shard {shard.name} of "
+                    f"version {source.manifest.fingerprint}: its records would come twice per "
+                    "mixed epoch; give each shard to one source (a weight sets how often)"
+                )
+            seen[key] = i
 
 
 def _channels(spec: Any) -> int | None:
