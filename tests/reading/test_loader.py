@@ -632,6 +632,32 @@ def test_a_cut_jpeg_is_named_inside_shard_errors_on_every_decode_path(
     )
 
 
+@pytest.mark.parametrize("image_size", [None, (8, 8)], ids=["native", "scaled-decode"])
+def test_a_cut_jpeg_read_for_the_dataset_shape_is_named_when_the_dataset_is_built(
+    shard_set, tmp_path, image_size
+):
+    """The first record's image gives the dataset's shape: bad, it was a TensorFlow traceback
+    out of make_dataset (the train stage's too), before any shard_errors could help."""
+    cut = _cut_jpeg()
+    content = _example(
+        image=("bytes", [cut]),
+        label=("int64", [1]),
+        path=("bytes", [b"a.jpg"]),
+        sha256=("bytes", [hashlib.sha256(cut).hexdigest().encode()]),
+    )
+    manifest = _copy_shards(shard_set[0], tmp_path / "copy")
+    first = next(i for i, s in enumerate(manifest.shards) if s.records)
+    forged, offset = _replace_record(manifest, first, 0, content)
+    with pytest.raises(RecordError) as info:
+        loader.make_dataset(
+            forged.shards, forged, batch_size=8, training=False, image_size=image_size
+        )
+    assert str(info.value).startswith(
+        f"{forged.shard_url(forged.shards[first])}: record 0 at byte 0: "
+        "feature 'image' of a.jpg does not decode as an image"
+    )
+
+
 def _two_sizes(tmp_path: Path) -> Manifest:
     """6 JPEGs of 8 px and 6 of 16 px in the same label folders, in one shard."""
     write_synthetic(str(tmp_path / "raw"), 6, 8, workers=1)

@@ -208,7 +208,10 @@ def from_options(
             )
         _check_channels(manifest, decoding, stats)
         channels = common_channels(stats)
-        shape, source = image_shape(shards, paths, gate, manifest, decoding, channels)
+        try:
+            shape, source = image_shape(shards, paths, gate, manifest, decoding, channels)
+        except tf.errors.OpError as exc:  # the first image, read for its shape, is bad
+            raise _first_image_error(manifest, shards, read, exc) from exc
         formats = None if stats is None else stats.formats
     target = _resize_to(manifest, decoding)
     how = plan(
@@ -314,6 +317,22 @@ def _shuffled_records(
 
 def _seekable(read: ReadOptions) -> bool:
     return read.training and read.order == "epoch"
+
+
+def _first_image_error(
+    manifest: Manifest, shards: Sequence[ShardInfo], read: ReadOptions, exc: Exception
+) -> ShardError:
+    """The record whose image could not be read for the dataset's shape, named: the
+    first record of the first shard with records (decoded to find it)."""
+    first = [s for s in shards if s.records][:1]
+    found = find_corrupt_record(
+        manifest, first, cache_dir=read.cache_dir, decode_images=True, **read.storage_options
+    )
+    if found is not None:
+        return found
+    line = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+    where = manifest.shard_url(first[0]) if first else manifest.directory
+    return ShardError(f"{where}: record 0: its image does not decode: {line}", path=where)
 
 
 def _check_channels(
