@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import errno
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -16,7 +17,7 @@ import pytest
 from typer.testing import CliRunner
 
 from tfshards.cli import app
-from tfshards.errors import ConfigError
+from tfshards.errors import ConfigError, InputError
 from tfshards.listing.listing import Listing, list_files
 from tfshards.project.prune import PruneConfig, _freed, prune
 from tfshards.shardset.layout import MANIFEST_NAME
@@ -157,6 +158,33 @@ def test_keep_commits_keeps_the_versions_of_the_last_n_manifests(write_set, list
         "referenced by the current manifest",
         f"referenced by the manifest at commit {_head(repo, 1)[:10]}",
     }
+
+
+@pytest.mark.slow
+def test_a_committed_manifest_missing_from_the_cache_stops_prune_not_deletes_its_version(
+    write_set, listing, tmp_path
+):
+    """DVC says PathMissingError both when a commit never had the manifest and when the
+    cache and remote lack it: only the first has no version to keep."""
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    dvc = os.path.join(os.path.dirname(sys.executable), "dvc")
+    _git(repo, "git", "init", "-q")
+    _git(repo, dvc, "init", "-q")
+    manifest = repo / "manifest.json"
+    for seed in (1, 2):
+        write_set(listing, repo / "shards", seed=seed, manifest_copy=str(manifest))
+        _git(repo, dvc, "add", "-q", "manifest.json")
+        _git(repo, "git", "add", "manifest.json.dvc", ".gitignore")
+        _git(repo, "git", "commit", "-qm", f"seed {seed}")
+    for child in (repo / "shards").iterdir():
+        _age(child)
+    shutil.rmtree(repo / ".dvc" / "cache")  # a clone that pulled HEAD's manifest only
+    _git(repo, dvc, "remote", "add", "-d", "gone", str(tmp_path / "no-remote"))
+    config = PruneConfig(manifest=str(manifest), keep_commits=2, delete=True)
+    with pytest.raises(InputError, match=r"^manifest\.json at commit [0-9a-f]{10}: cannot read"):
+        prune(config)
+    assert len(list((repo / "shards").iterdir())) == 2
 
 
 def _head(repo: Path, back: int) -> str:

@@ -359,16 +359,39 @@ def _manifest_at(top: str, rel: str, sha: str) -> Manifest | None:
 
     try:
         data = dvc.api.read(rel, repo=top, rev=sha, mode="rb")
-    except PathMissingError:
-        return None
+    except PathMissingError as exc:
+        # DVC says so too when the commit records the file but neither the cache nor the
+        # remote has it: only a commit that never recorded it has no version to keep.
+        if not _recorded_at(top, rel, sha):
+            return None
+        raise _unreadable(rel, sha, exc) from None
     except (DvcException, OSError) as exc:
-        raise InputError(
-            f"{rel} at commit {sha[:10]}: cannot read it to keep its version "
-            f"({type(exc).__name__}: {exc}); run `dvc fetch` for that commit, "
-            "or lower --keep-commits",
-            path=rel,
-        ) from None
+        raise _unreadable(rel, sha, exc) from None
     return Manifest.from_json(data, source=f"{rel}@{sha[:10]}")
+
+
+def _unreadable(rel: str, sha: str, exc: Exception) -> InputError:
+    why = " ".join(f"{type(exc).__name__}: {exc}".split())
+    return InputError(
+        f"{rel} at commit {sha[:10]}: cannot read it to keep its version ({why}); run "
+        "`dvc fetch` for that commit, or lower --keep-commits",
+        path=rel,
+    )
+
+
+def _recorded_at(top: str, rel: str, sha: str) -> bool:
+    """Whether commit ``sha`` records ``rel``: in git, in its ``.dvc`` file, or as an out
+    in ``dvc.lock``."""
+    for path in (rel, f"{rel}.dvc"):
+        with contextlib.suppress(InputError):
+            _git(top, "cat-file", "-e", f"{sha}:{path}")
+            return True
+    try:
+        lock = _git(top, "show", f"{sha}:dvc.lock")
+    except InputError:
+        return False
+    pattern = rf"^\s*(?:-\s*)?path:\s*['\"]?{re.escape(rel)}['\"]?\s*$"
+    return re.search(pattern, lock, re.MULTILINE) is not None
 
 
 def _git(cwd: str, *args: str) -> str:
