@@ -647,7 +647,7 @@ def test_a_cut_jpeg_read_for_the_dataset_shape_is_named_when_the_dataset_is_buil
     )
     manifest = _copy_shards(shard_set[0], tmp_path / "copy")
     first = next(i for i, s in enumerate(manifest.shards) if s.records)
-    forged, offset = _replace_record(manifest, first, 0, content)
+    forged, _ = _replace_record(manifest, first, 0, content)
     with pytest.raises(RecordError) as info:
         loader.make_dataset(
             forged.shards, forged, batch_size=8, training=False, image_size=image_size
