@@ -65,3 +65,28 @@ def test_write_grows_from_an_unlocked_manifest_and_says_so(make_raw, tmp_path, m
     other = CliRunner().invoke(app, args)
     assert other.exit_code == 0, other.output
     assert "warning: data/manifest.json: expected the version dvc.lock records" in other.stderr
+
+
+def test_a_manifest_the_workspace_lock_records_but_heads_does_not_is_one_line(
+    tmp_path, monkeypatch
+):
+    """Chained experiments: the first left its manifest and lock in the workspace, so the
+    workspace lock agrees with the manifest; the lock HEAD records does not."""
+    import subprocess
+
+    monkeypatch.chdir(tmp_path)
+    env = ["-c", "user.name=t", "-c", "user.email=t@e"]
+    subprocess.run(["git", "init", "-q"], check=True)
+    (tmp_path / "data").mkdir()
+    manifest = tmp_path / "data" / "manifest.json"
+    _lock(tmp_path, b'{"committed": 1}')
+    subprocess.run(["git", "add", "dvc.lock"], check=True)
+    subprocess.run(["git", *env, "commit", "-qm", "lock"], check=True)
+    manifest.write_bytes(b'{"experiment": 7}')
+    _lock(tmp_path, b'{"experiment": 7}')  # what `dvc exp run -S write.seed=7` leaves
+    line = dvclock.unlocked("data/manifest.json")
+    assert line is not None and "\n" not in line
+    assert line.startswith("data/manifest.json: expected the version HEAD's dvc.lock records")
+    _lock(tmp_path, b'{"committed": 1}')
+    manifest.write_bytes(b'{"committed": 1}')
+    assert dvclock.unlocked("data/manifest.json") is None

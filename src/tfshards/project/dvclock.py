@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -21,12 +22,13 @@ from tfshards.project import yamlfile
 LOCK = "dvc.lock"
 
 
-def recorded_md5(path: str, lock: str = LOCK) -> str | None:
-    """The md5 ``lock`` records for the output ``path`` (relative to the lock's folder), if any."""
-    if not os.path.isfile(lock):
+def recorded_md5(path: str, lock: str = LOCK, text: str | None = None) -> str | None:
+    """The md5 ``lock`` records for the output ``path`` (relative to the lock's folder), if
+    any; ``text``: the lock's content as another commit had it (default: read ``lock``)."""
+    if text is None and not os.path.isfile(lock):
         return None
     try:
-        doc = yamlfile.plain(yamlfile.load(Path(lock)))
+        doc = yamlfile.plain(yamlfile.load(Path(lock)) if text is None else yamlfile.parse(text, lock))
     except ConfigError:  # not ours to judge: DVC says what is wrong with its lock
         return None
     wanted = os.path.normpath(os.path.relpath(path, os.path.dirname(os.path.abspath(lock))))
@@ -44,18 +46,42 @@ def _outs(stage: Any) -> list[dict[str, Any]]:
 
 
 def unlocked(path: str, lock: str = LOCK) -> str | None:
-    """One line when ``path`` is not the copy ``lock`` records (None when it is, or when
-    there is no lock or no record of it)."""
-    expected = recorded_md5(path, lock)
-    if expected is None or not os.path.isfile(path):
+    """One line when ``path`` is not the copy ``lock`` records, or not the one the lock of
+    git's ``HEAD`` records (None when it is both, or when there is no record of it).
+
+    The second catches chained experiments: after ``dvc exp run -S a=1``, the workspace
+    lock records that experiment's manifest, so ``dvc exp run -S a=0`` (HEAD's params)
+    grew from it and named another version than HEAD's without a word.
+    """
+    if not os.path.isfile(path):
         return None
     with open(path, "rb") as f:
         found = hashlib.md5(f.read(), usedforsecurity=False).hexdigest()
-    if found == expected:
+    for where, text in ((lock, None), (f"HEAD's {lock}", _at_head(lock))):
+        expected = recorded_md5(path, lock, text) if where == lock or text else None
+        if expected is not None and found != expected:
+            return (
+                f"{path}: expected the version {where} records (md5 {expected[:12]}), found "
+                f"another (md5 {found[:12]}: an experiment's output left in the workspace?); "
+                "this write grows from it, so its version differs from the committed one's; "
+                "`dvc checkout` first grows from the committed version"
+            )
+    return None
+
+
+def _at_head(lock: str) -> str | None:
+    """``lock`` as git's HEAD commit has it; None outside git or where HEAD has none."""
+    folder = os.path.dirname(os.path.abspath(lock))
+    name = os.path.basename(lock)
+    try:
+        done = subprocess.run(
+            ["git", "show", f"HEAD:./{name}"],
+            cwd=folder,
+            capture_output=True,
+            text=True,
+            timeout=30,
+            check=False,
+        )
+    except (OSError, subprocess.TimeoutExpired):
         return None
-    return (
-        f"{path}: expected the version {lock} records (md5 {expected[:12]}), found another "
-        f"(md5 {found[:12]}: an experiment's output left in the workspace?); this write grows "
-        f"from it, so its version differs from the committed one's; `dvc checkout` first "
-        "grows from the committed version"
-    )
+    return done.stdout if done.returncode == 0 else None

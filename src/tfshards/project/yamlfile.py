@@ -115,6 +115,11 @@ def load(path: Path) -> CommentedMap:
             f"{exc.start} (line {line}); save the file as UTF-8",
             path=str(path),
         ) from None
+    return parse(text, str(path))
+
+
+def parse(text: str, path: str) -> CommentedMap:
+    """YAML mapping ``text`` (from ``path``, named in errors) as round-trip nodes."""
     try:
         document = _yaml().load(text)
     except _Refused as exc:
