@@ -28,7 +28,8 @@ def recorded_md5(path: str, lock: str = LOCK, text: str | None = None) -> str | 
     if text is None and not os.path.isfile(lock):
         return None
     try:
-        doc = yamlfile.plain(yamlfile.load(Path(lock)) if text is None else yamlfile.parse(text, lock))
+        found = yamlfile.load(Path(lock)) if text is None else yamlfile.parse(text, lock)
+        doc = yamlfile.plain(found)
     except ConfigError:  # not ours to judge: DVC says what is wrong with its lock
         return None
     wanted = os.path.normpath(os.path.relpath(path, os.path.dirname(os.path.abspath(lock))))
