@@ -533,10 +533,25 @@ def test_init_puts_raw_images_under_dvc_and_keeps_checkpoints_out_of_git(real_re
 
 
 @pytest.mark.slow
-def test_init_says_how_when_git_already_tracks_the_images(real_repo):
+def test_init_says_how_when_git_already_tracks_the_images_and_writes_nothing(real_repo):
+    """Found before a file is written: `dvc add` failing after dvc.yaml, params.yaml and
+    .gitignore were written left a half set-up repository."""
     _git(real_repo, "add", "data/raw")
+    before = sorted(p.name for p in real_repo.iterdir())
     result = _init()
     assert result.exit_code == 1
-    line = result.output.strip().splitlines()[-1]
-    assert "data/raw: dvc add failed" in line and "git rm -r --cached data/raw" in line
-    assert "dvc add failed (output 'data/raw' is already tracked by SCM" in line  # DVC's why
+    (line,) = result.output.strip().splitlines()
+    assert line.startswith("error: data/raw: git tracks 6 files there (data/raw/")
+    assert line.endswith("run `git rm -r --cached data/raw`, then `tfshards init` again")
+    assert sorted(p.name for p in real_repo.iterdir()) == before
+
+
+def test_init_says_so_when_it_adds_its_params_to_a_section_of_the_users(repo):
+    (repo / "params.yaml").write_text("train:\n  lr: 0.1\n  epochs: 5\n")
+    result = _init()
+    assert result.exit_code == 0, result.output
+    assert (
+        "warning: params.yaml: section 'train' also holds keys tfshards does not use (lr): "
+        "tfshards' train stage now reads its params there"
+    ) in result.stderr
+    assert _load(repo / "params.yaml")["train"]["epochs"] == 5  # the user's value stays

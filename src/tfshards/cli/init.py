@@ -101,6 +101,8 @@ def init_command(
     # The YAML round trip loads only when init runs.
     from tfshards.project import ignores, rawdata, scaffold
 
+    root = explicit.get("root") or scaffold.configured_root(Path.cwd())
+    rawdata.check_not_in_git(Path.cwd(), root)  # before a file is written
     result = scaffold.init(Path.cwd(), explicit, force=force, version=__version__)
     variant = "remote-first: DVC tracks the manifest" if result.spec.remote else "local"
     if ignores.update(Path.cwd(), result.spec.root):
@@ -116,6 +118,14 @@ def init_command(
         typer.echo(
             f"dvc add {result.spec.root}: raw files tracked by DVC "
             f"(commit {result.spec.root}.dvc; `dvc push` shares them)"
+        )
+    for section, keys in result.params.shared.items():
+        typer.echo(
+            f"warning: params.yaml: section {section!r} also holds keys tfshards does not use "
+            f"({', '.join(keys[:3])}): tfshards' {section} stage now reads its params there, "
+            "yours included, and runs again when any of them changes; rename your section "
+            "to keep them apart",
+            err=True,
         )
     typer.echo(f"dvc.yaml: {result.stages.summary('stages') or 'unchanged'}")
     typer.echo(f"params.yaml: {result.params.summary('params') or 'unchanged'}")

@@ -48,6 +48,33 @@ def track(directory: Path, root: str) -> bool:
     return True
 
 
+def check_not_in_git(directory: Path, root: str) -> None:
+    """Refuse, before init writes a file, a raw folder git already tracks: ``dvc add`` of
+    it fails after dvc.yaml, params.yaml and .gitignore were written.
+
+    Raises:
+        ConfigError: naming a tracked file and the command that untracks the folder.
+    """
+    rel = os.path.relpath(os.path.abspath(root), directory)
+    if rel.startswith("..") or not (directory / rel).exists():
+        return
+    done = subprocess.run(
+        ["git", "ls-files", "-z", "--", rel],
+        cwd=directory,
+        capture_output=True,
+        check=False,
+    )
+    tracked = [p for p in done.stdout.split(b"\0") if p] if done.returncode == 0 else []
+    if tracked:
+        first = tracked[0].decode("utf-8", "replace")
+        raise ConfigError(
+            f"{rel}: git tracks {len(tracked)} files there ({first}); raw data belongs to DVC: "
+            f"run `git rm -r --cached {rel}`, then `tfshards init` again",
+            path=rel,
+            step="dvc add",
+        )
+
+
 def _stage_outs(dvc_yaml: Path) -> set[str]:
     """The paths the stages of ``dvc_yaml`` write (their ``outs``), normalized."""
     if not dvc_yaml.exists():
@@ -61,4 +88,4 @@ def _stage_outs(dvc_yaml: Path) -> set[str]:
     return outs
 
 
-__all__ = ["track"]
+__all__ = ["check_not_in_git", "track"]

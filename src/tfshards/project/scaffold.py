@@ -47,6 +47,8 @@ class Changes:
     unchanged: list[str] = field(default_factory=list)
     removed: list[str] = field(default_factory=list)
     reworded: list[str] = field(default_factory=list)  # keys whose comment init updated
+    # Sections that held keys of the user's when init added tfshards' params to them.
+    shared: dict[str, list[str]] = field(default_factory=dict)
 
     def summary(self, what: str) -> str:
         """E.g. ``added stages list, write; kept stages train``."""
@@ -207,6 +209,9 @@ def merge_params(
                 updates[key] = value
                 changes.replaced.append(name)
         retired = [k for k in pipeline.RETIRED_PARAMS.get(section, ()) if k in existing]
+        foreign = [str(k) for k in existing if k not in values and k not in retired]
+        if foreign and updates:
+            changes.shared[section] = foreign
         if updates or (force and retired):
             check_own(document, existing, section, path=path)
         comments = pipeline.PARAM_COMMENTS.get(section, {})
@@ -278,6 +283,13 @@ class InitResult:
     spec: pipeline.PipelineSpec
     stages: Changes
     params: Changes
+
+
+def configured_root(directory: Path) -> str:
+    """The raw folder the pipeline lists: ``list.root`` of params.yaml, else the default."""
+    section = load(directory / "params.yaml").get("list")
+    found = section.get("root") if isinstance(section, Mapping) else None
+    return str(found) if isinstance(found, str) and found else pipeline.PipelineSpec().root
 
 
 def init(directory: Path, explicit: Mapping[str, Any], *, force: bool, version: str) -> InitResult:
