@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import io
 import json
 import os
@@ -399,11 +400,12 @@ def test_thread_mode_datasets_share_one_pool_of_threads(listing):
     def threads() -> int:
         return sum(t.name.startswith("tfshards-files") for t in threading.enumerate())
 
-    for _ in range(6):
+    for size in range(1, 7):  # listings of other sizes too: a pool per size grew as well
+        part = dataclasses.replace(listing, entries=listing.entries[: size * 6])
         ds = generator.from_files(
-            listing, load_image, output_signature=_image_signature(), mode="thread"
+            part, load_image, output_signature=_image_signature(), mode="thread"
         )
-        assert len(list(ds)) == 40
+        assert len(list(ds)) == size * 6
         del ds
         gc.collect()
     assert threads() <= pools.DEFAULT_THREADS

@@ -4,7 +4,10 @@ The unit of work is :func:`apply_chunk`, a top-level function of plain
 picklable values: ``fn`` over a chunk of ``(path, label)`` items, each result
 checked against the declared outputs in the worker (so a mismatch names the
 file), optionally stacked. Pools, of threads or of processes, are shared by
-every dataset of the process, one per mode and worker count: TensorFlow keeps a
+every dataset of the process: thread pools one per worker count asked for (a
+small listing's datasets share it: threads start only as tasks need them),
+process pools one per worker count used (at most the listing's tasks, so never
+more processes than tasks). TensorFlow keeps a
 ``from_generator`` dataset's generator reachable after the dataset is gone, so
 a pool per dataset was never shut down (20 datasets of 32 threads held 450
 threads).
@@ -159,9 +162,11 @@ class Runner:
         most = max(1, tasks) if tasks is not None else 1 << 30
         if mode == "thread":
             self.workers = min(workers or DEFAULT_THREADS, most)
-            self.pool = _thread_pool(self.workers)
+            self.pool = _thread_pool(workers or DEFAULT_THREADS)  # by the count asked for
         elif mode == "process":
             self.workers = min(workers or cpu_count(), most)
+            # Keyed by the count used: a pool of more processes would start them (a
+            # process pool keeps workers * AHEAD tasks in flight), unlike a thread pool.
             self.pool = _process_pool(self.workers)
             for _ in range(self.workers):  # start the workers and import fn's module now
                 self.pool.submit(_warm, fn)
@@ -207,8 +212,8 @@ class Runner:
             return future.result()
         except BrokenProcessPool as exc:
             with _POOLS_LOCK:  # the next dataset starts a fresh pool
-                if _POOLS.get(self.workers) is self.pool:
-                    del _POOLS[self.workers]
+                for key in [k for k, pool in _POOLS.items() if pool is self.pool]:
+                    del _POOLS[key]
             raise InputError(
                 f"{first}: a worker process died (killed by a signal or out of memory) "
                 "while running fn on a chunk of files starting here",
