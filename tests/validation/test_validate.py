@@ -756,6 +756,43 @@ def test_a_shard_bucket_past_the_count_is_one_problem(shard_set):
     ]
 
 
+@pytest.mark.parametrize("count", ["32", 32.0, 0, True, 2**100, None])
+def test_a_bucket_count_that_is_not_a_whole_number_in_range_is_one_problem(shard_set, count):
+    manifest_path, _ = shard_set
+
+    def edit(doc):  # type: ignore[no-untyped-def]
+        doc["params"]["buckets"] = count
+
+    _edit_manifest(manifest_path, edit)
+    assert _lines(_check(manifest_path)) == [
+        f"manifest.json: params.buckets: expected a whole number in [1, 65536], found {count!r}"
+    ]
+
+
+def test_a_shard_without_a_bucket_in_a_bucketed_set_is_a_problem(shard_set):
+    """The loader's split goes by file then, not by bucket: another split."""
+    manifest_path, _ = shard_set
+
+    def drop(doc):  # type: ignore[no-untyped-def]
+        del doc["shards"][2]["bucket"]
+
+    _edit_manifest(manifest_path, drop)
+    assert _lines(_check(manifest_path)) == [
+        "manifest.json: split buckets: expected one for every shard of a bucketed set, found "
+        f"none for 1 (first {SHARD[2]}): the split would go by file instead"
+    ]
+
+
+def test_a_path_that_is_not_utf8_is_a_problem_not_a_traceback(shard_set):
+    manifest_path, manifest = shard_set
+    features = {**_good_features(b"x"), "path": ("bytes", [b"\xff\xfe.bin"])}
+    offset = _append_record(manifest_path, manifest, 1, features)
+    assert _lines(_check(manifest_path)) == [
+        f"{SHARD[1]}: record {manifest.shards[1].records} at byte {offset}: path "
+        "b'\\xff\\xfe.bin': expected UTF-8 text (a listed path), found other bytes"
+    ]
+
+
 def test_a_record_whose_path_misses_the_group_by_is_a_problem(tmp_path):
     manifest_path, manifest = _make_set(tmp_path, group_by=r"(\d)\.jpg$")
     offset = _append_record(manifest_path, manifest, 1, _good_features(b"x"))

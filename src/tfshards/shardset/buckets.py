@@ -13,6 +13,9 @@ from __future__ import annotations
 import hashlib
 
 DEFAULT_BUCKETS = 16  # validation fractions in steps of 1/16 (0.2 asks for 3: 0.1875)
+# Fractions in steps of 1/65,536 are finer than any split needs; the writer keeps a list
+# of members per bucket (5,000,000 buckets of 9 files took 558 MB and 5.6 s).
+MAX_BUCKETS = 1 << 16
 
 
 def bucket_of(key: str, count: int) -> int:

@@ -153,7 +153,11 @@ def in_the_shards_bucket(shard: Shard, record: Record) -> str | None:
     bucket, count = shard.bucket
     if not 0 <= bucket < count:  # said once for the set (buckets_in_range)
         return None
-    name = bytes(record.first("path", b"")).decode("utf-8", "surrogatepass")
+    raw = bytes(record.first("path", b""))
+    try:
+        name = raw.decode("utf-8", "surrogatepass")
+    except UnicodeDecodeError:
+        return f"path {raw!r}: expected UTF-8 text (a listed path), found other bytes"
     try:
         key = name if shard.group_by is None else shard.group_by.key(name)
     except InputError:  # over the time limit: path_names_a_group says so
@@ -399,19 +403,38 @@ def records_keep_their_split_side(shards: ShardSet) -> Findings:
 
 
 def buckets_in_range(shards: ShardSet) -> Findings:
-    """Each shard's split bucket is below the set's bucket count (``params.buckets``)."""
+    """A bucketed set (``params.buckets``, or a shard with a bucket) says its bucket count
+    as a whole number in ``[1, MAX_BUCKETS]``, gives every shard a bucket, each below it."""
     m = shards.manifest
     count = m.params.get("buckets")
-    if not isinstance(count, int):
-        return _each([])
-    return _each(
-        [
-            Problem(
-                s.name, f"split bucket: expected 0..{count - 1} ({count} buckets), found {s.bucket}"
-            )
-            for s in m.shards
-            if s.bucket is not None and not 0 <= s.bucket < count
-        ]
+    have = [s for s in m.shards if s.bucket is not None]
+    if count is None and not have:
+        return _each([])  # written before buckets
+    name = _manifest_name(shards)
+    if not isinstance(count, int) or not _is_count(count):
+        most = buckets.MAX_BUCKETS
+        what = f"params.buckets: expected a whole number in [1, {most}], found {count!r}"
+        return _each([Problem(name, what)])
+    problems = [
+        Problem(
+            s.name, f"split bucket: expected 0..{count - 1} ({count} buckets), found {s.bucket}"
+        )
+        for s in have
+        if not 0 <= s.bucket < count  # type: ignore[operator]
+    ]
+    if len(have) < len(m.shards):
+        first = next(s.name for s in m.shards if s.bucket is None)
+        what = (
+            f"split buckets: expected one for every shard of a bucketed set, found none for "
+            f"{len(m.shards) - len(have)} (first {first}): the split would go by file instead"
+        )
+        problems.append(Problem(name, what))
+    return _each(problems)
+
+
+def _is_count(value: object) -> bool:
+    return (
+        isinstance(value, int) and not isinstance(value, bool) and 1 <= value <= buckets.MAX_BUCKETS
     )
 
 

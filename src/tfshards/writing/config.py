@@ -13,7 +13,7 @@ from tfshards.option import Option, zero_is_none
 from tfshards.run.executor import RunOptions
 from tfshards.run.options import run_options, with_run_keywords
 from tfshards.shardset import grouping
-from tfshards.shardset.buckets import DEFAULT_BUCKETS
+from tfshards.shardset.buckets import DEFAULT_BUCKETS, MAX_BUCKETS
 from tfshards.shardset.resize import Resize
 from tfshards.writing import orientation, sharding
 from tfshards.writing.labelmap import check_labels, parse_labels
@@ -130,8 +130,14 @@ class WriteConfig:
         Resize(1 if self.resize is None else self.resize, self.resize_format)  # checks both
         if self.labels is not None:
             object.__setattr__(self, "labels", check_labels(self.labels))
-        if isinstance(self.buckets, bool) or not isinstance(self.buckets, int) or self.buckets < 1:
-            raise ConfigError(f"buckets must be an integer >= 1, got {self.buckets!r}")
+        if (
+            isinstance(self.buckets, bool)
+            or not isinstance(self.buckets, int)
+            or not 1 <= self.buckets <= MAX_BUCKETS
+        ):
+            raise ConfigError(
+                f"buckets must be an integer in [1, {MAX_BUCKETS}], got {self.buckets!r}"
+            )
         if self.previous is not None and (not isinstance(self.previous, str) or not self.previous):
             raise ConfigError(
                 f"previous must be 'auto', 'none' or a manifest path, got {self.previous!r}"
