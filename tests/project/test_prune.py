@@ -378,10 +378,23 @@ def test_a_prune_killed_mid_delete_leaves_no_half_version_and_the_next_finishes_
     proc.wait()
     assert not (out / first).exists() and (out / f".{first}.deleting").is_dir()
     listed = {v.name: v for v in prune(PruneConfig(manifest=str(tmp_path / "m.json"))).versions}
-    assert (listed[first].action, listed[first].reason) == ("delete", "an interrupted delete")
+    trash = listed[f".{first}.deleting"]  # named as it is on disk
+    assert (trash.action, trash.reason) == ("delete", "an interrupted delete")
     prune(PruneConfig(manifest=str(tmp_path / "m.json"), delete=True))
     left = sorted(p.name for p in out.iterdir())
     assert left == sorted(["00000000deadbeef", "notes", versions["seed4"]])
+
+
+def test_a_hidden_deleting_folder_the_user_made_is_kept(versions, tmp_path):
+    """Only what tfshards wrote goes: a folder named like prune's leftover, holding a file
+    of the user's, stays with a reason."""
+    mine = tmp_path / "shards" / ".0123456789abcdef.deleting"
+    mine.mkdir()
+    (mine / "notes.txt").write_text("my notes")
+    report = prune(PruneConfig(manifest=str(tmp_path / "m.json"), delete=True))
+    kept = {v.name: v for v in report.versions}[mine.name]
+    assert kept.action == "keep" and kept.reason.startswith("its manifest: ")
+    assert (mine / "notes.txt").read_text() == "my notes"
 
 
 def test_two_prunes_at_once_both_succeed(versions, tmp_path):

@@ -165,7 +165,11 @@ def prune(config: PruneConfig, *, now: float | None = None) -> PruneReport:
             f"{config.manifest}) in this shard location, found {len(names)} other versions"
         )
     clock = time.time() if now is None else now
-    states = [_trash(fs, base, info, config.delete) for info in listed if _is_trash(info)]
+    states = [
+        _trash(fs, info, config.delete, config.storage_options)
+        for info in listed
+        if _is_trash(info)
+    ]
     for name in names:
         path = storage.join(base, name)
         files = _files(fs, path)
@@ -194,24 +198,42 @@ def _is_trash(info: Mapping[str, Any]) -> bool:
     return info.get("type") == "directory" and _TRASH.match(name) is not None
 
 
-def _trash(fs: Any, base: str, info: Mapping[str, Any], delete: bool) -> VersionState:
-    """A hidden ``.<name>.deleting`` folder a killed prune left: removed (on ``delete``)."""
+def _trash(
+    fs: Any, info: Mapping[str, Any], delete: bool, options: Mapping[str, Any]
+) -> VersionState:
+    """A hidden ``.<name>.deleting`` folder a killed prune left, named as it is on disk:
+    removed (on ``delete``) when it holds only what tfshards wrote there and no writer
+    holds a lease on it; kept, with the reason, otherwise."""
     path = str(info["name"]).rstrip("/")
-    match = _TRASH.match(posixpath.basename(path))
-    assert match is not None
     files = _files(fs, path)
     state = VersionState(
-        match[1],
+        posixpath.basename(path),
         "delete",
         INTERRUPTED_DELETE,
         len(files),
         sum(int(f.get("size") or 0) for f in files.values()),
     )
-    if not delete:
+    holders = lease.live_holders(files)
+    if holders:  # the prune that renamed it is giving it back to a writer
+        return dataclasses.replace(
+            state, action="keep", reason=f"a writer ({holders[0]}) holds a lease on it"
+        )
+    if files:
+        state = _own_files_only(fs, path, files, state, options)
+    if state.action != "delete" or not delete:
         return state
-    with contextlib.suppress(FileNotFoundError):  # another prune finished it
-        fs.rm(path, recursive=True)
+    _remove(fs, path)
     return dataclasses.replace(state, action="deleted")
+
+
+def _remove(fs: Any, path: str) -> None:
+    """Delete the folder ``path`` and all it holds: gone already is no error."""
+    try:
+        fs.rm(path, recursive=True)
+    except FileNotFoundError:  # another prune finished it
+        pass
+    except OSError as exc:  # read-only, permissions: one line naming the folder
+        raise storage.write_error(fs, path, exc) from None
 
 
 def _decide(
@@ -327,8 +349,7 @@ def _delete_local(fs: Any, path: str, trash: str, state: VersionState) -> Versio
             return dataclasses.replace(
                 state, action="keep", reason=f"a writer ({holders[0]}) took a lease on it"
             )
-    with contextlib.suppress(FileNotFoundError):  # another prune finished it
-        fs.rm(trash, recursive=True)
+    _remove(fs, trash)
     return dataclasses.replace(state, action="deleted")
 
 
