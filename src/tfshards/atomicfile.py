@@ -212,6 +212,16 @@ def is_temp_name(name: str) -> bool:
     return _TMP.match(name) is not None
 
 
+def published_name(path: str) -> str:
+    """The file a temp file at ``path`` is written for (``path`` itself when it is not one):
+    what an error about the temp file should name."""
+    folder, _, name = path.rpartition("/")
+    found = _TMP.match(name)
+    if found is None:
+        return path
+    return f"{folder}/{found['name']}" if folder else found["name"]
+
+
 def remove_stale_temps(fs: Any, directory: str) -> int:
     """Delete temp files left in ``directory`` by writers of this host that died.
 

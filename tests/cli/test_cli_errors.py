@@ -42,6 +42,18 @@ def listing_dir(raw: Path, tmp_path: Path) -> Path:
     return tmp_path / "listing"
 
 
+def test_a_metrics_file_where_none_can_be_written_names_it_not_its_temp_file(
+    write_set, listing_dir, tmp_path
+):
+    """/proc holds no new files: the write of its temp file failed, named as the temp."""
+    from tfshards.listing.listing import read_listing
+
+    manifest = write_set(read_listing(str(listing_dir)), tmp_path / "shards")
+    args = ["validate", f"{manifest.directory}/manifest.json", "--no-progress"]
+    code, _, stderr = _invoke(*args, "--metrics", "/proc/x.json")
+    assert _one_line(code, stderr) == "error: /proc/x.json: No such file or directory (ENOENT)"
+
+
 # ----------------------------------------------------------------------------- list
 
 

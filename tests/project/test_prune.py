@@ -309,6 +309,15 @@ def test_a_negative_or_nan_minimum_age_is_refused(age):
         PruneConfig(manifest="m.json", min_age_s=age)
 
 
+@pytest.mark.parametrize("age", ["-1", "nan"])
+def test_the_command_names_its_own_option_for_a_bad_minimum_age(age):
+    """Not the library's min_age_s in seconds: what the user typed, and where."""
+    result = CliRunner().invoke(app, ["prune", "--manifest", "m.json", "--min-age-minutes", age])
+    assert result.exit_code == 2
+    assert "Invalid value for '--min-age-minutes': expected minutes >= 0" in result.output
+    assert "min_age_s" not in result.output
+
+
 def test_a_delete_killed_after_the_manifest_went_is_finished_by_the_next_prune(versions, tmp_path):
     """A kill between deleting the manifest and the rest left a folder every later prune
     kept as "being written"; the marker prune writes first says it was a delete."""

@@ -80,7 +80,10 @@ def one_line_errors(fn: Callable[P, R]) -> Callable[P, R]:
                 raise
             code = errno.errorcode.get(exc.errno or 0)
             why = f"{exc.strerror} ({code})" if code else exc.strerror
-            typer.echo(f"error: {exc.filename}: {why}", err=True)
+            from tfshards.atomicfile import published_name  # only when an error is said
+
+            where = published_name(str(exc.filename))  # not its temp file's name
+            typer.echo(f"error: {where}: {why}", err=True)
             raise typer.Exit(1) from None
         except Exception as exc:  # a storage client's own errors; anything else is a bug
             _say_backend_error(exc, kwargs)

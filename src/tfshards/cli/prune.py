@@ -47,6 +47,10 @@ def prune_command(
     project with local shards, run `dvc commit -f` after deleting so dvc.lock
     records the smaller shard folder; on S3 a deleted version is gone for good.
     """
+    if not min_age_minutes >= 0:  # NaN too: it compares false
+        raise typer.BadParameter(
+            f"expected minutes >= 0, got {min_age_minutes}", param_hint="'--min-age-minutes'"
+        )
     config = PruneConfig(
         manifest=manifest,
         out=out,
