@@ -232,6 +232,11 @@ def test_output_that_breaks_the_signature_names_the_file(listing, mode):
         ([300, 300], "uint8", "expected uint8 values in [0, 255], found values from 300 to 300"),
         ([-1, 5], "uint16", "expected uint16 values in [0, 65535], found values from -1 to 5"),
         ([0, 2], "bool", "expected bool values in [0, 1], found values from 0 to 2"),
+        (
+            [1, 70_000],
+            "float16",
+            "expected float16 values in [-65504.0, 65504.0], found values from 1 to 70000",
+        ),
     ],
 )
 def test_integers_out_of_the_declared_range_are_refused_not_wrapped(value, dtype, found):

@@ -103,14 +103,20 @@ def check_element(value: Any, leaves: Sequence[Leaf], path: str) -> list[np.ndar
 def _check_range(
     array: np.ndarray[Any, Any], want: np.dtype[Any], path: str, label: str, output: int
 ) -> None:
-    """Integers cast to a narrower integer (or bool) type must fit: astype wraps 300 to 44.
+    """Integers cast to a narrower integer, bool or float type must fit: astype wraps 300
+    to 44 as uint8, and makes 70,000 inf as float16.
 
     Raises:
         InputError: naming ``path``, the output, the type and the values out of its range.
     """
-    if array.dtype.kind not in "iu" or want.kind not in "biu" or np.can_cast(array.dtype, want):
+    if array.dtype.kind not in "iu" or want.kind not in "biuf" or np.can_cast(array.dtype, want):
         return
-    low, high = (0, 1) if want.kind == "b" else (np.iinfo(want).min, np.iinfo(want).max)
+    if want.kind == "f":  # 70,000 as float16 is inf
+        low, high = float(np.finfo(want).min), float(np.finfo(want).max)
+    elif want.kind == "b":
+        low, high = 0, 1
+    else:
+        low, high = np.iinfo(want).min, np.iinfo(want).max
     if array.size and (array.min() < low or array.max() > high):
         raise InputError(
             f"{path}: {label}: expected {want.name} values in [{low}, {high}], found values "
