@@ -147,6 +147,10 @@ def test_a_grey_set_mixes_into_rgb_ones_at_the_first_sets_channels(two_sets, tmp
     grey_first = rgb_first[::-1]
     images, _ = next(iter(mixing.mix_datasets(grey_first, batch_size=4, image_size=(8, 8))))
     assert images.shape == (4, 8, 8, 1)
+    for sources, channels in ((rgb_first, 3), (grey_first, 1)):  # the validation side too
+        val = mixing.validation_dataset(sources, batch_size=4, image_size=(8, 8))
+        assert val.element_spec[0].shape.as_list() == [None, 8, 8, channels]
+        assert sum(int(x.shape[0]) for x, _ in val) == a.records + grey.records
 
 
 def test_sources_must_name_the_same_labels(two_sets, tmp_path):

@@ -145,9 +145,7 @@ def mix_datasets(
             image_size=image_size,
             **options,
         ).unbatch()
-        if not streams and image_size is not None and options.get("channels") is None:
-            # One shape for all: the first set's channels (a grey set mixed into RGB ones).
-            options = {**options, "channels": _channels(stream.element_spec)}
+        options = _first_channels(options, streams, image_size, stream)
         streams.append(stream)
     _check_elements(streams)
     last = _FOREVER if repeat else begin.epoch + 1
@@ -175,8 +173,9 @@ def validation_dataset(
 
     _check_options(options)
     _check_labels(sources)
-    streams = [
-        make_dataset(
+    streams: list[Any] = []
+    for source in sources:
+        stream = make_dataset(
             source.shards,
             source.manifest,
             batch_size=batch_size,
@@ -184,8 +183,8 @@ def validation_dataset(
             image_size=image_size,
             **options,
         ).unbatch()
-        for source in sources
-    ]
+        options = _first_channels(options, streams, image_size, stream)
+        streams.append(stream)
     _check_elements(streams)
     records = streams[0]
     for stream in streams[1:]:
@@ -250,6 +249,16 @@ def _check_disjoint(sources: Sequence[Source]) -> None:
                     "mixed epoch; give each shard to one source (a weight sets how often)"
                 )
             seen[key] = i
+
+
+def _first_channels(
+    options: dict[str, Any], streams: Sequence[Any], image_size: Any, first: Any
+) -> dict[str, Any]:
+    """``options`` for the sources after the first: with one ``image_size`` and no
+    ``channels`` asked, the first set's channels (a grey set mixes into RGB ones)."""
+    if streams or image_size is None or options.get("channels") is not None:
+        return options
+    return {**options, "channels": _channels(first.element_spec)}
 
 
 def _channels(spec: Any) -> int | None:
