@@ -94,7 +94,9 @@ def test_a_numeric_previous_map_grows_to_the_new_number():
 def test_a_numeric_previous_map_grows_by_number_and_refuses_huge_numbers():
     previous = ("0", "1")
     assert resolve(["0", "02"], None, previous, False) == ("0", "1", "02")
-    assert "'01' and '1'" in str(_refused(["0", "01"], None, previous, False))
+    assert "folder '01' has the number of the previous version's label '1'" in str(
+        _refused(["0", "01"], None, previous, False)
+    )
     assert "run up to 99999" in str(_refused(["0", "99999"], None, previous, False))
     assert resolve(["0", "02", "x"], None, previous, False) == ("0", "1", "02", "x")
 
@@ -134,3 +136,16 @@ def test_a_listed_label_missing_from_the_pinned_map_is_refused_even_with_relabel
 
 def test_a_pinned_numeric_map_is_taken_as_given():
     assert resolve(["0", "7"], ("7", "0"), None, False) == ("7", "0")
+
+
+def test_renamed_number_folders_are_refused_saying_how_to_rename_the_labels():
+    """00, 01 renamed 0, 1: the pin hint named old and new together (0,1,00,01) and
+    suggested --previous none, which keeps the label ids all the same."""
+    error = _refused(["0", "1"], None, ["00", "01"], False)
+    assert str(error) == (
+        "labels: folder '0' has the number of the previous version's label '00' (renamed "
+        "folders?), so neither can be its id; to rename the labels, pin the new map and "
+        "accept the id change: --labels 0,1 --relabel (params.yaml write.labels and "
+        "write.relabel: true)"
+    )
+    assert resolve(["0", "1"], ["0", "1"], ["00", "01"], True) == ("0", "1")

@@ -159,9 +159,39 @@ def _grown(listed: Sequence[str], previous: tuple[str, ...]) -> tuple[str, ...]:
     rest = tuple(name for name in new if not _digits(name))
     if not numbered:
         return previous + rest
+    _check_renumbered(listed, previous, numbered)
     by_value = _numbers([*previous, *numbered])
     assert by_value is not None  # every name is digits
     return _numeric(by_value, [*previous, *numbered]) + rest
+
+
+def _check_renumbered(
+    listed: Sequence[str], previous: Sequence[str], numbered: Sequence[str]
+) -> None:
+    """Refuse a new folder name with the number of a previous version's label (``0``
+    where ``00`` was: the folders were renamed), saying how to rename the labels.
+
+    Raises:
+        ConfigError: naming both, and the pinned map with --relabel that renames them.
+    """
+    old = {int(name): name for name in previous}
+    for name in numbered:
+        was = old.get(int(name))
+        if was is None:
+            continue
+        listed_map = ",".join(sorted(set(listed), key=lambda n: (not _digits(n), _key(n))))
+        raise ConfigError(
+            f"labels: folder {name!r} has the number of the previous version's label {was!r} "
+            "(renamed folders?), so neither can be its id; to rename the labels, pin the "
+            f"new map and accept the id change: --labels {listed_map} --relabel (params.yaml "
+            "write.labels and write.relabel: true)",
+            option="labels",
+            param="write.labels",
+        )
+
+
+def _key(name: str) -> tuple[int, str]:
+    return (int(name), name) if _digits(name) else (0, name)
 
 
 def _digits(name: str) -> bool:
