@@ -604,19 +604,25 @@ def _cut_jpeg() -> bytes:
     return out.getvalue()[:300]
 
 
+def _cut_jpeg_record() -> bytes:
+    """A record of a.jpg whose image is :func:`_cut_jpeg` (its sha256 matches: only
+    decoding tells)."""
+    cut = _cut_jpeg()
+    return _example(
+        image=("bytes", [cut]),
+        label=("int64", [1]),
+        path=("bytes", [b"a.jpg"]),
+        sha256=("bytes", [hashlib.sha256(cut).hexdigest().encode()]),
+    )
+
+
 @pytest.mark.parametrize("image_size", [None, (8, 8)], ids=["native", "scaled-decode"])
 def test_a_cut_jpeg_is_named_inside_shard_errors_on_every_decode_path(
     shard_set, tmp_path, image_size
 ):
     """With image_size the decode goes through the JPEG shape op, whose error reads
     "Invalid JPEG data": that is a bad record too."""
-    cut = _cut_jpeg()
-    content = _example(
-        image=("bytes", [cut]),
-        label=("int64", [1]),
-        path=("bytes", [b"a.jpg"]),
-        sha256=("bytes", [hashlib.sha256(cut).hexdigest().encode()]),
-    )
+    content = _cut_jpeg_record()
     manifest = _copy_shards(shard_set[0], tmp_path / "copy")
     shard = manifest.shards[6]
     forged, offset = _replace_record(manifest, 6, 2, content)
@@ -638,13 +644,7 @@ def test_a_cut_jpeg_read_for_the_dataset_shape_is_named_when_the_dataset_is_buil
 ):
     """The first record's image gives the dataset's shape: bad, it was a TensorFlow traceback
     out of make_dataset (the train stage's too), before any shard_errors could help."""
-    cut = _cut_jpeg()
-    content = _example(
-        image=("bytes", [cut]),
-        label=("int64", [1]),
-        path=("bytes", [b"a.jpg"]),
-        sha256=("bytes", [hashlib.sha256(cut).hexdigest().encode()]),
-    )
+    content = _cut_jpeg_record()
     manifest = _copy_shards(shard_set[0], tmp_path / "copy")
     first = next(i for i, s in enumerate(manifest.shards) if s.records)
     forged, _ = _replace_record(manifest, first, 0, content)
