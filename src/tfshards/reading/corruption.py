@@ -134,3 +134,25 @@ def find_corrupt_record(
                 )
         return ShardError(f"{where}: {report.problems[0].what}", shard=shard.name, path=path)
     return None
+
+
+def first_image_error(
+    manifest: Manifest,
+    shards: Sequence[ShardInfo],
+    exc: Exception,
+    *,
+    cache_dir: str | None = None,
+    **storage_options: Any,
+) -> ShardError:
+    """The record whose image could not be read for a dataset's shape, named: the first
+    record of the first shard with records (decoded to find it); ``exc``: TensorFlow's
+    error, said when the scan finds nothing."""
+    first = [s for s in shards if s.records][:1]
+    found = find_corrupt_record(
+        manifest, first, cache_dir=cache_dir, decode_images=True, **storage_options
+    )
+    if found is not None:
+        return found
+    line = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+    where = manifest.shard_url(first[0]) if first else manifest.directory
+    return ShardError(f"{where}: record 0: its image does not decode: {line}", path=where)

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 from tfshards.errors import ConfigError, TfshardsError
 from tfshards.format.schema import FeatureSpec
 from tfshards.reading import chunks
+from tfshards.reading.decodeplan import JPEG
 from tfshards.reading.gate import Gate
 from tfshards.reading.options import DecodeOptions
 from tfshards.shardset import imagestats
@@ -243,6 +244,19 @@ def stored_stats(manifest: Manifest, **storage_options: Any) -> imagestats.Image
     if any(sum(counts.values()) != manifest.records for counts in (stats.formats, stats.channels)):
         return None
     return stats
+
+
+def check_channels(
+    manifest: Manifest, channels: int | None, stats: imagestats.ImageStats | None
+) -> None:
+    """Refuse ``channels=4`` for a set holding JPEGs (they decode to 1 or 3), by its image
+    statistics, before a batch fails in TensorFlow."""
+    jpegs = stats.formats.get(JPEG, 0) if stats is not None else 0
+    if channels == 4 and jpegs:
+        raise ConfigError(
+            f"{manifest.directory}: channels=4 asked, but {jpegs} of its images are JPEGs "
+            "(by its image statistics), which decode to 1 or 3 channels: pass channels 1 or 3"
+        )
 
 
 def several_sizes(stats: imagestats.ImageStats | None) -> str:

@@ -55,8 +55,9 @@ from tfshards.errors import ConfigError, RecordError, ShardError
 from tfshards.format.wire import COMPRESSIONS
 from tfshards.reading import chunks, epochdata
 from tfshards.reading.cache import ShardCache
-from tfshards.reading.corruption import find_corrupt_record
+from tfshards.reading.corruption import find_corrupt_record, first_image_error
 from tfshards.reading.decode import (
+    check_channels,
     common_channels,
     decode_image,
     decode_images,
@@ -65,7 +66,7 @@ from tfshards.reading.decode import (
     several_sizes,
     stored_stats,
 )
-from tfshards.reading.decodeplan import JPEG, DecodePlan, plan
+from tfshards.reading.decodeplan import DecodePlan, plan
 from tfshards.reading.epochorder import Position
 from tfshards.reading.gate import Gate
 from tfshards.reading.options import DecodeOptions, ReadOptions
@@ -74,7 +75,6 @@ from tfshards.shardset.manifest import Manifest, ShardInfo
 if TYPE_CHECKING:
     import tensorflow as tf
 
-    from tfshards.shardset import imagestats
 
 __all__ = [
     "AUTOTUNE",
@@ -206,12 +206,14 @@ def from_options(
                 "statistics) are kept at their own size without image_size: pass image_size "
                 "(and channels) to resize every image to one shape"
             )
-        _check_channels(manifest, decoding, stats)
+        check_channels(manifest, decoding.channels, stats)
         channels = common_channels(stats)
         try:
             shape, source = image_shape(shards, paths, gate, manifest, decoding, channels)
         except tf.errors.OpError as exc:  # the first image, read for its shape, is bad
-            raise _first_image_error(manifest, shards, read, exc) from exc
+            raise first_image_error(
+                manifest, shards, exc, cache_dir=read.cache_dir, **read.storage_options
+            ) from exc
         formats = None if stats is None else stats.formats
     target = _resize_to(manifest, decoding)
     how = plan(
@@ -317,35 +319,6 @@ def _shuffled_records(
 
 def _seekable(read: ReadOptions) -> bool:
     return read.training and read.order == "epoch"
-
-
-def _first_image_error(
-    manifest: Manifest, shards: Sequence[ShardInfo], read: ReadOptions, exc: Exception
-) -> ShardError:
-    """The record whose image could not be read for the dataset's shape, named: the
-    first record of the first shard with records (decoded to find it)."""
-    first = [s for s in shards if s.records][:1]
-    found = find_corrupt_record(
-        manifest, first, cache_dir=read.cache_dir, decode_images=True, **read.storage_options
-    )
-    if found is not None:
-        return found
-    line = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-    where = manifest.shard_url(first[0]) if first else manifest.directory
-    return ShardError(f"{where}: record 0: its image does not decode: {line}", path=where)
-
-
-def _check_channels(
-    manifest: Manifest, decoding: DecodeOptions, stats: imagestats.ImageStats | None
-) -> None:
-    """Refuse ``channels=4`` for a set holding JPEGs (they decode to 1 or 3), by its image
-    statistics, before a batch fails in TensorFlow."""
-    jpegs = stats.formats.get(JPEG, 0) if stats is not None else 0
-    if decoding.channels == 4 and jpegs:
-        raise ConfigError(
-            f"{manifest.directory}: channels=4 asked, but {jpegs} of its images are JPEGs "
-            "(by its image statistics), which decode to 1 or 3 channels: pass channels 1 or 3"
-        )
 
 
 def _check_stream(shards: Sequence[ShardInfo], read: ReadOptions) -> None:
