@@ -62,3 +62,12 @@ def test_a_transform_output_error_is_a_transform_error():
     """Callers that catch TransformError (or InputError) still catch it."""
     assert issubclass(errors.TransformOutputError, errors.TransformError)
     assert "transform" in errors.declared(errors.TransformOutputError)
+
+
+def test_a_line_quoting_a_huge_value_is_cut_saying_how_much_more():
+    """A 50,000-column header, quoted whole, was a 489 KB error line."""
+    text = "x.csv:1: expected a header, found " + "k, " * 100_000
+    line = errors.one_line(text)
+    assert len(line) <= errors.LONGEST_LINE and line.startswith("x.csv:1: expected a header")
+    assert line.endswith(f"... ({len(text) - (errors.LONGEST_LINE - 60):,} more characters)")
+    assert errors.one_line("short\nline") == "short\\nline"

@@ -139,7 +139,18 @@ _CONTROL = {c: f"\\x{c:02x}" for c in [*range(0x20), 0x7F]} | {
 }
 
 
+LONGEST_LINE = 2000  # characters of an error line; a value quoted whole was 778 KB once
+
+
 def one_line(text: str) -> str:
     """``text`` with control characters escaped (``\\n``, ``\\t``, ``\\x1b``): a file name
-    holding a newline cannot split a message into lines that read as other messages."""
-    return text.translate(_CONTROL)
+    holding a newline cannot split a message into lines that read as other messages.
+
+    Cut to :data:`LONGEST_LINE` characters, saying how many more there were: a
+    message quoting a bad value whole (a 50,000-column header, a 100,000-element
+    path) is one line, not megabytes."""
+    line = text.translate(_CONTROL)
+    if len(line) <= LONGEST_LINE:
+        return line
+    cut = LONGEST_LINE - 60
+    return f"{line[:cut]} ... ({len(line) - cut:,} more characters)"

@@ -174,6 +174,33 @@ def test_extensions_are_case_insensitive_with_or_without_dot(make_tree: Make) ->
     assert list_files(root, extensions=[".PNG"]).skipped["extension"] == 4
 
 
+@pytest.mark.parametrize("extensions", [".tar.gz", "*.jpg", "j?g"])
+def test_an_extension_no_last_suffix_can_be_is_refused(make_tree: Make, extensions) -> None:
+    """A file's last suffix is matched: ".tar.gz" kept nothing, silently."""
+    with pytest.raises(ConfigError, match=r"expected one suffix \(\.jpg\), found "):
+        list_files(make_tree({"a/x.tar.gz": b"1"}), extensions=[extensions])
+
+
+def test_folders_nested_deeper_than_the_walk_goes_are_one_line(tmp_path: Path) -> None:
+    """~1,000 levels met Python's recursion limit with a RecursionError."""
+    from tfshards.listing.sortedwalk import MAX_DEPTH
+
+    deep = tmp_path / "root" / "a"
+    deep.mkdir(parents=True)
+    fd = os.open(deep, os.O_RDONLY)
+    try:  # relative to an open folder: each call's path stays short
+        for _ in range(MAX_DEPTH + 2):
+            os.mkdir("d", dir_fd=fd)
+            inner = os.open("d", os.O_RDONLY, dir_fd=fd)
+            os.close(fd)
+            fd = inner
+        os.close(os.open("x.jpg", os.O_WRONLY | os.O_CREAT, dir_fd=fd))
+    finally:
+        os.close(fd)
+    with pytest.raises(InputError, match=rf"expected at most {MAX_DEPTH} folder levels below"):
+        list_files(str(tmp_path / "root"))
+
+
 def test_star_or_none_keeps_every_extension(make_tree: Make) -> None:
     root = make_tree({"a/x.txt": b"1", "a/y": b"2"})
     assert len(list_files(root, extensions=None).entries) == 2
@@ -366,6 +393,11 @@ def test_index_on_memory_storage(memory_tree: Make) -> None:
             "i.jsonl",
             '{"path": "cat/001.jpg", "label": "a", "n": ' + "[" * 5000 + "]" * 5000 + "}\n",
             r"i\.jsonl:1: expected a JSON object, found values nested too deep to read",
+        ),
+        (  # Python reads integers of at most 4,300 digits: a ValueError and a traceback
+            "i.jsonl",
+            '{"path": "cat/001.jpg", "label": "a", "n": ' + "1" * 4400 + "}\n",
+            r"i\.jsonl:1: expected a JSON object, found a number too long to read",
         ),
         (
             "i.txt",

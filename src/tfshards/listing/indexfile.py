@@ -187,6 +187,13 @@ def _jsonl_rows(
                 path=url,
                 line=n,
             ) from None
+        except ValueError:  # Python reads integers of at most 4,300 digits
+            raise InputError(
+                f"{url}:{n}: expected a JSON object, found a number too long to read "
+                "(more than 4,300 digits)",
+                path=url,
+                line=n,
+            ) from None
         needed = ["path", "label", *names]
         if not isinstance(record, dict) or not set(needed) <= record.keys():
             found = sorted(record) if isinstance(record, dict) else type(record).__name__

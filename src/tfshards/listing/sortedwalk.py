@@ -58,6 +58,9 @@ class Run:
 
 Step = Folder | Run
 Ancestors = tuple[tuple[int, int], ...]  # (st_dev, st_ino) of each folder above
+# The walk recurses a level a folder; Python's recursion limit (1,000) stopped it near
+# 1,000 levels with a RecursionError. No data set nests folders this deep.
+MAX_DEPTH = 512
 Subdir = tuple[str, str, tuple[int, int]]  # (name + "/", path, (st_dev, st_ino))
 _F, _D = ord("f"), ord("d")
 
@@ -108,6 +111,11 @@ class _Walk:
             yield Run(folder, lo, len(names), True)
 
     def _subdir(self, path: str, st: os.stat_result, link: bool, ancestors: Ancestors) -> Subdir:
+        if len(ancestors) > MAX_DEPTH:
+            raise InputError(
+                f"{path}: expected at most {MAX_DEPTH} folder levels below the root, found more",
+                path=path,
+            )
         key = (st.st_dev, st.st_ino)
         if key in ancestors:
             raise InputError(

@@ -25,6 +25,12 @@ class TreeFilter:
         for ext in self.extensions or ():
             if not ext.startswith(".") or ext != ext.lower() or "/" in ext:
                 raise ConfigError(f"extension {ext!r}: expected lower case with a leading dot")
+            if "." in ext[1:] or "*" in ext or "?" in ext:  # a name's last suffix is matched
+                raise ConfigError(
+                    f"extension {ext!r}: expected one suffix (.jpg), found "
+                    f"{'a pattern' if '*' in ext or '?' in ext else 'several'}: a file's last "
+                    "suffix is matched, so it would keep nothing; use --glob for patterns"
+                )
 
     @classmethod
     def build(cls, extensions: Sequence[str] | None, glob: str | None) -> TreeFilter:
