@@ -146,11 +146,11 @@ def one_line(text: str) -> str:
     """``text`` with control characters escaped (``\\n``, ``\\t``, ``\\x1b``): a file name
     holding a newline cannot split a message into lines that read as other messages.
 
-    Cut to :data:`LONGEST_LINE` characters, saying how many more there were: a
+    Cut in the middle to :data:`LONGEST_LINE` characters, saying how many went: a
     message quoting a bad value whole (a 50,000-column header, a 100,000-element
-    path) is one line, not megabytes."""
+    path) is one line, not megabytes, and keeps its start (where) and end (why)."""
     line = text.translate(_CONTROL)
     if len(line) <= LONGEST_LINE:
         return line
-    cut = LONGEST_LINE - 60
-    return f"{line[:cut]} ... ({len(line) - cut:,} more characters)"
+    keep = (LONGEST_LINE - 40) // 2
+    return f"{line[:keep]} ... ({len(line) - 2 * keep:,} characters) ... {line[-keep:]}"
