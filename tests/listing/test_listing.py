@@ -201,6 +201,21 @@ def test_folders_nested_deeper_than_the_walk_goes_are_one_line(tmp_path: Path) -
         list_files(str(tmp_path / "root"))
 
 
+def test_a_folder_reached_twice_through_links_is_one_line(tmp_path: Path) -> None:
+    """Links to links were walked once per path: 15 files listed as 32,767 entries."""
+    outside = tmp_path / "outside"
+    for i in range(3):
+        (outside / f"e{i}").mkdir(parents=True)
+        (outside / f"e{i}" / "f.jpg").write_bytes(bytes([i]))
+    for i in range(2):  # e0 -> e1 twice, e1 -> e2 twice
+        (outside / f"e{i}" / "l1").symlink_to(outside / f"e{i + 1}")
+        (outside / f"e{i}" / "l2").symlink_to(outside / f"e{i + 1}")
+    (tmp_path / "root" / "a").mkdir(parents=True)
+    (tmp_path / "root" / "a" / "in").symlink_to(outside / "e0")
+    with pytest.raises(InputError, match=r"/a/in/l2: expected each folder once, found it also as "):
+        list_files(str(tmp_path / "root"))
+
+
 def test_star_or_none_keeps_every_extension(make_tree: Make) -> None:
     root = make_tree({"a/x.txt": b"1", "a/y": b"2"})
     assert len(list_files(root, extensions=None).entries) == 2

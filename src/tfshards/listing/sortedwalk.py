@@ -89,6 +89,9 @@ class _Walk:
     filt: TreeFilter
     skipped: Counter[str]
     with_stats: bool
+    # Each folder once: reached again through a link, its files would be listed twice,
+    # and links to links doubled the work each level (15 files became 32,767 entries).
+    seen: dict[tuple[int, int], str] = field(default_factory=dict)
 
     def visit(self, directory: str, rel_dir: str, ancestors: Ancestors) -> Iterator[Step]:
         scan = getattr(native.NATIVE, "scan_folder", None)
@@ -121,6 +124,13 @@ class _Walk:
             raise InputError(
                 f"{path}: symlink loop: expected a folder below the root, "
                 "found a link to one of its own parents",
+                path=path,
+            )
+        first = self.seen.setdefault(key, path)
+        if first != path:
+            raise InputError(
+                f"{path}: expected each folder once, found it also as {first} (through "
+                "a link): its files would be listed twice",
                 path=path,
             )
         if link:
