@@ -250,10 +250,14 @@ def hash_files(
 
 
 def unreadable_file(where: str, code: int) -> InputError:
-    found = "a folder or special file" if -code == errno.EINVAL else os.strerror(-code)
-    return InputError(
-        f"{where}: cannot read while listing: expected a regular file, found {found}", path=where
-    )
+    """``where`` could not be read for its hash (``code``: minus its errno)."""
+    if -code == errno.EINVAL:
+        why = "expected a regular file, found a folder or special file"
+    elif -code == errno.ENOENT:
+        why = "it was removed while listing (No such file or directory, ENOENT)"
+    else:
+        why = f"{os.strerror(-code)}, {errno.errorcode.get(-code, 'errno ' + str(-code))}"
+    return InputError(f"{where}: cannot read while listing: {why}", path=where)
 
 
 def _hash_local(folder: str, names: Sequence[str]) -> list[tuple[int, bytes]]:
