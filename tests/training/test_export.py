@@ -24,13 +24,15 @@ def test_every_file_and_folder_of_the_export_is_fsynced_and_then_its_rename(
         ]
     )
     target = tmp_path / "models" / "export"
-    target.mkdir(parents=True)
-    (target / "stale.txt").write_text("an older export")
+    (target / "assets").mkdir(parents=True)  # an earlier export: only SavedModel entries
+    (target / "assets" / "stale.txt").write_text("an older export")
     synced: list[tuple[str, bool]] = []  # (what was fsynced, whether the new export was visible)
     real_fsync = os.fsync
 
     def recording_fsync(fd: int) -> None:
-        synced.append((os.readlink(f"/proc/self/fd/{fd}"), not (target / "stale.txt").exists()))
+        synced.append(
+            (os.readlink(f"/proc/self/fd/{fd}"), not (target / "assets" / "stale.txt").exists())
+        )
         real_fsync(fd)
 
     monkeypatch.setattr(os, "fsync", recording_fsync)
@@ -40,6 +42,26 @@ def test_every_file_and_folder_of_the_export_is_fsynced_and_then_its_rename(
     staged = re.compile(rf"{re.escape(str(target.parent))}/\.export-[^/]+/model(?:/(.*))?$")
     before = {m[1] or "." for path, visible in synced if not visible if (m := staged.match(path))}
     tree = {str(p.relative_to(target)) for p in target.rglob("*")} | {"."}
-    assert not (target / "stale.txt").exists() and "saved_model.pb" in tree
+    assert not (target / "assets" / "stale.txt").exists() and "saved_model.pb" in tree
     assert tree - before == set(), "written but not fsynced before the rename"
     assert synced[-1] == (str(target.parent), True), "the rename itself is not fsynced"
+
+
+def test_an_export_path_holding_anything_but_an_earlier_export_is_refused(tmp_path):
+    """--export-out . replaced a whole project; a folder of the user's lost its files."""
+    from tfshards.errors import ConfigError
+    from tfshards.training.export import check_target
+
+    check_target(str(tmp_path / "none"))  # no folder: fine
+    (tmp_path / "empty").mkdir()
+    check_target(str(tmp_path / "empty"))
+    earlier = tmp_path / "earlier"
+    (earlier / "variables").mkdir(parents=True)
+    (earlier / "saved_model.pb").write_bytes(b"x")
+    check_target(str(earlier))
+    (earlier / "keep.txt").write_text("mine")
+    with pytest.raises(ConfigError, match=r"found 1 entries it did not make \(first: 'keep.txt'\)"):
+        check_target(str(earlier))
+    (tmp_path / "afile").write_text("mine")
+    with pytest.raises(ConfigError, match="found a file; pass another --export-out"):
+        check_target(str(tmp_path / "afile"))

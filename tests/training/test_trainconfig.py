@@ -41,7 +41,7 @@ def test_small_cnn_takes_the_digits_at_their_own_8_pixels() -> None:
     [
         ("epochs", 0, "epochs must be >= 1, got 0"),
         ("batch_size", 0, "batch_size must be >= 1"),
-        ("learning_rate", 0.0, "learning_rate must be > 0"),
+        ("learning_rate", 0.0, "learning_rate must be finite and > 0"),
         ("val_fraction", 1.0, r"val_fraction must be in \[0, 1\), got 1.0"),
         ("mixed_precision", "maybe", "mixed_precision must be one of"),
         ("model_out", "models/model.h5", "must end with .keras"),
@@ -115,3 +115,38 @@ def test_settings_leave_out_where_the_outputs_go() -> None:
     assert a.settings() == b.settings()
     assert a.settings()["seed"] == 0 and "metrics" not in a.settings()
     assert TrainConfig(seed=1).settings() != a.settings()
+
+
+@pytest.mark.parametrize(
+    ("outputs", "message"),
+    [
+        ({"model_out": "exp/model.keras", "export_out": "exp"}, "export_out: expected a path"),
+        ({"live_dir": "exp", "export_out": "exp"}, "export_out: expected a path of its own"),
+        ({"metrics": "s.json", "split_out": "s.json"}, "split_out: expected a path of its own"),
+        ({"metrics": "live/m.json", "live_dir": "live"}, "live_dir: expected a path of its own"),
+    ],
+)
+def test_two_outputs_on_one_path_are_refused_before_training(outputs, message):
+    """The export replaced a folder holding the model; a split file replaced the metrics."""
+    base = {"metrics": None, "live_dir": None, "model_out": None, "split_out": None}
+    with pytest.raises(ConfigError, match=message):
+        TrainConfig(manifest="m.json", **{**base, "export_out": None, **outputs})
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "message"),
+    [
+        ("learning_rate", float("inf"), "learning_rate must be finite and > 0"),
+        ("momentum", 5.0, r"momentum must be in \[0, 1\]"),
+        ("momentum", float("nan"), r"momentum must be in \[0, 1\]"),
+        ("weight_decay", float("inf"), "weight_decay must be finite and >= 0"),
+        ("seed", -1, r"seed must be in \[0, 2\*\*32\)"),
+        ("seed", 2**64, r"seed must be in \[0, 2\*\*32\)"),
+        ("epochs", 10**20, "epochs must be at most 1000000"),
+        ("image_size", 100_000, "image_size must be at most 4096"),
+    ],
+)
+def test_values_keras_or_numpy_would_fail_on_are_one_line(field, value, message):
+    """They gave NumPy's or Keras' tracebacks, or trained to a NaN loss and exit 0."""
+    with pytest.raises(ConfigError, match=message):
+        TrainConfig(manifest="m.json", **{field: value})

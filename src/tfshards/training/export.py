@@ -16,6 +16,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from tfshards import atomicfile, storage
+from tfshards.errors import ConfigError
 
 
 def save_model(model: Any, url: str) -> None:
@@ -84,6 +85,7 @@ def export_serving(
         "serving_default", serve, input_signature=[tf.TensorSpec([None], tf.string, name="images")]
     )
     target = os.path.abspath(directory)
+    check_target(target)
     parent = os.path.dirname(target)
     atomicfile.make_dirs(parent)  # a new folder's entry is flushed too
     tmp = tempfile.mkdtemp(prefix=".export-", dir=parent)
@@ -93,12 +95,43 @@ def export_serving(
         # Keras writes without fsync: without it a power loss after the rename can
         # leave the export's name on empty or missing files.
         atomicfile.fsync_tree(written)
-        old = target + ".old"
-        shutil.rmtree(old, ignore_errors=True)
+        check_target(target)  # still an earlier export, or nothing
         if os.path.exists(target):
-            os.replace(target, old)
+            os.replace(target, os.path.join(tmp, "old"))  # inside the temp folder: ours
         os.replace(written, target)
         atomicfile.fsync_dir(parent)  # the rename itself lasts
-        shutil.rmtree(old, ignore_errors=True)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
+
+
+# What a SavedModel folder Keras writes holds: an earlier export may be replaced, nothing
+# else (--export-out . replaced a whole project, a user's folder lost its files).
+SAVED_MODEL_ENTRIES = frozenset(
+    {"saved_model.pb", "variables", "assets", "fingerprint.pb", "keras_metadata.pb"}
+)
+
+
+def check_target(directory: str) -> None:
+    """Refuse an export path that holds anything but an earlier export (an empty folder
+    or none is fine).
+
+    Raises:
+        ConfigError: naming the path and what is there.
+    """
+    if not os.path.lexists(directory):
+        return
+    if os.path.islink(directory) or not os.path.isdir(directory):
+        found = "a link" if os.path.islink(directory) else "a file"
+        raise ConfigError(
+            f"{directory}: expected a SavedModel folder an earlier export wrote (or no "
+            f"folder), found {found}; pass another --export-out",
+            option="export_out",
+        )
+    other = sorted(set(os.listdir(directory)) - SAVED_MODEL_ENTRIES)
+    if other:
+        raise ConfigError(
+            f"{directory}: expected a SavedModel folder an earlier export wrote (or no "
+            f"folder), found {len(other)} entries it did not make (first: {other[0]!r}); "
+            "pass another --export-out",
+            option="export_out",
+        )

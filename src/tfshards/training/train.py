@@ -17,6 +17,7 @@ first use, so :class:`TrainConfig` loads in milliseconds.
 from __future__ import annotations
 
 import functools
+import os
 import re
 import time
 from collections.abc import Callable, Sequence
@@ -32,7 +33,7 @@ from tfshards.training import confusion, devices, live, models, optim, traindata
 from tfshards.training.batchtrace import from_env as batch_trace
 from tfshards.training.checkpoint import Checkpoint, settings_key
 from tfshards.training.epochloop import EpochLoop
-from tfshards.training.export import export_serving, save_model
+from tfshards.training.export import check_target, export_serving, save_model
 from tfshards.training.history import (
     MODEL_METRICS,
     EpochResult,
@@ -124,6 +125,8 @@ def train(
     writes the outputs (:mod:`tfshards.training.workerrole`).
     """
     started = time.perf_counter()
+    if config.export_out:  # before any epoch: it replaces only an earlier export
+        check_target(os.path.abspath(config.export_out))
     manifest, parts, mix = _load(config)
     placement = _place(config, log)
     config, own_folder = workerrole.worker_config(config, placement.worker)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import math
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -16,6 +17,8 @@ from tfshards.training.devices import STRATEGIES
 MIXED_PRECISION = ("auto", "on", "off")
 STOP_METRICS = ("val_loss", "val_accuracy")
 _OUTPUTS = ("metrics", "live_dir", "model_out", "split_out", "export_out", "checkpoint_dir")
+MAX_EPOCHS = 1_000_000  # 10**20 epochs overflowed the cosine schedule's step count
+MAX_IMAGE_SIZE = 4096  # 100,000 px asked a 40-gigafloat dense layer: out of memory
 
 
 @dataclass(frozen=True)
@@ -115,8 +118,24 @@ class TrainConfig:
         ):
             if getattr(self, name) < 0:
                 raise ConfigError(f"{name} must be >= 0, got {getattr(self, name)}", option=name)
-        if not self.learning_rate > 0:
-            raise ConfigError(f"learning_rate must be > 0, got {self.learning_rate}")
+        if not 0 < self.learning_rate < math.inf:
+            raise ConfigError(f"learning_rate must be finite and > 0, got {self.learning_rate}")
+        if not 0.0 <= self.momentum <= 1.0:  # NaN too; Keras takes [0, 1] only
+            raise ConfigError(f"momentum must be in [0, 1], got {self.momentum}", option="momentum")
+        if not 0.0 <= self.weight_decay < math.inf:
+            raise ConfigError(
+                f"weight_decay must be finite and >= 0, got {self.weight_decay}",
+                option="weight_decay",
+            )
+        for name in ("seed", "split_seed"):  # NumPy seeds take 32 bits
+            value = getattr(self, name)
+            if value is not None and not 0 <= value < 2**32:
+                raise ConfigError(f"{name} must be in [0, 2**32), got {value}", option=name)
+        for name, most in (("epochs", MAX_EPOCHS), ("image_size", MAX_IMAGE_SIZE)):
+            if getattr(self, name) > most:
+                raise ConfigError(
+                    f"{name} must be at most {most}, got {getattr(self, name)}", option=name
+                )
         if not 0.0 <= self.val_fraction < 1.0:
             raise ConfigError(f"val_fraction must be in [0, 1), got {self.val_fraction}")
         if not 0.0 <= self.label_smoothing < 1.0:
@@ -145,6 +164,7 @@ class TrainConfig:
         if self.model_out is not None and not self.model_out.endswith(".keras"):
             raise ConfigError(f"model_out must end with .keras, got {self.model_out!r}")
         self._check_checkpoint_dir()
+        self._check_outputs()
         trainmix.check(self.mix)
         if self.mix and self.strategy == "multi_worker":
             raise ConfigError(
@@ -171,6 +191,24 @@ class TrainConfig:
                     "its checkpoint files); pass another --checkpoint-dir",
                     option="checkpoint_dir",
                 )
+
+    def _check_outputs(self) -> None:
+        """No two outputs share a path or lie one inside the other: the export replaced a
+        folder holding the model or dvclive's plots, and a split file the metrics."""
+        local = [
+            (name, value, os.path.abspath(value))
+            for name in _OUTPUTS
+            if name != "checkpoint_dir" and (value := getattr(self, name)) and "://" not in value
+        ]
+        for i, (name, value, path) in enumerate(local):
+            for other, other_value, other_path in local[i + 1 :]:
+                if path == other_path or _inside(path, other_path) or _inside(other_path, path):
+                    raise ConfigError(
+                        f"{other}: expected a path of its own, found {other_value!r} "
+                        f"overlapping {name} {value!r} (one output would replace the "
+                        "other); pass another",
+                        option=other,
+                    )
 
     def settings(self) -> dict[str, Any]:
         """Everything the epochs depend on (outputs left out): a checkpoint's key."""
