@@ -69,8 +69,12 @@ def test_a_file_named_as_checkpoint_dir_is_refused(tmp_path: Path) -> None:
 def test_remove_deletes_only_its_own_files(tmp_path: Path) -> None:
     checkpoint = _saved(tmp_path / "ck")
     (tmp_path / "ck" / "notes.txt").write_text("mine")
+    (tmp_path / "ck" / "epoch-notes.txt").write_text("mine")  # named like, not one of its own
+    (tmp_path / "ck" / "epoch-analysis").mkdir()
+    (tmp_path / "ck" / "epoch-analysis" / "a.txt").write_text("mine")
     checkpoint.remove()
-    assert os.listdir(tmp_path / "ck") == ["notes.txt"]
+    assert sorted(os.listdir(tmp_path / "ck")) == ["epoch-analysis", "epoch-notes.txt", "notes.txt"]
+    assert (tmp_path / "ck" / "epoch-analysis" / "a.txt").read_text() == "mine"
     _saved(tmp_path / "ck2").remove()
     assert not (tmp_path / "ck2").exists()  # nothing else there: the folder goes too
 

@@ -27,6 +27,7 @@ import contextlib
 import hashlib
 import json
 import os
+import re
 import shutil
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -38,6 +39,10 @@ from tfshards.errors import ConfigError
 STATE = "state.json"
 MARKER = ".tfshards-checkpoint"  # says the folder is tfshards' own (made by its first save)
 _PREFIX = "epoch-"
+# A checkpoint file by name: TensorFlow's ".index" and ".data-NNNNN-of-NNNNN" of a prefix,
+# or the "_temp" folder a multi-worker save writes into. A user's "epoch-notes.txt" in
+# the folder is not one (every "epoch-" name was deleted once).
+_OWN_FILE = re.compile(r"^epoch-\d{5}(?:-step-\d{10})?(?:\.index|\.data-\d{5}-of-\d{5}|_temp)$")
 Log = Callable[[str], None]
 
 
@@ -157,7 +162,7 @@ class Checkpoint:
         jsonfile.save(state, self._path(STATE))  # durable, then visible
         self.step = step or 0
         for name in os.listdir(self.directory):
-            if name.startswith(_PREFIX) and not name.startswith(prefix + "."):
+            if _OWN_FILE.match(name) and not name.startswith(prefix + "."):
                 _delete(self._path(name))
 
     def remove(self) -> None:
@@ -169,7 +174,7 @@ class Checkpoint:
         if not os.path.exists(self._path(MARKER)):
             return
         for name in os.listdir(self.directory):
-            if name == STATE or name.startswith(_PREFIX) or atomicfile.is_temp_name(name):
+            if name == STATE or _OWN_FILE.match(name) or atomicfile.is_temp_name(name):
                 _delete(self._path(name))
         os.remove(self._path(MARKER))
         with contextlib.suppress(OSError):  # something else lives there: it stays, and the folder
