@@ -11,11 +11,17 @@ a surviving record across the split, and it still reads whole shard files.
 from __future__ import annotations
 
 import hashlib
+from typing import TypeGuard
 
 DEFAULT_BUCKETS = 16  # validation fractions in steps of 1/16 (0.2 asks for 3: 0.1875)
 # Fractions in steps of 1/65,536 are finer than any split needs; the writer keeps a list
 # of members per bucket (5,000,000 buckets of 9 files took 558 MB and 5.6 s).
 MAX_BUCKETS = 1 << 16
+
+
+def is_count(value: object) -> TypeGuard[int]:
+    """A bucket count a set may have: a whole number (never a bool) in [1, MAX_BUCKETS]."""
+    return isinstance(value, int) and not isinstance(value, bool) and 1 <= value <= MAX_BUCKETS
 
 
 def bucket_of(key: str, count: int) -> int:

@@ -411,7 +411,7 @@ def buckets_in_range(shards: ShardSet) -> Findings:
     if count is None and not have:
         return _each([])  # written before buckets
     name = _manifest_name(shards)
-    if not isinstance(count, int) or not _is_count(count):
+    if not buckets.is_count(count):
         most = buckets.MAX_BUCKETS
         what = f"params.buckets: expected a whole number in [1, {most}], found {count!r}"
         return _each([Problem(name, what)])
@@ -430,12 +430,6 @@ def buckets_in_range(shards: ShardSet) -> Findings:
         )
         problems.append(Problem(name, what))
     return _each(problems)
-
-
-def _is_count(value: object) -> bool:
-    return (
-        isinstance(value, int) and not isinstance(value, bool) and 1 <= value <= buckets.MAX_BUCKETS
-    )
 
 
 SET_RULES: tuple[SetRule, ...] = (

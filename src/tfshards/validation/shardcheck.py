@@ -28,8 +28,7 @@ from tfshards.format.records import parse_records
 from tfshards.format.schema import FeatureSpec
 from tfshards.format.tfrecord import inflate
 from tfshards.format.wire import HEADER_BYTES
-from tfshards.shardset import check, layout
-from tfshards.shardset.buckets import MAX_BUCKETS
+from tfshards.shardset import buckets, check, layout
 from tfshards.shardset.grouping import GroupBy
 from tfshards.shardset.manifest import Manifest, ShardInfo
 from tfshards.validation import phashcache
@@ -110,10 +109,8 @@ class ShardCheck:
 def _bucket(manifest: Manifest, shard: ShardInfo) -> tuple[int, int] | None:
     """The shard's split bucket and the set's bucket count, where the manifest has both."""
     count = manifest.params.get("buckets")
-    if shard.bucket is None or not isinstance(count, int) or isinstance(count, bool):
+    if shard.bucket is None or not buckets.is_count(count):
         return None  # the set rule buckets_in_range says what is wrong
-    if not 1 <= count <= MAX_BUCKETS:
-        return None
     return shard.bucket, count
 
 

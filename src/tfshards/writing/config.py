@@ -12,7 +12,7 @@ from tfshards.format.wire import COMPRESSIONS
 from tfshards.option import Option, zero_is_none
 from tfshards.run.executor import RunOptions
 from tfshards.run.options import run_options, with_run_keywords
-from tfshards.shardset import grouping
+from tfshards.shardset import buckets, grouping
 from tfshards.shardset.buckets import DEFAULT_BUCKETS, MAX_BUCKETS
 from tfshards.shardset.resize import Resize
 from tfshards.writing import orientation, sharding
@@ -130,11 +130,7 @@ class WriteConfig:
         Resize(1 if self.resize is None else self.resize, self.resize_format)  # checks both
         if self.labels is not None:
             object.__setattr__(self, "labels", check_labels(self.labels))
-        if (
-            isinstance(self.buckets, bool)
-            or not isinstance(self.buckets, int)
-            or not 1 <= self.buckets <= MAX_BUCKETS
-        ):
+        if not buckets.is_count(self.buckets):
             raise ConfigError(
                 f"buckets must be an integer in [1, {MAX_BUCKETS}], got {self.buckets!r}"
             )
