@@ -37,6 +37,7 @@ from tfshards.errors import RecordError, ShardError
 from tfshards.format import native, tfrecord
 from tfshards.format.wire import FOOTER_BYTES, HEADER_BYTES
 from tfshards.reading.gate import Gate
+from tfshards.reading.raised import Raised
 from tfshards.shardset import check
 from tfshards.shardset.check import READ_BYTES
 from tfshards.shardset.manifest import ShardInfo
@@ -45,11 +46,10 @@ _KEEP_STREAMS = 64  # paused inflaters kept (an open file each); 16 files are re
 # Compressed bytes read at a time: a paused inflater holds what it has not inflated yet, so
 # 16 open gzip shards hold ~4 MB here where the gate's 4 MB reads would hold 64 MB.
 INFLATE_READ_BYTES = 256 << 10
-_KEEP_RAISED = 64  # errors kept for shard_errors to re-raise as they are
 
 _lock = threading.Lock()
 _streams: collections.OrderedDict[tuple[str, int], _Stream] = collections.OrderedDict()
-_raised: collections.OrderedDict[str, ShardError] = collections.OrderedDict()
+_raised: Raised[ShardError] = Raised()  # for shard_errors to raise again as they were
 
 
 def read_chunk(gate: Gate, path: str, row: Sequence[int]) -> tuple[bytes, np.ndarray, np.ndarray]:
@@ -74,7 +74,7 @@ def read_chunk(gate: Gate, path: str, row: Sequence[int]) -> tuple[bytes, np.nda
             gate.layout(path)  # a restored iterator, mid-file: bring the shard back and pin it
         return _read_chunk(gate, path, row)
     except ShardError as exc:
-        _remember(exc)
+        _raised.keep(exc)
         raise
     finally:
         if last:
@@ -86,24 +86,13 @@ def layout(gate: Gate, path: str) -> np.ndarray:
     try:
         return gate.layout(path)
     except ShardError as exc:
-        _remember(exc)
+        _raised.keep(exc)
         raise
-
-
-def _remember(exc: ShardError) -> None:
-    with _lock:
-        _raised[exc.message] = exc
-        while len(_raised) > _KEEP_RAISED:
-            _raised.popitem(last=False)
 
 
 def raised_in(message: str) -> ShardError | None:
     """The error :func:`read_chunk` raised that ``message`` (TensorFlow's wrapping of it) quotes."""
-    with _lock:
-        for text, exc in reversed(_raised.items()):
-            if text in message:
-                return exc
-    return None
+    return _raised.quoted_in(message)
 
 
 def first_record(gate: Gate, path: str) -> bytes | None:

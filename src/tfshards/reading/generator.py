@@ -55,11 +55,9 @@ epoch), whatever the parallelism.
 
 from __future__ import annotations
 
-import collections
 import contextlib
 import pickle
 import random
-import threading
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -74,6 +72,7 @@ from tfshards.reading.pools import (
     Leaf,
     Runner,
 )
+from tfshards.reading.raised import Raised
 from tfshards.run.executor import canonical
 
 if TYPE_CHECKING:
@@ -85,9 +84,7 @@ __all__ = [
     "from_files",
 ]
 
-_KEEP_RAISED = 64  # the errors file_errors can find again: the latest, by message
-_raised: collections.OrderedDict[str, InputError] = collections.OrderedDict()
-_lock = threading.Lock()
+_raised: Raised[InputError] = Raised()  # for file_errors to raise again as they were
 
 MODES = ("auto", "serial", "thread", "process", "graph")  # the executor names, and graph
 
@@ -166,9 +163,7 @@ def file_errors() -> Iterator[None]:
     try:
         yield
     except tf.errors.OpError as exc:
-        message = str(exc)
-        with _lock:
-            found = next((e for text, e in reversed(_raised.items()) if text in message), None)
+        found = _raised.quoted_in(str(exc))
         if found is None:
             raise
         raise found from exc
@@ -221,10 +216,7 @@ def _python_dataset(
                     return
                 yield _pack(template, leaves_out)
         except InputError as exc:
-            with _lock:
-                _raised[exc.message] = exc
-                while len(_raised) > _KEEP_RAISED:
-                    _raised.popitem(last=False)
+            _raised.keep(exc)
             raise
 
     signature = output_signature
