@@ -22,6 +22,7 @@ from __future__ import annotations
 import numbers
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import cast
 
 import numpy as np
 
@@ -34,13 +35,14 @@ _SEED_MASK = (1 << 63) - 1
 _LARGEST_BITS = 53
 
 
+def is_whole(value: object) -> bool:
+    """An integer (numpy's too), never a bool: what the reading options count with."""
+    return isinstance(value, numbers.Integral) and not isinstance(value, bool)
+
+
 def _is_count(value: object) -> bool:
-    """An integer (numpy's too, never a bool) in ``[0, 2**_LARGEST_BITS)``."""
-    return (
-        isinstance(value, numbers.Integral)
-        and not isinstance(value, bool)
-        and 0 <= int(value) < 1 << _LARGEST_BITS
-    )
+    """A whole number in ``[0, 2**_LARGEST_BITS)``."""
+    return is_whole(value) and 0 <= int(cast(numbers.Integral, value)) < 1 << _LARGEST_BITS
 
 
 @dataclass(frozen=True)

@@ -20,7 +20,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from tfshards.errors import ConfigError
-from tfshards.reading.epochorder import Position
+from tfshards.reading.epochorder import Position, is_whole
 
 _SEED_MASK = (1 << 63) - 1
 
@@ -59,7 +59,7 @@ class MixPlan:
         self.seed = int(seed) & _SEED_MASK
         if epoch_size is None:
             epoch_size = self._no_repeat_size()
-        if not _is_whole(epoch_size):
+        if not is_whole(epoch_size):
             raise ConfigError(f"epoch_size must be an integer >= 1, got {epoch_size!r}")
         if epoch_size < 1:
             raise ConfigError(f"epoch_size must be >= 1, got {epoch_size}")
@@ -111,11 +111,6 @@ class MixPlan:
         if size < 1:
             raise ConfigError("no mixed epoch fits the sources; pass epoch_size")
         return size
-
-
-def _is_whole(value: object) -> bool:
-    """An integer (numpy's too), never a bool."""
-    return isinstance(value, numbers.Integral) and not isinstance(value, bool)
 
 
 def _is_weight(value: object) -> bool:

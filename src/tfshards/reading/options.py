@@ -9,13 +9,12 @@ returned). Each checks itself when built, with the one-line
 
 from __future__ import annotations
 
-import numbers
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from tfshards.errors import ConfigError
-from tfshards.reading.epochorder import Position
+from tfshards.reading.epochorder import Position, is_whole
 
 DTYPES = ("float32", "uint8")
 ORDERS = ("epoch", "buffer")
@@ -94,7 +93,7 @@ class ReadOptions:
         if (
             not isinstance(self.worker, (tuple, list))
             or len(self.worker) != 2
-            or not all(_is_int(v) for v in self.worker)
+            or not all(is_whole(v) for v in self.worker)
         ):
             raise ConfigError(f"worker must be (index, count) integers, got {self.worker!r}")
         if self.order not in ORDERS:
@@ -179,7 +178,7 @@ class DecodeOptions:
         if size is not None and (
             not isinstance(size, (tuple, list))
             or len(size) != 2
-            or not all(_is_int(v) and v >= 1 for v in size)
+            or not all(is_whole(v) and v >= 1 for v in size)
         ):
             raise ConfigError(f"image_size must be (height, width) integers >= 1, got {size!r}")
         if isinstance(self.features, str):  # a name, not names: it would read its letters
@@ -190,13 +189,8 @@ class DecodeOptions:
             object.__setattr__(self, "features", tuple(self.features))
 
 
-def _is_int(value: Any) -> bool:
-    """An integer (numpy's too), never a bool."""
-    return isinstance(value, numbers.Integral) and not isinstance(value, bool)
-
-
 def _whole(name: str, value: Any, least: int | None) -> None:
     """Refuse ``value`` unless it is an integer (``>= least`` when given): one line."""
-    if not _is_int(value) or (least is not None and value < least):
+    if not is_whole(value) or (least is not None and value < least):
         at_least = f" >= {least}" if least is not None else ""
         raise ConfigError(f"{name} must be an integer{at_least}, got {value!r}")
