@@ -58,16 +58,23 @@ def unlocked(path: str, lock: str = LOCK) -> str | None:
         return None
     with open(path, "rb") as f:
         found = hashlib.md5(f.read(), usedforsecurity=False).hexdigest()
-    for where, text in ((lock, None), (f"HEAD's {lock}", _at_head(lock))):
-        expected = recorded_md5(path, lock, text) if where == lock or text else None
-        if expected is not None and found != expected:
-            return (
-                f"{path}: expected the version {where} records (md5 {expected[:12]}), found "
-                f"another (md5 {found[:12]}: an experiment's output left in the workspace?); "
-                "this write grows from it, so its version differs from the committed one's; "
-                "`dvc checkout` first grows from the committed version"
-            )
+    expected = recorded_md5(path, lock)
+    if expected is not None and found != expected:
+        return _line(path, lock, expected, found)
+    head = _at_head(lock)  # read only when the workspace's lock agrees
+    expected = recorded_md5(path, lock, head) if head is not None else None
+    if expected is not None and found != expected:
+        return _line(path, f"HEAD's {lock}", expected, found)
     return None
+
+
+def _line(path: str, where: str, expected: str, found: str) -> str:
+    return (
+        f"{path}: expected the version {where} records (md5 {expected[:12]}), found another "
+        f"(md5 {found[:12]}: an experiment's output left in the workspace?); this write grows "
+        "from it, so its version differs from the committed one's; `dvc checkout` first "
+        "grows from the committed version"
+    )
 
 
 def _at_head(lock: str) -> str | None:

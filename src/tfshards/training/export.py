@@ -85,7 +85,6 @@ def export_serving(
         "serving_default", serve, input_signature=[tf.TensorSpec([None], tf.string, name="images")]
     )
     target = os.path.abspath(directory)
-    check_target(target)
     parent = os.path.dirname(target)
     atomicfile.make_dirs(parent)  # a new folder's entry is flushed too
     tmp = tempfile.mkdtemp(prefix=".export-", dir=parent)
