@@ -101,8 +101,6 @@ def init_command(
     # The YAML round trip loads only when init runs.
     from tfshards.project import ignores, rawdata, scaffold
 
-    root = explicit.get("root") or scaffold.configured_root(Path.cwd())
-    rawdata.check_not_in_git(Path.cwd(), root)  # before a file is written
     result = scaffold.init(Path.cwd(), explicit, force=force, version=__version__)
     variant = "remote-first: DVC tracks the manifest" if result.spec.remote else "local"
     if ignores.update(Path.cwd(), result.spec.root):

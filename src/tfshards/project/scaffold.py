@@ -21,7 +21,7 @@ import fsspec.utils
 from ruamel.yaml.comments import CommentedMap, CommentedSeq
 
 from tfshards.errors import ConfigError
-from tfshards.project import pipeline, yamlfile
+from tfshards.project import pipeline, rawdata, yamlfile
 from tfshards.project.yamlfile import dump, load, plain, save, to_yaml
 
 PROGRAM = "tfshards"
@@ -285,13 +285,6 @@ class InitResult:
     params: Changes
 
 
-def configured_root(directory: Path) -> str:
-    """The raw folder the pipeline lists: ``list.root`` of params.yaml, else the default."""
-    section = load(directory / "params.yaml").get("list")
-    found = section.get("root") if isinstance(section, Mapping) else None
-    return str(found) if isinstance(found, str) and found else pipeline.PipelineSpec().root
-
-
 def init(directory: Path, explicit: Mapping[str, Any], *, force: bool, version: str) -> InitResult:
     """Write or merge the tfshards pipeline into ``directory``'s dvc.yaml and params.yaml.
 
@@ -319,6 +312,7 @@ def init(directory: Path, explicit: Mapping[str, Any], *, force: bool, version: 
         raise ConfigError(f"{params_path}: {exc}") from None
     for url in (spec.root, spec.shards):
         check_backend(url)
+    rawdata.check_not_in_git(directory, spec.root)  # before a file is written
     wanted = pipeline.params(spec)
     asked: dict[str, dict[str, Any]] = {}
     for name in explicit:
