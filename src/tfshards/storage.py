@@ -169,13 +169,40 @@ def resolve_relative(url: str, near: str) -> str:
     return url if found is None else found
 
 
-def file_sizes(fs: Any, directory: str) -> dict[str, int]:
-    """Name -> size of what ``directory`` holds at its top, in one listing call ({} if absent)."""
+def file_sizes(fs: Any, directory: str, *, nested: bool = False) -> dict[str, int]:
+    """Path -> size of each file ``directory`` holds ({} if absent), in one listing call.
+
+    Paths are relative to ``directory`` with ``/`` between parts: the top level
+    only, or with ``nested`` every file below it. On local disk with
+    ``os.scandir``: fsspec's ``find`` stats each entry again in Python, ~40 us a
+    file (a grown version's 400 files took ~15 ms of a 0.1 s write).
+    """
+    if is_local(fs):
+        return _local_sizes(directory, "", nested)
     try:
-        found = fs.find(directory, maxdepth=1, detail=True)
+        found = fs.find(directory, maxdepth=None if nested else 1, detail=True)
     except FileNotFoundError:
         return {}
-    return {posixpath.basename(str(p)): int(info.get("size") or 0) for p, info in found.items()}
+    base = directory.rstrip("/") + "/"
+    return {str(p)[len(base) :]: int(info.get("size") or 0) for p, info in found.items()}
+
+
+def _local_sizes(directory: str, prefix: str, nested: bool) -> dict[str, int]:
+    sizes: dict[str, int] = {}
+    try:
+        entries = list(os.scandir(directory))
+    except (FileNotFoundError, NotADirectoryError):
+        return sizes
+    for entry in entries:
+        try:
+            if entry.is_dir(follow_symlinks=False):
+                if nested:
+                    sizes.update(_local_sizes(entry.path, f"{prefix}{entry.name}/", nested))
+            elif entry.is_file():
+                sizes[prefix + entry.name] = entry.stat().st_size
+        except FileNotFoundError:
+            continue  # removed since the folder was read: not there
+    return sizes
 
 
 def write_error(fs: Any, path: str, exc: OSError) -> ShardError:

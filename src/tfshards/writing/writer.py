@@ -307,12 +307,7 @@ def _check_shards_present(fs: Any, version_path: str, manifest: Manifest) -> Non
         ShardError: a file went away while this write ran (a concurrent ``prune``
             from another process or host, or a user): no manifest is published.
     """
-    try:
-        listed = fs.find(version_path, detail=True)
-    except FileNotFoundError:
-        listed = {}
-    base = version_path.rstrip("/") + "/"
-    found = {str(p)[len(base) :]: int(info.get("size") or 0) for p, info in listed.items()}
+    found = storage.file_sizes(fs, version_path, nested=True)
     for shard in manifest.shards:
         size = found.get(shard.name)
         if size != shard.bytes:
