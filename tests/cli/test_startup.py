@@ -120,3 +120,11 @@ def test_a_stage_script_imports_nothing_heavy_for_its_help(script: str) -> None:
     assert done.returncode == 0, done.stderr
     names = {line.rpartition("|")[2].strip() for line in done.stderr.splitlines()}
     assert heavy(names) == set()
+
+
+def test_a_stage_reads_its_params_keys_without_the_round_trip_yaml_loader() -> None:
+    # The probe runs in the repository, beside params.yaml: every stage there checks its
+    # section's keys. ruamel (its import and pure-Python parse) cost ~0.1 s a stage.
+    modules = imported("validate", "nowhere/manifest.json")
+    assert (REPO / "params.yaml").is_file() and "yaml" in modules
+    assert not {m for m in modules if m.startswith("ruamel")}

@@ -166,3 +166,39 @@ def test_every_stray_key_is_named(tmp_path, monkeypatch):
         "`tfshards train`, so no command reads them; did you mean epoch -> epochs, "
         "lerning_rate -> learning_rate?"
     )
+
+
+def test_keys_are_read_as_written_and_a_merge_stands_for_its_keys(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    Path("params.yaml").write_text(
+        "base: &base {epochs: 2, on: 1}\ntrain:\n  <<: *base\n  yes: 3\n  seed: 1\n"
+    )
+    assert stageoptions.stray_param("train", trainconfig.OPTIONS) == (
+        "params.yaml: train.on, train.yes are no options of `tfshards train`, so no command "
+        "reads them"
+    )
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        b"train:\n  epochs: \xff\xfe\n",  # not UTF-8
+        b"train: [unclosed\n",  # not YAML
+        b"train:\n" + b"  - " * 1 + b"[" * 3_000 + b"]" * 3_000 + b"\n",  # too deep
+        b"- a\n- b\n",  # not a mapping
+    ],
+)
+def test_a_params_file_dvc_cannot_read_gives_no_warning_and_no_error(tmp_path, monkeypatch, text):
+    monkeypatch.chdir(tmp_path)
+    Path("params.yaml").write_bytes(text)
+    assert stageoptions.stray_param("train", trainconfig.OPTIONS) is None
+
+
+def test_aliases_are_not_expanded(tmp_path, monkeypatch):
+    # 30 levels of ten aliases each: 10**30 leaves if a reader expanded them.
+    monkeypatch.chdir(tmp_path)
+    lines = ["a0: &a0 [" + ", ".join(["x"] * 10) + "]"]
+    lines += [f"a{i}: &a{i} [" + ", ".join([f"*a{i - 1}"] * 10) + "]" for i in range(1, 30)]
+    Path("params.yaml").write_text("\n".join(lines) + "\ntrain:\n  epochs: *a29\n  zebra: 1\n")
+    said = stageoptions.stray_param("train", trainconfig.OPTIONS)
+    assert said is not None and said.startswith("params.yaml: train.zebra is no option")

@@ -12,9 +12,7 @@ import dataclasses
 import difflib
 import inspect
 import json
-import os
 from collections.abc import Callable, Mapping, Sequence
-from pathlib import Path
 from typing import Annotated, Any, TypeVar
 
 import typer
@@ -179,19 +177,8 @@ def stray_param(section: str, options: Sequence[Option], path: str = PARAMS) -> 
     run goes on with the default: the line says so. Not a refusal: a section may also
     hold a user's own keys (``tfshards init`` merges into an existing ``train:``).
     """
-    if not os.path.isfile(path):
-        return None
-    from tfshards.project import yamlfile
-
-    try:
-        doc = yamlfile.plain(yamlfile.load(Path(path)))
-    except ConfigError:  # DVC itself says what is wrong with the file
-        return None
-    block = doc.get(section) if isinstance(doc, dict) else None
-    if not isinstance(block, dict):
-        return None
     known = [o.name for o in options]
-    stray = [str(key) for key in block if key not in known]
+    stray = [key for key in _section_keys(path, section) if key not in known]
     if not stray:
         return None
     guesses = []
@@ -202,6 +189,37 @@ def stray_param(section: str, options: Sequence[Option], path: str = PARAMS) -> 
     keys = ", ".join(f"{section}.{key}" for key in stray)
     what, it = ("is no option", "it") if len(stray) == 1 else ("are no options", "them")
     return f"{path}: {keys} {what} of `tfshards {section}`, so no command reads {it}{hint}"
+
+
+def _section_keys(path: str, section: str) -> list[str]:
+    """The keys of ``section`` in the YAML file at ``path``, as written ([] when the file
+    or the section is absent or not readable: DVC itself says what is wrong with it).
+
+    Every stage runs this, so it reads with libyaml and types nothing: 3 ms for the demo's
+    params.yaml where the round-trip loader took 96 ms with its import. Keys stay the
+    strings written (``yes:`` is no boolean, as in YAML 1.2, which DVC reads); a merge key
+    (``<<: *defaults``) stands for the keys it merges. Aliases are shared, never expanded.
+    """
+    import yaml
+
+    loader = getattr(yaml, "CBaseLoader", yaml.BaseLoader)  # no libyaml: the same, slower
+    try:
+        with open(path, "rb") as f:
+            doc = yaml.load(f, Loader=loader)  # builds only str, dict and list
+    except (OSError, ValueError, RecursionError, yaml.YAMLError):
+        return []
+    block = doc.get(section) if isinstance(doc, dict) else None
+    return _keys(block) if isinstance(block, dict) else []
+
+
+def _keys(block: dict[Any, Any]) -> list[str]:
+    keys: list[str] = []
+    for key, value in block.items():
+        merged = value if key == "<<" else {key: None}
+        for part in merged if isinstance(merged, list) else [merged]:
+            if isinstance(part, dict):
+                keys += [str(k) for k in part if str(k) not in keys]
+    return keys
 
 
 def config(cls: type[C], options: Sequence[Option], values: Mapping[str, Any], **extra: Any) -> C:
