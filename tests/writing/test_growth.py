@@ -23,7 +23,7 @@ from tfshards.errors import ChangedSinceListingError, ConfigError, InputError, S
 from tfshards.format import native
 from tfshards.listing.listing import list_files, write_listing
 from tfshards.listing.storedlisting import open_stored
-from tfshards.shardset import diff, layout
+from tfshards.shardset import buckets, diff, layout
 from tfshards.shardset.manifest import Manifest
 from tfshards.shardset.split import SplitWarning, split
 from tfshards.validation.config import ValidateConfig
@@ -582,3 +582,44 @@ def test_switching_on_error_over_unchanged_clean_data_keeps_the_version(make_raw
     first = _grow(raw, tmp_path, on_error="skip").manifest
     again = _grow(raw, tmp_path)  # fail: nothing to reject, nothing changed
     assert again.unchanged and again.manifest.fingerprint == first.fingerprint
+
+
+def test_files_moved_to_another_label_are_counted_warned_and_listed_when_they_change_bucket(
+    raw, tmp_path
+):
+    # A label fixed by moving the file: the same bytes under another path, so another key.
+    first = _grow(raw, tmp_path, num_shards=32).manifest
+    count = first.params["buckets"]
+    folders = sorted(p.name for p in raw.iterdir())
+    pairs = []
+    for p in random.Random(3).sample(sorted(raw.rglob("*.png")), 20):
+        folder = folders[(folders.index(p.parent.name) + 1) % len(folders)]
+        new = raw / folder / f"moved_{p.name}"
+        p.rename(new)
+        pairs.append((str(p.relative_to(raw)), str(new.relative_to(raw))))
+    crossed = sum(buckets.bucket_of(a, count) != buckets.bucket_of(b, count) for a, b in pairs)
+    assert 0 < crossed < 20  # the sample has both kinds (seeded)
+    second = _grow(raw, tmp_path, num_shards=32).manifest
+    assert second.changes["moved_files"] == crossed
+    assert second.changes["moved_buckets"] == 0  # no surviving path changed bucket
+    found = diff.compare(first, second, diff.load_members(first), diff.load_members(second))
+    assert found.moved_paths == tuple(sorted(pairs))
+    assert found.moved_files_buckets == crossed
+    assert f"moved: 20 of the removed files are added under another path, {crossed} of them" in (
+        found.lines()[-1]
+    )
+    manifest = str(tmp_path / "manifest.json")
+    warned = validate(ValidateConfig(manifest=manifest, fail_on_leakage=False))
+    assert warned.problem_count == 0
+    assert [w for w in warned.warnings if w.startswith(f"split: {crossed} files moved")]
+    failed = validate(ValidateConfig(manifest=manifest, fail_on_leakage=True))
+    assert [p for p in failed.problems if "files moved or renamed" in p.what]
+
+
+def test_diff_quotes_a_path_that_would_print_misleadingly():
+    from tfshards.cli.diff import shown
+
+    assert shown("cat/a b.png") == "cat/a b.png"
+    assert shown("cat/caf\u00e9.png") == "cat/caf\u00e9.png"  # NFC prints as is
+    assert shown("cat/cafe\u0301.png") == '"cat/cafe\\u0301.png"'  # NFD would look the same
+    assert shown("cat/two\nlines.png") == '"cat/two\\nlines.png"'

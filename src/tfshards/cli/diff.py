@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import json
 import os
 import re
+import unicodedata
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Annotated
 
@@ -38,10 +40,19 @@ def path_lines(what: str, paths: Sequence[str], limit: int) -> list[str]:
     """``what (n):`` and the first ``limit`` paths, indented; nothing when there are none."""
     if not paths:
         return []
-    lines = [f"{what} ({len(paths)}):", *(f"  {p}" for p in paths[:limit])]
+    lines = [f"{what} ({len(paths)}):", *(f"  {shown(p)}" for p in paths[:limit])]
     if len(paths) > limit:
         lines.append(f"  ... and {len(paths) - limit} more")
     return lines
+
+
+def shown(path: str) -> str:
+    """``path`` as is, or JSON-quoted with escapes when printing it plainly would mislead:
+    a control character (a newline would split it in two) or a name not in NFC (``café``
+    spelt with a combining accent looks like the precomposed one)."""
+    if path.isprintable() and unicodedata.is_normalized("NFC", path):
+        return path
+    return json.dumps(path)
 
 
 def summary(changes: Changes, limit: int | None) -> list[str]:
@@ -53,6 +64,7 @@ def summary(changes: Changes, limit: int | None) -> list[str]:
             ("removed", changes.removed_paths),
             ("changed", changes.changed_paths),
             ("relabeled", changes.relabeled_paths),
+            ("moved", [f"{shown(a)} -> {shown(b)}" for a, b in changes.moved_paths]),
         ):
             lines += path_lines(what, paths, limit)
     return lines

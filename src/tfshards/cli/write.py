@@ -89,6 +89,8 @@ def _reused(result: Any) -> str:
 
 def _say_lineage(result: Any, config: WriteConfig, old_versions: str) -> None:
     """The lines on the version this one came from: kept, grown from it, or written anew."""
+    from tfshards.shardset import diff
+
     m = result.manifest
     if result.unchanged:
         typer.echo(f"nothing changed since version {m.fingerprint}: kept it as it is")
@@ -101,6 +103,9 @@ def _say_lineage(result: Any, config: WriteConfig, old_versions: str) -> None:
             f"{c.get('relabeled', 0)} relabeled, {c.get('labels_added', 0)} labels added "
             f"({_diff_hint(config.out, result.base_directory, m.fingerprint, old_versions)})"
         )
+        line = diff.moved_files_line(m)
+        if line:
+            typer.echo(f"warning: {line}", err=True)
     elif result.damaged:  # only where the plan names that very version again
         typer.echo(f"{result.damaged}: wrote it again")
     elif result.fresh:

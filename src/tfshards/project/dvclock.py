@@ -13,11 +13,9 @@ from __future__ import annotations
 import hashlib
 import os
 import subprocess
-from pathlib import Path
 from typing import Any
 
-from tfshards.errors import ConfigError
-from tfshards.project import yamlfile
+from tfshards.project import plainyaml
 
 LOCK = "dvc.lock"
 
@@ -25,13 +23,8 @@ LOCK = "dvc.lock"
 def recorded_md5(path: str, lock: str = LOCK, text: str | None = None) -> str | None:
     """The md5 ``lock`` records for the output ``path`` (relative to the lock's folder), if
     any; ``text``: the lock's content as another commit had it (default: read ``lock``)."""
-    if text is None and not os.path.isfile(lock):
-        return None
-    try:
-        found = yamlfile.load(Path(lock)) if text is None else yamlfile.parse(text, lock)
-        doc = yamlfile.plain(found)
-    except ConfigError:  # not ours to judge: DVC says what is wrong with its lock
-        return None
+    # Unreadable: not ours to judge, DVC says what is wrong with its lock.
+    doc = plainyaml.read(lock) if text is None else plainyaml.parse(text)
     wanted = os.path.normpath(os.path.relpath(path, os.path.dirname(os.path.abspath(lock))))
     stages = doc.get("stages") if isinstance(doc, dict) else None
     for stage in stages.values() if isinstance(stages, dict) else ():

@@ -194,20 +194,10 @@ def stray_param(section: str, options: Sequence[Option], path: str = PARAMS) -> 
 def _section_keys(path: str, section: str) -> list[str]:
     """The keys of ``section`` in the YAML file at ``path``, as written ([] when the file
     or the section is absent or not readable: DVC itself says what is wrong with it).
+    A merge key (``<<: *defaults``) stands for the keys it merges."""
+    from tfshards.project import plainyaml
 
-    Every stage runs this, so it reads with libyaml and types nothing: 3 ms for the demo's
-    params.yaml where the round-trip loader took 96 ms with its import. Keys stay the
-    strings written (``yes:`` is no boolean, as in YAML 1.2, which DVC reads); a merge key
-    (``<<: *defaults``) stands for the keys it merges. Aliases are shared, never expanded.
-    """
-    import yaml
-
-    loader = getattr(yaml, "CBaseLoader", yaml.BaseLoader)  # no libyaml: the same, slower
-    try:
-        with open(path, "rb") as f:
-            doc = yaml.load(f, Loader=loader)  # builds only str, dict and list
-    except (OSError, ValueError, RecursionError, yaml.YAMLError):
-        return []
+    doc = plainyaml.read(path)
     block = doc.get(section) if isinstance(doc, dict) else None
     return _keys(block) if isinstance(block, dict) else []
 

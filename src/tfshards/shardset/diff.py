@@ -53,6 +53,10 @@ class Changes:
     ids_changed: Mapping[str, tuple[int, int]] = field(default_factory=dict)  # (old, new) id
     moved_buckets: int | None = None  # records in both whose shard's bucket differs
     buckets_note: str = ""
+    # (old path, new path) of a removed and an added record with the same content token:
+    # a file moved or renamed (a label fixed by moving it, a folder renamed); sorted
+    moved_paths: tuple[tuple[str, str], ...] = ()
+    moved_files_buckets: int = 0  # of those, in another bucket (0 when not comparable)
 
     def to_metrics(self) -> dict[str, int]:
         """Flat counts for ``dvc metrics diff``; ``moved_buckets`` only when comparable."""
@@ -68,6 +72,10 @@ class Changes:
         }
         if self.moved_buckets is not None:
             doc["moved_buckets"] = self.moved_buckets
+        if self.moved_paths:
+            doc["moved_files"] = len(self.moved_paths)
+        if self.moved_files_buckets:
+            doc["moved_files_buckets"] = self.moved_files_buckets
         return doc
 
     def lines(self) -> list[str]:
@@ -90,7 +98,33 @@ class Changes:
             out.append(f"buckets: not comparable ({self.buckets_note})")
         else:
             out.append(f"buckets: {self.moved_buckets} records moved to another bucket")
+        if self.moved_paths:
+            n = len(self.moved_paths)
+            crossed = (
+                f", {self.moved_files_buckets} of them to another bucket: they may have "
+                "crossed between training and validation (the split follows the path)"
+                if self.moved_files_buckets
+                else ""
+            )
+            out.append(f"moved: {n} of the removed files are added under another path{crossed}")
         return out
+
+
+def moved_files_line(manifest: Manifest) -> str:
+    """What the writer counted as files moved or renamed into another split bucket ("": none).
+
+    A record's bucket follows its key, the path, so such a file may have crossed between
+    training and validation: the model scored on what it trained on.
+    """
+    moved = manifest.changes.get("moved_files", 0)
+    if not moved:
+        return ""
+    return (
+        f"split: {moved} files moved or renamed since version {manifest.base} (the same bytes "
+        "under another path) went to another split bucket, so they may have crossed between "
+        "training and validation; to keep a file's side when it moves, key records by file "
+        "name (write.group_by: '[^/]+$'), or fix labels in an index file"
+    )
 
 
 def compare(
@@ -112,6 +146,7 @@ def compare(
     added: list[str] = []
     changed: list[str] = []
     relabeled: list[str] = []
+    fresh: dict[str, tuple[str, int | None]] = {}  # added path -> its token and bucket
     unchanged = moved = 0
     for shard, rows in new_members:
         bucket = shard.bucket if not note else None
@@ -122,6 +157,7 @@ def compare(
             seen = known.old.get(path, _ABSENT)
             if seen is _ABSENT:
                 added.append(path)
+                fresh[path] = (token, bucket)
                 continue
             if seen is None:
                 raise _twice(new, path)
@@ -135,6 +171,7 @@ def compare(
                 unchanged += 1
             moved += old_bucket != bucket
     removed = sorted(path for path, entry in known.old.items() if entry is not None)
+    moves = _moves(removed, known, fresh)
     added.sort()
     for before, path in itertools.pairwise(added):  # a new path listed twice is added twice
         if before == path:
@@ -155,7 +192,28 @@ def compare(
         ids_changed=_ids_changed(old.labels, new.labels),
         moved_buckets=None if note else moved,
         buckets_note=note,
+        moved_paths=tuple((a, b) for a, b, _ in moves),
+        moved_files_buckets=0 if note else sum(crossed for _, _, crossed in moves),
     )
+
+
+def _moves(
+    removed: Sequence[str], known: _OldIndex, fresh: Mapping[str, tuple[str, int | None]]
+) -> list[tuple[str, str, bool]]:
+    """(old path, new path, bucket differs) for each removed record whose content token
+    an added record has; a token added twice pairs with one removed record each."""
+    by_token: dict[str, list[tuple[str, int | None]]] = {}
+    for path in removed:
+        token, _, bucket = known.old[path] or ("", "", None)
+        by_token.setdefault(token, []).append((path, bucket))
+    moves = []
+    for path in sorted(fresh):
+        token, bucket = fresh[path]
+        olds = by_token.get(token)
+        if olds:
+            old_path, old_bucket = olds.pop(0)
+            moves.append((old_path, path, old_bucket != bucket))
+    return sorted(moves)
 
 
 def load_members(manifest: Manifest, **storage_options: Any) -> Iterator[ShardMembers]:

@@ -27,7 +27,7 @@ from tfshards.errors import InputError
 from tfshards.format.exampleparser import Outline, outline_problem
 from tfshards.format.imageformat import HEAD_BYTES, claims_image, image_format, not_an_image
 from tfshards.format.schema import FeatureSpec
-from tfshards.shardset import buckets, grouping, layout, lease
+from tfshards.shardset import buckets, diff, grouping, layout, lease
 from tfshards.shardset.manifest import Manifest
 from tfshards.validation.duplicates import Duplicate, Duplicates
 
@@ -402,6 +402,17 @@ def records_keep_their_split_side(shards: ShardSet) -> Findings:
     return _each([Problem(_manifest_name(shards), what)])
 
 
+def moved_files_keep_their_split_side(shards: ShardSet) -> Findings:
+    """With ``fail_on_leakage``: no file moved or renamed since the base version (the same
+    bytes under another path: a label fixed by moving the file, a folder renamed) went to
+    another split bucket. Without it, validate warns
+    (:func:`tfshards.shardset.diff.moved_files_line`)."""
+    line = diff.moved_files_line(shards.manifest)
+    if not (shards.fail_on_leakage and line):
+        return _each([])
+    return _each([Problem(_manifest_name(shards), f"{line} (fail_on_leakage is true)")])
+
+
 def buckets_in_range(shards: ShardSet) -> Findings:
     """A bucketed set (``params.buckets``, or a shard with a bucket) says its bucket count
     as a whole number in ``[1, MAX_BUCKETS]``, gives every shard a bucket, each below it."""
@@ -443,6 +454,7 @@ SET_RULES: tuple[SetRule, ...] = (
     no_leakage_across_splits,
     one_label_per_payload,
     records_keep_their_split_side,
+    moved_files_keep_their_split_side,
     buckets_in_range,
 )
 

@@ -27,7 +27,7 @@ from tfshards.format import phash
 from tfshards.progress import Progress
 from tfshards.run import executor as executors
 from tfshards.run.executor import Needs
-from tfshards.shardset import grouping
+from tfshards.shardset import diff, grouping
 from tfshards.shardset import split as splits
 from tfshards.shardset.manifest import Manifest, load
 from tfshards.validation import imagegates, nearduplicates, rules
@@ -185,11 +185,19 @@ def validate(config: ValidateConfig, *, progress: bool = False) -> ValidationRep
         seconds=time.monotonic() - start,
         duplicates=dups,
         split_counts=counts,
-        warnings=tuple(splits.balance_warnings(counts)) + _unsplit(near, part),
+        warnings=tuple(splits.balance_warnings(counts))
+        + _unsplit(near, part)
+        + _moved(manifest, config),
         groups=spread,
         images=images,
         near_duplicates=near,
     )
+
+
+def _moved(manifest: Manifest, config: ValidateConfig) -> tuple[str, ...]:
+    """The line on files moved into another split bucket, unless it is a problem here."""
+    line = diff.moved_files_line(manifest)
+    return (line,) if line and not config.fail_on_leakage else ()
 
 
 def _unsplit(near: NearDuplicates | None, part: splits.Split) -> tuple[str, ...]:

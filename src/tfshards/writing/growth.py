@@ -13,7 +13,7 @@ from __future__ import annotations
 import functools
 from array import array
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -156,6 +156,10 @@ class Match:
             whatever its content.
         added / removed / changed / relabeled / unchanged: record counts, by path:
             changed is another content token, relabeled another label name.
+        moved_files: listing index -> previous bucket, for each added file whose
+            bytes a removed record had: a file moved or renamed (a label fixed by
+            moving it to another folder, a folder renamed). Its key is its new
+            path, so its bucket may change with it.
     """
 
     held: PreviousShards
@@ -165,6 +169,7 @@ class Match:
     changed: int
     relabeled: int
     unchanged: int
+    moved_files: dict[int, int] = field(default_factory=dict)
 
 
 def match(
@@ -191,6 +196,7 @@ def match(
     found_all: PreviousShards = []
     counts = [0, 0, 0, 0]  # removed, changed, relabeled, unchanged
     claimed = np.zeros(listing.files, dtype=bool)  # lines a kept record stands for: each once
+    gone: dict[Any, int] = {}  # content token of a removed record -> its bucket
     for k, shard in enumerate(previous.shards):
         bucket = shard.bucket if shard.bucket is not None else -1
         held = side.held(fs, directory, shard) if whole is None else whole[k]
@@ -209,9 +215,23 @@ def match(
         found_all.append((bucket, found))
         at = np.frombuffer(found, dtype=np.int32)
         claimed[at[at >= 0]] = True
+        gone.update((row[1], bucket) for row, i in zip(rows, at, strict=True) if i < 0)
     removed, changed, relabeled, unchanged = counts
     added = listing.files - int(claimed.sum())
-    return Match(held_all, found_all, added, removed, changed, relabeled, unchanged)
+    moved = _moved_files(side.lines, claimed, gone) if gone and added else {}
+    return Match(held_all, found_all, added, removed, changed, relabeled, unchanged, moved)
+
+
+def _moved_files(
+    lines: Sequence[tuple[Any, Any, Any]], claimed: Any, gone: dict[Any, int]
+) -> dict[int, int]:
+    """Each added listing index whose content token a removed record had -> its bucket."""
+    moved: dict[int, int] = {}
+    for i in np.flatnonzero(~claimed).tolist():
+        bucket = gone.get(lines[i][2])
+        if bucket is not None:
+            moved[i] = bucket
+    return moved
 
 
 class _Listed:
@@ -294,18 +314,24 @@ class _Listed:
         return {path: (path, token, want[li]) for li, path, token in self.lines}
 
 
-def changes(found: Match, previous: Manifest, labels: Sequence[str], moved: int) -> dict[str, int]:
+def changes(
+    found: Match, previous: Manifest, labels: Sequence[str], moved: tuple[int, int]
+) -> dict[str, int]:
     """The counts the manifest keeps under ``changes`` (``diff.Changes.to_metrics``), as the
-    member lists match; the writer takes the files it leaves out off them."""
+    member lists match; the writer takes the files it leaves out off them. ``moved``:
+    records in another bucket by path, and files moved or renamed into another bucket
+    (``moved_files``, kept only when there are any: older manifests keep their bytes)."""
     old, new = previous.labels, tuple(labels)
     position = {name: i for i, name in enumerate(new)}
+    by_path, files = moved
     return {
         "added": found.added,
         "changed": found.changed,
         "ids_changed": sum(position.get(name, i) != i for i, name in enumerate(old)),
         "labels_added": len(set(new) - set(old)),
         "labels_removed": len(set(old) - set(new)),
-        "moved_buckets": moved,
+        "moved_buckets": by_path,
+        **({"moved_files": files} if files else {}),
         "relabeled": found.relabeled,
         "removed": found.removed,
         "unchanged": found.unchanged,

@@ -15,7 +15,7 @@ import heapq
 import itertools
 import random
 from array import array
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -122,6 +122,12 @@ def moved(
         was[at[at >= 0]] = bucket
     before = was[np.frombuffer(indices, dtype=np.uint32)]
     return int(((before != unseen) & (before != np.frombuffer(now, dtype=np.uint32))).sum())
+
+
+def moved_files(moved: Mapping[int, int], indices: array[int], now: array[int]) -> int:
+    """How many of ``indices`` are files moved or renamed (``moved``: listing index -> the
+    bucket of the removed record that had its bytes) that ``now`` puts in another bucket."""
+    return sum(moved.get(i, b) != b for i, b in zip(indices, now, strict=True)) if moved else 0
 
 
 def grown(

@@ -229,9 +229,10 @@ def _place(
     base: Manifest | None,
     labels: Sequence[str],
     ids: Sequence[int],
-) -> tuple[list[placement.Placed], growth.Match | None, int, tuple[Reject, ...]]:
+) -> tuple[list[placement.Placed], growth.Match | None, tuple[int, int], tuple[Reject, ...]]:
     """Each shard's bucket and records, new or kept; the match with the base; records
-    moved; the base's rejects left out again.
+    moved to another bucket (by path, and files moved or renamed); the base's rejects
+    left out again.
 
     Growing, only the files no kept shard holds are hashed into buckets.
     """
@@ -239,7 +240,7 @@ def _place(
     group_ids = None if groups is None else groups[0]
     if base is None:
         members = placement.by_bucket(record_buckets(listing, config.group_by, count), count)
-        return placement.fresh(members, num_shards, config.seed, group_ids), None, 0, ()
+        return placement.fresh(members, num_shards, config.seed, group_ids), None, (0, 0), ()
     found = growth.match(base, listing, labels, ids, **config.out_options)
     rest = placement.not_kept(found.held, listing.files)
     rejected: tuple[Reject, ...] = ()
@@ -251,7 +252,11 @@ def _place(
         pending[b].append(i)
     target = math.ceil(listing.files / num_shards)
     placed = placement.grown(pending, found.held, target, config.seed, group_ids)
-    return placed, found, placement.moved(found.found, rest, rest_buckets, listing.files), rejected
+    moved = (
+        placement.moved(found.found, rest, rest_buckets, listing.files),
+        placement.moved_files(found.moved_files, rest, rest_buckets),
+    )
+    return placed, found, moved, rejected
 
 
 def _rejected_again(
