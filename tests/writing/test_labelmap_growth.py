@@ -144,8 +144,23 @@ def test_renamed_number_folders_are_refused_saying_how_to_rename_the_labels():
     error = _refused(["0", "1"], None, ["00", "01"], False)
     assert str(error) == (
         "labels: folder '0' has the number of the previous version's label '00' (renamed "
-        "folders?), so neither can be its id; to rename the labels, pin the new map and "
-        "accept the id change: --labels 0,1 --relabel (params.yaml write.labels and "
+        "folders?), so neither can be its id; to rename the labels, pin this map, which "
+        "keeps every other label's id: --labels 0,1 --relabel (params.yaml write.labels and "
         "write.relabel: true)"
     )
     assert resolve(["0", "1"], ["0", "1"], ["00", "01"], True) == ("0", "1")
+
+
+def test_the_map_the_renumber_hint_pins_keeps_every_other_id():
+    """00-04 then 12 gave the placeholders 5-11; a folder 05 then collided with '5', and
+    the hint pinned 00,...,04,05,12: label 12 from id 12 to 6, a trained model's class."""
+    previous = ("00", "01", "02", "03", "04", *(str(n) for n in range(5, 13)))
+    listed = ["00", "01", "02", "03", "04", "05", "12"]
+    message = str(_refused(listed, None, previous, False))
+    pinned = message.split("--labels ", 1)[1].split(" ", 1)[0].split(",")
+    assert pinned == ["00", "01", "02", "03", "04", "05", *(str(n) for n in range(6, 13))]
+    names = resolve(listed, pinned, previous, True)
+    assert names.index("12") == 12 and names.index("05") == 5
+    # Both spellings still listed: the new one is appended, every old id stays.
+    message = str(_refused(["0", "1", "01"], None, ("0", "1"), False))
+    assert "--labels 0,1,01 --relabel" in message

@@ -179,15 +179,31 @@ def _check_renumbered(
         was = old.get(int(name))
         if was is None:
             continue
-        listed_map = ",".join(sorted(set(listed), key=lambda n: (not _digits(n), _key(n))))
+        pinned = ",".join(_renamed(listed, previous))
         raise ConfigError(
             f"labels: folder {name!r} has the number of the previous version's label {was!r} "
-            "(renamed folders?), so neither can be its id; to rename the labels, pin the "
-            f"new map and accept the id change: --labels {listed_map} --relabel (params.yaml "
-            "write.labels and write.relabel: true)",
+            "(renamed folders?), so neither can be its id; to rename the labels, pin this "
+            f"map, which keeps every other label's id: --labels {pinned} --relabel "
+            "(params.yaml write.labels and write.relabel: true)",
             option="labels",
             param="write.labels",
         )
+
+
+def _renamed(listed: Sequence[str], previous: Sequence[str]) -> list[str]:
+    """``previous`` with each label no longer listed renamed, in place, to the new numeric
+    folder of its number; the other new names appended (numbers first, then sorted)."""
+    names = list(previous)
+    at = {int(n): i for i, n in enumerate(previous) if _digits(n)}
+    present = set(listed)
+    new = sorted(present - set(previous), key=lambda n: (not _digits(n), _key(n)))
+    for name in new:
+        i = at.get(int(name)) if _digits(name) else None
+        if i is not None and names[i] not in present:
+            names[i] = name
+        else:
+            names.append(name)
+    return names
 
 
 def _key(name: str) -> tuple[int, str]:
