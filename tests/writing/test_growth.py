@@ -623,3 +623,13 @@ def test_diff_quotes_a_path_that_would_print_misleadingly():
     assert shown("cat/caf\u00e9.png") == "cat/caf\u00e9.png"  # NFC prints as is
     assert shown("cat/cafe\u0301.png") == '"cat/cafe\\u0301.png"'  # NFD would look the same
     assert shown("cat/two\nlines.png") == '"cat/two\\nlines.png"'
+
+
+def test_another_group_by_is_refused_naming_the_values_as_params_yaml_spells_them(raw, tmp_path):
+    _grow(raw, tmp_path, num_shards=32)
+    _add(raw, 5)
+    with pytest.raises(ConfigError) as refused:
+        _grow(raw, tmp_path, num_shards=32, group_by="[^/]+$")
+    assert "written with group_by none, this write has '[^/]+$': records would" in str(
+        refused.value
+    )

@@ -110,6 +110,11 @@ def damage(previous: Manifest, **options: Any) -> str:
     return ""
 
 
+def _as_param(value: Any) -> str:
+    """A param's value as params.yaml spells it: ``none`` for no value, else its repr."""
+    return "none" if value is None else repr(value)
+
+
 def growable(previous: Manifest, params: Mapping[str, Any]) -> str:
     """Why ``previous`` cannot lend its shards to a write with ``params``; "" when it can.
 
@@ -129,7 +134,8 @@ def growable(previous: Manifest, params: Mapping[str, Any]) -> str:
         if old != new:
             raise ConfigError(
                 f"{key}: the previous version {previous.fingerprint} was written with "
-                f"{key} {old!r}, this write has {new!r}: records would change sides of the "
+                f"{key} {_as_param(old)}, this write has {_as_param(new)}: records would "
+                "change sides of the "
                 "train/validation split; keep it, or set write.previous: none (--previous "
                 "none) for one write to start a new lineage (label ids are kept)",
                 option=key,
