@@ -431,3 +431,55 @@ def test_a_local_prune_on_a_full_disk_still_frees_space(versions, tmp_path, monk
     monkeypatch.setattr(atomicfile, "write_atomic", full)
     report = prune(PruneConfig(manifest=str(tmp_path / "m.json"), delete=True))
     assert sum(v.action == "deleted" for v in report.versions) == 3
+
+
+def test_a_write_given_up_is_removed_only_with_interrupted(make_raw, tmp_path):
+    """A write that failed on a file (fixed since) left a version without manifest that
+    no listing names again: kept by default with the way out, removed by --interrupted."""
+    from tfshards.writing.config import WriteConfig
+    from tfshards.writing.writer import write
+
+    raw = make_raw(24, 16)
+    bad = sorted(p for p in raw.rglob("*") if p.is_file())[5]
+    good = bad.read_bytes()
+    bad.write_bytes(b"not an image")
+    out, copy = tmp_path / "shards", str(tmp_path / "m.json")
+    config = WriteConfig(out=str(out), manifest_copy=copy, num_shards=4, executor="serial")
+    with pytest.raises(InputError):
+        write(config, list_files(str(raw)), progress=False)
+    (failed,) = [p.name for p in out.iterdir()]
+    bad.write_bytes(good)
+    write(config, list_files(str(raw)), progress=False)
+    for child in out.iterdir():
+        _age(child)
+    kept = {v.name: v for v in prune(PruneConfig(manifest=copy, delete=True)).versions}
+    assert kept[failed].action == "keep" and "prune --interrupted" in kept[failed].reason
+    stray = out / failed / "index" / "notes.txt"  # a file no write leaves: it stays
+    stray.write_text("mine")
+    _age(out / failed)
+    config_i = PruneConfig(manifest=copy, delete=True, interrupted=True)
+    states = {v.name: v for v in prune(config_i).versions}
+    assert states[failed].action == "keep" and "index/notes.txt" in states[failed].reason
+    stray.unlink()
+    states = {v.name: v for v in prune(config_i).versions}
+    assert states[failed].action == "deleted" and states[failed].reason.startswith(
+        "an interrupted write"
+    )
+    assert sorted(p.name for p in out.iterdir()) == [
+        Manifest.from_json(Path(copy).read_bytes()).fingerprint
+    ]
+
+
+def test_interrupted_spares_a_recent_write_and_one_holding_a_live_lease(versions, tmp_path):
+    out = tmp_path / "shards"
+    config = PruneConfig(manifest=str(tmp_path / "m.json"), interrupted=True)
+    assert _actions(prune(config))["00000000deadbeef"] == "delete"
+    os.utime(out / "00000000deadbeef" / "x-00000-of-00001.tfrecord")  # written just now
+    state = {v.name: v for v in prune(config).versions}["00000000deadbeef"]
+    assert state.action == "keep" and state.reason.startswith("modified recently")
+    _age(out / "00000000deadbeef")
+    (out / "00000000deadbeef" / "_work").mkdir()
+    lease = out / "00000000deadbeef" / "_work" / f"host-{os.getpid()}.1.lease"
+    lease.write_text("")
+    state = {v.name: v for v in prune(config).versions}["00000000deadbeef"]
+    assert state.action == "keep" and "holds a lease" in state.reason

@@ -605,8 +605,9 @@ def test_files_moved_to_another_label_are_counted_warned_and_listed_when_they_ch
     found = diff.compare(first, second, diff.load_members(first), diff.load_members(second))
     assert found.moved_paths == tuple(sorted(pairs))
     assert found.moved_files_buckets == crossed
-    assert f"moved: 20 of the removed files are added under another path, {crossed} of them" in (
-        found.lines()[-1]
+    assert (
+        f"moved: 20 of the removed files are added under another path, {crossed} of them"
+        in (found.lines()[-1])
     )
     manifest = str(tmp_path / "manifest.json")
     warned = validate(ValidateConfig(manifest=manifest, fail_on_leakage=False))

@@ -37,13 +37,24 @@ def prune_command(
     delete: Annotated[
         bool, typer.Option("--delete", help="Delete them (default: only list what would go).")
     ] = False,
+    interrupted: Annotated[
+        bool,
+        typer.Option(
+            "--interrupted",
+            help="Also take versions without manifest.json whose write is given up: no "
+            "writer holds a lease on it and nothing in it changed within "
+            "--min-age-minutes (a write that failed on a file since fixed or removed, whose "
+            "listing will never name that version again).",
+        ),
+    ] = False,
 ) -> None:
     """List the version directories no kept manifest references; delete them with --delete.
 
     One line per version (keep / would delete / deleted, with its size and
-    why), then a summary. Never touches a version without manifest.json, with
-    a writer's temp file, or modified within --min-age-minutes: it may be
-    being written, nor one holding a file tfshards did not write. In a DVC
+    why), then a summary. Never touches a version without manifest.json (unless
+    --interrupted), with a writer's temp file or lease, or modified within
+    --min-age-minutes: it may be being written, nor one holding a file tfshards
+    did not write. In a DVC
     project with local shards, run `dvc commit -f` after deleting so dvc.lock
     records the smaller shard folder; on S3 a deleted version is gone for good.
     """
@@ -57,6 +68,7 @@ def prune_command(
         keep_commits=keep_commits,
         min_age_s=min_age_minutes * 60,
         delete=delete,
+        interrupted=interrupted,
     )
     report = prune(config)
     for version in report.versions:

@@ -48,6 +48,8 @@ _VERSION_NAME = re.compile(r"^[0-9a-f]{16}$")
 _TRASH = re.compile(r"^\.([0-9a-f]{16})\.deleting$")  # a local version being deleted
 Action = Literal["keep", "delete", "deleted"]
 INTERRUPTED_DELETE = "an interrupted delete"  # the reason prune finishes one
+INTERRUPTED_WRITE = "an interrupted write: no manifest.json, and its writer is gone"
+_SHARD_NAME = re.compile(r"[^/]+-\d{5,}-of-\d{5,}\.tfrecord")  # layout.shard_name's
 
 
 @dataclass(frozen=True)
@@ -62,6 +64,9 @@ class PruneConfig:
             last N git commits that changed it (or ``dvc.lock``).
         min_age_s: a version with a file modified more recently is kept.
         delete: delete the unreferenced versions (default: only list them).
+        interrupted: also take a version without ``manifest.json`` whose writer is
+            gone (no live lease, nothing modified within ``min_age_s``): a write that
+            failed or was killed and will not be resumed (its listing changed).
         storage_options: fsspec options for ``out``.
     """
 
@@ -70,6 +75,7 @@ class PruneConfig:
     keep_commits: int = 0
     min_age_s: float = DEFAULT_MIN_AGE_S
     delete: bool = False
+    interrupted: bool = False
     storage_options: Mapping[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -176,8 +182,10 @@ def prune(config: PruneConfig, *, now: float | None = None) -> PruneReport:
         if not files and not fs.exists(path):  # another prune deleted it meanwhile
             states.append(VersionState(name, "deleted", "deleted by another prune", 0, 0))
             continue
-        state = _decide(name, files, referenced.get(name), clock, config.min_age_s)
-        if state.action == "delete" and state.reason != INTERRUPTED_DELETE:
+        state = _decide(name, files, referenced.get(name), clock, config)
+        if state.action == "delete" and state.reason == INTERRUPTED_WRITE:
+            state = _written_files_only(path, files, state)
+        elif state.action == "delete" and state.reason != INTERRUPTED_DELETE:
             state = _own_files_only(fs, path, files, state, config.storage_options)
         if state.action == "delete" and config.delete:
             state = _delete(fs, base, name, state)
@@ -241,7 +249,7 @@ def _decide(
     files: Mapping[str, Mapping[str, Any]],
     reference: str | None,
     now: float,
-    min_age_s: float,
+    config: PruneConfig,
 ) -> VersionState:
     count = len(files)
     size = sum(int(info.get("size") or 0) for info in files.values())
@@ -258,14 +266,19 @@ def _decide(
         return state("keep", f"referenced by the {reference}")
     names = {posixpath.basename(str(p)) for p in files}
     deleting = any(str(p).endswith("/" + layout.DELETING) for p in files)
-    if MANIFEST_NAME not in names and not deleting:
-        return state("keep", "no manifest.json: being written, or interrupted (rerun write)")
+    written = MANIFEST_NAME not in names and not deleting  # a write's, never published
+    if written and not config.interrupted:
+        return state(
+            "keep",
+            "no manifest.json: being written, or interrupted (rerun write; once its write "
+            "is given up, prune --interrupted removes it)",
+        )
     holders = lease.live_holders(files, now=now)
     if holders:
         return state("keep", f"a writer ({holders[0]}) holds a lease on it")
-    if any(atomicfile.is_temp_name(n) for n in names):
+    if not written and any(atomicfile.is_temp_name(n) for n in names):
         return state("keep", "holds a temp file: a writer may be working in it")
-    if MANIFEST_NAME not in names:  # a delete was interrupted after the manifest went
+    if deleting and MANIFEST_NAME not in names:  # a delete interrupted after the manifest went
         return state("delete", INTERRUPTED_DELETE)
     newest = max(
         (
@@ -276,9 +289,38 @@ def _decide(
         ),
         default=0.0,
     )
-    if newest > now - min_age_s:
+    if newest > now - config.min_age_s:
         return state("keep", "modified recently: a writer may be working in it")
-    return state("delete", "not referenced")
+    return state("delete", INTERRUPTED_WRITE if written else "not referenced")
+
+
+def _written_files_only(path: str, files: Mapping[str, Any], state: VersionState) -> VersionState:
+    """``state``, or a keep when a version without manifest holds a file a write does not
+    leave (its shards on top, their companions, temp files and leases)."""
+    base = path.rstrip("/") + "/"
+    rels = [str(name)[len(base) :] for name in files]
+    own = layout.expected_paths(r for r in rels if _SHARD_NAME.fullmatch(r))
+    foreign = sorted(
+        rel
+        for rel in rels
+        if rel not in own
+        and not lease.is_lease(rel)
+        and not (atomicfile.is_temp_name(posixpath.basename(rel)) and _in_own_folder(rel))
+    )
+    if not foreign:
+        return state
+    what = f"{len(foreign)} files" if len(foreign) > 1 else "a file"
+    return dataclasses.replace(
+        state,
+        action="keep",
+        reason=f"holds {what} tfshards did not write ({foreign[0]}), so it stays",
+    )
+
+
+def _in_own_folder(rel: str) -> bool:
+    """``rel`` is on the version's top level or in one of its bookkeeping folders."""
+    folder = posixpath.dirname(rel)
+    return not folder or folder in layout.FOLDERS
 
 
 def _own_files_only(
