@@ -300,21 +300,13 @@ def _written_files_only(path: str, files: Mapping[str, Any], state: VersionState
     base = path.rstrip("/") + "/"
     rels = [str(name)[len(base) :] for name in files]
     own = layout.expected_paths(r for r in rels if _SHARD_NAME.fullmatch(r))
-    foreign = sorted(
+    foreign = [
         rel
         for rel in rels
         if rel not in own
-        and not lease.is_lease(rel)
         and not (atomicfile.is_temp_name(posixpath.basename(rel)) and _in_own_folder(rel))
-    )
-    if not foreign:
-        return state
-    what = f"{len(foreign)} files" if len(foreign) > 1 else "a file"
-    return dataclasses.replace(
-        state,
-        action="keep",
-        reason=f"holds {what} tfshards did not write ({foreign[0]}), so it stays",
-    )
+    ]
+    return _kept_for(foreign, state)
 
 
 def _in_own_folder(rel: str) -> bool:
@@ -338,11 +330,13 @@ def _own_files_only(
         return dataclasses.replace(state, action="keep", reason=f"its manifest: {exc}")
     own = layout.expected_paths(s.name for s in manifest.shards)
     base = path.rstrip("/") + "/"
-    foreign = sorted(
-        rel
-        for name in files
-        if (rel := str(name)[len(base) :]) not in own and not lease.is_lease(rel)
-    )
+    return _kept_for([rel for name in files if (rel := str(name)[len(base) :]) not in own], state)
+
+
+def _kept_for(foreign: list[str], state: VersionState) -> VersionState:
+    """``state``, or a keep naming the first of ``foreign`` (paths in the version that
+    tfshards did not write there; a lease is always its own)."""
+    foreign = sorted(rel for rel in foreign if not lease.is_lease(rel))
     if not foreign:
         return state
     what = f"{len(foreign)} files" if len(foreign) > 1 else "a file"
