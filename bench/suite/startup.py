@@ -16,6 +16,7 @@ import resource
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -46,6 +47,31 @@ def commands() -> dict[str, list[str]]:
     }
 
 
+def stage_commands(work: str) -> dict[str, list[str]]:
+    """The three data stages on a set of 8 files made in ``work``, run from the repository
+    as DVC runs them beside ``params.yaml`` (each stage reads its section's keys there):
+    what a stage costs before its work grows with the data."""
+    from tfshards.listing.listing import list_files, write_listing
+    from tfshards.project.sample import write_synthetic
+    from tfshards.writing.config import WriteConfig
+    from tfshards.writing.writer import write
+
+    raw, listing = os.path.join(work, "raw"), os.path.join(work, "listing")
+    shards, manifest = os.path.join(work, "shards"), os.path.join(work, "manifest.json")
+    write_synthetic(raw, count=8, size=16, fmt="png", classes=2, seed=0)
+    write_listing(list_files(raw), listing)
+    write(WriteConfig(out=shards, manifest_copy=manifest, num_shards=2), listing)
+    metrics = os.path.join(work, "metrics.json")
+    write_again = ["write", listing, "--out", shards, "--manifest", manifest, "--no-progress"]
+    validate = ["validate", manifest, "--metrics", metrics, "--no-progress"]
+    return {
+        "tfshards list (8 files)": [*_tfshards(), "list", raw, "--out", listing + "-again"],
+        # the same listing again: the version is there, the write keeps it
+        "tfshards write (8 files, kept)": [*_tfshards(), *write_again],
+        "tfshards validate (8 records)": [*_tfshards(), *validate],
+    }
+
+
 def _once(argv: Sequence[str]) -> tuple[float, float]:
     """Wall and CPU seconds of one run of ``argv`` in a fresh process."""
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
@@ -60,7 +86,13 @@ def _once(argv: Sequence[str]) -> tuple[float, float]:
 def compare(reps: int, log: Callable[[str], None], warmup: bool = True) -> list[dict[str, Any]]:
     """One row per command: wall and CPU spreads over ``reps`` interleaved rounds, after one
     warm-up run of each unless ``warmup`` is false."""
-    argvs = commands()
+    with tempfile.TemporaryDirectory(prefix="start-") as work:
+        return _compare({**commands(), **stage_commands(work)}, reps, log, warmup)
+
+
+def _compare(
+    argvs: dict[str, list[str]], reps: int, log: Callable[[str], None], warmup: bool
+) -> list[dict[str, Any]]:
     for argv in argvs.values() if warmup else ():  # warm-up: bytecode cache, page cache
         _once(argv)
     walls: dict[str, list[float]] = {name: [] for name in argvs}
