@@ -71,13 +71,16 @@ GENERATOR = {
     "tfshards from_files, processes",
     "tfshards from_files, threads",
 }
-START = (  # bench.suite.startup.commands(): two floors, then tfshards' own starts
+START = (  # bench.suite.startup.commands(): two floors, then tfshards' own starts;
     "python -c pass (floor)",
     "python -c 'import typer' (floor)",
     "tfshards --version",
     "tfshards list --help",
     "tfshards write --help",
     "python stages/write_shards.py --help",
+    "tfshards list (8 files)",  # startup.stage_commands(): the data stages on 8 files
+    "tfshards write (8 files, kept)",
+    "tfshards validate (8 records)",
 )
 GRAPH = "tfshards from_files, graph (same work in TF ops)"  # only where the work is TF ops
 PIECES = {"read_file", "read_shard", "sha256", "crc32c", "decode_tf", "decode_pil"}
