@@ -203,7 +203,7 @@ def _moves(
     """(old path, new path, bucket differs) for each removed record whose content token
     an added record has; a token added twice pairs with one removed record each."""
     by_token: dict[str, list[tuple[str, int | None]]] = {}
-    for path in removed:
+    for path in reversed(removed):  # each list last-first: pop() takes the first path
         token, _, bucket = known.old[path] or ("", "", None)
         by_token.setdefault(token, []).append((path, bucket))
     moves = []
@@ -211,7 +211,7 @@ def _moves(
         token, bucket = fresh[path]
         olds = by_token.get(token)
         if olds:
-            old_path, old_bucket = olds.pop(0)
+            old_path, old_bucket = olds.pop()
             moves.append((old_path, path, old_bucket != bucket))
     return sorted(moves)
 
