@@ -14,8 +14,10 @@ import json
 import os
 import shutil
 import signal
+import socket
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -24,6 +26,7 @@ import pytest
 
 from tfshards.format import native
 from tfshards.project.sample import write_synthetic
+from tfshards.run import cluster
 from tfshards.shardset.manifest import Manifest
 
 pytestmark = pytest.mark.slow
@@ -296,3 +299,98 @@ def test_a_scheduler_killed_mid_write_is_one_line_naming_the_unfinished_shards(
     assert "while working on data-00000-of-00004.tfrecord" in stderr
     assert stderr.rstrip().endswith("finished shards are kept: run again to resume")
     assert time.monotonic() - killed < 10  # not the client's 10 s of reconnecting first
+
+
+@pytest.mark.slow
+def test_a_port_that_accepts_but_is_no_scheduler_is_one_line_not_a_hang(project):
+    """Client(timeout=...) bounds the connection, not the handshake: this hung for good."""
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(8)
+    accepted: list[socket.socket] = []
+
+    def accept() -> None:
+        with contextlib.suppress(OSError):
+            while True:
+                accepted.append(listener.accept()[0])
+
+    threading.Thread(target=accept, daemon=True).start()
+    address = f"tcp://127.0.0.1:{listener.getsockname()[1]}"
+    _cli(project, *WRITE, "--executor", "serial", "--no-progress")
+    started = time.monotonic()
+    try:
+        said = _cli(
+            project, "validate", "data/manifest.json", "--dask-address", address, "--shared-fs",
+            ok=False,
+        )  # fmt: skip
+    finally:
+        listener.close()
+        for conn in accepted:
+            conn.close()
+    assert said.returncode == 1 and said.stderr.count("\n") == 1, said.stderr
+    assert said.stderr.startswith(f"error: cannot reach the Dask scheduler {address}: it accepted")
+    assert time.monotonic() - started < cluster.CONNECT_S + 5 + 15  # the CLI's start besides
+
+
+def _killer(folder: Path, target: str) -> None:
+    """A transform module that kills its own process on ``target`` (a segfaulting decoder,
+    the OOM killer), for the client and the workers to import from their folders."""
+    (folder / "killer.py").write_text(
+        "import os, signal\n"
+        "def features(path, data, label):\n"
+        f"    if path.endswith({target!r}):\n"
+        "        os.kill(os.getpid(), signal.SIGKILL)\n"
+        "    return {'size': len(data)}\n"
+    )
+
+
+@pytest.mark.slow
+def test_a_shard_whose_workers_die_running_it_is_one_line_naming_it(
+    project, tmp_path_factory, s3_env
+):
+    elsewhere = tmp_path_factory.mktemp("killed")
+    target = sorted(p.name for p in (project / "raw").rglob("*.*"))[7]
+    for folder in (project, elsewhere):
+        _killer(folder, target)
+    env = {**_worker_env(s3_env), "DASK_DISTRIBUTED__SCHEDULER__ALLOWED_FAILURES": "1"}
+    with _cluster(elsewhere, env, 1) as (address, _):
+        dask = ("--dask-address", address, "--shared-fs", "--no-progress")
+        said = _cli(project, *WRITE, "--transform", "killer:features", *dask, ok=False)
+    assert said.returncode == 1 and said.stderr.count("\n") == 1, said.stderr
+    assert said.stderr.startswith(f"error: dask, {address}: the workers running data-0000")
+    assert ".tfrecord died (2 tries): killed by a signal or out of memory" in said.stderr
+    assert not (project / "data" / "manifest.json").exists()
+
+
+@pytest.mark.slow
+def test_a_cluster_left_without_workers_stops_in_one_line(project, tmp_path_factory, s3_env):
+    elsewhere = tmp_path_factory.mktemp("orphaned")
+    started = project / "started"
+    transform = (
+        "import pathlib, time\n"
+        "def features(path, data, label):\n"
+        f"    pathlib.Path({str(started)!r}).touch()\n"
+        "    time.sleep(0.5)\n"
+        "    return {'size': len(data)}\n"
+    )
+    for folder in (project, elsewhere):
+        (folder / "slowtransform.py").write_text(transform)
+    with _cluster(elsewhere, _worker_env(s3_env), 1) as (address, procs):
+        dask = ("--dask-address", address, "--shared-fs", "--no-progress")
+        write = subprocess.Popen(
+            [*CLI, *WRITE, "--transform", "slowtransform:features", *dask],
+            cwd=project,
+            env={**os.environ, cluster.NO_WORKERS_ENV: "3"},
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        deadline = time.monotonic() + 60
+        while not started.exists() and write.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert started.exists(), write.communicate()
+        os.killpg(procs[1].pid, signal.SIGKILL)  # the worker's nanny and the worker
+        _, stderr = write.communicate(timeout=60)
+    assert write.returncode == 1 and stderr.count("\n") == 1, stderr
+    assert stderr.startswith(f"error: dask, {address}: no workers for 3 s (all stopped or were")
+    assert stderr.rstrip().endswith("start workers and run again to resume")

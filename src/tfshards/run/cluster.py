@@ -10,11 +10,14 @@ one line naming the worker.
 
 from __future__ import annotations
 
+import concurrent.futures
 import contextlib
 import dataclasses
 import logging
 import os
 import socket
+import threading
+import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
@@ -30,6 +33,12 @@ T = TypeVar("T")
 R = TypeVar("R")
 
 LOCAL_PROTOCOLS = (None, "file", "local")
+CONNECT_S = 10  # a scheduler that does not answer within this (+5 s for the handshake)
+POLL_S = 5  # how often a run waiting on its tasks asks whether the cluster has workers
+# A run whose cluster has had no worker this long stops (an autoscaled cluster that takes
+# longer to bring workers back: set the variable higher).
+NO_WORKERS_ENV = "TFSHARDS_DASK_NO_WORKERS_S"
+NO_WORKERS_S = 60.0
 
 
 def is_local_path(url: str) -> bool:
@@ -175,7 +184,7 @@ def run(
     """
     check_locations(address, needs)
     try:
-        from distributed import Client, LocalCluster, as_completed
+        from distributed import Client, KilledWorker, LocalCluster
     except ImportError as exc:
         raise ConfigError(
             "executor 'dask' needs dask[distributed]: pip install 'tfshards[dask]'"
@@ -192,10 +201,7 @@ def run(
                 f"dask_address: expected a scheduler address like tcp://host:8786, "
                 f"got {address!r} ({exc})"
             ) from exc
-        try:
-            client = Client(address, timeout="10s")
-        except OSError as exc:  # refused, or no answer within the timeout
-            raise ConfigError(f"cannot reach the Dask scheduler {address}: {exc}") from exc
+        client = _connect(Client, str(address))
     else:
         # Loopback only: LocalCluster serves on 0.0.0.0:8787 unless told otherwise.
         # Its worker processes start in this directory, so a transform module found
@@ -218,14 +224,23 @@ def run(
         futures = client.map(fn, list(tasks), pure=False)
         index = {f.key: i for i, f in enumerate(futures)}
         unfinished = set(index.values())
+
+        def left() -> list[str]:
+            return [name(tasks[i]) for i in sorted(unfinished)]
+
         try:
-            for future, result in as_completed(futures, with_results=True):
-                if future.status == "cancelled":  # result: the FutureCancelledError
-                    lost = True
-                    names = [name(tasks[i]) for i in sorted(unfinished)]
-                    raise lost_scheduler(shown, result, names)
-                unfinished.discard(index[future.key])
-                yield index[future.key], result
+            with _client_logs_held():
+                for future in _finished(client, futures, shown, left):
+                    if future.status == "cancelled":
+                        lost = True
+                        raise lost_scheduler(shown, _raised(future), left())
+                    try:
+                        result = future.result()
+                    except KilledWorker as exc:  # its workers died running it, every try
+                        shard = name(tasks[index[future.key]])
+                        raise killed_workers(shown, exc, shard) from None
+                    unfinished.discard(index[future.key])
+                    yield index[future.key], result
         finally:
             if client.status == "running":  # else its IO loop is gone: nothing to cancel on
                 client.cancel(futures)
@@ -234,6 +249,125 @@ def run(
             client.close()
             if cluster is not None:
                 cluster.close()
+
+
+def _connect(client_class: Any, address: str) -> Any:
+    """A client of the scheduler at ``address``, or one line saying why there is none.
+
+    ``Client(timeout=...)`` bounds the connection, not the handshake after it: a
+    port that accepts and never answers as a Dask scheduler would (another server,
+    a proxy) held it for good. So the client is made in a thread given
+    :data:`CONNECT_S` and a little more.
+    """
+    box: dict[str, Any] = {}
+
+    def connect() -> None:
+        try:
+            box["client"] = client_class(address, timeout=f"{CONNECT_S}s")
+        except BaseException as exc:  # handed to the caller's thread
+            box["error"] = exc
+
+    thread = threading.Thread(target=connect, name="tfshards-dask-connect", daemon=True)
+    thread.start()
+    thread.join(CONNECT_S + 5)
+    if thread.is_alive():
+        raise ConfigError(
+            f"cannot reach the Dask scheduler {address}: it accepted the connection but gave "
+            f"no answer within {CONNECT_S + 5} s (is this a Dask scheduler's port?)"
+        )
+    error = box.get("error")
+    if isinstance(error, OSError):  # refused, or no answer within the timeout
+        raise ConfigError(f"cannot reach the Dask scheduler {address}: {error}") from error
+    if error is not None:
+        raise error
+    return box["client"]
+
+
+def _finished(
+    client: Any, futures: Sequence[Any], shown: str, left: Callable[[], list[str]]
+) -> Iterator[Any]:
+    """Each future as it finishes (in task order among those finishing together).
+
+    Dask keeps tasks waiting while a cluster has no workers, for workers that may
+    join: after :data:`NO_WORKERS_S` with none, the run stops in one line
+    instead of waiting for good.
+    """
+    from distributed import wait
+    from distributed.client import FuturesCancelledError
+
+    pending = set(futures)
+    order = {f.key: i for i, f in enumerate(futures)}
+    alone_since: float | None = None
+    while pending:
+        try:
+            done, pending = wait(pending, timeout=POLL_S, return_when="FIRST_COMPLETED")
+        except TimeoutError:  # none finished within POLL_S
+            done = set()
+        except FuturesCancelledError:  # the scheduler went away: the caller says so
+            done = {f for f in pending if f.status == "cancelled"}
+            pending -= done
+        yield from sorted(done, key=lambda f: order[f.key])
+        if done or client.status != "running":
+            alone_since = None
+            continue
+        if _workers(client):
+            alone_since = None
+        elif alone_since is None:
+            alone_since = time.monotonic()
+        elif time.monotonic() - alone_since >= _no_workers_s():
+            raise no_workers(shown, left())
+
+
+def _raised(future: Any) -> BaseException:
+    """What asking a cancelled future for its result raises (it says why it was cancelled)."""
+    try:
+        future.result()
+    except BaseException as exc:
+        return exc
+    return concurrent.futures.CancelledError()  # not reached: it was cancelled
+
+
+def _no_workers_s() -> float:
+    """How long a run waits with no worker: :data:`NO_WORKERS_ENV`, else :data:`NO_WORKERS_S`."""
+    text = os.environ.get(NO_WORKERS_ENV, "")
+    try:
+        value = float(text) if text else NO_WORKERS_S
+    except ValueError:
+        raise ConfigError(f"{NO_WORKERS_ENV}: expected seconds, got {text!r}") from None
+    if not 0 <= value < float("inf"):
+        raise ConfigError(f"{NO_WORKERS_ENV}: expected seconds >= 0, got {text!r}")
+    return value
+
+
+def _workers(client: Any) -> int:
+    """How many workers the scheduler has now; a lost scheduler is for the caller to see."""
+    try:
+        return len(client.nthreads())
+    except Exception:  # the scheduler went away: its futures are cancelled next
+        return 1
+
+
+def no_workers(shown: str, names: Sequence[str]) -> ShardError:
+    """The one-line error for a run whose cluster lost every worker and got none back."""
+    return ShardError(
+        f"dask, {shown}: no workers for {_no_workers_s():g} s (all stopped or were killed) while "
+        f"working on {', '.join(names[:4])}{' ...' if len(names) > 4 else ''}; "
+        "finished shards are kept: start workers and run again to resume",
+        shards=list(names),
+    )
+
+
+def killed_workers(shown: str, exc: BaseException, shard: str) -> ShardError:
+    """The one-line error for a task whose workers all died running it."""
+    failures = getattr(exc, "allowed_failures", None)
+    tries = failures + 1 if isinstance(failures, int) else 0
+    times = f" ({tries} {'try' if tries == 1 else 'tries'})" if tries else ""
+    return ShardError(
+        f"dask, {shown}: the workers running {shard} died{times}: killed by a signal or out "
+        "of memory (a crash in a decoder or a transform, or too little memory for it); "
+        "finished shards are kept: run again to resume",
+        shard=shard,
+    )
 
 
 def lost_scheduler(shown: str, cancelled: BaseException, names: Sequence[str]) -> ShardError:
@@ -250,6 +384,21 @@ def lost_scheduler(shown: str, cancelled: BaseException, names: Sequence[str]) -
         "finished shards are kept: run again to resume",
         shards=list(names),
     )
+
+
+@contextlib.contextmanager
+def _client_logs_held() -> Iterator[None]:
+    """No log lines from the client while tasks are waited for: a worker that died before
+    its result was gathered logs "Couldn't gather ... rescheduling" (the client reschedules
+    the task), a lost scheduler each failed reconnection with its traceback; the run ends
+    with one line that says what happened, which they would bury."""
+    client_log = logging.getLogger("distributed.client")
+    level = client_log.level
+    client_log.setLevel(max(level, logging.CRITICAL))
+    try:
+        yield
+    finally:
+        client_log.setLevel(level)
 
 
 @contextlib.contextmanager
