@@ -152,3 +152,10 @@ def test_a_malformed_scheduler_address_is_refused_on_one_line(address):
         list(cluster.run(str, ["task"], 1, address, Needs()))
     assert str(err.value).startswith("dask_address: expected a scheduler address like tcp://")
     assert repr(address) in str(err.value) and "\n" not in str(err.value)
+
+
+@pytest.mark.parametrize("value", ["soon", "-1", "nan", "inf"])
+def test_a_bad_wait_for_workers_stops_the_run_before_it_starts(monkeypatch, value):
+    monkeypatch.setenv(cluster.NO_WORKERS_ENV, value)
+    with pytest.raises(ConfigError, match=f"{cluster.NO_WORKERS_ENV}: expected seconds"):
+        next(cluster.run(str, ["a"], 1, "tcp://127.0.0.1:1", Needs()))

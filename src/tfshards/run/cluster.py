@@ -183,6 +183,7 @@ def run(
             task); names the tasks that had not finished.
     """
     check_locations(address, needs)
+    _no_workers_s()  # a bad value of its variable stops the run before it starts
     try:
         from distributed import Client, KilledWorker, LocalCluster
     except ImportError as exc:
