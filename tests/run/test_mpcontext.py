@@ -181,3 +181,24 @@ def test_a_killed_write_command_leaves_no_worker_behind(tmp_path):
     argv += ["--out", "out", "--num-shards", "4", "--transform", "tx_block:block"]
     argv += ["--executor", "process", "--workers", "3", "--no-progress"]
     assert _orphans_after_killing(argv, workers=2, cwd=tmp_path) == []
+
+
+@pytest.mark.slow
+def test_a_killed_write_with_a_forkserver_leaves_no_worker_or_server_behind(tmp_path):
+    """A parent with threads (s3fs's I/O loop; here a sitecustomize's) gets a forkserver,
+    whose workers each hold its "alive" pipe: server and worker outlived a SIGKILLed
+    write for good, holding its stdout."""
+    from tfshards.listing.listing import list_files, write_listing
+    from tfshards.project.sample import write_synthetic
+
+    write_synthetic(str(tmp_path / "raw"), 24, 16, workers=1)
+    write_listing(list_files(str(tmp_path / "raw")), str(tmp_path / "listing"))
+    (tmp_path / "sitecustomize.py").write_text(  # a thread before tfshards starts
+        "import threading\nthreading.Thread(target=threading.Event().wait, daemon=True).start()\n"
+    )
+    (tmp_path / "tx_block.py").write_text(BLOCK_TRANSFORM)
+    argv = [sys.executable, "-m", "tfshards", "write", str(tmp_path / "listing")]
+    argv += ["--out", "out", "--num-shards", "4", "--transform", "tx_block:block"]
+    argv += ["--executor", "process", "--workers", "2", "--no-progress"]
+    # the server, the resource tracker and a worker
+    assert _orphans_after_killing(argv, workers=3, cwd=tmp_path) == []

@@ -17,7 +17,7 @@ from collections.abc import Iterator
 from multiprocessing import popen_forkserver
 from typing import Any
 
-from tfshards.processes import pid_alive
+from tfshards.processes import pid_alive, process_start
 
 PRELOAD = [
     "tfshards.writing.shard",
@@ -97,14 +97,20 @@ def die_with_parent(owner: int) -> None:
     when the parent dies (``PR_SET_PDEATHSIG``); elsewhere a daemon thread
     polls ``getppid()``. A ``fork`` worker's parent is ``owner``, the process
     that made the pool. A ``forkserver`` worker's parent is the server, which
-    exits when ``owner`` does (it reads end-of-file on its "alive" pipe), so
-    the worker follows one step later. ``owner`` may have died before this
-    runs: then the worker exits at once.
+    would exit when ``owner`` does (end-of-file on its "alive" pipe), but each
+    worker it forks holds that pipe's write end too (for pools of its own), so
+    it never sees the end while one lives: a worker of a SIGKILLed write lived
+    on for good with its server, holding the caller's stdout (``| tail`` never
+    returned). So such a worker also watches ``owner`` itself, by pid and start
+    time. ``owner`` may have died before this runs: then the worker exits at once.
     """
     parent = os.getppid()
     if not _set_parent_death_signal():
         threading.Thread(target=_watch_parent, args=(parent,), daemon=True).start()
-    if not pid_alive(owner) or os.getppid() != parent:
+    start = process_start(owner)
+    if parent != owner:  # forked by a forkserver
+        threading.Thread(target=_watch_owner, args=(owner, start), daemon=True).start()
+    if not pid_alive(owner, start) or os.getppid() != parent:
         os._exit(1)
 
 
@@ -116,6 +122,12 @@ def _set_parent_death_signal() -> bool:
         return int(libc.prctl(_PR_SET_PDEATHSIG, int(signal.SIGKILL), 0, 0, 0)) == 0
     except (OSError, AttributeError):
         return False
+
+
+def _watch_owner(owner: int, start: int | None) -> None:
+    while pid_alive(owner, start):
+        time.sleep(WATCH_SECONDS)
+    os._exit(1)
 
 
 def _watch_parent(parent: int) -> None:
