@@ -9,6 +9,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+import typer
 from typer.testing import CliRunner
 
 from tfshards.cli import app
@@ -385,3 +386,18 @@ def test_the_interrupted_command_is_found_after_global_options():
     assert _command(["--pipeline-version", "0.1.0", "train", "--epochs", "1"]) == "train"
     assert _command(["write", "listing", "--name", "train"]) == "write"
     assert _command(["validate", "m.json"]) == ""  # leaves nothing to resume
+
+
+def test_a_storage_error_names_the_storage_url_not_the_scheduler_address(capsys):
+    from tfshards.cli._common import _say_backend_error
+
+    class EndpointConnectionError(Exception):  # as botocore raises it
+        __module__ = "botocore.exceptions"
+
+    kwargs = {"dask_address": "tcp://127.0.0.1:8786", "manifest": "s3://shards/m.json"}
+    with pytest.raises(typer.Exit):
+        _say_backend_error(EndpointConnectionError("Could not connect"), kwargs)
+    assert capsys.readouterr().err == (
+        "error: s3://shards/m.json: cannot use remote storage (EndpointConnectionError: "
+        "Could not connect)\n"
+    )

@@ -92,12 +92,20 @@ def one_line_errors(fn: Callable[P, R]) -> Callable[P, R]:
     return wrapper
 
 
+# A Dask scheduler's address (--dask-address) is a URL too, but never the storage at fault.
+_SCHEDULER_SCHEMES = ("tcp://", "tls://", "ucx://", "inproc://", "ws://", "wss://")
+
+
 def _say_backend_error(exc: BaseException, kwargs: dict[str, Any]) -> None:
     """One line and exit 1 when a storage client's error is in ``exc`` or its causes."""
     error = backend_error(exc)
     if error is None:
         return
-    urls = [v for v in kwargs.values() if isinstance(v, str) and "://" in v]
+    urls = [
+        v
+        for v in kwargs.values()
+        if isinstance(v, str) and "://" in v and not v.startswith(_SCHEDULER_SCHEMES)
+    ]
     typer.echo(f"error: {''.join(u + ': ' for u in urls[:1])}{error}", err=True)
     raise typer.Exit(1) from None
 
