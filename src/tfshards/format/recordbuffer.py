@@ -22,8 +22,6 @@ import os
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any, Protocol, cast
 
-import crc32c
-
 from tfshards import storage
 from tfshards.format import native
 from tfshards.format.example import encode_around
@@ -35,7 +33,7 @@ from tfshards.format.imageformat import (
     image_format,
 )
 from tfshards.format.schema import Values
-from tfshards.format.tfrecord import header, mask
+from tfshards.format.tfrecord import crc32c, header, mask
 from tfshards.format.wire import CRC, FOOTER_BYTES, HEADER_BYTES, Dtype
 
 FLUSH_BYTES = 1 << 20  # 1 MB writes: a fresh worker faults in fewer pages than with 4 MB
@@ -206,7 +204,7 @@ class RecordBuffer:
         end = at + HEADER_BYTES + length
         view[at:start] = b"".join([_header(length), *before])
         view[start + size : end] = b"".join(after)
-        CRC.pack_into(view, end, mask(crc32c.crc32c(view[at + HEADER_BYTES : end])))
+        CRC.pack_into(view, end, mask(crc32c(view[at + HEADER_BYTES : end])))
         self._used = end + FOOTER_BYTES
 
     def append(self, pieces: Sequence[bytes | memoryview]) -> None:
