@@ -263,12 +263,12 @@ def test_a_local_cluster_imports_a_transform_from_the_working_directory(project)
     assert _shards(project / "data/shards") == local_shards
 
 
-def test_a_scheduler_killed_mid_write_is_one_line_naming_the_unfinished_shards(
-    project, tmp_path_factory, s3_env
-):
-    elsewhere = tmp_path_factory.mktemp("doomed")
+def _slow_write(project: Path, elsewhere: Path, address: str, **env: str) -> subprocess.Popen[str]:
+    """A write on the cluster at ``address`` whose every record takes 0.5 s (48 files), once
+    a worker is writing a shard: the transform module, imported by the client from
+    ``project`` and by the worker from ``elsewhere``, touches a file first."""
     started = project / "started"
-    transform = (  # the client and the worker each import it from their working directory
+    transform = (
         "import pathlib, time\n"
         "def features(path, data, label):\n"
         f"    pathlib.Path({str(started)!r}).touch()\n"
@@ -277,19 +277,28 @@ def test_a_scheduler_killed_mid_write_is_one_line_naming_the_unfinished_shards(
     )
     for folder in (project, elsewhere):
         (folder / "slowtransform.py").write_text(transform)
+    dask = ("--dask-address", address, "--shared-fs", "--no-progress")
+    write = subprocess.Popen(
+        [*CLI, *WRITE, "--transform", "slowtransform:features", *dask],
+        cwd=project,
+        env={**os.environ, **env},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    deadline = time.monotonic() + 60
+    while not started.exists() and write.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert started.exists(), write.communicate()  # a worker is writing a shard
+    return write
+
+
+def test_a_scheduler_killed_mid_write_is_one_line_naming_the_unfinished_shards(
+    project, tmp_path_factory, s3_env
+):
+    elsewhere = tmp_path_factory.mktemp("doomed")
     with _cluster(elsewhere, _worker_env(s3_env), 1) as (address, procs):
-        dask = ("--dask-address", address, "--shared-fs", "--no-progress")
-        write = subprocess.Popen(
-            [*CLI, *WRITE, "--transform", "slowtransform:features", *dask],
-            cwd=project,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
-        deadline = time.monotonic() + 60
-        while not started.exists() and write.poll() is None and time.monotonic() < deadline:
-            time.sleep(0.05)
-        assert started.exists(), write.communicate()  # a worker is writing a shard
+        write = _slow_write(project, elsewhere, address)
         os.killpg(procs[0].pid, signal.SIGKILL)  # the scheduler, 48 files x 0.5 s from done
         killed = time.monotonic()
         _, stderr = write.communicate(timeout=60)
@@ -365,30 +374,8 @@ def test_a_shard_whose_workers_die_running_it_is_one_line_naming_it(
 @pytest.mark.slow
 def test_a_cluster_left_without_workers_stops_in_one_line(project, tmp_path_factory, s3_env):
     elsewhere = tmp_path_factory.mktemp("orphaned")
-    started = project / "started"
-    transform = (
-        "import pathlib, time\n"
-        "def features(path, data, label):\n"
-        f"    pathlib.Path({str(started)!r}).touch()\n"
-        "    time.sleep(0.5)\n"
-        "    return {'size': len(data)}\n"
-    )
-    for folder in (project, elsewhere):
-        (folder / "slowtransform.py").write_text(transform)
     with _cluster(elsewhere, _worker_env(s3_env), 1) as (address, procs):
-        dask = ("--dask-address", address, "--shared-fs", "--no-progress")
-        write = subprocess.Popen(
-            [*CLI, *WRITE, "--transform", "slowtransform:features", *dask],
-            cwd=project,
-            env={**os.environ, cluster.NO_WORKERS_ENV: "3"},
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
-        deadline = time.monotonic() + 60
-        while not started.exists() and write.poll() is None and time.monotonic() < deadline:
-            time.sleep(0.05)
-        assert started.exists(), write.communicate()
+        write = _slow_write(project, elsewhere, address, **{cluster.NO_WORKERS_ENV: "3"})
         os.killpg(procs[1].pid, signal.SIGKILL)  # the worker's nanny and the worker
         _, stderr = write.communicate(timeout=60)
     assert write.returncode == 1 and stderr.count("\n") == 1, stderr

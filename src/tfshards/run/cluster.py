@@ -190,32 +190,7 @@ def run(
         raise ConfigError(
             "executor 'dask' needs dask[distributed]: pip install 'tfshards[dask]'"
         ) from exc
-    cluster: Any = None
-    shown = str(address)
-    if is_remote(address):
-        from distributed.comm.addressing import get_address_host_port
-
-        try:  # before Client(): one that fails on a bad address can hang the next one
-            get_address_host_port(str(address))
-        except ValueError as exc:
-            raise ConfigError(
-                f"dask_address: expected a scheduler address like tcp://host:8786, "
-                f"got {address!r} ({exc})"
-            ) from exc
-        client = _connect(Client, str(address))
-    else:
-        # Loopback only: LocalCluster serves on 0.0.0.0:8787 unless told otherwise.
-        # Its worker processes start in this directory, so a transform module found
-        # here imports there too (tfshards.run.transform.load puts the cwd on sys.path).
-        cluster = LocalCluster(
-            n_workers=workers,
-            threads_per_worker=1,
-            processes=True,
-            host="127.0.0.1",
-            dashboard_address="127.0.0.1:0",
-        )
-        client = Client(cluster)
-        shown = f"local cluster {cluster.scheduler_address}"
+    client, cluster, shown = _client(Client, LocalCluster, address, workers)
     lost = False
     try:
         reports = check_workers(client, needs)
@@ -250,6 +225,35 @@ def run(
             client.close()
             if cluster is not None:
                 cluster.close()
+
+
+def _client(
+    client_class: Any, cluster_class: Any, address: str | None, workers: int
+) -> tuple[Any, Any, str]:
+    """A client of the scheduler at ``address``, or of a local cluster of ``workers``
+    processes started for this run; the cluster (None for a remote one); its name."""
+    if not is_remote(address):
+        # Loopback only: LocalCluster serves on 0.0.0.0:8787 unless told otherwise.
+        # Its worker processes start in this directory, so a transform module found
+        # here imports there too (tfshards.run.transform.load puts the cwd on sys.path).
+        cluster = cluster_class(
+            n_workers=workers,
+            threads_per_worker=1,
+            processes=True,
+            host="127.0.0.1",
+            dashboard_address="127.0.0.1:0",
+        )
+        return client_class(cluster), cluster, f"local cluster {cluster.scheduler_address}"
+    from distributed.comm.addressing import get_address_host_port
+
+    try:  # before Client(): one that fails on a bad address can hang the next one
+        get_address_host_port(str(address))
+    except ValueError as exc:
+        raise ConfigError(
+            f"dask_address: expected a scheduler address like tcp://host:8786, "
+            f"got {address!r} ({exc})"
+        ) from exc
+    return _connect(client_class, str(address)), None, str(address)
 
 
 def _connect(client_class: Any, address: str) -> Any:
