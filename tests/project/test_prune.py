@@ -454,13 +454,19 @@ def test_a_write_given_up_is_removed_only_with_interrupted(make_raw, tmp_path):
         _age(child)
     kept = {v.name: v for v in prune(PruneConfig(manifest=copy, delete=True)).versions}
     assert kept[failed].action == "keep" and "prune --interrupted" in kept[failed].reason
-    stray = out / failed / "index" / "notes.txt"  # a file no write leaves: it stays
-    stray.write_text("mine")
-    _age(out / failed)
     config_i = PruneConfig(manifest=copy, delete=True, interrupted=True)
-    states = {v.name: v for v in prune(config_i).versions}
-    assert states[failed].action == "keep" and "index/notes.txt" in states[failed].reason
-    stray.unlink()
+    shard = next(p.name for p in (out / failed).glob("*.tfrecord"))
+    for stray in (  # files no write of this set leaves: each keeps the folder
+        out / failed / "index" / "notes.txt",
+        out / failed / "mydata-00000-of-00001.tfrecord",  # named like another set's shard
+        out / failed / shard.replace("-of-00004", "-of-00009"),  # another shard count
+    ):
+        stray.write_text("mine")
+        _age(out / failed)
+        states = {v.name: v for v in prune(config_i).versions}
+        assert states[failed].action == "keep", stray
+        assert stray.relative_to(out / failed).as_posix() in states[failed].reason
+        stray.unlink()
     states = {v.name: v for v in prune(config_i).versions}
     assert states[failed].action == "deleted" and states[failed].reason.startswith(
         "an interrupted write"

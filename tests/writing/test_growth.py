@@ -604,11 +604,10 @@ def test_files_moved_to_another_label_are_counted_warned_and_listed_when_they_ch
     assert second.changes["moved_buckets"] == 0  # no surviving path changed bucket
     found = diff.compare(first, second, diff.load_members(first), diff.load_members(second))
     assert found.moved_paths == tuple(sorted(pairs))
-    assert found.moved_files_buckets == crossed
-    assert (
-        f"moved: 20 of the removed files are added under another path, {crossed} of them"
-        in (found.lines()[-1])
-    )
+    assert found.moved_files == crossed
+    assert found.to_metrics()["moved_files"] == crossed  # one key, one meaning
+    line = found.lines()[-1]
+    assert f"moved: 20 files' bytes are now under another path, {crossed} of them" in line
     manifest = str(tmp_path / "manifest.json")
     warned = validate(ValidateConfig(manifest=manifest, fail_on_leakage=False))
     assert warned.problem_count == 0
@@ -634,3 +633,54 @@ def test_another_group_by_is_refused_naming_the_values_as_params_yaml_spells_the
     assert "written with group_by none, this write has '[^/]+$': records would" in str(
         refused.value
     )
+
+
+def _crossing(raw: Path, count: int) -> tuple[Path, Path]:
+    """A file and another file in another label folder whose path is in another bucket."""
+    files = sorted(p for p in raw.rglob("*.png"))
+    for p in files:
+        for q in files:
+            a, b = str(p.relative_to(raw)), str(q.relative_to(raw))
+            if p.parent != q.parent and buckets.bucket_of(a, count) != buckets.bucket_of(b, count):
+                return p, q
+    raise AssertionError("no pair in two buckets")
+
+
+def test_a_moved_file_copied_three_times_more_counts_once_in_write_and_diff(raw, tmp_path):
+    first = _grow(raw, tmp_path, num_shards=32).manifest
+    moved, target = _crossing(raw, first.params["buckets"])
+    new = target.with_name("moved_" + target.name)
+    moved.rename(new)
+    for k in range(3):  # copies of the same bytes under new names: added, not moved
+        shutil.copyfile(new, new.with_name(f"copy{k}_{new.name}"))
+    second = _grow(raw, tmp_path, num_shards=32).manifest
+    found = diff.compare(first, second, diff.load_members(first), diff.load_members(second))
+    assert len(found.moved_paths) == 1 and second.changes["removed"] == 1
+    assert second.changes.get("moved_files", 0) == found.moved_files <= 1
+
+
+def test_a_file_moved_onto_an_existing_name_counts_as_moved(raw, tmp_path):
+    first = _grow(raw, tmp_path, num_shards=32).manifest
+    moved, target = _crossing(raw, first.params["buckets"])
+    moved.replace(target)  # mv -f: the target's old bytes are gone, the moved ones are there
+    second = _grow(raw, tmp_path, num_shards=32).manifest
+    assert (second.changes["removed"], second.changes["changed"]) == (1, 1)
+    assert second.changes["moved_files"] == 1
+    found = diff.compare(first, second, diff.load_members(first), diff.load_members(second))
+    pair = (str(moved.relative_to(raw)), str(target.relative_to(raw)))
+    assert found.moved_paths == (pair,) and found.moved_files == 1
+
+
+def test_the_moved_files_line_names_the_group_when_records_are_keyed_by_group(raw, tmp_path):
+    first = _grow(raw, tmp_path, num_shards=32, group_by="^[^/]+/[^/]+$").manifest
+    count = first.params["buckets"]
+    for p in sorted(raw.rglob("*.png")):  # a rename that takes the file to another group
+        q = p.with_name("x" + p.name)
+        a, b = str(p.relative_to(raw)), str(q.relative_to(raw))
+        if buckets.bucket_of(a, count) != buckets.bucket_of(b, count):
+            p.rename(q)
+            break
+    second = _grow(raw, tmp_path, num_shards=32, group_by="^[^/]+/[^/]+$").manifest
+    line = diff.moved_files_line(second)
+    assert "(the same bytes under another group_by group)" in line
+    assert "choose a group_by that a move leaves alone" in line

@@ -49,7 +49,9 @@ _TRASH = re.compile(r"^\.([0-9a-f]{16})\.deleting$")  # a local version being de
 Action = Literal["keep", "delete", "deleted"]
 INTERRUPTED_DELETE = "an interrupted delete"  # the reason prune finishes one
 INTERRUPTED_WRITE = "an interrupted write: no manifest.json, and its writer is gone"
-_SHARD_NAME = re.compile(r"[^/]+-\d{5,}-of-\d{5,}\.tfrecord")  # layout.shard_name's
+_SHARD_NAME = re.compile(  # layout.shard_name's
+    r"(?P<name>[^/]+)-(?P<index>\d{5,})-of-(?P<count>\d{5,})\.tfrecord"
+)
 
 
 @dataclass(frozen=True)
@@ -299,7 +301,7 @@ def _written_files_only(path: str, files: Mapping[str, Any], state: VersionState
     leave (its shards on top, their companions, temp files and leases)."""
     base = path.rstrip("/") + "/"
     rels = [str(name)[len(base) :] for name in files]
-    own = layout.expected_paths(r for r in rels if _SHARD_NAME.fullmatch(r))
+    own = layout.expected_paths(_write_shards(rels))
     foreign = [
         rel
         for rel in rels
@@ -307,6 +309,24 @@ def _written_files_only(path: str, files: Mapping[str, Any], state: VersionState
         and not (atomicfile.is_temp_name(posixpath.basename(rel)) and _in_own_folder(rel))
     ]
     return _kept_for(foreign, state)
+
+
+def _write_shards(rels: Sequence[str]) -> list[str]:
+    """The shards one write left on the version's top level: named ``<name>-i-of-n`` with
+    one ``name`` and ``n`` (and ``i < n``), those its resume records name most, else the
+    most numerous. A file named like a shard of another set is not among them."""
+    kinds: dict[tuple[str, str], list[str]] = {}
+    for rel in rels:
+        found = _SHARD_NAME.fullmatch(rel)
+        if found and int(found["index"]) < int(found["count"]):
+            kinds.setdefault((found["name"], found["count"]), []).append(rel)
+    present = set(rels)
+
+    def weight(kind: tuple[str, str]) -> tuple[int, int]:
+        names = kinds[kind]
+        return sum(layout.SIDECAR.path(n) in present for n in names), len(names)
+
+    return kinds[max(kinds, key=weight)] if kinds else []
 
 
 def _in_own_folder(rel: str) -> bool:

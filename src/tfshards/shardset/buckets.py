@@ -11,6 +11,8 @@ a surviving record across the split, and it still reads whole shard files.
 from __future__ import annotations
 
 import hashlib
+from collections import Counter
+from collections.abc import Sequence
 from typing import TypeGuard
 
 DEFAULT_BUCKETS = 16  # validation fractions in steps of 1/16 (0.2 asks for 3: 0.1875)
@@ -31,3 +33,17 @@ def bucket_of(key: str, count: int) -> int:
     """
     digest = hashlib.sha256(key.encode("utf-8", "surrogatepass")).digest()
     return int.from_bytes(digest[:8], "big") % count
+
+
+def crossings(left: Sequence[int | None], arrived: Sequence[int | None]) -> int:
+    """How many files with the same bytes changed bucket, at the least: copies of one
+    content left buckets ``left`` (removed, or their path holds other bytes now) and
+    arrived in buckets ``arrived`` (added, or at a path that held other bytes).
+
+    Each departure pairs with one arrival; a pair in one bucket is no crossing, and
+    the count does not depend on which copy is taken for which.
+    """
+    pairs = min(len(left), len(arrived))
+    before, after = Counter(left), Counter(arrived)
+    stay = sum(min(n, after[b]) for b, n in before.items())
+    return max(0, pairs - stay)

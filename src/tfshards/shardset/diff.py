@@ -21,7 +21,7 @@ from typing import Any
 
 from tfshards import storage
 from tfshards.errors import InputError
-from tfshards.shardset import members
+from tfshards.shardset import buckets, members
 from tfshards.shardset.manifest import Manifest, ShardInfo
 from tfshards.shardset.members import Row
 
@@ -53,10 +53,12 @@ class Changes:
     ids_changed: Mapping[str, tuple[int, int]] = field(default_factory=dict)  # (old, new) id
     moved_buckets: int | None = None  # records in both whose shard's bucket differs
     buckets_note: str = ""
-    # (old path, new path) of a removed and an added record with the same content token:
-    # a file moved or renamed (a label fixed by moving it, a folder renamed); sorted
+    # (old path, new path) of bytes that left one path and are new at another (removed
+    # or replaced there; added or replacing here): a file moved or renamed; sorted
     moved_paths: tuple[tuple[str, str], ...] = ()
-    moved_files_buckets: int = 0  # of those, in another bucket (0 when not comparable)
+    # of those, how many changed bucket at the least (0 when not comparable): what the
+    # writer keeps as ``changes.moved_files``
+    moved_files: int = 0
 
     def to_metrics(self) -> dict[str, int]:
         """Flat counts for ``dvc metrics diff``; ``moved_buckets`` only when comparable."""
@@ -73,9 +75,9 @@ class Changes:
         if self.moved_buckets is not None:
             doc["moved_buckets"] = self.moved_buckets
         if self.moved_paths:
-            doc["moved_files"] = len(self.moved_paths)
-        if self.moved_files_buckets:
-            doc["moved_files_buckets"] = self.moved_files_buckets
+            doc["moved_paths"] = len(self.moved_paths)
+        if self.moved_files:
+            doc["moved_files"] = self.moved_files
         return doc
 
     def lines(self) -> list[str]:
@@ -101,12 +103,12 @@ class Changes:
         if self.moved_paths:
             n = len(self.moved_paths)
             crossed = (
-                f", {self.moved_files_buckets} of them to another bucket: they may have "
-                "crossed between training and validation (the split follows the path)"
-                if self.moved_files_buckets
+                f", {self.moved_files} of them to another bucket: they may have crossed "
+                "between training and validation (the split follows each record's key)"
+                if self.moved_files
                 else ""
             )
-            out.append(f"moved: {n} of the removed files are added under another path{crossed}")
+            out.append(f"moved: {n} files' bytes are now under another path{crossed}")
         return out
 
 
@@ -119,11 +121,17 @@ def moved_files_line(manifest: Manifest) -> str:
     moved = manifest.changes.get("moved_files", 0)
     if not moved:
         return ""
+    if manifest.params.get("group_by") is None:
+        key = "path"
+        keep = "key records by file name (write.group_by: '[^/]+$')"
+    else:
+        key = "group_by group"
+        keep = "choose a group_by that a move leaves alone"
     return (
         f"split: {moved} files moved or renamed since version {manifest.base} (the same bytes "
-        "under another path) went to another split bucket, so they may have crossed between "
-        "training and validation; to keep a file's side when it moves, key records by file "
-        "name (write.group_by: '[^/]+$'), or fix labels in an index file"
+        f"under another {key}) went to another split bucket, so they may have crossed between "
+        f"training and validation; to keep a file's side when it moves, {keep}, or fix "
+        "labels in an index file"
     )
 
 
@@ -146,7 +154,8 @@ def compare(
     added: list[str] = []
     changed: list[str] = []
     relabeled: list[str] = []
-    fresh: dict[str, tuple[str, int | None]] = {}  # added path -> its token and bucket
+    fresh: dict[str, tuple[str, int | None]] = {}  # path -> the token and bucket new there
+    left: list[tuple[str, str, int | None]] = []  # (token, path, bucket) of bytes that left
     unchanged = moved = 0
     for shard, rows in new_members:
         bucket = shard.bucket if not note else None
@@ -165,13 +174,18 @@ def compare(
             old_token, old_name, old_bucket = seen
             if old_token != token:
                 changed.append(path)
+                left.append((old_token, path, old_bucket))  # its bytes left this path
+                fresh[path] = (token, bucket)  # and these arrived
             elif old_name != names[label]:
                 relabeled.append(path)
             else:
                 unchanged += 1
             moved += old_bucket != bucket
     removed = sorted(path for path, entry in known.old.items() if entry is not None)
-    moves = _moves(removed, known, fresh)
+    for path in removed:
+        token, _, bucket = known.old[path] or ("", "", None)
+        left.append((token, path, bucket))
+    moves, crossed = _moves(left, fresh)
     added.sort()
     for before, path in itertools.pairwise(added):  # a new path listed twice is added twice
         if before == path:
@@ -192,28 +206,32 @@ def compare(
         ids_changed=_ids_changed(old.labels, new.labels),
         moved_buckets=None if note else moved,
         buckets_note=note,
-        moved_paths=tuple((a, b) for a, b, _ in moves),
-        moved_files_buckets=0 if note else sum(crossed for _, _, crossed in moves),
+        moved_paths=tuple(moves),
+        moved_files=0 if note else crossed,
     )
 
 
 def _moves(
-    removed: Sequence[str], known: _OldIndex, fresh: Mapping[str, tuple[str, int | None]]
-) -> list[tuple[str, str, bool]]:
-    """(old path, new path, bucket differs) for each removed record whose content token
-    an added record has; a token added twice pairs with one removed record each."""
-    by_token: dict[str, list[tuple[str, int | None]]] = {}
-    for path in reversed(removed):  # each list last-first: pop() takes the first path
-        token, _, bucket = known.old[path] or ("", "", None)
-        by_token.setdefault(token, []).append((path, bucket))
-    moves = []
+    left: list[tuple[str, str, int | None]], fresh: Mapping[str, tuple[str, int | None]]
+) -> tuple[list[tuple[str, str]], int]:
+    """The (old path, new path) pairs of bytes that left one path and are new at another
+    (each departure paired with one arrival, both in path order), sorted; and how many
+    of them changed bucket at the least (:func:`tfshards.shardset.buckets.crossings`)."""
+    gone: dict[str, list[tuple[str, int | None]]] = {}
+    for token, path, bucket in sorted(left, key=lambda t: t[1]):
+        gone.setdefault(token, []).append((path, bucket))
+    came: dict[str, list[tuple[str, int | None]]] = {}
     for path in sorted(fresh):
         token, bucket = fresh[path]
-        olds = by_token.get(token)
-        if olds:
-            old_path, old_bucket = olds.pop()
-            moves.append((old_path, path, old_bucket != bucket))
-    return sorted(moves)
+        if token in gone:
+            came.setdefault(token, []).append((path, bucket))
+    pairs: list[tuple[str, str]] = []
+    crossed = 0
+    for token, arrivals in came.items():
+        departures = gone[token]
+        pairs += [(a, b) for (a, _), (b, _) in zip(departures, arrivals, strict=False)]
+        crossed += buckets.crossings([b for _, b in departures], [b for _, b in arrivals])
+    return sorted(pairs), crossed
 
 
 def load_members(manifest: Manifest, **storage_options: Any) -> Iterator[ShardMembers]:

@@ -162,10 +162,11 @@ class Match:
             whatever its content.
         added / removed / changed / relabeled / unchanged: record counts, by path:
             changed is another content token, relabeled another label name.
-        moved_files: listing index -> previous bucket, for each added file whose
-            bytes a removed record had: a file moved or renamed (a label fixed by
-            moving it to another folder, a folder renamed). Its key is its new
-            path, so its bucket may change with it.
+        moved_files: per content that left one path and arrived at another (a
+            file moved or renamed: a label fixed by moving it to another folder, a
+            folder renamed, also onto an existing name), the buckets it left and
+            the listing indices where it arrived. Its key is its new path, so its
+            bucket may change with it.
     """
 
     held: PreviousShards
@@ -175,7 +176,7 @@ class Match:
     changed: int
     relabeled: int
     unchanged: int
-    moved_files: dict[int, int] = field(default_factory=dict)
+    moved_files: list[tuple[list[int], list[int]]] = field(default_factory=list)
 
 
 def match(
@@ -202,7 +203,8 @@ def match(
     found_all: PreviousShards = []
     counts = [0, 0, 0, 0]  # removed, changed, relabeled, unchanged
     claimed = np.zeros(listing.files, dtype=bool)  # lines a kept record stands for: each once
-    gone: dict[Any, int] = {}  # content token of a removed record -> its bucket
+    gone: dict[Any, list[int]] = {}  # content that left its path -> the buckets it left
+    arrived: list[int] = []  # changed records: content new at their path (listing indices)
     for k, shard in enumerate(previous.shards):
         bucket = shard.bucket if shard.bucket is not None else -1
         held = side.held(fs, directory, shard) if whole is None else whole[k]
@@ -221,23 +223,31 @@ def match(
         found_all.append((bucket, found))
         at = np.frombuffer(found, dtype=np.int32)
         claimed[at[at >= 0]] = True
-        gone.update((row[1], bucket) for row, i in zip(rows, at, strict=True) if i < 0)
+        for row, i in zip(rows, at.tolist(), strict=True):
+            if i < 0 or side.lines[i][2] != row[1]:  # removed, or its path holds new bytes
+                gone.setdefault(row[1], []).append(bucket)
+                arrived += [i] if i >= 0 else []
     removed, changed, relabeled, unchanged = counts
     added = listing.files - int(claimed.sum())
-    moved = _moved_files(side.lines, claimed, gone) if gone and added else {}
+    moved = _moved_files(side.lines, claimed, arrived, gone) if gone else []
     return Match(held_all, found_all, added, removed, changed, relabeled, unchanged, moved)
 
 
 def _moved_files(
-    lines: Sequence[tuple[Any, Any, Any]], claimed: Any, gone: dict[Any, int]
-) -> dict[int, int]:
-    """Each added listing index whose content token a removed record had -> its bucket."""
-    moved: dict[int, int] = {}
-    for i in np.flatnonzero(~claimed).tolist():
-        bucket = gone.get(lines[i][2])
-        if bucket is not None:
-            moved[i] = bucket
-    return moved
+    lines: Sequence[tuple[Any, Any, Any]],
+    claimed: Any,
+    arrived: list[int],
+    gone: dict[Any, list[int]],
+) -> list[tuple[list[int], list[int]]]:
+    """Per content that left a path (removed, or its path holds other bytes now) and is
+    new at another (added, or a changed path's): the buckets it left and the listing
+    indices where it arrived. A file moved or renamed, onto an existing name too."""
+    at: dict[Any, list[int]] = {}
+    for i in [*np.flatnonzero(~claimed).tolist(), *arrived]:
+        token = lines[i][2]
+        if token in gone:
+            at.setdefault(token, []).append(i)
+    return [(gone[token], indices) for token, indices in at.items()]
 
 
 class _Listed:

@@ -15,11 +15,12 @@ import heapq
 import itertools
 import random
 from array import array
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
 
+from tfshards.shardset import buckets
 from tfshards.writing import sharding
 
 # A kept shard under half the target size is merged back when its bucket's records
@@ -124,10 +125,16 @@ def moved(
     return int(((before != unseen) & (before != np.frombuffer(now, dtype=np.uint32))).sum())
 
 
-def moved_files(moved: Mapping[int, int], indices: array[int], now: array[int]) -> int:
-    """How many of ``indices`` are files moved or renamed (``moved``: listing index -> the
-    bucket of the removed record that had its bytes) that ``now`` puts in another bucket."""
-    return sum(moved.get(i, b) != b for i, b in zip(indices, now, strict=True)) if moved else 0
+def moved_files(
+    moves: Sequence[tuple[list[int], list[int]]], indices: array[int], now: array[int]
+) -> int:
+    """How many files moved or renamed (``moves``: per content, the buckets it left and
+    the listing indices where it arrived, all among ``indices``) changed bucket, with
+    ``now`` the buckets of ``indices`` (:func:`tfshards.shardset.buckets.crossings`)."""
+    if not moves:
+        return 0
+    bucket = dict(zip(indices, now, strict=True))
+    return sum(buckets.crossings(left, [bucket[i] for i in at]) for left, at in moves)
 
 
 def grown(
