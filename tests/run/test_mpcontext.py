@@ -143,7 +143,14 @@ def _orphans_after_killing(argv: list[str], workers: int, cwd: Path) -> list[psu
     """SIGKILL the process ``argv`` starts (not its workers); what is still running 10 s later."""
     env = {**os.environ, "PYTHONPATH": f"{REPO / 'src'}{os.pathsep}{cwd}"}
     proc = subprocess.Popen(argv, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-    workers_seen = _descendants(proc.pid, workers)
+    try:
+        workers_seen = _descendants(proc.pid, workers)
+    except AssertionError:  # too few workers: the parent, left running, would block for good
+        for p in [*psutil.Process(proc.pid).children(recursive=True)]:
+            p.kill()
+        proc.kill()
+        proc.communicate()
+        raise
     try:
         proc.kill()  # the parent alone, as the OOM killer does
         proc.wait()
