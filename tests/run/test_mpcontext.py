@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import subprocess
 import sys
@@ -146,8 +147,9 @@ def _orphans_after_killing(argv: list[str], workers: int, cwd: Path) -> list[psu
     try:
         workers_seen = _descendants(proc.pid, workers)
     except AssertionError:  # too few workers: the parent, left running, would block for good
-        for p in [*psutil.Process(proc.pid).children(recursive=True)]:
-            p.kill()
+        with contextlib.suppress(psutil.NoSuchProcess):
+            for p in psutil.Process(proc.pid).children(recursive=True):
+                p.kill()
         proc.kill()
         proc.communicate()
         raise
