@@ -56,6 +56,44 @@ def test_the_calling_process_is_one_of_the_workers(kind):
         assert os.getpid() in pids and len(pids) == 2  # one process started, not two
 
 
+def test_with_the_users_code_the_calling_process_only_hands_tasks_out():
+    options = RunOptions(2, "process")
+    with executor.start(options, user_code=True) as pool:
+        done = dict(pool.map(_pid_after, [0.05] * 8))
+    assert sorted(done) == list(range(8))
+    pids = set(done.values())
+    assert os.getpid() not in pids and len(pids) == 2  # two workers, as asked
+
+
+@pytest.mark.slow
+def test_a_transform_that_kills_its_process_is_one_line_not_the_end_of_the_command(tmp_path):
+    """A segfaulting decoder or the OOM killer in the user's transform: when the command's
+    own process took that task, the command died without a word (exit -9)."""
+    from tfshards.listing.listing import list_files, write_listing
+    from tfshards.project.sample import write_synthetic
+
+    write_synthetic(str(tmp_path / "raw"), 12, 16, workers=1)
+    write_listing(list_files(str(tmp_path / "raw")), str(tmp_path / "listing"))
+    (tmp_path / "killer.py").write_text(
+        "import os, signal\n"
+        "def features(path, data, label):\n"
+        "    os.kill(os.getpid(), signal.SIGKILL)\n"
+    )
+    argv = [sys.executable, "-m", "tfshards", "write", "listing", "--out", "out"]
+    # 6 shards: the pool holds 2 at a time, the command's own process took the last
+    argv += ["--num-shards", "6", "--transform", "killer:features", "--executor", "process"]
+    done = subprocess.run(
+        [*argv, "--workers", "2", "--no-progress"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 1, (done.returncode, done.stderr)
+    assert done.stderr.startswith("error: a worker process died (killed by a signal or out of")
+    assert done.stderr.count("\n") == 1 and "while working on data-0000" in done.stderr
+
+
 def test_memory_storage_refuses_processes():
     with pytest.raises(ConfigError, match="memory:// lives in one process"):
         executor.resolve("process", 2, ["file", "memory"])

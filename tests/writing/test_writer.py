@@ -786,9 +786,9 @@ def test_never_more_worker_processes_than_shards(make_raw, tmp_path, monkeypatch
     pools = []
     real_pool = ProcessExecutor.__init__
 
-    def pool_spy(self: ProcessExecutor, options: RunOptions) -> None:
+    def pool_spy(self: ProcessExecutor, options: RunOptions, **kw: bool) -> None:
         pools.append(options.workers)
-        real_pool(self, options)
+        real_pool(self, options, **kw)
 
     monkeypatch.setattr(writer, "open_stored", spy)
     monkeypatch.setattr(ProcessExecutor, "__init__", pool_spy)

@@ -119,8 +119,11 @@ class Executor(abc.ABC):
     in_process: ClassVar[bool] = False
     remote: ClassVar[bool] = False
 
-    def __init__(self, options: RunOptions) -> None:
+    def __init__(self, options: RunOptions, *, user_code: bool = False) -> None:
         self.options = options
+        # The tasks run the user's code (a transform): a crash there (a segfault, the OOM
+        # killer) must end a worker, not the process that reports it.
+        self.user_code = user_code
 
     def __enter__(self) -> Executor:
         """Start the workers now (a pool forked later would count the caller's data in its RSS)."""
@@ -213,8 +216,10 @@ def start(
     *,
     gil_free: bool = False,
     tasks: int | None = None,
+    user_code: bool = False,
 ) -> Executor:
-    """The executor ``options`` resolve to (see :func:`resolve`), at most ``tasks`` wide.
+    """The executor ``options`` resolve to (see :func:`resolve`), at most ``tasks`` wide;
+    ``user_code``: the tasks run the user's code (see :attr:`Executor.user_code`).
 
     Enter it (``with``) to start its workers.
     """
@@ -222,7 +227,8 @@ def start(
     name = resolve(
         options.executor, workers, protocols, gil_free=gil_free, dask_address=options.address
     )
-    return executor_class(name)(dataclasses.replace(options, executor=name, workers=workers))
+    options = dataclasses.replace(options, executor=name, workers=workers)
+    return executor_class(name)(options, user_code=user_code)
 
 
 def run(

@@ -125,7 +125,9 @@ class ProcessExecutor(Executor):
     _pool: cf.ProcessPoolExecutor | None = None
 
     def __enter__(self) -> ProcessExecutor:
-        others = self.options.workers - 1
+        # With the user's code in the tasks, this process only hands them out: a crash in
+        # a worker is one line naming its shard, a crash here would end the command.
+        others = self.options.workers - (0 if self.user_code else 1)
         if others > 0:
             self._pool = process_pool(others)
             for _ in range(others):  # fork context: the first submit forks them all
@@ -157,7 +159,7 @@ class ProcessExecutor(Executor):
         if self._pool is None:
             yield from enumerate(map(fn, tasks))  # one worker: this process alone
             return
-        workers = self.options.workers - 1
+        workers = self.options.workers - (0 if self.user_code else 1)
         done: queue.SimpleQueue[cf.Future[R]] = queue.SimpleQueue()
         in_flight: dict[cf.Future[R], int] = {}
         front, back = 0, len(tasks) - 1
@@ -168,7 +170,7 @@ class ProcessExecutor(Executor):
                     in_flight[future] = front
                     future.add_done_callback(done.put)
                     front += 1
-                mine = front <= back
+                mine = front <= back and not self.user_code
                 if mine:
                     yield back, fn(tasks[back])
                     back -= 1

@@ -256,6 +256,7 @@ def _start_pool(config: WriteConfig, listing: FileListing | str) -> executors.Ex
         and not columns
         and storage.is_local(fs_in),
         tasks=shards,
+        user_code=config.transform is not None,
     )
 
 
