@@ -291,36 +291,38 @@ def _connect(client_class: Any, address: str) -> Any:
 def _finished(
     client: Any, futures: Sequence[Any], shown: str, left: Callable[[], list[str]]
 ) -> Iterator[Any]:
-    """Each future as it finishes (in task order among those finishing together).
+    """Each future as it finishes.
 
     Dask keeps tasks waiting while a cluster has no workers, for workers that may
-    join: after :data:`NO_WORKERS_S` with none, the run stops in one line
-    instead of waiting for good.
+    join. A thread asks the scheduler every :data:`POLL_S` how many there are; after
+    :func:`_no_workers_s` with none it cancels the tasks, and the run stops in one
+    line instead of waiting for good.
     """
-    from distributed import wait
-    from distributed.client import FuturesCancelledError
+    from distributed import as_completed
 
-    pending = set(futures)
-    order = {f.key: i for i, f in enumerate(futures)}
-    alone_since: float | None = None
-    while pending:
-        try:
-            done, pending = wait(pending, timeout=POLL_S, return_when="FIRST_COMPLETED")
-        except TimeoutError:  # none finished within POLL_S
-            done = set()
-        except FuturesCancelledError:  # the scheduler went away: the caller says so
-            done = {f for f in pending if f.status == "cancelled"}
-            pending -= done
-        yield from sorted(done, key=lambda f: order[f.key])
-        if done or client.status != "running":
-            alone_since = None
-            continue
-        if _workers(client):
-            alone_since = None
-        elif alone_since is None:
-            alone_since = time.monotonic()
-        elif time.monotonic() - alone_since >= _no_workers_s():
-            raise no_workers(shown, left())
+    limit = _no_workers_s()
+    stop, alone = threading.Event(), threading.Event()
+
+    def watch() -> None:
+        since: float | None = None
+        while not stop.wait(POLL_S) and client.status == "running":
+            if _workers(client):
+                since = None
+                continue
+            since = time.monotonic() if since is None else since
+            if time.monotonic() - since >= limit:
+                alone.set()
+                client.cancel(futures)  # wakes the loop below
+                return
+
+    threading.Thread(target=watch, name="tfshards-dask-workers", daemon=True).start()
+    try:
+        for future in as_completed(futures):
+            if alone.is_set():
+                raise no_workers(shown, left())
+            yield future
+    finally:
+        stop.set()
 
 
 def _raised(future: Any) -> BaseException:
