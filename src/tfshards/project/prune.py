@@ -49,9 +49,6 @@ _TRASH = re.compile(r"^\.([0-9a-f]{16})\.deleting$")  # a local version being de
 Action = Literal["keep", "delete", "deleted"]
 INTERRUPTED_DELETE = "an interrupted delete"  # the reason prune finishes one
 INTERRUPTED_WRITE = "an interrupted write: no manifest.json, and its writer is gone"
-_SHARD_NAME = re.compile(  # layout.shard_name's
-    r"(?P<name>[^/]+)-(?P<index>\d{5,})-of-(?P<count>\d{5,})\.tfrecord"
-)
 
 
 @dataclass(frozen=True)
@@ -317,9 +314,9 @@ def _write_shards(rels: Sequence[str]) -> list[str]:
     most numerous. A file named like a shard of another set is not among them."""
     kinds: dict[tuple[str, str], list[str]] = {}
     for rel in rels:
-        found = _SHARD_NAME.fullmatch(rel)
+        found = layout.SHARD_NAME.fullmatch(rel)
         if found and int(found["index"]) < int(found["count"]):
-            kinds.setdefault((found["name"], found["count"]), []).append(rel)
+            kinds.setdefault((found["prefix"], found["count"]), []).append(rel)
     present = set(rels)
 
     def weight(kind: tuple[str, str]) -> tuple[int, int]:

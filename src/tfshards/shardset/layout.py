@@ -13,6 +13,7 @@ another per-shard file, add a :class:`Companion` to :data:`COMPANIONS`.
 from __future__ import annotations
 
 import posixpath
+import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 
@@ -92,6 +93,12 @@ def stats_path(version: str, shard: str) -> str:
 def records_path(version: str, shard: str) -> str:
     """Where the member list of ``shard`` lives."""
     return posixpath.join(version.rstrip("/"), RECORDS.path(shard))
+
+
+# What :func:`shard_name` makes, read back: prefix, index and count (5 digits or more).
+SHARD_NAME = re.compile(
+    r"(?P<prefix>[^/\\]+)-(?P<index>[0-9]{5,})-of-(?P<count>[0-9]{5,})\.tfrecord"
+)
 
 
 def shard_name(name: str, index: int, count: int) -> str:

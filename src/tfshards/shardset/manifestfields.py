@@ -16,12 +16,11 @@ from typing import Any
 
 from tfshards.errors import InputError
 from tfshards.format.wire import COMPRESSIONS
-from tfshards.shardset.layout import shard_name
+from tfshards.shardset.layout import SHARD_NAME, shard_name
 
 MISSING: Any = object()  # what ``get`` gives for an absent key: shown as "nothing"
 _SHA256 = re.compile(r"[0-9a-f]{64}")
 _FINGERPRINT = re.compile(r"[0-9a-f]{16}")  # tfshards.writing.plan.fingerprint
-_SHARD = re.compile(r"(?P<prefix>[^/\\]+)-(?P<index>[0-9]{5,})-of-(?P<count>[0-9]{5,})\.tfrecord")
 _SHOWN = 120  # characters of a found value in a message: a 10k-label list stays one short line
 
 # name, records, bytes, sha256, index sha256, bucket, records sha256
@@ -151,7 +150,7 @@ def _shard_name(source: str, where: str, value: Any, prefix: Any, total: int) ->
     if not isinstance(value, str) or "/" in value or "\\" in value or value in ("", ".", ".."):
         raise bad(source, where, "a plain file name inside the version directory", value)
     pattern = f"{prefix if isinstance(prefix, str) else '<name>'}-NNNNN-of-{total:05d}.tfrecord"
-    found = _SHARD.fullmatch(value)
+    found = SHARD_NAME.fullmatch(value)
     if (
         found is None
         or (isinstance(prefix, str) and found["prefix"] != prefix)
