@@ -124,10 +124,15 @@ class ProcessExecutor(Executor):
     name = "process"
     _pool: cf.ProcessPoolExecutor | None = None
 
+    @property
+    def _others(self) -> int:
+        """The pool's processes: all the workers asked for when the tasks run the user's
+        code, since this process then only hands them out (a crash in a worker is one line
+        naming its shard; a crash here would end the command); else one fewer."""
+        return self.options.workers - (0 if self.user_code else 1)
+
     def __enter__(self) -> ProcessExecutor:
-        # With the user's code in the tasks, this process only hands them out: a crash in
-        # a worker is one line naming its shard, a crash here would end the command.
-        others = self.options.workers - (0 if self.user_code else 1)
+        others = self._others
         if others > 0:
             self._pool = process_pool(others)
             for _ in range(others):  # fork context: the first submit forks them all
@@ -159,7 +164,7 @@ class ProcessExecutor(Executor):
         if self._pool is None:
             yield from enumerate(map(fn, tasks))  # one worker: this process alone
             return
-        workers = self.options.workers - (0 if self.user_code else 1)
+        workers = self._others
         done: queue.SimpleQueue[cf.Future[R]] = queue.SimpleQueue()
         in_flight: dict[cf.Future[R], int] = {}
         front, back = 0, len(tasks) - 1
