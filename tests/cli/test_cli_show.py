@@ -78,6 +78,8 @@ def test_a_sheet_of_one_label_on_one_side(version: Manifest, tmp_path: Path) -> 
         (["0:999"], "0:999: expected a record index below"),
         (["--sheet", "x.png", "--label", "zebra"], "label 'zebra': expected one of"),
         (["--sheet", "x.png", "--side", "both"], "expected one of all, train, val"),
+        (["--sheet", "x.png", "--val-fraction", "1.5"], "expected a share in [0, 1), got 1.5"),
+        (["--sheet", "x.png", "--val-fraction", "-0.2"], "expected a share in [0, 1), got -0.2"),
         ([], "give a RECORD, or --sheet FILE"),
         (["0:0", "--sheet", "x.png"], "give them without RECORD"),
         (["0:0", "--label", "a"], "give them without RECORD"),
@@ -87,3 +89,63 @@ def test_a_bad_request_is_one_line(version: Manifest, args: list[str], said: str
     result = runner.invoke(app, ["show", manifest_path(version), *args])
     assert result.exit_code in (1, 2) and said in result.output, result.output
     assert "Traceback" not in result.output
+
+
+def _encoded(image: Image.Image, fmt: str) -> bytes:
+    out = io.BytesIO()
+    image.save(out, fmt)
+    return out.getvalue()
+
+
+def test_modes_png_lacks_are_shown_as_tensorflow_decodes_them(
+    write_set: SetWriter, tmp_path: Path
+) -> None:
+    """A CMYK JPEG's PNG is RGB (Pillow writes no CMYK PNG: it was a traceback), a 16-bit
+    grey PNG keeps its 16 bits, and on a sheet shows its high byte (it was drawn white)."""
+    import numpy as np
+
+    raw = tmp_path / "raw" / "a"
+    raw.mkdir(parents=True)
+    (raw / "cmyk.jpg").write_bytes(_encoded(Image.new("CMYK", (6, 6), (0, 255, 255, 0)), "JPEG"))
+    grey = Image.fromarray(np.full((9, 9), 40_000, np.uint16))
+    (raw / "g16.png").write_bytes(_encoded(grey, "PNG"))
+    path = manifest_path(write_set(tmp_path / "raw", tmp_path / "shards", num_shards=1))
+    for name, mode in (("cmyk.jpg", "RGB"), ("g16.png", "I;16")):
+        png = tmp_path / f"{name}.png"
+        result = runner.invoke(app, ["show", path, f"a/{name}", "--png", str(png)])
+        assert result.exit_code == 0, result.output
+        assert Image.open(png).mode == mode
+    sheet = tmp_path / "sheet.png"
+    result = runner.invoke(app, ["show", path, "--sheet", str(sheet), "--columns", "2"])
+    assert result.exit_code == 0, result.output
+    grid = Image.open(sheet).convert("RGB")
+    assert grid.getpixel((96 + 48, 48)) == (40_000 >> 8,) * 3  # g16.png, second in the shard
+    red, green, blue = grid.getpixel((48, 48))
+    assert red > 200 and green < 60 and blue < 60
+
+
+def test_a_path_feature_in_any_script_is_printed_as_text(
+    write_set: SetWriter, tmp_path: Path
+) -> None:
+    raw = tmp_path / "raw" / "a"
+    raw.mkdir(parents=True)
+    (raw / "ünï cödé.png").write_bytes(_encoded(Image.new("L", (4, 4)), "PNG"))
+    path = manifest_path(write_set(tmp_path / "raw", tmp_path / "shards", num_shards=1))
+    result = runner.invoke(app, ["show", path, "a/ünï cödé.png"])
+    assert result.exit_code == 0, result.output
+    assert "  path (bytes): 'a/ünï cödé.png'" in result.output.splitlines()
+
+
+def test_bytes_that_are_no_image_are_named_by_their_first_bytes(
+    write_set: SetWriter, tmp_path: Path
+) -> None:
+    raw = tmp_path / "raw" / "a"
+    raw.mkdir(parents=True)
+    (raw / "one.png").write_bytes(_encoded(Image.new("L", (4, 4)), "PNG"))
+    path = manifest_path(write_set(tmp_path / "raw", tmp_path / "shards", num_shards=1))
+    args = ["show", path, "0:0", "--feature", "path", "--png", str(tmp_path / "q.png")]
+    result = runner.invoke(app, args)
+    assert result.exit_code == 1
+    assert result.output.splitlines()[-1] == (
+        "error: a/one.png: expected an image Pillow reads, found 9 bytes starting b'a/one.pn'"
+    )

@@ -20,10 +20,12 @@ def _value(kind: str, values: list[Any]) -> str:
     shown = []
     for value in values[:3]:
         text = bytes(value)
-        printable = text.isascii() and text.decode().isprintable()
-        shown.append(
-            repr(text.decode()) if printable and len(text) <= 80 else f"<{len(text):,} bytes>"
-        )
+        try:
+            decoded: str | None = text.decode("utf-8")
+        except UnicodeDecodeError:
+            decoded = None
+        printable = decoded is not None and decoded.isprintable() and len(text) <= 80
+        shown.append(repr(decoded) if printable else f"<{len(text):,} bytes>")
     return ", ".join(shown) + (f" (+{len(values) - 3} more)" if len(values) > 3 else "")
 
 
@@ -92,6 +94,10 @@ def show_command(
     if side not in SIDES:
         raise typer.BadParameter(
             f"expected one of {', '.join(SIDES)}, got {side!r}", param_hint="--side"
+        )
+    if not 0.0 <= val_fraction < 1.0:
+        raise typer.BadParameter(
+            f"expected a share in [0, 1), got {val_fraction}", param_hint="--val-fraction"
         )
     shards = _side(version.manifest, side, val_fraction, seed)
     chosen = (

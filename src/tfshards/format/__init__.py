@@ -1,4 +1,5 @@
-"""The TFRecord and tf.train.Example formats: a Python reference and its C fast path."""
+"""The TFRecord and tf.train.Example formats (a Python reference and its C fast path), and
+the images they carry."""
 
 # The modules other wings may import; the rest are this wing's own.
 __all__ = [
@@ -10,6 +11,7 @@ __all__ = [
     "imageheader",
     "native",
     "phash",
+    "pixels",
     "recordbuffer",
     "records",
     "schema",

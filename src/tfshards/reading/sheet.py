@@ -7,10 +7,12 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from tfshards.errors import InputError
+from tfshards.format.pixels import eight_bit
 
 CELL = 96  # a sheet cell's side in pixels: enough to tell images apart, 10 x 10 fit a screen
 GAP = 4  # white pixels at least between two images
 MAX_IMAGES = 1_000  # a sheet of more is no longer looked at, and costs ~30 KB of memory each
+PNG_MODES = ("1", "L", "LA", "I;16", "I;16B", "P", "RGB", "RGBA")  # what Pillow writes as PNG
 
 
 def image_bytes(features: Mapping[str, tuple[str, Sequence[Any]]], feature: str) -> bytes:
@@ -27,21 +29,27 @@ def image_bytes(features: Mapping[str, tuple[str, Sequence[Any]]], feature: str)
 
 
 def to_png(data: bytes, source: str) -> bytes:
-    """``data`` (any format Pillow reads) as PNG bytes."""
+    """``data`` (any format Pillow reads) as PNG bytes: its pixels as they are where PNG
+    holds them (16-bit grey too), else the 8-bit grey or RGB TensorFlow decodes (CMYK)."""
+    image = _open(data, source)
+    if image.mode not in PNG_MODES:
+        image = eight_bit(image, data, doing="show")
     out = io.BytesIO()
-    _open(data, source).save(out, format="PNG")
+    image.save(out, format="PNG")
     return out.getvalue()
 
 
 def contact_sheet(
     images: Iterable[tuple[str, bytes]], columns: int = 10, cell: int = CELL
 ) -> bytes:
-    """A PNG grid of ``(name, encoded image)`` pairs, each fitted into a ``cell`` square."""
+    """A PNG grid of ``(name, encoded image)`` pairs, each fitted into a ``cell`` square,
+    as TensorFlow decodes them (16-bit by the high byte: :mod:`tfshards.format.pixels`)."""
     from PIL import Image
 
     thumbs = []
     for name, data in images:
-        thumbs.append(_fitted(_open(data, name).convert("RGB"), cell))
+        pixels = eight_bit(_open(data, name), data, doing="show")
+        thumbs.append(_fitted(pixels.convert("RGB"), cell))
         if len(thumbs) > MAX_IMAGES:
             raise InputError(f"contact sheet: expected at most {MAX_IMAGES} images, found more")
     if not thumbs:
@@ -76,6 +84,11 @@ def _open(data: bytes, source: str) -> Any:
     try:
         image = Image.open(io.BytesIO(data))
         image.load()
-    except (UnidentifiedImageError, OSError, ValueError) as exc:
+    except UnidentifiedImageError:
+        raise InputError(
+            f"{source}: expected an image Pillow reads, found {len(data):,} bytes starting "
+            f"{data[:8]!r}"
+        ) from None
+    except (OSError, ValueError) as exc:
         raise InputError(f"{source}: expected an image Pillow reads, found {exc}") from None
     return image

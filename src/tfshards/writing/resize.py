@@ -9,19 +9,12 @@ is stretched to ``size`` x ``size`` whatever its aspect ratio, with no crop,
 so a set read through a pre-resized copy shows the model the same shapes.
 The filter is Pillow's bilinear, which widens to cover every source pixel
 when shrinking (an antialiased average), unlike ``tf.image.resize``'s
-bilinear that samples 2 x 2 pixels. Grey images (modes ``1``, ``L``, ``LA``,
-16-bit grey and a 16-bit grey + alpha PNG) stay grey; colour modes become RGB
-(an alpha channel is dropped). EXIF orientation is ignored, as TensorFlow's
-decoders ignore it.
-
-16-bit samples become 8-bit the way TensorFlow's ``decode_png(dtype=uint8)``
-does: the high byte (libpng's strip-16, ``v >> 8``; 32895 -> 128, 255 -> 0).
-Pillow reads 16-bit colour PNGs that way itself; 16-bit grey (modes ``I;16*``)
-and mode ``I`` (taken as 16-bit samples, 0..65535) are shifted here. Mode
-``F`` (float pixels, which no TensorFlow decoder reads, so no scale to match)
-and anything else Pillow cannot turn into 8-bit grey or RGB are refused, as is
-an image over Pillow's decompression-bomb limit (``PIL.Image.MAX_IMAGE_PIXELS``,
-89.5 M pixels by default; Pillow would only warn below twice that).
+bilinear that samples 2 x 2 pixels. Pixels become 8-bit grey or RGB by
+TensorFlow's rules (:mod:`tfshards.format.pixels`: 16-bit by the high byte,
+an alpha channel dropped, float pixels refused); EXIF orientation is ignored,
+as TensorFlow's decoders ignore it. An image over Pillow's decompression-bomb
+limit (``PIL.Image.MAX_IMAGE_PIXELS``, 89.5 M pixels by default; Pillow would
+only warn below twice that) is refused.
 
 Formats: ``jpeg`` (baseline, quality :data:`JPEG_QUALITY`, 4:2:0, no
 metadata) or ``raw``: the uint8 pixels in an uncompressed BMP, which
@@ -39,12 +32,9 @@ import warnings
 from typing import Any
 
 from tfshards.errors import InputError
+from tfshards.format.pixels import eight_bit
 from tfshards.shardset.resize import JPEG_QUALITY, Resize
 
-_GREY = ("1", "L", "LA")
-_GREY_16 = ("I;16", "I;16B", "I;16L", "I;16N", "I")  # shifted to their high byte
-_COLOUR = ("RGB", "RGBA", "RGBX", "RGBa", "P", "PA", "CMYK", "YCbCr", "LAB", "HSV")
-_PNG_GREY = (0, 4)  # IHDR colour types: grey, grey + alpha (16-bit: Pillow opens it as RGBA)
 _OPEN = threading.Lock()  # the warnings filters are process-wide: one open at a time
 _JPEG_OPTIONS = {"quality": JPEG_QUALITY, "subsampling": 2, "optimize": False, "progressive": False}
 
@@ -61,7 +51,7 @@ def resize_image(data: bytes, resize: Resize) -> bytes:
     try:
         with _open(data) as image:
             image.load()  # the first frame of an animation, as tf.io.decode_image reads it
-            pixels = _eight_bit(image, data)
+            pixels = eight_bit(image, data, doing="resize")
     except (Image.DecompressionBombError, Image.DecompressionBombWarning) as exc:
         raise InputError(f"image too large to resize: {exc}") from None
     except (
@@ -93,39 +83,3 @@ def _open(data: bytes) -> Any:
     with _OPEN, warnings.catch_warnings():
         warnings.simplefilter("error", Image.DecompressionBombWarning)
         return Image.open(io.BytesIO(data))
-
-
-def _eight_bit(image: Any, data: bytes) -> Any:
-    """``image`` as 8-bit ``L`` or ``RGB``, with TensorFlow's 16 -> 8 bit rule.
-
-    Raises:
-        InputError: a mode with no such conversion (``F``, ``I`` outside 0..65535, others).
-    """
-    from PIL import Image
-
-    mode = image.mode
-    if mode in _GREY:
-        return image.convert("L")
-    if mode in _COLOUR:
-        if data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 25 and data[25] in _PNG_GREY:
-            return image.getchannel(0)  # a 16-bit grey + alpha PNG, R = G = B
-        return image.convert("RGB")
-    if mode in _GREY_16:
-        import numpy as np
-
-        samples = np.asarray(image)
-        if mode == "I" and samples.size and (samples.min() < 0 or samples.max() > 0xFFFF):
-            raise InputError(
-                f"cannot resize an image of mode I: expected 16-bit samples 0..65535, "
-                f"found {samples.min()}..{samples.max()}"
-            )
-        return Image.fromarray((samples >> 8).astype(np.uint8))
-    if mode == "F":
-        raise InputError(
-            "cannot resize an image of mode F (float pixels): no TensorFlow decoder reads "
-            "one, so there is no 8-bit scale to match; store it as 8- or 16-bit"
-        )
-    raise InputError(
-        f"cannot resize an image of mode {mode}: expected 8-bit grey or colour, "
-        f"16-bit grey or integer (I, 0..65535) pixels"
-    )
