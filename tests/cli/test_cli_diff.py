@@ -96,6 +96,8 @@ def test_diff_prints_counts_and_paths_and_writes_metrics(shards: Path, tmp_path:
             "labels_added": 0,
             "labels_removed": 0,
             "ids_changed": 0,
+            "moved_paths": 0,
+            "moved_files": 0,
             "moved_buckets": 0,
         }
     }

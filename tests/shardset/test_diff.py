@@ -103,6 +103,8 @@ def test_records_are_matched_by_path_and_labels_by_name(tmp_path: Path) -> None:
         "labels_added": 1,
         "labels_removed": 0,
         "ids_changed": 2,
+        "moved_paths": 0,
+        "moved_files": 0,
         "moved_buckets": 0,
     }
     assert changes.lines() == [

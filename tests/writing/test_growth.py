@@ -66,8 +66,14 @@ def _members(m: Manifest) -> dict[str, tuple[str, int]]:
 
 
 def _compared(old: Manifest, new: Manifest) -> dict[str, int]:
-    """What ``tfshards diff`` finds from the member lists: the writer's counts must agree."""
-    return diff.compare(old, new, diff.load_members(old), diff.load_members(new)).to_metrics()
+    """What ``tfshards diff`` finds from the member lists: the writer's counts must agree.
+
+    The manifest keeps no ``moved_paths``, and ``moved_files`` only when there are any."""
+    found = diff.compare(old, new, diff.load_members(old), diff.load_members(new)).to_metrics()
+    del found["moved_paths"]
+    if not found["moved_files"]:
+        del found["moved_files"]
+    return found
 
 
 def _inodes(m: Manifest) -> dict[int, str]:

@@ -61,7 +61,8 @@ class Changes:
     moved_files: int = 0
 
     def to_metrics(self) -> dict[str, int]:
-        """Flat counts for ``dvc metrics diff``; ``moved_buckets`` only when comparable."""
+        """Flat counts for ``dvc metrics diff``, the same keys every time (a key that comes
+        and goes reads as a change); ``moved_buckets`` only when comparable."""
         doc = {
             "added": self.added,
             "removed": self.removed,
@@ -71,13 +72,11 @@ class Changes:
             "labels_added": len(self.labels_added),
             "labels_removed": len(self.labels_removed),
             "ids_changed": len(self.ids_changed),
+            "moved_paths": len(self.moved_paths),
+            "moved_files": self.moved_files,
         }
         if self.moved_buckets is not None:
             doc["moved_buckets"] = self.moved_buckets
-        if self.moved_paths:
-            doc["moved_paths"] = len(self.moved_paths)
-        if self.moved_files:
-            doc["moved_files"] = self.moved_files
         return doc
 
     def lines(self) -> list[str]:
