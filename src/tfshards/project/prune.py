@@ -49,6 +49,10 @@ _TRASH = re.compile(r"^\.([0-9a-f]{16})\.deleting$")  # a local version being de
 Action = Literal["keep", "delete", "deleted"]
 INTERRUPTED_DELETE = "an interrupted delete"  # the reason prune finishes one
 INTERRUPTED_WRITE = "an interrupted write: no manifest.json, and its writer is gone"
+UNPUBLISHED = (  # a folder without manifest that plain prune keeps
+    "no manifest.json: being written, or interrupted (rerun write; once its write is given "
+    "up, prune --interrupted removes it)"
+)
 
 
 @dataclass(frozen=True)
@@ -182,7 +186,7 @@ def prune(config: PruneConfig, *, now: float | None = None) -> PruneReport:
             states.append(VersionState(name, "deleted", "deleted by another prune", 0, 0))
             continue
         state = _decide(name, files, referenced.get(name), clock, config)
-        if state.action == "delete" and state.reason == INTERRUPTED_WRITE:
+        if state.reason in (INTERRUPTED_WRITE, UNPUBLISHED):  # a file of the user's: say so
             state = _written_files_only(path, files, state)
         elif state.action == "delete" and state.reason != INTERRUPTED_DELETE:
             state = _own_files_only(fs, path, files, state, config.storage_options)
@@ -267,11 +271,7 @@ def _decide(
     deleting = any(str(p).endswith("/" + layout.DELETING) for p in files)
     written = MANIFEST_NAME not in names and not deleting  # a write's, never published
     if written and not config.interrupted:
-        return state(
-            "keep",
-            "no manifest.json: being written, or interrupted (rerun write; once its write "
-            "is given up, prune --interrupted removes it)",
-        )
+        return state("keep", UNPUBLISHED)
     holders = lease.live_holders(files, now=now)
     if holders:
         return state("keep", f"a writer ({holders[0]}) holds a lease on it")
