@@ -156,3 +156,17 @@ def test_help_explains_the_forms_of_old_and_new() -> None:
     text = " ".join(result.stdout.split())
     assert "a version name (16 hex digits" in text
     assert "--metrics" in text and "--no-paths" in text and "--limit" in text
+
+
+def test_two_versions_sharing_no_path_get_a_note(tmp_path: Path) -> None:
+    """Two unrelated sets compare as all added and all removed: the note says so."""
+    out = tmp_path / "shards"
+    write_version(out, OLD_NAME, ("cat",), [("cat/0.jpg", tok("c0"), 0)])
+    write_version(out, NEW_NAME, ("0",), [("0/a.png", tok("a"), 0), ("0/b.png", tok("b"), 0)])
+    result = runner.invoke(app, ["diff", OLD_NAME, NEW_NAME, "--out", str(out), "--no-paths"])
+    assert result.exit_code == 0, result.output
+    lines = result.output.splitlines()
+    assert lines[2:4] == [
+        "records: 2 added, 1 removed, 0 changed, 0 relabeled, 0 unchanged",
+        "note: no path is in both versions: are they versions of one data set?",
+    ]

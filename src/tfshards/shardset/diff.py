@@ -85,6 +85,8 @@ class Changes:
             f"records: {self.added} added, {self.removed} removed, {self.changed} changed, "
             f"{self.relabeled} relabeled, {self.unchanged} unchanged"
         ]
+        if self.added and self.removed and not (self.changed or self.relabeled or self.unchanged):
+            out.append("note: no path is in both versions: are they versions of one data set?")
         if self.label_deltas:
             deltas = ", ".join(f"{name} {n:+d}" for name, n in self.label_deltas.items())
             out.append(f"records per label: {deltas}")
