@@ -7,8 +7,10 @@ A ``python`` or ``bash`` block carries a marker on the line just above it:
                                                with placeholders such as <repo> as a word)
 
 SETUP is ``empty`` (an empty folder), ``raw`` (``data/raw/<label>/*.jpg``: 50 JPEGs of
-16 px in 4 labels) or ``shards`` (``raw``, then ``data/listing``, a write to
-``data/shards`` and its manifest copy ``data/manifest.json``, as after ``make demo``).
+16 px in 4 labels), ``shards`` (``raw``, then ``data/listing``, a write to
+``data/shards`` and its manifest copy ``data/manifest.json``, as after ``make demo``) or
+``grown`` (``shards``, then one file added and the version grown from the first: its new
+shard holds one record).
 ``torch`` runs the block with torch's two names the ``tfrecord`` package uses stubbed
 unless torch is installed (~1 GB). ``text`` blocks are output and ``yaml`` blocks are
 parsed; any other block, or a runnable block without a marker, fails the test.
@@ -29,7 +31,7 @@ import yaml
 
 ROOT = Path(__file__).resolve().parents[2]
 PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
-SETUPS = ("empty", "raw", "shards")
+SETUPS = ("empty", "raw", "shards", "grown")
 OPTIONS = ("torch",)
 MARK = re.compile(r"<!-- docs-test: (.*?) -->")
 
@@ -190,12 +192,18 @@ def _setup(folder: Path, setup: str) -> None:
     os.chdir(folder)  # relative paths, as in a project folder after `make demo`
     try:
         write_synthetic("data/raw", 50, 16, fmt="jpeg", classes=4, seed=1, workers=1)
-        if setup == "shards":
+        config = WriteConfig(
+            out="data/shards", name="digits", num_shards=4, manifest_copy="data/manifest.json"
+        )
+        if setup in ("shards", "grown"):
             listing = list_files("data/raw")
             write_listing(listing, "data/listing")
-            config = WriteConfig(
-                out="data/shards", name="digits", num_shards=4, manifest_copy="data/manifest.json"
-            )
+            write(config, listing, progress=False)
+        if setup == "grown":
+            first = sorted(Path("data/raw").rglob("*.jpg"))[0]
+            (first.parent / "added.jpg").write_bytes(first.read_bytes())
+            listing = list_files("data/raw")
+            write_listing(listing, "data/listing")
             write(config, listing, progress=False)
     finally:
         os.chdir(here)
@@ -246,11 +254,13 @@ def _tfds(printed: str, names: dict[str, object], folder: Path) -> None:
 
 
 def _torch(printed: str, names: dict[str, object], folder: Path) -> None:
-    assert printed.splitlines() == ["50 records"]
+    shards = json.loads((folder / "data/manifest.json").read_text())["shards"]
+    assert min(s["records"] for s in shards) == 1  # the grown set's one-record shard
+    assert printed.splitlines() == ["51 records"]
     files = sorted(p.read_bytes().hex() for p in (folder / "data/raw").rglob("*.jpg"))
     parts = names.get("worker_parts")
-    if isinstance(parts, list):  # stubbed torch: each worker reads its part of each shard
-        assert all(0 < len(part) < 50 for part in parts)
+    if isinstance(parts, list):  # stubbed torch: each worker reads shards of its own
+        assert all(0 < len(part) < 51 for part in parts)
         assert sorted(r for part in parts for r in part) == files
 
 
@@ -258,7 +268,7 @@ def _torch(printed: str, names: dict[str, object], folder: Path) -> None:
 CHECKS = {
     "tf.data.TFRecordDataset": _tf_data,
     "tensorflow_datasets": _tfds,
-    "MultiTFRecordDataset": _torch,
+    "tfrecord_loader": _torch,
 }
 
 
