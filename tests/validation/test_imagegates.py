@@ -130,3 +130,20 @@ def test_gate_options_are_checked() -> None:
         parse_formats("tiff")
     with pytest.raises(ConfigError, match="max_non_rgb_share"):
         ImageGates(max_non_rgb_share=1.5)
+
+
+def test_gif_and_webp_records_get_a_line_on_tfds(tmp_path: Path) -> None:
+    """tfds decodes with tf.image.decode_image, which gives a GIF or a WebP as frames (4-D):
+    builder_from_directory stops on the first. Validate says so; PNG and JPEG alone: quiet."""
+    raw = tmp_path / "raw"
+    _images(raw, 6)
+    _write(raw, tmp_path)
+    report = validate(ValidateConfig(_manifest(tmp_path), workers=1))
+    assert not any(line.startswith("tfds:") for line in report.warnings)
+    _images(raw, 2, fmt="gif", prefix="g")
+    _images(raw, 1, fmt="webp", prefix="w")
+    _write(raw, tmp_path)
+    report = validate(ValidateConfig(_manifest(tmp_path), workers=1))
+    (line,) = [w for w in report.warnings if w.startswith("tfds:")]
+    assert line.startswith("tfds: 3 records are GIF or WebP (first c")
+    assert "builder_from_directory" in line

@@ -37,6 +37,8 @@ from tfshards.validation.nearduplicates import NearDuplicates
 from tfshards.validation.rules import Problem
 from tfshards.validation.shardcheck import ShardCheck, ShardReport, validate_shard
 
+ANIMATED = ("GIF", "WebP")  # formats tf.image.decode_image gives as frames (4-D)
+
 __all__ = [
     "ValidateConfig",
     "ValidationReport",
@@ -187,7 +189,8 @@ def validate(config: ValidateConfig, *, progress: bool = False) -> ValidationRep
         split_counts=counts,
         warnings=tuple(splits.balance_warnings(counts))
         + _unsplit(near, part)
-        + _moved(manifest, config),
+        + _moved(manifest, config)
+        + _not_for_tfds(manifest, images),
         groups=spread,
         images=images,
         near_duplicates=near,
@@ -198,6 +201,26 @@ def _moved(manifest: Manifest, config: ValidateConfig) -> tuple[str, ...]:
     """The line on files moved into another split bucket, unless it is a problem here."""
     line = diff.moved_files_line(manifest)
     return (line,) if line and not config.fail_on_leakage else ()
+
+
+def _not_for_tfds(manifest: Manifest, images: imagegates.SideStats | None) -> tuple[str, ...]:
+    """A line when the set's tfds metadata will not read it whole: tfds decodes images with
+    ``tf.image.decode_image``, which gives a GIF or WebP as frames (4-D), and stops there."""
+    if images is None or manifest.compression != "none":  # a compressed set has no metadata
+        return ()
+    found = [(fmt, s) for s in images.sides.values() for fmt in ANIMATED if s.formats.get(fmt)]
+    if not found:
+        return ()
+    count = sum(s.formats[fmt] for fmt, s in found)
+    examples = [example for fmt, s in found for example in s.format_examples.get(fmt, [])]
+    first = f" (first {min(examples)[1]})" if examples else ""
+    kinds = " or ".join(sorted({fmt for fmt, _ in found}))
+    are = "record is" if count == 1 else "records are"
+    return (
+        f"tfds: {count} {are} {kinds}{first}, which "
+        "tensorflow-datasets' builder_from_directory decodes as frames and stops on; "
+        "tfshards' loader and tf.data read them (store them as PNG to read the set with tfds)",
+    )
 
 
 def _unsplit(near: NearDuplicates | None, part: splits.Split) -> tuple[str, ...]:
