@@ -187,6 +187,56 @@ def test_a_committed_manifest_missing_from_the_cache_stops_prune_not_deletes_its
     assert len(list((repo / "shards").iterdir())) == 2
 
 
+@pytest.mark.slow
+def test_branches_experiments_and_a_project_in_a_subfolder_keep_their_versions(
+    write_set, listing, tmp_path
+):
+    """A DVC project in a folder of the repository (its dvc.lock is sub/dvc.lock to git):
+    --keep-commits keeps HEAD's last versions; a branch's and an experiment's (a commit
+    under refs/exps/, as `dvc exp run` leaves) are kept by default, listed with
+    --no-keep-refs; a version nothing references goes."""
+    repo, dvc = tmp_path / "repo", os.path.join(os.path.dirname(sys.executable), "dvc")
+    sub = repo / "sub"
+    sub.mkdir(parents=True)
+    _git(repo, "git", "init", "-q", "-b", "main")
+    _git(sub, dvc, "init", "-q", "--subdir")
+    (sub / ".gitignore").write_text("/shards\n/src.json\n")
+    _git(sub, dvc, "stage", "add", "-q", "-n", "copy", "-d", "src.json", "-o", "manifest.json",
+         "cp src.json manifest.json")  # fmt: skip
+    names = {}
+
+    def version(seed: int, message: str) -> None:
+        m = write_set(listing, sub / "shards", seed=seed, manifest_copy=str(sub / "src.json"))
+        names[seed] = m.fingerprint
+        _git(sub, dvc, "repro", "-q")
+        _git(repo, "git", "add", "-A", "sub")
+        _git(repo, "git", "commit", "-qm", message)
+
+    version(1, "v1")
+    version(2, "v2")
+    _git(repo, "git", "checkout", "-q", "-b", "side")
+    version(3, "a branch")
+    version(4, "an experiment")
+    _git(repo, "git", "update-ref", f"refs/exps/ab/{'c' * 38}/s4", "HEAD")
+    _git(repo, "git", "update-ref", "refs/exps/exec/EXEC_HEAD", "HEAD")  # DVC's bookkeeping
+    _git(repo, "git", "reset", "-q", "--hard", "HEAD~1")
+    _git(repo, "git", "checkout", "-q", "main")
+    _git(sub, dvc, "checkout", "-q")
+    names[5] = write_set(listing, sub / "shards", seed=5).fingerprint  # referenced by none
+    for child in (sub / "shards").iterdir():
+        _age(child)
+    manifest = str(sub / "manifest.json")
+    listed = prune(PruneConfig(manifest=manifest, keep_commits=2, keep_refs=False))
+    assert _actions(listed) == {names[1]: "keep", names[2]: "keep", names[3]: "delete",
+                                names[4]: "delete", names[5]: "delete"}  # fmt: skip
+    report = prune(PruneConfig(manifest=manifest, keep_commits=2, delete=True))
+    assert _actions(report) == {names[1]: "keep", names[2]: "keep", names[3]: "keep",
+                                names[4]: "keep", names[5]: "deleted"}  # fmt: skip
+    reasons = {v.name: v.reason for v in report.versions}
+    assert reasons[names[3]] == "referenced by the manifest of branch side"
+    assert reasons[names[4]] == "referenced by the manifest of experiment s4"
+
+
 def _head(repo: Path, back: int) -> str:
     return subprocess.run(
         ["git", "rev-parse", f"HEAD~{back}"], cwd=repo, capture_output=True, text=True, check=True

@@ -30,6 +30,15 @@ def prune_command(
             "that changed it or dvc.lock (read through DVC)."
         ),
     ] = 0,
+    keep_refs: Annotated[
+        bool,
+        typer.Option(
+            "--keep-refs/--no-keep-refs",
+            help="Also keep the versions the manifest references at the tip of each local git "
+            "branch and DVC experiment (`dvc exp run`; read through DVC). On by default: on "
+            "an object store a deleted version is gone for good.",
+        ),
+    ] = True,
     min_age_minutes: Annotated[
         float,
         typer.Option(help="Keep any version with a file modified less than this long ago."),
@@ -66,6 +75,7 @@ def prune_command(
         manifest=manifest,
         out=out,
         keep_commits=keep_commits,
+        keep_refs=keep_refs,
         min_age_s=min_age_minutes * 60,
         delete=delete,
         interrupted=interrupted,

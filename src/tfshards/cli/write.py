@@ -152,8 +152,13 @@ def _remove_old_versions(config: WriteConfig, manifest: str) -> None:
     """Delete the other finished, idle versions under ``config.out`` and say so."""
     from tfshards.project.prune import PruneConfig, prune
 
-    pruned = PruneConfig(
-        manifest, config.out, min_age_s=0, delete=True, storage_options=config.out_options
+    pruned = PruneConfig(  # local disk only: DVC's cache holds every committed version
+        manifest,
+        config.out,
+        keep_refs=False,
+        min_age_s=0,
+        delete=True,
+        storage_options=config.out_options,
     )
     report = prune(pruned)
     gone = [v for v in report.versions if v.action == "deleted"]

@@ -2,8 +2,9 @@
 
 A shard location fills up with one version directory per content and params
 (:func:`tfshards.writing.plan.fingerprint`). The versions referenced by the current
-manifest, and optionally by the manifest as it was in the last N git commits
-(read through DVC, so a DVC-tracked manifest is found in its cache), are kept.
+manifest, by the manifest at the tip of each git branch and DVC experiment, and
+optionally by the manifest as it was in HEAD's last N commits
+(:mod:`tfshards.project.committed`) are kept.
 Of the others, only finished ones are candidates: a version without
 ``manifest.json``, with a writer's temp file or live lease
 (:mod:`tfshards.shardset.lease`: a writer re-writing a finished version holds
@@ -31,7 +32,6 @@ import dataclasses
 import os
 import posixpath
 import re
-import subprocess
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -39,9 +39,10 @@ from typing import Any, Literal
 
 from tfshards import atomicfile, storage
 from tfshards.errors import ConfigError, InputError
+from tfshards.project import committed
 from tfshards.shardset import layout, lease
 from tfshards.shardset.layout import MANIFEST_NAME
-from tfshards.shardset.manifest import Manifest, load
+from tfshards.shardset.manifest import load
 
 DEFAULT_MIN_AGE_S = 3600.0  # a writer rewrites a shard well within an hour of its last one
 _VERSION_NAME = re.compile(r"^[0-9a-f]{16}$")
@@ -65,6 +66,8 @@ class PruneConfig:
             folder of the current manifest's version.
         keep_commits: also keep the versions the manifest referenced in the
             last N git commits that changed it (or ``dvc.lock``).
+        keep_refs: also keep the versions the manifest references at the tip of
+            each local git branch and DVC experiment (outside git: none).
         min_age_s: a version with a file modified more recently is kept.
         delete: delete the unreferenced versions (default: only list them).
         interrupted: also take a version without ``manifest.json`` whose writer is
@@ -76,6 +79,7 @@ class PruneConfig:
     manifest: str
     out: str | None = None
     keep_commits: int = 0
+    keep_refs: bool = True
     min_age_s: float = DEFAULT_MIN_AGE_S
     delete: bool = False
     interrupted: bool = False
@@ -150,13 +154,16 @@ def prune(config: PruneConfig, *, now: float | None = None) -> PruneReport:
     Raises:
         ConfigError: the current manifest's version is not under ``out`` (a
             wrong location would make every version look unreferenced).
-        InputError: the manifest, or one of the last ``keep_commits`` ones, cannot be read.
+        InputError: the manifest, or one of the last ``keep_commits`` ones or a branch's
+            or experiment's, cannot be read.
     """
     current = load(config.manifest)
     out = config.out or posixpath.dirname(current.directory.rstrip("/"))
     referenced = {current.fingerprint: "current manifest"}
-    for commit, manifest in history(config.manifest, config.keep_commits):
+    for commit, manifest in committed.history(config.manifest, config.keep_commits):
         referenced.setdefault(manifest.fingerprint, f"manifest at commit {commit[:10]}")
+    for ref, manifest in committed.at_refs(config.manifest) if config.keep_refs else ():
+        referenced.setdefault(manifest.fingerprint, f"manifest of {ref}")
     fs, base = storage.open_url(out, **config.storage_options)
     try:
         listed = fs.ls(base, detail=True)
@@ -406,86 +413,10 @@ def _delete_local(fs: Any, path: str, trash: str, state: VersionState) -> Versio
     return dataclasses.replace(state, action="deleted")
 
 
-def history(manifest: str, commits: int) -> list[tuple[str, Manifest]]:
-    """The manifest as it was in each of the last ``commits`` commits that changed it.
-
-    A commit changed it when it changed the file itself, its ``.dvc`` file or
-    ``dvc.lock``; the content is read with ``dvc.api.read`` (git, or the DVC
-    cache and remote). A commit where the manifest did not exist is skipped.
-
-    Raises:
-        InputError: not in a git repository, or a commit's manifest cannot be read.
-    """
-    if commits == 0:
-        return []
-    folder = os.path.dirname(os.path.abspath(manifest))
-    top = _git(folder, "rev-parse", "--show-toplevel").strip()
-    rel = os.path.relpath(os.path.abspath(manifest), top).replace(os.sep, "/")
-    shas = _git(
-        top, "log", f"-n{commits}", "--format=%H", "--", rel, f"{rel}.dvc", "dvc.lock"
-    ).split()
-    return [(sha, m) for sha in shas if (m := _manifest_at(top, rel, sha)) is not None]
-
-
-def _manifest_at(top: str, rel: str, sha: str) -> Manifest | None:
-    import dvc.api  # heavy: only when history is asked for
-    from dvc.exceptions import DvcException, PathMissingError
-
-    try:
-        data = dvc.api.read(rel, repo=top, rev=sha, mode="rb")
-    except PathMissingError as exc:
-        # DVC says so too when the commit records the file but neither the cache nor the
-        # remote has it: only a commit that never recorded it has no version to keep.
-        if not _recorded_at(top, rel, sha):
-            return None
-        raise _unreadable(rel, sha, exc) from None
-    except (DvcException, OSError) as exc:
-        raise _unreadable(rel, sha, exc) from None
-    return Manifest.from_json(data, source=f"{rel}@{sha[:10]}")
-
-
-def _unreadable(rel: str, sha: str, exc: Exception) -> InputError:
-    why = " ".join(f"{type(exc).__name__}: {exc}".split())
-    return InputError(
-        f"{rel} at commit {sha[:10]}: cannot read it to keep its version ({why}); run "
-        "`dvc fetch` for that commit, or lower --keep-commits",
-        path=rel,
-    )
-
-
-def _recorded_at(top: str, rel: str, sha: str) -> bool:
-    """Whether commit ``sha`` records ``rel``: in git, in its ``.dvc`` file, or as an out
-    in ``dvc.lock``."""
-    for path in (rel, f"{rel}.dvc"):
-        with contextlib.suppress(InputError):
-            _git(top, "cat-file", "-e", f"{sha}:{path}")
-            return True
-    try:
-        lock = _git(top, "show", f"{sha}:dvc.lock")
-    except InputError:
-        return False
-    pattern = rf"^\s*(?:-\s*)?path:\s*['\"]?{re.escape(rel)}['\"]?\s*$"
-    return re.search(pattern, lock, re.MULTILINE) is not None
-
-
-def _git(cwd: str, *args: str) -> str:
-    try:
-        result = subprocess.run(
-            ["git", *args], cwd=cwd, capture_output=True, text=True, check=False, timeout=60
-        )
-    except OSError as exc:
-        raise InputError(f"{cwd}: cannot run git ({exc.strerror})", path=cwd) from None
-    if result.returncode != 0:
-        why = (result.stderr.strip().splitlines() or ["failed"])[-1]
-        raise InputError(f"{cwd}: git {args[0]}: {why}", path=cwd)
-    return result.stdout
-
-
 __all__ = [
     "DEFAULT_MIN_AGE_S",
     "PruneConfig",
     "PruneReport",
     "VersionState",
-    "history",
     "prune",
 ]

@@ -1,0 +1,170 @@
+"""The manifests a git repository records: in HEAD's last commits, and at the tip of every
+branch and DVC experiment, each read through DVC (a DVC-tracked manifest comes from the DVC
+cache or remote).
+
+``prune`` keeps their versions. An experiment (``dvc exp run``: a commit under
+``refs/exps/``) and another branch record versions HEAD's history does not, and on an
+object store a version deleted is gone for good.
+
+The manifest may sit in a DVC project that is a folder of the git repository
+(``dvc init --subdir``): git names its ``dvc.lock`` from the repository's top
+(``sub/dvc.lock``), the lock names the manifest from the project
+(``data/manifest.json``), and ``dvc.api.read`` takes the path from the top.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import subprocess
+from dataclasses import dataclass
+
+from tfshards.errors import InputError
+from tfshards.shardset.manifest import Manifest
+
+_EXPERIMENT = re.compile(r"^refs/exps/[0-9a-f]{2}/[0-9a-f]{38}/(?P<name>[^/]+)$")
+_BRANCH = "refs/heads/"
+
+
+@dataclass(frozen=True)
+class Tracked:
+    """Where git and DVC record one manifest.
+
+    Attributes:
+        top: the git repository's top folder.
+        rel: the manifest, relative to ``top`` (how git and ``dvc.api.read`` name it).
+        lock: its DVC project's ``dvc.lock``, relative to ``top``.
+        out: the manifest relative to its DVC project (how ``dvc.lock`` names it).
+    """
+
+    top: str
+    rel: str
+    lock: str
+    out: str
+
+
+def tracked(manifest: str) -> Tracked:
+    """Where the repository holding ``manifest`` records it.
+
+    Raises:
+        InputError: not in a git repository, or git cannot run.
+    """
+    path = os.path.abspath(manifest)
+    folder = os.path.dirname(path)
+    top = os.path.realpath(_git(folder, "rev-parse", "--show-toplevel").strip())
+    path, folder = os.path.realpath(path), os.path.realpath(folder)
+    project = folder  # the nearest folder with a .dvc/ up to the top: the DVC project
+    while project != top and not os.path.isdir(os.path.join(project, ".dvc")):
+        project = os.path.dirname(project)
+
+    def rel(target: str, start: str) -> str:
+        return os.path.relpath(target, start).replace(os.sep, "/")
+
+    lock = rel(os.path.join(project, "dvc.lock"), top)
+    return Tracked(top, rel(path, top), lock, rel(path, project))
+
+
+def history(manifest: str, commits: int) -> list[tuple[str, Manifest]]:
+    """``(commit, manifest)`` as it was in each of the last ``commits`` commits of HEAD
+    that changed it: the file itself, its ``.dvc`` file or its project's ``dvc.lock``. A
+    commit where the manifest did not exist is skipped.
+
+    Raises:
+        InputError: not in a git repository, or a commit's manifest cannot be read.
+    """
+    if commits == 0:
+        return []
+    t = tracked(manifest)
+    shas = _git(
+        t.top, "log", f"-n{commits}", "--format=%H", "--", t.rel, f"{t.rel}.dvc", t.lock
+    ).split()
+    way_out = "run `dvc fetch` for that commit, or lower --keep-commits"
+    found = [(sha, _manifest_at(t, sha, f"commit {sha[:10]}", way_out)) for sha in shas]
+    return [(sha, m) for sha, m in found if m is not None]
+
+
+def at_refs(manifest: str) -> list[tuple[str, Manifest]]:
+    """``(what, manifest)`` at the tip of each local branch and DVC experiment (``what``:
+    ``"branch main"``, ``"experiment s7"``) that records it; none outside a git repository.
+
+    Raises:
+        InputError: a tip records the manifest but it cannot be read (not in the DVC
+            cache, nor on the remote).
+    """
+    try:
+        t = tracked(manifest)
+    except InputError:
+        return []
+    refs = _git(t.top, "for-each-ref", "--format=%(refname) %(objectname)", _BRANCH, "refs/exps")
+    found, seen = [], set()
+    for line in refs.splitlines():
+        name, sha = line.rsplit(" ", 1)
+        experiment = _EXPERIMENT.match(name)
+        if experiment:
+            what = f"experiment {experiment['name']}"
+            way_out = f"run `dvc exp pull` for it, or `dvc exp remove {experiment['name']}`"
+        elif name.startswith(_BRANCH):
+            what = f"branch {name.removeprefix(_BRANCH)}"
+            way_out = "run `dvc fetch` on that branch, or delete the branch"
+        else:
+            continue  # DVC's own bookkeeping under refs/exps (a run's executor)
+        if sha in seen:
+            continue
+        seen.add(sha)
+        at = _manifest_at(t, sha, f"{what} ({sha[:10]})", way_out)
+        if at is not None:
+            found.append((what, at))
+    return found
+
+
+def _manifest_at(t: Tracked, sha: str, where: str, way_out: str) -> Manifest | None:
+    import dvc.api  # heavy: only when a commit is asked for
+    from dvc.exceptions import DvcException, PathMissingError
+
+    try:
+        data = dvc.api.read(t.rel, repo=t.top, rev=sha, mode="rb")
+    except PathMissingError as exc:
+        # DVC says so too when the commit records the file but neither the cache nor the
+        # remote has it: only a commit that never recorded it has no version to keep.
+        if not _recorded_at(t, sha):
+            return None
+        raise _unreadable(t.rel, where, way_out, exc) from None
+    except (DvcException, OSError) as exc:
+        raise _unreadable(t.rel, where, way_out, exc) from None
+    return Manifest.from_json(data, source=f"{t.rel}@{sha[:10]}")
+
+
+def _unreadable(rel: str, where: str, way_out: str, exc: Exception) -> InputError:
+    why = " ".join(f"{type(exc).__name__}: {exc}".split())
+    return InputError(
+        f"{rel} at {where}: cannot read it to keep its version ({why}); {way_out}", path=rel
+    )
+
+
+def _recorded_at(t: Tracked, sha: str) -> bool:
+    """Whether commit ``sha`` records the manifest: in git, in its ``.dvc`` file, or as an
+    out in its project's ``dvc.lock``."""
+    for path in (t.rel, f"{t.rel}.dvc"):
+        with contextlib.suppress(InputError):
+            _git(t.top, "cat-file", "-e", f"{sha}:{path}")
+            return True
+    try:
+        lock = _git(t.top, "show", f"{sha}:{t.lock}")
+    except InputError:
+        return False
+    pattern = rf"^\s*(?:-\s*)?path:\s*['\"]?{re.escape(t.out)}['\"]?\s*$"
+    return re.search(pattern, lock, re.MULTILINE) is not None
+
+
+def _git(cwd: str, *args: str) -> str:
+    try:
+        result = subprocess.run(
+            ["git", *args], cwd=cwd, capture_output=True, text=True, check=False, timeout=60
+        )
+    except OSError as exc:
+        raise InputError(f"{cwd}: cannot run git ({exc.strerror})", path=cwd) from None
+    if result.returncode != 0:
+        why = (result.stderr.strip().splitlines() or ["failed"])[-1]
+        raise InputError(f"{cwd}: git {args[0]}: {why}", path=cwd)
+    return result.stdout
