@@ -114,6 +114,25 @@ def test_resumed_write_has_the_same_stats(tmp_path: Path) -> None:
     assert (version / IMAGESTATS_NAME).read_bytes() == first
 
 
+def test_a_version_written_after_an_unrelated_one_has_the_same_stats_file(
+    tmp_path: Path,
+) -> None:
+    """The statistics compare with the version grown from, never with whatever manifest was
+    last: seed 0, seed 7 (not grown from it), seed 0 again gave one version name two
+    imagestats.json, the second naming seed 7's version as its base."""
+    raw = make_mixed(tmp_path / "raw", 30)
+    copy = str(tmp_path / "manifest.json")
+    first = _write(raw, tmp_path / "out", manifest_copy=copy, seed=0).manifest
+    stats = Path(first.directory) / IMAGESTATS_NAME
+    before = stats.read_bytes()
+    other = _write(raw, tmp_path / "out", manifest_copy=copy, seed=7).manifest
+    assert other.fingerprint != first.fingerprint and other.base == ""
+    assert _version(other).base is None
+    again = _write(raw, tmp_path / "out", manifest_copy=copy, seed=0).manifest
+    assert again.fingerprint == first.fingerprint
+    assert stats.read_bytes() == before
+
+
 @pytest.mark.parametrize(
     ("base_companions", "changed"),
     [(True, False), (False, False), (True, True)],

@@ -95,8 +95,12 @@ def write(config: WriteConfig, listing: FileListing | str, *, progress: bool = T
         # leaves the version, and the one it grows from, alone meanwhile
         # (tfshards.shardset.lease).
         with lease.hold(fs_out, version_path), _hold_base(fs_out, planned):
-            base_stats = imagestats.read_base(last, planned.fingerprint, **config.out_options)
-            carried = _carried_stats(planned, last, base_stats)
+            # The version grown from, never merely the last one: a history-dependent
+            # base would give one version name two imagestats.json.
+            base_stats = imagestats.read_base(
+                planned.base, planned.fingerprint, **config.out_options
+            )
+            carried = _carried_stats(planned, base_stats)
             kept = reuse.keep(fs_out, version_path, planned, carried, **config.out_options)
             done = _write_shards(pool, planned, config.transform, progress)
             shards = sorted([*kept, *done], key=lambda r: r.info.name)
@@ -116,7 +120,7 @@ def write(config: WriteConfig, listing: FileListing | str, *, progress: bool = T
             manifest = _write_metadata(fs_out, version_path, manifest)
             _check_shards_present(fs_out, version_path, manifest)
             stats = [(r.info.bucket, r.images) for r in shards] + list(carried.items())
-            imagestats.save_version(fs_out, version_path, stats, last, base_stats)
+            imagestats.save_version(fs_out, version_path, stats, planned.base, base_stats)
             # The shards and companions were renamed in without their folders' fsync
             # (one each here instead of five a shard: a 1% append made ~160 fsyncs).
             synced = [storage.join(version_path, f) for f in sorted(layout.FOLDERS)]
@@ -199,12 +203,10 @@ def _with_rejects(planned: Plan, done: list[ShardResult], **options: Any) -> dic
     return changes
 
 
-def _carried_stats(
-    planned: Plan, last: Manifest | None, found: VersionStats | None
-) -> dict[int, ImageStats]:
+def _carried_stats(planned: Plan, found: VersionStats | None) -> dict[int, ImageStats]:
     """The image statistics of the split buckets kept whole from the base version, from
-    ``found``: those of ``last``, the version the base is in the common case."""
-    if planned.base is None or last is None or planned.base.fingerprint != last.fingerprint:
+    ``found`` (the base's)."""
+    if planned.base is None:
         return {}
     buckets = [k.info.bucket for k in planned.kept]
     return imagestats.carried(planned.base, buckets, found)
