@@ -690,3 +690,25 @@ def test_the_moved_files_line_names_the_group_when_records_are_keyed_by_group(ra
     line = diff.moved_files_line(second)
     assert "(the same bytes under another group_by group)" in line
     assert "choose a group_by that a move leaves alone" in line
+
+
+def test_another_num_shards_over_unchanged_data_keeps_the_version(make_raw, tmp_path):
+    """Growing, num_shards only sizes new shards: with nothing new the version is the same
+    (it used to get a new name for the same shard files, and DVC trained on them again)."""
+    raw = make_raw(60, 8, fmt="png", classes=2)
+    first = _grow(raw, tmp_path, num_shards=16).manifest
+    again = _grow(raw, tmp_path, num_shards=4)
+    assert again.unchanged and again.manifest.fingerprint == first.fingerprint
+    args = ["write", str(tmp_path / "listing"), "--out", str(tmp_path / "shards")]
+    args += ["--manifest", str(tmp_path / "manifest.json"), "--num-shards", "4"]
+    write_listing(list_files(str(raw)), str(tmp_path / "listing"))
+    said = CliRunner().invoke(app, args)
+    assert said.exit_code == 0, said.output
+    assert f"nothing changed since version {first.fingerprint}" in said.output
+    assert "num_shards: the version keeps its 16 shards; 4 sizes the shards new records" in (
+        said.output
+    )
+    added = _add(raw, 6)
+    grown = _grow(raw, tmp_path, num_shards=4).manifest
+    assert grown.base == first.fingerprint and grown.params["num_shards"] == 4
+    assert grown.records == 66 and len(added) == 6

@@ -94,6 +94,12 @@ def _say_lineage(result: Any, config: WriteConfig, old_versions: str) -> None:
     m = result.manifest
     if result.unchanged:
         typer.echo(f"nothing changed since version {m.fingerprint}: kept it as it is")
+        kept = m.params.get("num_shards")
+        if config.num_shards and kept != config.num_shards:
+            typer.echo(
+                f"num_shards: the version keeps its {kept} shards; {config.num_shards} sizes "
+                "the shards new records go into (--previous none writes the set anew)"
+            )
     elif m.base:
         c = m.changes
         records = "record" if c.get("added", 0) == 1 else "records"

@@ -74,22 +74,27 @@ class Plan:
 
     @property
     def is_base(self) -> bool:
-        """Nothing changed: the plan keeps every previous shard, in order, with its params."""
+        """Nothing changed: the plan keeps every previous shard, in order, with its params.
+
+        ``num_shards`` aside: growing, it only sizes the shards new records go into, so
+        with none to place the shards are the base's whatever it asks (a new name, for
+        the same bytes, made DVC train on them again)."""
         base = self.base
         return (
             base is not None
             and not self.tasks
             and [k.info for k in self.kept] == list(base.shards)
-            and _shaping(self.params) == _shaping(base.params)
+            and _shaping(self.params, "num_shards") == _shaping(base.params, "num_shards")
             and self.labels == base.labels
             and sorted(self.rejected, key=str) == sorted(base.rejected, key=str)
         )
 
 
-def _shaping(params: Mapping[str, Any]) -> dict[str, Any]:
+def _shaping(params: Mapping[str, Any], *aside: str) -> dict[str, Any]:
     """The params that shape a version's bytes: ``on_error`` aside (a version without
-    rejects is the same under either, and one with rejects is written again under fail)."""
-    return {k: v for k, v in params.items() if k != "on_error"}
+    rejects is the same under either, and one with rejects is written again under fail),
+    and the keys ``aside``."""
+    return {k: v for k, v in params.items() if k != "on_error" and k not in aside}
 
 
 def fingerprint(
