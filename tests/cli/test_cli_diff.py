@@ -170,3 +170,13 @@ def test_two_versions_sharing_no_path_get_a_note(tmp_path: Path) -> None:
         "records: 2 added, 1 removed, 0 changed, 0 relabeled, 0 unchanged",
         "note: no path is in both versions: are they versions of one data set?",
     ]
+
+
+def test_no_note_when_every_path_was_renamed(tmp_path: Path) -> None:
+    """The same bytes under new names are moves, not another data set."""
+    out = tmp_path / "shards"
+    write_version(out, OLD_NAME, ("cat",), [("cat/0.jpg", tok("c0"), 0)])
+    write_version(out, NEW_NAME, ("cat",), [("cat/x0.jpg", tok("c0"), 0)])
+    result = runner.invoke(app, ["diff", OLD_NAME, NEW_NAME, "--out", str(out), "--no-paths"])
+    assert result.exit_code == 0, result.output
+    assert "note:" not in result.output and "moved: 1 file" in result.output

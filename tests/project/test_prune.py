@@ -219,7 +219,11 @@ def test_branches_experiments_and_a_project_in_a_subfolder_keep_their_versions(
     version(4, "an experiment")
     _git(repo, "git", "update-ref", f"refs/exps/ab/{'c' * 38}/s4", "HEAD")
     _git(repo, "git", "update-ref", "refs/exps/exec/EXEC_HEAD", "HEAD")  # DVC's bookkeeping
-    _git(repo, "git", "reset", "-q", "--hard", "HEAD~1")
+    version(6, "tagged")
+    _git(repo, "git", "tag", "-a", "t6", "-m", "a release")  # annotated: a tag object
+    version(7, "a teammate's")
+    _git(repo, "git", "update-ref", "refs/remotes/origin/team", "HEAD")  # as a fetch leaves it
+    _git(repo, "git", "reset", "-q", "--hard", "HEAD~3")
     _git(repo, "git", "checkout", "-q", "main")
     _git(sub, dvc, "checkout", "-q")
     names[5] = write_set(listing, sub / "shards", seed=5).fingerprint  # referenced by none
@@ -227,14 +231,35 @@ def test_branches_experiments_and_a_project_in_a_subfolder_keep_their_versions(
         _age(child)
     manifest = str(sub / "manifest.json")
     listed = prune(PruneConfig(manifest=manifest, keep_commits=2, keep_refs=False))
-    assert _actions(listed) == {names[1]: "keep", names[2]: "keep", names[3]: "delete",
-                                names[4]: "delete", names[5]: "delete"}  # fmt: skip
+    assert {n for n, a in _actions(listed).items() if a == "keep"} == {names[1], names[2]}
     report = prune(PruneConfig(manifest=manifest, keep_commits=2, delete=True))
-    assert _actions(report) == {names[1]: "keep", names[2]: "keep", names[3]: "keep",
-                                names[4]: "keep", names[5]: "deleted"}  # fmt: skip
-    reasons = {v.name: v.reason for v in report.versions}
-    assert reasons[names[3]] == "referenced by the manifest of branch side"
-    assert reasons[names[4]] == "referenced by the manifest of experiment s4"
+    assert {n for n, a in _actions(report).items() if a != "keep"} == {names[5]}
+    reasons = {
+        v.name: v.reason.removeprefix("referenced by the manifest ") for v in report.versions
+    }
+    assert [reasons[names[k]] for k in (3, 4, 6, 7)] == [
+        "of branch side", "of experiment s4", "of tag t6", "of remote branch origin/team"
+    ]  # fmt: skip
+    # A clone holding only the current version's data: the tips that record the
+    # workspace's manifest are not read, the others stop prune in one line.
+    shutil.rmtree(sub / ".dvc" / "cache")
+    with pytest.raises(InputError, match=r"at experiment s4 \(\w{10}\): cannot read .*remove s4`$"):
+        prune(PruneConfig(manifest=manifest))
+    _git(repo, "git", "branch", "-D", "side")
+    for ref in (f"refs/exps/ab/{'c' * 38}/s4", "refs/tags/t6", "refs/remotes/origin/team"):
+        _git(repo, "git", "update-ref", "-d", ref)
+    assert _actions(prune(PruneConfig(manifest=manifest)))[names[2]] == "keep"
+
+
+def test_keep_commits_in_a_repository_without_commits_keeps_nothing_more(versions, tmp_path):
+    _git(tmp_path, "git", "init", "-q")
+    report = prune(PruneConfig(manifest=str(tmp_path / "m.json"), keep_commits=3))
+    assert sum(v.action == "keep" for v in report.versions) == 2  # current and interrupted
+
+
+def test_keep_commits_outside_git_is_one_line_naming_the_option(versions, tmp_path):
+    with pytest.raises(InputError, match=r"^--keep-commits 3 reads the manifest's git history"):
+        prune(PruneConfig(manifest=str(tmp_path / "m.json"), keep_commits=3))
 
 
 def _head(repo: Path, back: int) -> str:

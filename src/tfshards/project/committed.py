@@ -15,16 +15,23 @@ The manifest may sit in a DVC project that is a folder of the git repository
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import os
 import re
 import subprocess
 from dataclasses import dataclass
 
 from tfshards.errors import InputError
+from tfshards.project import dvclock, plainyaml
 from tfshards.shardset.manifest import Manifest
 
 _EXPERIMENT = re.compile(r"^refs/exps/[0-9a-f]{2}/[0-9a-f]{38}/(?P<name>[^/]+)$")
-_BRANCH = "refs/heads/"
+_KINDS = (("refs/heads/", "branch"), ("refs/remotes/", "remote branch"), ("refs/tags/", "tag"))
+_ALL_REFS = ("refs/heads", "refs/remotes", "refs/tags", "refs/exps")
+_REF_WAY_OUT = (
+    "run `dvc fetch` for it (or `dvc pull`), or pass --no-keep-refs to keep only the current "
+    "manifest's version and those --keep-commits names"
+)
 
 
 @dataclass(frozen=True)
@@ -36,12 +43,16 @@ class Tracked:
         rel: the manifest, relative to ``top`` (how git and ``dvc.api.read`` name it).
         lock: its DVC project's ``dvc.lock``, relative to ``top``.
         out: the manifest relative to its DVC project (how ``dvc.lock`` names it).
+        path: the manifest's absolute path.
+        md5: the md5 of the manifest in the workspace ("" when it cannot be read).
     """
 
     top: str
     rel: str
     lock: str
     out: str
+    path: str
+    md5: str
 
 
 def tracked(manifest: str) -> Tracked:
@@ -62,7 +73,12 @@ def tracked(manifest: str) -> Tracked:
         return os.path.relpath(target, start).replace(os.sep, "/")
 
     lock = rel(os.path.join(project, "dvc.lock"), top)
-    return Tracked(top, rel(path, top), lock, rel(path, project))
+    try:
+        with open(path, "rb") as f:
+            md5 = hashlib.md5(f.read(), usedforsecurity=False).hexdigest()
+    except OSError:
+        md5 = ""
+    return Tracked(top, rel(path, top), lock, rel(path, project), path, md5)
 
 
 def history(manifest: str, commits: int) -> list[tuple[str, Manifest]]:
@@ -75,7 +91,14 @@ def history(manifest: str, commits: int) -> list[tuple[str, Manifest]]:
     """
     if commits == 0:
         return []
-    t = tracked(manifest)
+    try:
+        t = tracked(manifest)
+    except InputError as exc:
+        raise InputError(
+            f"--keep-commits {commits} reads the manifest's git history: {exc}", path=manifest
+        ) from None
+    if not _git(t.top, "rev-list", "-n1", "--all").strip():
+        return []  # a repository without commits: no history to keep
     shas = _git(
         t.top, "log", f"-n{commits}", "--format=%H", "--", t.rel, f"{t.rel}.dvc", t.lock
     ).split()
@@ -85,37 +108,66 @@ def history(manifest: str, commits: int) -> list[tuple[str, Manifest]]:
 
 
 def at_refs(manifest: str) -> list[tuple[str, Manifest]]:
-    """``(what, manifest)`` at the tip of each local branch and DVC experiment (``what``:
-    ``"branch main"``, ``"experiment s7"``) that records it; none outside a git repository.
+    """``(what, manifest)`` at the tip of each branch (local and remote-tracking), tag and
+    DVC experiment that records another manifest than the workspace's (``what``: ``"branch
+    main"``, ``"tag v1"``, ``"experiment s7"``); none outside a git repository.
+
+    A tip whose lock (or ``.dvc`` file) records the workspace manifest's md5 is that
+    manifest: it is not read again, so a clone holding only the current version's data
+    prunes all the same.
 
     Raises:
-        InputError: a tip records the manifest but it cannot be read (not in the DVC
+        InputError: a tip records another manifest and it cannot be read (not in the DVC
             cache, nor on the remote).
     """
     try:
         t = tracked(manifest)
     except InputError:
         return []
-    refs = _git(t.top, "for-each-ref", "--format=%(refname) %(objectname)", _BRANCH, "refs/exps")
+    refs = _git(
+        t.top, "for-each-ref", "--format=%(refname) %(objectname) %(*objectname)", *_ALL_REFS
+    )
     found, seen = [], set()
     for line in refs.splitlines():
-        name, sha = line.rsplit(" ", 1)
-        experiment = _EXPERIMENT.match(name)
-        if experiment:
-            what = f"experiment {experiment['name']}"
-            way_out = f"run `dvc exp pull` for it, or `dvc exp remove {experiment['name']}`"
-        elif name.startswith(_BRANCH):
-            what = f"branch {name.removeprefix(_BRANCH)}"
-            way_out = "run `dvc fetch` on that branch, or delete the branch"
-        else:
-            continue  # DVC's own bookkeeping under refs/exps (a run's executor)
-        if sha in seen:
+        name, sha, *peeled = line.split(" ")
+        sha = next((p for p in peeled if p), sha)  # an annotated tag: its commit
+        what, way_out = _ref(name)
+        if not what or sha in seen:
             continue
         seen.add(sha)
+        if t.md5 and _recorded_md5(t, sha) == t.md5:
+            continue  # the workspace's manifest: kept as the current one
         at = _manifest_at(t, sha, f"{what} ({sha[:10]})", way_out)
         if at is not None:
             found.append((what, at))
     return found
+
+
+def _ref(name: str) -> tuple[str, str]:
+    """What a ref is called in a line, and the way out when its manifest cannot be read;
+    ``("", "")`` for refs not kept (DVC's bookkeeping, a remote's ``HEAD``)."""
+    experiment = _EXPERIMENT.match(name)
+    if experiment:
+        label = experiment["name"]
+        return f"experiment {label}", f"run `dvc exp pull` for it, or `dvc exp remove {label}`"
+    for prefix, kind in _KINDS:
+        if name.startswith(prefix) and not name.endswith("/HEAD"):
+            return f"{kind} {name.removeprefix(prefix)}", _REF_WAY_OUT
+    return "", ""
+
+
+def _recorded_md5(t: Tracked, sha: str) -> str | None:
+    """The md5 commit ``sha`` records for the manifest: in its project's ``dvc.lock``, or
+    in the manifest's ``.dvc`` file; None where it records none."""
+    with contextlib.suppress(InputError):
+        lock = _git(t.top, "show", f"{sha}:{t.lock}")
+        md5 = dvclock.recorded_md5(t.path, os.path.join(t.top, t.lock), lock)
+        if md5 is not None:
+            return md5
+    with contextlib.suppress(InputError, AttributeError, TypeError, IndexError, KeyError):
+        doc = plainyaml.parse(_git(t.top, "show", f"{sha}:{t.rel}.dvc"))
+        return str(doc["outs"][0]["md5"])
+    return None
 
 
 def _manifest_at(t: Tracked, sha: str, where: str, way_out: str) -> Manifest | None:

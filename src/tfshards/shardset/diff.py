@@ -60,10 +60,11 @@ class Changes:
     # writer keeps as ``changes.moved_files``
     moved_files: int = 0
 
-    def to_metrics(self) -> dict[str, int]:
+    def to_metrics(self) -> dict[str, int | None]:
         """Flat counts for ``dvc metrics diff``, the same keys every time (a key that comes
-        and goes reads as a change); ``moved_buckets`` only when comparable."""
-        doc = {
+        and goes reads as a change); ``moved_buckets`` and ``moved_files`` are None (JSON
+        null) when the two versions' buckets cannot be compared."""
+        doc: dict[str, int | None] = {
             "added": self.added,
             "removed": self.removed,
             "changed": self.changed,
@@ -73,10 +74,9 @@ class Changes:
             "labels_removed": len(self.labels_removed),
             "ids_changed": len(self.ids_changed),
             "moved_paths": len(self.moved_paths),
-            "moved_files": self.moved_files,
+            "moved_files": None if self.moved_buckets is None else self.moved_files,
+            "moved_buckets": self.moved_buckets,
         }
-        if self.moved_buckets is not None:
-            doc["moved_buckets"] = self.moved_buckets
         return doc
 
     def lines(self) -> list[str]:
@@ -85,7 +85,8 @@ class Changes:
             f"records: {self.added} added, {self.removed} removed, {self.changed} changed, "
             f"{self.relabeled} relabeled, {self.unchanged} unchanged"
         ]
-        if self.added and self.removed and not (self.changed or self.relabeled or self.unchanged):
+        shared = self.changed or self.relabeled or self.unchanged or self.moved_paths
+        if self.added and self.removed and not shared:
             out.append("note: no path is in both versions: are they versions of one data set?")
         if self.label_deltas:
             deltas = ", ".join(f"{name} {n:+d}" for name, n in self.label_deltas.items())
