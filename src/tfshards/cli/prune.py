@@ -34,9 +34,9 @@ def prune_command(
         bool,
         typer.Option(
             "--keep-refs/--no-keep-refs",
-            help="Also keep the versions the manifest references at the tip of each local git "
-            "branch and DVC experiment (`dvc exp run`; read through DVC). On by default: on "
-            "an object store a deleted version is gone for good.",
+            help="Also keep the versions the manifest references at the tip of each git "
+            "branch (local or remote), tag and DVC experiment (`dvc exp run`; read through "
+            "DVC). On by default: on an object store a deleted version is gone for good.",
         ),
     ] = True,
     min_age_minutes: Annotated[

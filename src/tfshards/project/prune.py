@@ -2,7 +2,7 @@
 
 A shard location fills up with one version directory per content and params
 (:func:`tfshards.writing.plan.fingerprint`). The versions referenced by the current
-manifest, by the manifest at the tip of each git branch and DVC experiment, and
+manifest, by the manifest at the tip of each git branch, tag and DVC experiment, and
 optionally by the manifest as it was in HEAD's last N commits
 (:mod:`tfshards.project.committed`) are kept.
 Of the others, only finished ones are candidates: a version without
@@ -67,7 +67,7 @@ class PruneConfig:
         keep_commits: also keep the versions the manifest referenced in the
             last N git commits that changed it (or ``dvc.lock``).
         keep_refs: also keep the versions the manifest references at the tip of
-            each local git branch and DVC experiment (outside git: none).
+            each git branch (local or remote), tag and DVC experiment (outside git: none).
         min_age_s: a version with a file modified more recently is kept.
         delete: delete the unreferenced versions (default: only list them).
         interrupted: also take a version without ``manifest.json`` whose writer is
