@@ -12,6 +12,7 @@ from PIL import Image, ImageOps
 from typer.testing import CliRunner
 
 from tfshards.cli import app
+from tfshards.errors import InputError
 from tfshards.reading.lookup import Version
 from tfshards.shardset.layout import MANIFEST_NAME
 from tfshards.shardset.manifest import Manifest
@@ -80,6 +81,7 @@ def test_a_sheet_of_one_label_on_one_side(version: Manifest, tmp_path: Path) -> 
         (["--sheet", "x.png", "--side", "both"], "expected one of all, train, val"),
         (["--sheet", "x.png", "--val-fraction", "1.5"], "expected a share in [0, 1), got 1.5"),
         (["--sheet", "x.png", "--val-fraction", "-0.2"], "expected a share in [0, 1), got -0.2"),
+        (["--sheet", "x.png", "--side", "val", "--val-fraction", "0"], "the val side holds no"),
         ([], "give a RECORD, or --sheet FILE"),
         (["0:0", "--sheet", "x.png"], "give them without RECORD"),
         (["0:0", "--label", "a"], "give them without RECORD"),
@@ -149,3 +151,22 @@ def test_bytes_that_are_no_image_are_named_by_their_first_bytes(
     assert result.output.splitlines()[-1] == (
         "error: a/one.png: expected an image Pillow reads, found 9 bytes starting b'a/one.pn'"
     )
+
+
+def test_an_image_a_sheet_cannot_show_is_an_empty_cell_named_in_a_line(tmp_path: Path) -> None:
+    """Float pixels (mode F) have no 8-bit form: the sheet is drawn all the same."""
+    import numpy as np
+
+    from tfshards.reading.sheet import contact_sheet, to_png
+
+    floats = _encoded(Image.fromarray(np.ones((4, 4), np.float32)), "TIFF")
+    grey = _encoded(Image.new("L", (4, 4), 200), "PNG")
+    unshown: list[str] = []
+    sheet = contact_sheet([("a/f.tif", floats), ("a/g.png", grey)], cell=20, unshown=unshown)
+    assert Image.open(io.BytesIO(sheet)).size == (40, 20)
+    assert unshown == [
+        "a/f.tif: cannot show an image of mode F (float pixels): no TensorFlow decoder reads "
+        "one, so there is no 8-bit scale to match; store it as 8- or 16-bit"
+    ]
+    with pytest.raises(InputError, match=r"^a/f\.tif: cannot show an image of mode F"):
+        to_png(floats, "a/f.tif")

@@ -100,6 +100,11 @@ def show_command(
             f"expected a share in [0, 1), got {val_fraction}", param_hint="--val-fraction"
         )
     shards = _side(version.manifest, side, val_fraction, seed)
+    if not shards:
+        raise typer.BadParameter(
+            f"the {side} side holds no shard at --val-fraction {val_fraction}",
+            param_hint="--side",
+        )
     chosen = (
         version.of_label(label, shards)
         if label is not None
@@ -108,8 +113,11 @@ def show_command(
     picked = [
         (r.path, sheets.image_bytes(r.features, image)) for r in itertools.islice(chosen, count)
     ]
-    _save(open_url, sheet, sheets.contact_sheet(picked, columns))
+    unshown: list[str] = []
+    _save(open_url, sheet, sheets.contact_sheet(picked, columns, unshown=unshown))
     typer.echo(f"{len(picked)} images -> {sheet}")
+    for line in unshown:
+        typer.echo(f"warning: left as an empty cell: {line}", err=True)
 
 
 def _print_record(version: Any, record: str, image: str, png: str | None) -> None:

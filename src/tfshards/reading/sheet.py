@@ -33,22 +33,35 @@ def to_png(data: bytes, source: str) -> bytes:
     holds them (16-bit grey too), else the 8-bit grey or RGB TensorFlow decodes (CMYK)."""
     image = _open(data, source)
     if image.mode not in PNG_MODES:
-        image = eight_bit(image, data, doing="show")
+        image = _eight_bit(image, data, source)
     out = io.BytesIO()
     image.save(out, format="PNG")
     return out.getvalue()
 
 
 def contact_sheet(
-    images: Iterable[tuple[str, bytes]], columns: int = 10, cell: int = CELL
+    images: Iterable[tuple[str, bytes]],
+    columns: int = 10,
+    cell: int = CELL,
+    unshown: list[str] | None = None,
 ) -> bytes:
     """A PNG grid of ``(name, encoded image)`` pairs, each fitted into a ``cell`` square,
-    as TensorFlow decodes them (16-bit by the high byte: :mod:`tfshards.format.pixels`)."""
+    as TensorFlow decodes them (16-bit by the high byte: :mod:`tfshards.format.pixels`).
+
+    An image that cannot be shown gets an empty grey cell, and its error line (naming
+    it) goes to ``unshown`` when given; otherwise it stops the sheet.
+    """
     from PIL import Image
 
     thumbs = []
     for name, data in images:
-        pixels = eight_bit(_open(data, name), data, doing="show")
+        try:
+            pixels = _eight_bit(_open(data, name), data, name)
+        except InputError as exc:
+            if unshown is None:
+                raise
+            unshown.append(str(exc))
+            pixels = Image.new("RGB", (cell - GAP, cell - GAP), "lightgrey")
         thumbs.append(_fitted(pixels.convert("RGB"), cell))
         if len(thumbs) > MAX_IMAGES:
             raise InputError(f"contact sheet: expected at most {MAX_IMAGES} images, found more")
@@ -76,6 +89,14 @@ def _fitted(image: Any, cell: int) -> Any:
         return image.resize(size, Image.Resampling.NEAREST)
     image.thumbnail((cell - GAP, cell - GAP))
     return image
+
+
+def _eight_bit(image: Any, data: bytes, source: str) -> Any:
+    """:func:`~tfshards.format.pixels.eight_bit`, its error naming ``source``."""
+    try:
+        return eight_bit(image, data, doing="show")
+    except InputError as exc:
+        raise InputError(f"{source}: {exc}") from None
 
 
 def _open(data: bytes, source: str) -> Any:
