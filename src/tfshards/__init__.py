@@ -48,6 +48,7 @@ _LAZY = {
     "find_corrupt_record": "tfshards.reading.corruption",
     "shard_errors": "tfshards.reading.corruption",
     "make_dataset": "tfshards.reading.loader",
+    "steps_per_epoch": "tfshards.reading.loader",
     "ShardCache": "tfshards.reading.cache",
     "FileSplit": "tfshards.reading.filesplit",
     "split_files": "tfshards.reading.filesplit",
@@ -70,7 +71,7 @@ if TYPE_CHECKING:  # what type checkers see; at run time __getattr__ imports on 
     from tfshards.reading.corruption import find_corrupt_record, shard_errors
     from tfshards.reading.filesplit import FileSplit, split_files
     from tfshards.reading.generator import file_errors, from_files
-    from tfshards.reading.loader import make_dataset
+    from tfshards.reading.loader import make_dataset, steps_per_epoch
     from tfshards.shardset.manifest import Manifest, ShardInfo
     from tfshards.shardset.manifest import load as load_manifest
     from tfshards.shardset.split import Split, SplitWarning, split
@@ -124,6 +125,7 @@ __all__ = [
     "shard_errors",
     "split",
     "split_files",
+    "steps_per_epoch",
     "validate_shards",
     "write",
     "write_digits",

@@ -292,6 +292,33 @@ def test_shard_of_another_manifest_is_rejected(shard_set):
         loader.make_dataset([stranger], manifest, batch_size=8, training=False)
 
 
+def test_a_stream_does_not_depend_on_the_order_the_shards_are_listed_in(shard_set):
+    """Two workers given one split in two orders read overlapping records before."""
+    manifest, _ = shard_set
+
+    def paths(shards, worker):  # type: ignore[no-untyped-def]
+        ds = loader.make_dataset(
+            shards, manifest, batch_size=10, training=True, repeat=False, worker=worker,
+            features=["path"], decode=False,
+        )  # fmt: skip
+        return [p for features, _ in ds for p in features["path"].numpy().tolist()]
+
+    listed = list(manifest.shards)
+    assert paths(listed[::-1], (0, 1)) == paths(listed, (0, 1))
+    first, second = paths(listed, (0, 2)), paths(listed[::-1], (1, 2))
+    assert not set(first) & set(second) and len(set(first) | set(second)) == IMAGES
+
+
+@pytest.mark.parametrize("training", [True, False])
+def test_a_shard_listed_twice_or_no_shard_is_one_line(shard_set, training):
+    manifest, _ = shard_set
+    twice = [*manifest.shards, manifest.shards[3]]
+    with pytest.raises(ConfigError, match=r"^data-00003-of-00008.tfrecord: listed twice in"):
+        loader.make_dataset(twice, manifest, batch_size=8, training=training)
+    with pytest.raises(ConfigError, match=r"^no shards to read \(an empty split\?\)$"):
+        loader.make_dataset([], manifest, batch_size=8, training=training)
+
+
 # ----------------------------------------------------------------------------- damage
 
 

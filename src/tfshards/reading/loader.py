@@ -148,7 +148,8 @@ def make_dataset(
     ``tf.reduce_max(tf.one_hot(tags, n), axis=1)``).
 
     ``shards`` are the shards to read (e.g. ``split.train``) of ``manifest``
-    (schema, compression, location). The other keywords are the fields of
+    (schema, compression, location), in any order (they are read as the
+    manifest orders them), each once. The other keywords are the fields of
     :class:`~tfshards.reading.options.ReadOptions` (reading, order, batching)
     and :class:`~tfshards.reading.options.DecodeOptions` (decoding),
     documented there; :func:`from_options` takes the two values.
@@ -191,6 +192,7 @@ def from_options(
     """:func:`make_dataset` with its options as values: verify, read, batch, decode."""
     import tensorflow as tf
 
+    shards = in_manifest_order(shards, manifest)
     if _seekable(read):
         _check_stream(shards, read)
     paths, gate = resolve_paths(manifest, shards, cache_dir=read.cache_dir, **read.storage_options)
@@ -253,6 +255,31 @@ def from_options(
     if read.deterministic is not None:
         data_options.deterministic = read.deterministic
     return batches.prefetch(tf.data.AUTOTUNE).with_options(data_options)
+
+
+def in_manifest_order(shards: Sequence[ShardInfo], manifest: Manifest) -> list[ShardInfo]:
+    """``shards`` in the manifest's order, so a stream is a function of which shards it
+    reads, not of how they were listed (two workers given one split in two orders read
+    100 records twice and 100 never, in a trial).
+
+    Raises:
+        ConfigError: no shard, a shard listed twice (its records would come twice an
+            epoch), or one that is not the manifest's.
+    """
+    if not shards:
+        raise ConfigError("no shards to read (an empty split?)")
+    index = {s.name: i for i, s in enumerate(manifest.shards)}
+    seen: set[str] = set()
+    for shard in shards:
+        if shard.name in seen:
+            raise ConfigError(
+                f"{shard.name}: listed twice in shards: its records would come twice an epoch"
+            )
+        seen.add(shard.name)
+        at = index.get(shard.name)
+        if at is None or manifest.shards[at] != shard:
+            raise ConfigError(f"{shard.name}: not a shard of this manifest ({manifest.directory})")
+    return sorted(shards, key=lambda s: index[s.name])
 
 
 def steps_per_epoch(
@@ -462,12 +489,7 @@ def resolve_paths(
     cache in the background, in this order, verified by their sha256, and
     walked by the gate (framing, record count) when first opened.
     """
-    if not shards:
-        raise ConfigError("no shards to read (an empty split?)")
-    known = {s.name: s for s in manifest.shards}
-    for shard in shards:
-        if known.get(shard.name) != shard:
-            raise ConfigError(f"{shard.name}: not a shard of this manifest ({manifest.directory})")
+    in_manifest_order(shards, manifest)  # the same checks; the paths follow ``shards``
     fs, root = storage.open_url(manifest.directory, **storage_options)
     if not storage.is_local(fs):
         cache = ShardCache(cache_dir)
