@@ -177,10 +177,10 @@ def _width_moved(stats: SideStats, limit: float) -> str | None:
 
 
 def _near(s: ImageStats, now: int, was: int) -> list[str]:
-    """Up to three example paths from the width bins at ``now``, stepping toward ``was``."""
+    """Up to three example paths from the width bins at ``now`` and beyond it, away from
+    ``was``: the images that moved the median (those between kept the old widths)."""
     bins = len(s.width.counts)
-    here, there = bin_of(now, bins), bin_of(was, bins)
-    step = 1 if there >= here else -1
-    steps = range(here, there + step, step)
+    here = bin_of(now, bins)
+    steps = range(here, bins) if now >= was else range(here, -1, -1)
     paths = [s.width_examples[b][0][1] for b in steps if b in s.width_examples]
     return paths[:3]
