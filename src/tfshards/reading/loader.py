@@ -286,7 +286,9 @@ def steps_per_epoch(
     shards: Sequence[ShardInfo], batch_size: int, *, worker: tuple[int, int] = (0, 1)
 ) -> int:
     """Whole batches in one training epoch of ``shards`` for worker ``(index, count)``
-    (``order="epoch"``): ``(records // count) // batch_size``."""
+    (``order="epoch"``): ``(records // count) // batch_size``. 0 when ``batch_size`` is
+    above a worker's records an epoch: pass ``max(1, ...)`` to ``fit`` (as the train
+    stage does), each step then a batch across epoch boundaries."""
     return sum(s.records for s in shards) // max(1, worker[1]) // batch_size
 
 
