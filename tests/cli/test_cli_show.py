@@ -126,13 +126,18 @@ def test_modes_png_lacks_are_shown_as_tensorflow_decodes_them(
     assert red > 200 and green < 60 and blue < 60
 
 
+def _one_image_set(write_set: SetWriter, tmp_path: Path, name: str) -> str:
+    """A version of one 4 px grey PNG at ``a/<name>``; its manifest's path."""
+    raw = tmp_path / "raw" / "a"
+    raw.mkdir(parents=True)
+    (raw / name).write_bytes(_encoded(Image.new("L", (4, 4)), "PNG"))
+    return manifest_path(write_set(tmp_path / "raw", tmp_path / "shards", num_shards=1))
+
+
 def test_a_path_feature_in_any_script_is_printed_as_text(
     write_set: SetWriter, tmp_path: Path
 ) -> None:
-    raw = tmp_path / "raw" / "a"
-    raw.mkdir(parents=True)
-    (raw / "ünï cödé.png").write_bytes(_encoded(Image.new("L", (4, 4)), "PNG"))
-    path = manifest_path(write_set(tmp_path / "raw", tmp_path / "shards", num_shards=1))
+    path = _one_image_set(write_set, tmp_path, "ünï cödé.png")
     result = runner.invoke(app, ["show", path, "a/ünï cödé.png"])
     assert result.exit_code == 0, result.output
     assert "  path (bytes): 'a/ünï cödé.png'" in result.output.splitlines()
@@ -141,10 +146,7 @@ def test_a_path_feature_in_any_script_is_printed_as_text(
 def test_bytes_that_are_no_image_are_named_by_their_first_bytes(
     write_set: SetWriter, tmp_path: Path
 ) -> None:
-    raw = tmp_path / "raw" / "a"
-    raw.mkdir(parents=True)
-    (raw / "one.png").write_bytes(_encoded(Image.new("L", (4, 4)), "PNG"))
-    path = manifest_path(write_set(tmp_path / "raw", tmp_path / "shards", num_shards=1))
+    path = _one_image_set(write_set, tmp_path, "one.png")
     args = ["show", path, "0:0", "--feature", "path", "--png", str(tmp_path / "q.png")]
     result = runner.invoke(app, args)
     assert result.exit_code == 1
