@@ -91,20 +91,7 @@ def show_command(
         return
     if sheet is None:
         raise typer.BadParameter("give a RECORD, or --sheet FILE for a contact sheet")
-    if side not in SIDES:
-        raise typer.BadParameter(
-            f"expected one of {', '.join(SIDES)}, got {side!r}", param_hint="--side"
-        )
-    if not 0.0 <= val_fraction < 1.0:
-        raise typer.BadParameter(
-            f"expected a share in [0, 1), got {val_fraction}", param_hint="--val-fraction"
-        )
     shards = _side(version.manifest, side, val_fraction, seed)
-    if not shards:
-        raise typer.BadParameter(
-            f"the {side} side holds no shard at --val-fraction {val_fraction}",
-            param_hint="--side",
-        )
     chosen = (
         version.of_label(label, shards)
         if label is not None
@@ -136,6 +123,25 @@ def _print_record(version: Any, record: str, image: str, png: str | None) -> Non
 
 
 def _side(manifest: Any, side: str, val_fraction: float, seed: int) -> list[Any]:
+    """The shards of ``side`` (all, train or val) of the split; one line when there is none."""
+    if side not in SIDES:
+        raise typer.BadParameter(
+            f"expected one of {', '.join(SIDES)}, got {side!r}", param_hint="--side"
+        )
+    if not 0.0 <= val_fraction < 1.0:
+        raise typer.BadParameter(
+            f"expected a share in [0, 1), got {val_fraction}", param_hint="--val-fraction"
+        )
+    shards = _split_side(manifest, side, val_fraction, seed)
+    if not shards:
+        raise typer.BadParameter(
+            f"the {side} side holds no shard at --val-fraction {val_fraction}",
+            param_hint="--side",
+        )
+    return shards
+
+
+def _split_side(manifest: Any, side: str, val_fraction: float, seed: int) -> list[Any]:
     if side == "all":
         return list(manifest.shards)
     from tfshards.shardset.split import SplitWarning, split

@@ -72,13 +72,13 @@ def write(config: WriteConfig, listing: FileListing | str, *, progress: bool = T
     Returns the committed manifest. Raises :class:`InputError` for a bad input
     (with ``on_error="fail"``), and never leaves a manifest for a partial set.
     """
-    start = time.monotonic()
+    start, options = time.monotonic(), config.out_options
     pool = _start_pool(config, listing)
     # Workers start before the listing is loaded: forked later, each would count it in its RSS.
     with pool:
         loaded = _load(listing, pool.options.executor)
         groups = read_groups(loaded, config.group_by)
-        previous = growth.find(config.previous, config.manifest_copy, **config.out_options)
+        previous = growth.find(config.previous, config.manifest_copy, **options)
         last = previous or growth.last(config.manifest_copy)
         identity = transforms.identity(config.transform)
         labels = last.labels if last else None
@@ -90,18 +90,15 @@ def write(config: WriteConfig, listing: FileListing | str, *, progress: bool = T
                 _publish(*storage.open_url(config.manifest_copy), previous)
             seconds = time.monotonic() - start
             return WriteResult(previous, len(previous.shards), seconds, unchanged=True)
-        fs_out, version_path = storage.open_url(planned.version, **config.out_options)
+        fs_out, version_path = storage.open_url(planned.version, **options)
         # Held from before the first shard is reused until the manifest is out: prune
         # leaves the version, and the one it grows from, alone meanwhile
         # (tfshards.shardset.lease).
         with lease.hold(fs_out, version_path), _hold_base(fs_out, planned):
-            # The version grown from, never merely the last one: a history-dependent
-            # base would give one version name two imagestats.json.
-            base_stats = imagestats.read_base(
-                planned.base, planned.fingerprint, **config.out_options
-            )
+            # The version grown from, not the last: one name, one imagestats.json.
+            base_stats = imagestats.read_base(planned.base, planned.fingerprint, **options)
             carried = _carried_stats(planned, base_stats)
-            kept = reuse.keep(fs_out, version_path, planned, carried, **config.out_options)
+            kept = reuse.keep(fs_out, version_path, planned, carried, **options)
             done = _write_shards(pool, planned, config.transform, progress)
             shards = sorted([*kept, *done], key=lambda r: r.info.name)
             manifest = Manifest(
@@ -115,7 +112,7 @@ def write(config: WriteConfig, listing: FileListing | str, *, progress: bool = T
                 rejected=(*planned.rejected, *(rej for r in done for rej in r.rejected)),
                 listed=loaded.files,
                 base=planned.base.fingerprint if planned.base is not None else "",
-                changes=_with_rejects(planned, done, **config.out_options),
+                changes=_with_rejects(planned, done, **options),
             )
             manifest = _write_metadata(fs_out, version_path, manifest)
             _check_shards_present(fs_out, version_path, manifest)
