@@ -14,6 +14,6 @@ ENV = "TFSHARDS_CACHE"
 def root() -> str:
     """The cache folder (it may not exist yet)."""
     if os.environ.get(ENV):
-        return os.environ[ENV]
+        return os.path.expanduser(os.environ[ENV])  # "~/x" from a file no shell expanded
     base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
     return os.path.join(base, "tfshards")

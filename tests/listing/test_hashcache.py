@@ -440,3 +440,20 @@ def test_file_changed_since_listed_is_still_reported_as_changed(
     assert hashcache.stale_listing("dog/001.jpg", str(path), listed, "ff" * 32) is None
     row = sqlite3.connect(cache).execute("SELECT count(*) FROM folders").fetchone()
     assert row == (3,)  # nothing dropped
+
+
+def test_a_tilde_in_a_cache_path_is_the_home_folder(tmp_path, monkeypatch):
+    """``~/x`` from a file no shell expanded (a .env, a service unit) made a folder named ~."""
+    from tfshards import cachedir
+    from tfshards.listing import hashcache
+    from tfshards.reading.cache import ShardCache
+
+    monkeypatch.setenv("HOME", str(tmp_path))
+    monkeypatch.setenv("TFSHARDS_CACHE", "~/caches")
+    monkeypatch.delenv("TFSHARDS_HASH_CACHE", raising=False)
+    assert cachedir.root() == str(tmp_path / "caches")
+    assert hashcache.default_path() == str(tmp_path / "caches" / "listing-hashes.sqlite")
+    assert ShardCache().directory == str(tmp_path / "caches")
+    monkeypatch.setenv("TFSHARDS_HASH_CACHE", "~/h.sqlite")
+    assert hashcache.default_path() == str(tmp_path / "h.sqlite")
+    assert hashcache.HashCache("~/own.sqlite").path == str(tmp_path / "own.sqlite")

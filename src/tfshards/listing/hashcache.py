@@ -70,7 +70,7 @@ def default_path() -> str | None:
     """
     value = os.environ.get(ENV)
     if value is not None:
-        return None if value.strip().lower() in ("", OFF) else value
+        return None if value.strip().lower() in ("", OFF) else os.path.expanduser(value)
     return os.path.join(cachedir.root(), "listing-hashes.sqlite")
 
 
@@ -114,7 +114,7 @@ class HashCache:
         racy_ns = RACY_NS if racy_ns is None else racy_ns
         if racy_ns < 0:
             raise ValueError(f"racy_ns must be >= 0, got {racy_ns}")
-        self.path = os.path.abspath(path)
+        self.path = os.path.abspath(os.path.expanduser(path))
         self.racy_ns = racy_ns
         self.started_ns = time.time_ns()
         self.hits = 0

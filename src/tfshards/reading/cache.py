@@ -82,7 +82,7 @@ class ShardCache:
     ) -> None:
         if workers < 1:
             raise ValueError(f"workers must be >= 1, got {workers}")
-        self.directory = os.path.abspath(directory or cachedir.root())
+        self.directory = os.path.abspath(os.path.expanduser(directory or cachedir.root()))
         self.workers = workers
         self.limit = limit_from_env() if limit is None else parse_limit(limit)
         self.space = CacheSpace(self.directory, self.limit)

@@ -148,7 +148,8 @@ def make_dataset(
     ``tf.reduce_max(tf.one_hot(tags, n), axis=1)``).
 
     ``shards`` are the shards to read (e.g. ``split.train``) of ``manifest``
-    (schema, compression, location), each once, in any order (read in the manifest's). The other keywords are the fields of
+    (schema, compression, location), each once, in any order (read in the
+    manifest's). The other keywords are the fields of
     :class:`~tfshards.reading.options.ReadOptions` (reading, order, batching)
     and :class:`~tfshards.reading.options.DecodeOptions` (decoding),
     documented there; :func:`from_options` takes the two values.
