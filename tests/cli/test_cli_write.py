@@ -84,6 +84,26 @@ def test_remove_never_touches_what_tfshards_did_not_write_or_a_version_being_wri
     assert (out / "photos").is_dir() and "deleted" not in said
 
 
+def test_remove_takes_the_folder_of_a_write_that_failed_on_a_file(make_raw, tmp_path):
+    """The failed write's folder has no manifest and no writer: left, DVC recorded it in
+    the out with the version (and `git add` + `dvc push` sent it on)."""
+    raw = make_raw(12, 16, classes=2)
+    bad = sorted(raw.rglob("*.jpg"))[3]
+    good = bad.read_bytes()
+    bad.write_bytes(b"not an image")
+    listing, out = tmp_path / "listing", tmp_path / "shards"
+    write_listing(list_files(str(raw)), str(listing))
+    code, said = _write(listing, out, "--old-versions", "remove")
+    assert code == 1, said
+    (failed,) = _versions(out)
+    bad.write_bytes(good)
+    write_listing(list_files(str(raw)), str(listing))
+    code, said = _write(listing, out, "--old-versions", "remove")
+    assert code == 0, said
+    (kept,) = _versions(out)
+    assert kept != failed and f"deleted 1 other versions ({failed})" in said
+
+
 def test_a_value_other_than_keep_or_remove_is_one_line(listing_dir, tmp_path):
     code, said = _write(listing_dir, tmp_path / "shards", "--old-versions", "purge")
     assert code == 1

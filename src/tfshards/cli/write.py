@@ -155,7 +155,9 @@ def _diff_hint(out: str, base: str, new: str, old_versions: str) -> str:
 
 
 def _remove_old_versions(config: WriteConfig, manifest: str) -> None:
-    """Delete the other finished, idle versions under ``config.out`` and say so."""
+    """Delete the other finished, idle versions under ``config.out``, and the folders of
+    writes given up (no manifest, no live lease: a write that failed on a file since
+    changed, which DVC would otherwise record in the out), and say so."""
     from tfshards.project.prune import PruneConfig, prune
 
     pruned = PruneConfig(  # local disk only: DVC's cache holds every committed version
@@ -164,6 +166,7 @@ def _remove_old_versions(config: WriteConfig, manifest: str) -> None:
         keep_refs=False,
         min_age_s=0,
         delete=True,
+        interrupted=True,
         storage_options=config.out_options,
     )
     report = prune(pruned)
