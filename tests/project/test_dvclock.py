@@ -40,7 +40,8 @@ def test_the_locked_copy_is_quiet_and_another_is_one_line(tmp_path, monkeypatch)
     assert dvclock.unlocked("data/manifest.json") is None
     manifest.write_bytes(b'{"experiment": 1}')
     line = dvclock.unlocked("data/manifest.json")
-    assert line is not None and "\n" not in line and "dvc checkout" in line
+    assert line is not None and "\n" not in line
+    assert line.endswith("; `dvc checkout` first grows from the committed version")
     assert dvclock.unlocked("data/other.json") is None  # not a locked output
 
 
@@ -87,6 +88,38 @@ def test_a_manifest_the_workspace_lock_records_but_heads_does_not_is_one_line(
     line = dvclock.unlocked("data/manifest.json")
     assert line is not None and "\n" not in line
     assert line.startswith("data/manifest.json: expected the version HEAD's dvc.lock records")
+    # `dvc checkout` alone restores what the workspace lock records: this very manifest
+    assert line.endswith(
+        "`git checkout dvc.lock && dvc checkout` first grows from the committed version"
+    )
     _lock(tmp_path, b'{"committed": 1}')
     manifest.write_bytes(b'{"committed": 1}')
     assert dvclock.unlocked("data/manifest.json") is None
+
+
+def test_the_diff_hint_asks_for_head_only_when_the_old_version_is_committed(
+    make_raw, tmp_path, monkeypatch
+):
+    """Grown from a manifest no lock records, the old version is in no commit of HEAD's:
+    `dvc get --rev HEAD` would not bring it back."""
+    import shutil
+
+    monkeypatch.chdir(tmp_path)
+    raw = make_raw(12, 16, classes=2)
+    args = ["write", "data/listing", "--out", "data/shards", "--manifest", "data/manifest.json",
+            "--old-versions", "remove"]  # fmt: skip
+    hints = []
+    for lock in ("the manifest", "another"):
+        write_listing(list_files(str(raw)), "data/listing")
+        assert CliRunner().invoke(app, args).exit_code == 0
+        recorded = Path("data/manifest.json").read_bytes() if lock == "the manifest" else b"x"
+        _lock(tmp_path, recorded)
+        first = sorted(raw.rglob("*.jpg"))[0]
+        shutil.copyfile(first, first.with_name(f"added-{len(hints)}.jpg"))
+        write_listing(list_files(str(raw)), "data/listing")
+        grown = CliRunner().invoke(app, args)
+        assert grown.exit_code == 0, grown.output
+        hints.append(next(line for line in grown.stdout.splitlines() if "dvc get" in line))
+    assert "--rev HEAD -o" in hints[0] and "REV a commit" not in hints[0]
+    assert "--rev REV -o" in hints[1]
+    assert hints[1].endswith(", REV a commit that holds it (an uncommitted one is gone))")

@@ -50,7 +50,7 @@ def _write(values: dict[str, Any]) -> None:
             "keep, and `tfshards prune` to delete versions you no longer need",
             option="old_versions",
         )
-    _warn_unlocked(config)
+    committed = not _warn_unlocked(config)
     if values["near_duplicates"]:
         typer.echo(
             "warning: write.near_duplicates is no longer write's: validate hashes the images. "
@@ -76,7 +76,7 @@ def _write(values: dict[str, Any]) -> None:
     if config.exif != "ignore" and result.rotated:
         done = "stored upright" if config.exif == "apply" else "stored as they are (exif: warn)"
         typer.echo(f"{result.rotated} files with an EXIF orientation of 2-8 {done}")
-    _say_lineage(result, config, values["old_versions"])
+    _say_lineage(result, config, values["old_versions"], committed)
     if values["old_versions"] == "remove":
         _remove_old_versions(config, storage.join(m.directory, MANIFEST_NAME))
 
@@ -87,7 +87,7 @@ def _reused(result: Any) -> str:
     return f"{kept} shards reused" + (f", {result.resumed} resumed" if result.resumed else "")
 
 
-def _say_lineage(result: Any, config: WriteConfig, old_versions: str) -> None:
+def _say_lineage(result: Any, config: WriteConfig, old_versions: str, committed: bool) -> None:
     """The lines on the version this one came from: kept, grown from it, or written anew."""
     from tfshards.shardset import diff
 
@@ -103,11 +103,12 @@ def _say_lineage(result: Any, config: WriteConfig, old_versions: str) -> None:
     elif m.base:
         c = m.changes
         records = "record" if c.get("added", 0) == 1 else "records"
+        hint = _diff_hint(config.out, result.base_directory, m.fingerprint, old_versions, committed)
         typer.echo(
             f"grew from version {m.base}: {c.get('added', 0)} {records} added, "
             f"{c.get('removed', 0)} removed, {c.get('changed', 0)} changed, "
             f"{c.get('relabeled', 0)} relabeled, {c.get('labels_added', 0)} labels added "
-            f"({_diff_hint(config.out, result.base_directory, m.fingerprint, old_versions)})"
+            f"({hint})"
         )
         line = diff.moved_files_line(m)
         if line:
@@ -125,29 +126,33 @@ def _say_lineage(result: Any, config: WriteConfig, old_versions: str) -> None:
         )
 
 
-def _warn_unlocked(config: WriteConfig) -> None:
-    """Say so when the manifest this write grows from is not the one ``dvc.lock`` records."""
+def _warn_unlocked(config: WriteConfig) -> bool:
+    """Say so when the manifest this write grows from is not the one ``dvc.lock`` records
+    (or HEAD's does); whether it said so."""
     copy = config.manifest_copy
     if config.previous != "auto" or not copy or "://" in copy or not os.path.isfile("dvc.lock"):
-        return
+        return False
     from tfshards.project import dvclock
 
     line = dvclock.unlocked(copy)
     if line:
         typer.echo(f"warning: {line}", err=True)
+    return bool(line)
 
 
-def _diff_hint(out: str, base: str, new: str, old_versions: str) -> str:
+def _diff_hint(out: str, base: str, new: str, old_versions: str, committed: bool) -> str:
     """The command that lists a grown version's changes: the old version is where it
     is (``base``, its folder), unless this write removes it from ``out``, then in DVC's
-    cache (the version committed last)."""
+    cache, at HEAD when ``committed`` (else at a commit that holds it, if any)."""
     out = out.rstrip("/")
     old = posixpath.basename(base.rstrip("/"))
     if old_versions == "remove":
         got = os.path.join(tempfile.gettempdir(), f"tfshards-{old}")  # outside the repository
+        rev = "HEAD" if committed else "REV"
+        where = "" if committed else ", REV a commit that holds it (an uncommitted one is gone)"
         return (
-            f"the old version is removed from {out} next; `dvc get . {out} --rev HEAD -o "
-            f"{got}`, then `tfshards diff {got}/{old} {out}/{new}` lists them"
+            f"the old version is removed from {out} next; `dvc get . {out} --rev {rev} -o "
+            f"{got}`, then `tfshards diff {got}/{old} {out}/{new}` lists them{where}"
         )
     there = posixpath.dirname(base.rstrip("/"))
     same = there == out or ("://" not in out and os.path.abspath(there) == os.path.abspath(out))

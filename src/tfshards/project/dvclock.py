@@ -62,11 +62,15 @@ def unlocked(path: str, lock: str = LOCK) -> str | None:
 
 
 def _line(path: str, where: str, expected: str, found: str) -> str:
+    # The workspace lock agrees with the manifest: `dvc checkout` alone would restore it.
+    restore = (
+        "git checkout dvc.lock && dvc checkout" if where.startswith("HEAD") else "dvc checkout"
+    )
     return (
         f"{path}: expected the version {where} records (md5 {expected[:12]}), found another "
-        f"(md5 {found[:12]}: an experiment's output left in the workspace?); this write grows "
-        "from it, so its version differs from the committed one's; `dvc checkout` first "
-        "grows from the committed version"
+        f"(md5 {found[:12]}: an uncommitted run's or an experiment's output?); this write "
+        "grows from it, so its version differs from the committed one's; "
+        f"`{restore}` first grows from the committed version"
     )
 
 
