@@ -74,7 +74,7 @@ def test_diff_prints_counts_and_paths_and_writes_metrics(shards: Path, tmp_path:
         f"new: {new} (7 records, 1 shards)",
         "records: 3 added, 1 removed, 1 changed, 1 relabeled, 2 unchanged",
         "records per label: cat -2, dog +4",
-        "buckets: 0 records moved to another bucket",
+        "buckets: 0 records under the same path moved to another bucket",
         "added (3):",
         "  dog/0.jpg",
         "  dog/1.jpg",
@@ -95,6 +95,7 @@ def test_diff_prints_counts_and_paths_and_writes_metrics(shards: Path, tmp_path:
             "unchanged": 2,
             "labels_added": 0,
             "labels_removed": 0,
+            "labels_emptied": 0,
             "ids_changed": 0,
             "moved_paths": 0,
             "moved_files": 0,
@@ -109,7 +110,7 @@ def test_version_names_are_looked_up_under_out(shards: Path) -> None:
     assert result.stdout.splitlines()[2:] == [
         "records: 3 added, 1 removed, 1 changed, 1 relabeled, 2 unchanged",
         "records per label: cat -2, dog +4",
-        "buckets: 0 records moved to another bucket",
+        "buckets: 0 records under the same path moved to another bucket",
     ]
 
 
@@ -180,3 +181,19 @@ def test_no_note_when_every_path_was_renamed(tmp_path: Path) -> None:
     result = runner.invoke(app, ["diff", OLD_NAME, NEW_NAME, "--out", str(out), "--no-paths"])
     assert result.exit_code == 0, result.output
     assert "note:" not in result.output and "moved: 1 file" in result.output
+
+
+def test_a_renamed_label_folder_says_the_old_label_is_now_without_records(tmp_path: Path):
+    """The label map keeps the old name's id (ids never move): "labels removed" stayed
+    empty, though a model trained on it keeps an output for a class with no records."""
+    out = tmp_path / "shards"
+    write_version(
+        out, OLD_NAME, ("cat", "dog"), [("cat/0.jpg", tok("c"), 0), ("dog/1.jpg", tok("d"), 1)]
+    )
+    new_rows = [("cat/0.jpg", tok("c"), 0), ("puppy/1.jpg", tok("d"), 2)]
+    write_version(out, NEW_NAME, ("cat", "dog", "puppy"), new_rows)
+    args = ["diff", OLD_NAME, NEW_NAME, "--out", str(out), "--no-paths"]
+    result = runner.invoke(app, [*args, "--metrics", str(tmp_path / "d.json")])
+    assert result.exit_code == 0, result.output
+    assert "labels now without records: dog (their ids stay" in result.output
+    assert json.loads((tmp_path / "d.json").read_text())["diff"]["labels_emptied"] == 1

@@ -102,6 +102,7 @@ def test_records_are_matched_by_path_and_labels_by_name(tmp_path: Path) -> None:
         "unchanged": 3,
         "labels_added": 1,
         "labels_removed": 0,
+        "labels_emptied": 0,
         "ids_changed": 2,
         "moved_paths": 0,
         "moved_files": 0,
@@ -112,7 +113,7 @@ def test_records_are_matched_by_path_and_labels_by_name(tmp_path: Path) -> None:
         "records per label: bird +1, cat -2, dog +1",
         "labels added: bird",
         "label ids changed: cat 0->1, dog 1->2",
-        "buckets: 0 records moved to another bucket",
+        "buckets: 0 records under the same path moved to another bucket",
     ]
 
 

@@ -68,9 +68,10 @@ def _members(m: Manifest) -> dict[str, tuple[str, int]]:
 def _compared(old: Manifest, new: Manifest) -> dict[str, int]:
     """What ``tfshards diff`` finds from the member lists: the writer's counts must agree.
 
-    The manifest keeps no ``moved_paths``, and ``moved_files`` only when there are any."""
+    The manifest keeps no ``moved_paths`` or ``labels_emptied``, and ``moved_files`` only
+    when there are any."""
     found = diff.compare(old, new, diff.load_members(old), diff.load_members(new)).to_metrics()
-    del found["moved_paths"]
+    del found["moved_paths"], found["labels_emptied"]
     if not found["moved_files"]:
         del found["moved_files"]
     return found

@@ -50,6 +50,9 @@ class Changes:
     label_deltas: Mapping[str, int] = field(default_factory=dict)  # name: new - old, non-zero
     labels_added: tuple[str, ...] = ()  # names in the new label map only
     labels_removed: tuple[str, ...] = ()  # names in the old label map only
+    # labels both maps hold that had records and have none now (a renamed folder: the id
+    # stays, and with it a model's output for a class with no records)
+    labels_emptied: tuple[str, ...] = ()
     ids_changed: Mapping[str, tuple[int, int]] = field(default_factory=dict)  # (old, new) id
     moved_buckets: int | None = None  # records in both whose shard's bucket differs
     buckets_note: str = ""
@@ -72,6 +75,7 @@ class Changes:
             "unchanged": self.unchanged,
             "labels_added": len(self.labels_added),
             "labels_removed": len(self.labels_removed),
+            "labels_emptied": len(self.labels_emptied),
             "ids_changed": len(self.ids_changed),
             "moved_paths": len(self.moved_paths),
             "moved_files": None if self.moved_buckets is None else self.moved_files,
@@ -95,13 +99,22 @@ class Changes:
             out.append(f"labels added: {', '.join(self.labels_added)}")
         if self.labels_removed:
             out.append(f"labels removed: {', '.join(self.labels_removed)}")
+        if self.labels_emptied:
+            out.append(
+                f"labels now without records: {', '.join(self.labels_emptied)} (their ids "
+                "stay, and a model's outputs for them; write.labels without them and "
+                "--relabel drop them)"
+            )
         if self.ids_changed:
             moved = ", ".join(f"{n} {a}->{b}" for n, (a, b) in self.ids_changed.items())
             out.append(f"label ids changed: {moved}")
         if self.moved_buckets is None:
             out.append(f"buckets: not comparable ({self.buckets_note})")
         else:
-            out.append(f"buckets: {self.moved_buckets} records moved to another bucket")
+            out.append(
+                f"buckets: {self.moved_buckets} records under the same path moved to another "
+                "bucket"
+            )
         if self.moved_paths:
             n = len(self.moved_paths)
             crossed = (
@@ -205,6 +218,7 @@ def compare(
         label_deltas=_deltas(old.labels, known.counts, new.labels, new_counts),
         labels_added=tuple(sorted(set(new.labels) - set(old.labels))),
         labels_removed=tuple(sorted(set(old.labels) - set(new.labels))),
+        labels_emptied=_emptied(old.labels, known.counts, new.labels, new_counts),
         ids_changed=_ids_changed(old.labels, new.labels),
         moved_buckets=None if note else moved,
         buckets_note=note,
@@ -315,6 +329,17 @@ def _deltas(
     for name, n in zip(old_labels, old_counts, strict=True):
         delta[name] = delta.get(name, 0) - n
     return {name: n for name, n in sorted(delta.items()) if n}
+
+
+def _emptied(
+    old_labels: Sequence[str],
+    old_counts: list[int],
+    new_labels: Sequence[str],
+    new_counts: list[int],
+) -> tuple[str, ...]:
+    had = {name for name, n in zip(old_labels, old_counts, strict=True) if n}
+    empty = {name for name, n in zip(new_labels, new_counts, strict=True) if not n}
+    return tuple(sorted(had & empty))
 
 
 def _ids_changed(old: Sequence[str], new: Sequence[str]) -> dict[str, tuple[int, int]]:
