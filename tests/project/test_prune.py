@@ -251,6 +251,50 @@ def test_branches_experiments_and_a_project_in_a_subfolder_keep_their_versions(
     assert _actions(prune(PruneConfig(manifest=manifest)))[names[2]] == "keep"
 
 
+@pytest.mark.slow
+def test_detached_head_tags_of_anything_and_a_linked_manifest_keep_what_they_name(
+    write_set, listing, tmp_path, monkeypatch
+):
+    """HEAD detached at a commit of its own, a tag of a file and a tag of a tag, and the
+    manifest a link (DVC's cache.type symlink): each used to lose a version or crash."""
+    from tfshards.project import committed
+
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    _git(repo, "git", "init", "-q", "-b", "main")
+    manifest, names = repo / "manifest.json", {}
+    for seed in (1, 2, 3):
+        names[seed] = write_set(listing, repo / "shards", seed=seed, manifest_copy=str(manifest))
+        if seed == 3:
+            break  # seed 3: the workspace's, never committed
+        _git(repo, "git", "add", "manifest.json")
+        _git(repo, "git", "commit", "-qm", f"seed {seed}")
+        if seed == 1:
+            _git(repo, "git", "tag", "-a", "inner", "-m", "one")
+            _git(repo, "git", "tag", "-a", "outer", "-m", "a tag of a tag", "inner")
+            _git(repo, "git", "checkout", "-q", "--detach")
+    blob = subprocess.run(["git", "hash-object", "-w", "manifest.json"], cwd=repo,
+                          capture_output=True, text=True, check=True).stdout.strip()  # fmt: skip
+    _git(repo, "git", "tag", "a-file", blob)
+    (repo / "store").mkdir()
+    manifest.rename(repo / "store" / "m")
+    manifest.symlink_to(repo / "store" / "m")
+    for child in (repo / "shards").iterdir():
+        _age(child)
+    report = prune(PruneConfig(manifest=str(manifest)))
+    reasons = {v.name: v.reason for v in report.versions}
+    assert reasons == {
+        names[1].fingerprint: "referenced by the manifest of branch main",
+        names[2].fingerprint: "referenced by the manifest of HEAD",
+        names[3].fingerprint: "referenced by the current manifest",
+    }
+    _git(repo, "git", "checkout", "-q", "--orphan", "fresh")  # an unborn branch beside others
+    assert committed.history(str(manifest), 2) == []
+    monkeypatch.chdir(repo)
+    with pytest.raises(InputError, match=r"^s3://b/m\.json: expected the manifest's path"):
+        committed.at_refs("s3://b/m.json")
+
+
 def test_keep_commits_in_a_repository_without_commits_keeps_nothing_more(versions, tmp_path):
     _git(tmp_path, "git", "init", "-q")
     report = prune(PruneConfig(manifest=str(tmp_path / "m.json"), keep_commits=3))

@@ -317,6 +317,8 @@ def test_a_shard_listed_twice_or_no_shard_is_one_line(shard_set, training):
         loader.make_dataset(twice, manifest, batch_size=8, training=training)
     with pytest.raises(ConfigError, match=r"^no shards to read \(an empty split\?\)$"):
         loader.make_dataset([], manifest, batch_size=8, training=training)
+    with pytest.raises(ConfigError, match=r"^data-00003-of-00008.tfrecord: listed twice in"):
+        loader.steps_per_epoch(twice, 8)
 
 
 # ----------------------------------------------------------------------------- damage

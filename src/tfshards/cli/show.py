@@ -102,7 +102,7 @@ def show_command(
     ]
     unshown: list[str] = []
     _save(open_url, sheet, sheets.contact_sheet(picked, columns, unshown=unshown))
-    typer.echo(f"{len(picked)} images -> {sheet}")
+    typer.echo(f"{len(picked)} image{'s' if len(picked) != 1 else ''} -> {sheet}")
     for line in unshown:
         typer.echo(f"warning: left as an empty cell: {line}", err=True)
 

@@ -59,12 +59,22 @@ def tracked(manifest: str) -> Tracked:
     """Where the repository holding ``manifest`` records it.
 
     Raises:
-        InputError: not in a git repository, or git cannot run.
+        InputError: a URL (git names no URL: the manifest's path in the repository is
+            needed), not in a git repository, or git cannot run.
     """
+    if "://" in manifest:
+        raise InputError(
+            f"{manifest}: expected the manifest's path in the git repository "
+            "(data/manifest.json), found a URL",
+            path=manifest,
+        )
     path = os.path.abspath(manifest)
     folder = os.path.dirname(path)
     top = os.path.realpath(_git(folder, "rev-parse", "--show-toplevel").strip())
-    path, folder = os.path.realpath(path), os.path.realpath(folder)
+    # The folder's links resolved, not the file's: DVC's cache.type symlink makes the
+    # manifest a link into .dvc/cache, where no commit names it.
+    folder = os.path.realpath(folder)
+    path = os.path.join(folder, os.path.basename(path))
     project = folder  # the nearest folder with a .dvc/ up to the top: the DVC project
     while project != top and not os.path.isdir(os.path.join(project, ".dvc")):
         project = os.path.dirname(project)
@@ -97,8 +107,8 @@ def history(manifest: str, commits: int) -> list[tuple[str, Manifest]]:
         raise InputError(
             f"--keep-commits {commits} reads the manifest's git history: {exc}", path=manifest
         ) from None
-    if not _git(t.top, "rev-list", "-n1", "--all").strip():
-        return []  # a repository without commits: no history to keep
+    if not _head(t.top):
+        return []  # an unborn branch: no history to keep
     shas = _git(
         t.top, "log", f"-n{commits}", "--format=%H", "--", t.rel, f"{t.rel}.dvc", t.lock
     ).split()
@@ -108,31 +118,45 @@ def history(manifest: str, commits: int) -> list[tuple[str, Manifest]]:
 
 
 def at_refs(manifest: str) -> list[tuple[str, Manifest]]:
-    """``(what, manifest)`` at the tip of each branch (local and remote-tracking), tag and
-    DVC experiment that records another manifest than the workspace's (``what``: ``"branch
-    main"``, ``"tag v1"``, ``"experiment s7"``); none outside a git repository.
+    """``(what, manifest)`` at HEAD and the tip of each branch (local and remote-tracking),
+    tag and DVC experiment that records another manifest than the workspace's (``what``:
+    ``"HEAD"``, ``"branch main"``, ``"tag v1"``, ``"experiment s7"``); none outside a git
+    repository.
 
     A tip whose lock (or ``.dvc`` file) records the workspace manifest's md5 is that
     manifest: it is not read again, so a clone holding only the current version's data
-    prunes all the same.
+    prunes all the same. A ref to anything but a commit (a tag of a file) is passed over.
 
     Raises:
         InputError: a tip records another manifest and it cannot be read (not in the DVC
-            cache, nor on the remote).
+            cache, nor on the remote); a URL for ``manifest`` in a git repository (which
+            refs name which version cannot be told).
     """
+    if "://" in manifest:
+        try:
+            _git(os.getcwd(), "rev-parse", "--show-toplevel")
+        except InputError:
+            return []  # no repository here: no ref to keep
+        tracked(manifest)  # refuses the URL in one line
     try:
         t = tracked(manifest)
     except InputError:
         return []
     refs = _git(
-        t.top, "for-each-ref", "--format=%(refname) %(objectname) %(*objectname)", *_ALL_REFS
+        t.top,
+        "for-each-ref",
+        "--format=%(refname) %(objectname) %(objecttype) %(*objectname) %(*objecttype)",
+        *_ALL_REFS,
     )
+    tips = [("HEAD", head, "commit", "", "")] if (head := _head(t.top)) else []
+    tips += [tuple(line.split(" ")) for line in refs.splitlines()]  # type: ignore[misc]
     found, seen = [], set()
-    for line in refs.splitlines():
-        name, sha, *peeled = line.split(" ")
-        sha = next((p for p in peeled if p), sha)  # an annotated tag: its commit
+    for name, sha, kind, peeled, peeled_kind in tips:
+        sha, kind = (peeled, peeled_kind) if peeled else (sha, kind)  # an annotated tag
+        if kind == "tag":  # a tag of a tag: peeled all the way
+            sha, kind = _head(t.top, sha), "commit"
         what, way_out = _ref(name)
-        if not what or sha in seen:
+        if not what or kind != "commit" or not sha or sha in seen:
             continue
         seen.add(sha)
         if t.md5 and _recorded_md5(t, sha) == t.md5:
@@ -143,9 +167,19 @@ def at_refs(manifest: str) -> list[tuple[str, Manifest]]:
     return found
 
 
+def _head(top: str, rev: str = "HEAD") -> str:
+    """The commit ``rev`` (HEAD) names; "" when none (an unborn branch, a tag of a file)."""
+    try:
+        return _git(top, "rev-parse", "--verify", "-q", f"{rev}^{{commit}}").strip()
+    except InputError:
+        return ""
+
+
 def _ref(name: str) -> tuple[str, str]:
     """What a ref is called in a line, and the way out when its manifest cannot be read;
     ``("", "")`` for refs not kept (DVC's bookkeeping, a remote's ``HEAD``)."""
+    if name == "HEAD":
+        return "HEAD", _REF_WAY_OUT
     experiment = _EXPERIMENT.match(name)
     if experiment:
         label = experiment["name"]

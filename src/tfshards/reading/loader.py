@@ -288,7 +288,15 @@ def steps_per_epoch(
     """Whole batches in one training epoch of ``shards`` for worker ``(index, count)``
     (``order="epoch"``): ``(records // count) // batch_size``. 0 when ``batch_size`` is
     above a worker's records an epoch: pass ``max(1, ...)`` to ``fit`` (as the train
-    stage does), each step then a batch across epoch boundaries."""
+    stage does), each step then a batch across epoch boundaries.
+
+    Raises:
+        ConfigError: a shard listed twice (its records would count twice).
+    """
+    names = [s.name for s in shards]
+    if len(set(names)) != len(names):
+        twice = next(n for n in names if names.count(n) > 1)
+        raise ConfigError(f"{twice}: listed twice in shards: its records would count twice")
     return sum(s.records for s in shards) // max(1, worker[1]) // batch_size
 
 

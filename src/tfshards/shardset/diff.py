@@ -112,8 +112,7 @@ class Changes:
             out.append(f"buckets: not comparable ({self.buckets_note})")
         else:
             out.append(
-                f"buckets: {self.moved_buckets} records under the same path moved to another "
-                "bucket"
+                f"buckets: {self.moved_buckets} records under the same path moved to another bucket"
             )
         if self.moved_paths:
             n = len(self.moved_paths)
