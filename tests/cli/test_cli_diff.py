@@ -147,7 +147,17 @@ def test_an_unreadable_or_missing_manifest_is_one_line(shards: Path) -> None:
     assert line.startswith(f"error: {manifest}: not valid JSON (")
     missing = shards / "aaaaaaaaaaaaaaaa" / "manifest.json"
     assert _error("aaaaaaaaaaaaaaaa", NEW_NAME, "--out", str(shards)) == (
-        f"error: {missing}: manifest not found"
+        f"error: {missing}: no version aaaaaaaaaaaaaaaa under {shards}; a version removed "
+        f"from it (write.old_versions: remove) comes back with `dvc get . {shards} --rev REV "
+        "-o DIR` (REV a commit that holds it), then `tfshards diff DIR/aaaaaaaaaaaaaaaa ...`"
+    )
+    (shards / "bbbbbbbbbbbbbbbb").mkdir()  # a folder without manifest: said as such
+    assert _error("bbbbbbbbbbbbbbbb", NEW_NAME, "--out", str(shards)).endswith(
+        "manifest.json: no version bbbbbbbbbbbbbbbb under " + str(shards) + "; a version "
+        "removed from it (write.old_versions: remove) comes back with `dvc get . "
+        + str(shards)
+        + " --rev REV -o DIR` (REV a commit that holds it), then "
+        "`tfshards diff DIR/bbbbbbbbbbbbbbbb ...`"
     )
 
 

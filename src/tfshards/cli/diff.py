@@ -13,6 +13,7 @@ import typer
 
 from tfshards import storage
 from tfshards.cli._common import one_line_errors
+from tfshards.errors import InputError
 from tfshards.shardset.layout import MANIFEST_NAME
 
 if TYPE_CHECKING:
@@ -34,6 +35,22 @@ def manifest_url(spec: str, out: str) -> str:
         return storage.join(out, spec, MANIFEST_NAME)
     fs, path = storage.open_url(spec)
     return storage.join(spec, MANIFEST_NAME) if fs.isdir(path) else spec
+
+
+def _named(spec: str, out: str) -> str:
+    """:func:`manifest_url`; a version name not under ``out`` is one line saying where
+    such a version is (``old_versions: remove`` deletes the old one at each write)."""
+    url = manifest_url(spec, out)
+    if VERSION_NAME.fullmatch(spec) and not os.path.exists(spec):
+        fs, path = storage.open_url(url)
+        if not fs.exists(path):
+            raise InputError(
+                f"{url}: no version {spec} under {out}; a version removed from it "
+                f"(write.old_versions: remove) comes back with `dvc get . {out} --rev REV -o "
+                f"DIR` (REV a commit that holds it), then `tfshards diff DIR/{spec} ...`",
+                path=url,
+            )
+    return url
 
 
 def path_lines(what: str, paths: Sequence[str], limit: int) -> list[str]:
@@ -112,7 +129,7 @@ def diff_command(
     from tfshards.shardset.diff import compare, load_members
     from tfshards.shardset.manifest import load
 
-    old_manifest, new_manifest = (load(manifest_url(s, out)) for s in (old, new))
+    old_manifest, new_manifest = (load(_named(s, out)) for s in (old, new))
     changes = compare(
         old_manifest, new_manifest, load_members(old_manifest), load_members(new_manifest)
     )
