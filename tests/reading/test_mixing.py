@@ -169,10 +169,13 @@ def test_a_shard_in_two_sources_is_refused_and_halves_of_one_set_mix(two_sets):
     with pytest.raises(ConfigError) as info:
         mixing.mix_datasets(twice, batch_size=4, **KW)
     assert str(info.value) == (
-        f"source 1 and source 0 both hold shard {a.shards[1].name} of version {a.fingerprint}: "
-        "its records would come twice per mixed epoch; give each shard to one source "
+        f"sources 0 and 1 hold shard {a.shards[1].name} of version {a.fingerprint} twice: "
+        "its records would come twice per mixed epoch; give each shard to one source, once "
         "(a weight sets how often)"
     )
+    within = [mixing.Source((*a.shards, a.shards[0]), a, 1.0)]
+    with pytest.raises(ConfigError, match=rf"^source 0 lists shard {a.shards[0].name} of"):
+        mixing.mix_datasets(within, batch_size=4, **KW)
     halves = [mixing.Source(a.shards[:2], a, 0.5), mixing.Source(a.shards[2:], a, 0.5)]
     assert mixing.validation_dataset(halves, batch_size=4, **KW).cardinality() > 0
 

@@ -243,10 +243,13 @@ def _check_disjoint(sources: Sequence[Source]) -> None:
         for shard in source.shards:
             key = (source.manifest.fingerprint, shard.name)
             if key in seen:
+                held = (
+                    f"source {i} lists" if seen[key] == i else f"sources {seen[key]} and {i} hold"
+                )
                 raise ConfigError(
-                    f"source {i} and source {seen[key]} both hold shard {shard.name} of "
-                    f"version {source.manifest.fingerprint}: its records would come twice per "
-                    "mixed epoch; give each shard to one source (a weight sets how often)"
+                    f"{held} shard {shard.name} of version {source.manifest.fingerprint} "
+                    "twice: its records would come twice per mixed epoch; give each shard to "
+                    "one source, once (a weight sets how often)"
                 )
             seen[key] = i
 
