@@ -140,6 +140,27 @@ def test_a_moved_version_directory_is_found_from_its_own_manifest(listing, tmp_p
     assert CliRunner().invoke(app, ["validate", str(moved / MANIFEST_NAME)]).exit_code == 0
 
 
+def test_a_version_directory_copied_under_another_name_is_its_own_root(
+    listing, tmp_path, monkeypatch
+):
+    """`cp -r data/shards/<version> /elsewhere/tamper`: the shards beside the manifest are
+    checked (the folder's name, not the version's, is the one problem left)."""
+    fingerprint = _write_in(tmp_path / "A", listing, 1, monkeypatch)
+    renamed = tmp_path / "elsewhere" / "tamper"
+    shutil.copytree(tmp_path / "A/data/shards" / fingerprint, renamed)
+    assert load(str(renamed / MANIFEST_NAME)).directory == str(renamed)
+    checked = CliRunner().invoke(app, ["validate", str(renamed / MANIFEST_NAME)])
+    assert (
+        f"expected the fingerprint tamper (its version folder's name), found '{fingerprint}'"
+        in (checked.output)
+    )
+    assert ": 1 problem in " in checked.output
+    (renamed / load(str(renamed / MANIFEST_NAME)).shards[1].name).write_bytes(b"tampered")
+    checked = CliRunner().invoke(app, ["validate", str(renamed / MANIFEST_NAME)])
+    assert "data-00001-of-00002.tfrecord: size mismatch: expected" in checked.output
+    assert checked.exit_code == 1 and "Traceback" not in checked.output
+
+
 def test_a_folder_given_as_the_manifest_is_read_through_the_manifest_in_it(
     listing, tmp_path, monkeypatch
 ):

@@ -325,7 +325,10 @@ def locate(manifest: Manifest, fs: Any, path: str, url: str) -> str:
     manifest inside a folder named by its fingerprint is in its version
     directory; a copy elsewhere (the DVC-tracked ``data/manifest.json``) has
     ``root`` under its own folder or a folder above it, looked up to the
-    project's top (the first folder holding ``.dvc`` or ``.git``).
+    project's top (the first folder holding ``.dvc`` or ``.git``); failing
+    those, a folder holding the manifest's first shard beside it is a version
+    directory copied under another name (every shard is checked against the
+    manifest all the same).
 
     Raises:
         InputError: a relative ``root`` that is under none of those folders.
@@ -339,6 +342,8 @@ def locate(manifest: Manifest, fs: Any, path: str, url: str) -> str:
     found = storage.find_upward(fs, folder, root)
     if found is not None and fs.isdir(found):
         return storage.unstrip(fs, found)
+    if manifest.shards and fs.isfile(posixpath.join(folder, manifest.shards[0].name)):
+        return storage.unstrip(fs, folder)  # a version directory copied under another name
     raise InputError(
         f"{url}: root: expected the version directory {root} under the manifest's folder or "
         f"one above it, up to the project's top (a folder with .dvc or .git); found it "
