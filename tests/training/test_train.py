@@ -539,3 +539,28 @@ def test_a_tensorflow_error_the_records_cause_is_one_line(tmp_path: Path) -> Non
     train_config = TrainConfig(manifest=manifest, **TINY, **_outputs(tmp_path))  # type: ignore[arg-type]
     with pytest.raises(InputError, match=r"training stopped: Invalid JPEG data, size \d+ \("):
         train(train_config)
+
+
+def test_a_truncated_image_stops_training_naming_it_and_the_checks_that_find_it(
+    tmp_path: Path,
+) -> None:
+    """A cut JPEG passes write and validate's defaults (its header is whole): the stage names
+    the record, and how validate would have found it or write left it out."""
+    from tfshards.errors import RecordError
+    from tfshards.project.sample import write_synthetic
+
+    write_synthetic(str(tmp_path / "img"), 24, 16, workers=1)
+    last = sorted((tmp_path / "img").rglob("*.jpg"))[-1]
+    last.write_bytes(last.read_bytes()[:200])
+    manifest = str(tmp_path / "manifest.json")
+    config = WriteConfig(out=str(tmp_path / "shards"), num_shards=2, manifest_copy=manifest)
+    write(config, list_files(str(tmp_path / "img")), progress=False)
+    train_config = TrainConfig(manifest=manifest, **TINY, **_outputs(tmp_path))  # type: ignore[arg-type]
+    with pytest.raises(RecordError) as stopped:
+        train(train_config)
+    said = str(stopped.value)
+    assert last.relative_to(tmp_path / "img").as_posix() in said
+    assert said.endswith(
+        "; `validate.decode: true` (validate --decode) finds such records before training, "
+        "`write.on_error: skip` leaves them out of the shards"
+    )

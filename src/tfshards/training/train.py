@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from tfshards import atomicfile, jsonfile, storage
-from tfshards.errors import ConfigError, InputError
+from tfshards.errors import ConfigError, InputError, RecordError
 from tfshards.shardset import manifest as manifests
 from tfshards.shardset.manifest import Manifest
 from tfshards.shardset.split import Split, split
@@ -142,6 +142,16 @@ def train(
             fitted = _fit(config, data, steps, placement, log, on_batch)
             metrics = _finish(config, data, placement, steps, fitted, started)
         _write_outputs(config, metrics, parts, fitted.checkpoint)
+    except RecordError as exc:
+        if "does not decode as an image" not in str(exc):
+            raise
+        raise RecordError(  # validate and write could have said so, or left it out
+            f"{exc}; `validate.decode: true` (validate --decode) finds such records before "
+            "training, `write.on_error: skip` leaves them out of the shards",
+            shard=exc.shard,
+            index=exc.index,
+            offset=exc.offset,
+        ) from exc
     finally:
         workerrole.remove(own_folder)
     return TrainResult(metrics, fitted.results, parts)
