@@ -122,7 +122,7 @@ def test_a_5_gb_file_is_refused_before_it_is_read(huge_listing, tmp_path, loop):
     line = _one_line(code, stderr)
     assert line == (
         f"error: {raw}/00/huge.jpg: file too large: expected at most {MAX_FILE_BYTES} bytes, "
-        f"found {5 << 30}"
+        f"found {5 << 30}; write.on_error: skip leaves such files out"
     )
 
 

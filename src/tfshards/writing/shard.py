@@ -193,14 +193,13 @@ class _Rejects:
     found: list[Reject] = field(default_factory=list)
 
     def add(self, exc: OSError | InputError, entry: Entry) -> None:
-        if self.on_error == "fail" or isinstance(
-            exc, (TransformOutputError, errors.StaleListingError)
-        ):
-            raise _as_input_error(exc, self.source, entry.path) from exc
+        late = isinstance(exc, (TransformOutputError, errors.StaleListingError))
+        if self.on_error == "fail" or late:
+            hint = not late and isinstance(exc, InputError) and _is_content(exc)
+            raise _as_input_error(exc, self.source, entry.path, hint) from exc
         # Its bytes as listed were the problem: left out again while they stay so. Not a
         # read error, nor bytes that changed after the listing: the next write reads it.
-        content = isinstance(exc, InputError) and not isinstance(exc, ChangedSinceListingError)
-        token = entry.token if content else ""
+        token = entry.token if isinstance(exc, InputError) and _is_content(exc) else ""
         self.found.append(Reject(entry.path, _reason(exc), token))
 
 
@@ -222,11 +221,18 @@ def _frame_batch(
         rejects.found[first:] = sorted(rejects.found[first:], key=lambda r: order[r.path])
 
 
-def _as_input_error(exc: Exception, source: str, rel: str) -> InputError:
-    """Re-raise a per-file problem with the file's full location in front."""
+def _is_content(exc: InputError) -> bool:
+    """A problem of the file's bytes as listed (not bytes that changed after the listing)."""
+    return not isinstance(exc, ChangedSinceListingError)
+
+
+def _as_input_error(exc: Exception, source: str, rel: str, hint: bool = False) -> InputError:
+    """Re-raise a per-file problem with the file's full location in front; ``hint``: say
+    how to write the set without such files."""
     where = storage.join(source, rel)
     if isinstance(exc, InputError):
-        return type(exc)(f"{where}: {_reason(exc)}", **{**_attrs(exc), "path": rel})
+        skip = "; write.on_error: skip leaves such files out" if hint else ""
+        return type(exc)(f"{where}: {_reason(exc)}{skip}", **{**_attrs(exc), "path": rel})
     return InputError(f"{where}: cannot read: {_reason(exc)}", path=rel)
 
 
