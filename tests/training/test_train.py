@@ -545,7 +545,8 @@ def test_a_truncated_image_stops_training_naming_it_and_the_checks_that_find_it(
     tmp_path: Path,
 ) -> None:
     """A cut JPEG passes write and validate's defaults (its header is whole): the stage names
-    the record, and how validate would have found it or write left it out."""
+    the record, and how validate would have found it (write reads headers only, so
+    on_error: skip would keep it)."""
     from tfshards.errors import RecordError
     from tfshards.project.sample import write_synthetic
 
@@ -561,6 +562,6 @@ def test_a_truncated_image_stops_training_naming_it_and_the_checks_that_find_it(
     said = str(stopped.value)
     assert last.relative_to(tmp_path / "img").as_posix() in said
     assert said.endswith(
-        "; `validate.decode: true` (validate --decode) finds such records before training, "
-        "`write.on_error: skip` leaves them out of the shards"
+        "; `validate.decode: true` (validate --decode) finds such records before training: "
+        "replace or remove the file, and run the pipeline again"
     )

@@ -145,9 +145,9 @@ def train(
     except RecordError as exc:
         if "does not decode as an image" not in str(exc):
             raise
-        raise RecordError(  # validate and write could have said so, or left it out
+        raise RecordError(  # write reads headers only: validate could have said so
             f"{exc}; `validate.decode: true` (validate --decode) finds such records before "
-            "training, `write.on_error: skip` leaves them out of the shards",
+            "training: replace or remove the file, and run the pipeline again",
             shard=exc.shard,
             index=exc.index,
             offset=exc.offset,
