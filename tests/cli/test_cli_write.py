@@ -41,7 +41,7 @@ def test_remove_leaves_only_the_new_version_and_names_what_it_deleted(listing_di
     assert code == 0, said
     (second,) = _versions(out)
     assert second != first
-    assert f"old_versions remove: deleted 1 other versions ({first})" in said
+    assert f"old_versions remove: deleted 1 other version ({first})" in said
 
 
 def test_remove_keeps_a_version_holding_a_users_file_and_says_so(listing_dir, tmp_path):
@@ -101,7 +101,7 @@ def test_remove_takes_the_folder_of_a_write_that_failed_on_a_file(make_raw, tmp_
     code, said = _write(listing, out, "--old-versions", "remove")
     assert code == 0, said
     (kept,) = _versions(out)
-    assert kept != failed and f"deleted 1 other versions ({failed})" in said
+    assert kept != failed and f"deleted 1 other version ({failed})" in said
 
 
 def test_a_value_other_than_keep_or_remove_is_one_line(listing_dir, tmp_path):

@@ -245,6 +245,7 @@ def test_an_id_change_needs_relabel_and_says_so_in_one_line(raw, tmp_path):
     done = CliRunner().invoke(app, [*args[:-3], "--relabel", *args[-3:]])  # as DVC unpacks it
     assert done.exit_code == 0, done.output
     assert "grew from version" in done.output
+    assert "0 labels added, 2 ids changed (" in done.output  # the summary hid it
     hint = re.search(r"`(tfshards diff [^`]+)` lists them", done.output)  # a command that works
     assert hint, done.output
     listed = CliRunner().invoke(app, hint[1].split()[1:])

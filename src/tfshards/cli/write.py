@@ -107,7 +107,8 @@ def _say_lineage(result: Any, config: WriteConfig, old_versions: str, committed:
         typer.echo(
             f"grew from version {m.base}: {c.get('added', 0)} {records} added, "
             f"{c.get('removed', 0)} removed, {c.get('changed', 0)} changed, "
-            f"{c.get('relabeled', 0)} relabeled, {c.get('labels_added', 0)} labels added "
+            f"{c.get('relabeled', 0)} relabeled, {c.get('labels_added', 0)} labels added"
+            f"{_label_map_changes(c)} "
             f"({hint})"
         )
         line = diff.moved_files_line(m)
@@ -124,6 +125,13 @@ def _say_lineage(result: Any, config: WriteConfig, old_versions: str, committed:
             f"buckets: kept the lineage's {kept} split buckets, not {asked}: more would move "
             "records across the split (--previous none starts a lineage with them)"
         )
+
+
+def _label_map_changes(changes: Any) -> str:
+    """``", 1 removed, 2 ids changed"`` where the label map lost labels or moved ids
+    (``--relabel``); "" otherwise."""
+    removed, moved = changes.get("labels_removed", 0), changes.get("ids_changed", 0)
+    return (f", {removed} removed" if removed else "") + (f", {moved} ids changed" if moved else "")
 
 
 def _warn_unlocked(config: WriteConfig) -> bool:
@@ -178,7 +186,8 @@ def _remove_old_versions(config: WriteConfig, manifest: str) -> None:
     gone = [v for v in report.versions if v.action == "deleted"]
     if gone:
         names = ", ".join(v.name for v in gone)
-        typer.echo(f"old_versions remove: deleted {len(gone)} other versions ({names})")
+        versions = "version" if len(gone) == 1 else "versions"
+        typer.echo(f"old_versions remove: deleted {len(gone)} other {versions} ({names})")
     current = posixpath.basename(posixpath.dirname(manifest))
     for v in report.versions:
         if v.action == "keep" and v.name != current:
