@@ -293,6 +293,8 @@ def test_detached_head_tags_of_anything_and_a_linked_manifest_keep_what_they_nam
     monkeypatch.chdir(repo)
     with pytest.raises(InputError, match=r"^s3://b/m\.json: expected the manifest's path"):
         committed.at_refs("s3://b/m.json")
+    with pytest.raises(InputError, match=r"^memory://gone/m\.json: expected the manifest's"):
+        prune(PruneConfig(manifest="memory://gone/m.json"))  # refused before it is read
 
 
 def test_keep_commits_in_a_repository_without_commits_keeps_nothing_more(versions, tmp_path):

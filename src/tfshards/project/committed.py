@@ -133,16 +133,9 @@ def at_refs(manifest: str) -> list[tuple[str, Manifest]]:
             cache, nor on the remote); a URL for ``manifest`` in a git repository (which
             refs name which version cannot be told).
     """
-    if "://" in manifest:
-        try:
-            _git(os.getcwd(), "rev-parse", "--show-toplevel")
-        except InputError:
-            return []  # no repository here: no ref to keep
-        tracked(manifest)  # refuses the URL in one line
-    try:
-        t = tracked(manifest)
-    except InputError:
+    if not in_repository(manifest):
         return []
+    t = tracked(manifest)
     refs = _git(
         t.top,
         "for-each-ref",
@@ -168,6 +161,24 @@ def at_refs(manifest: str) -> list[tuple[str, Manifest]]:
             found.append((what, at))
             read.add(md5 or "")
     return found
+
+
+def in_repository(manifest: str) -> bool:
+    """Whether ``manifest`` is in a git repository (a URL: whether the working directory
+    is, where no ref can be told to name it).
+
+    Raises:
+        InputError: a URL in a git repository (:func:`tracked`'s one line).
+    """
+    url = "://" in manifest
+    folder = os.getcwd() if url else os.path.dirname(os.path.abspath(manifest))
+    try:
+        _git(folder, "rev-parse", "--show-toplevel")
+    except InputError:
+        return False
+    if url:
+        tracked(manifest)  # refuses the URL
+    return True
 
 
 def _head(top: str, rev: str = "HEAD") -> str:

@@ -157,6 +157,8 @@ def prune(config: PruneConfig, *, now: float | None = None) -> PruneReport:
         InputError: the manifest, or one of the last ``keep_commits`` ones or a branch's
             or experiment's, cannot be read.
     """
+    if config.keep_refs:  # a URL manifest in a repository: refused before it is read
+        committed.in_repository(config.manifest)
     current = load(config.manifest)
     out = config.out or posixpath.dirname(current.directory.rstrip("/"))
     referenced = {current.fingerprint: "current manifest"}
