@@ -21,6 +21,7 @@ from tfshards.shardset.manifest import Manifest
 from tfshards.validation import recordcheck
 
 TEXT = b"just some notes, saved under the wrong name\n"
+SKIP = "; write.on_error: skip leaves such files out"  # what the failed write adds
 NOT_AN_IMAGE = (
     "expected an image (JPEG, PNG, GIF, BMP or WebP) as its name says, found bytes b'just som'"
 )
@@ -74,7 +75,7 @@ GOOD = {f"a/{i}.jpg": FORMATS["JPEG"] for i in range(3)}
 def test_text_saved_as_jpg_fails_the_write_naming_the_file(tmp_path, loop):
     code, stderr, manifest = _write(tmp_path, {**GOOD, "b/notes.jpg": TEXT})
     assert code == 1
-    assert stderr == f"error: {tmp_path / 'raw'}/b/notes.jpg: {NOT_AN_IMAGE}\n"
+    assert stderr == f"error: {tmp_path / 'raw'}/b/notes.jpg: {NOT_AN_IMAGE}{SKIP}\n"
     assert not manifest.exists()
 
 
@@ -125,7 +126,7 @@ def test_a_transform_does_not_bypass_the_check(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     code, stderr, _ = _write(tmp_path, {**GOOD, "b/notes.jpg": TEXT}, "--transform", "tx_img:f")
     assert code == 1
-    assert stderr == f"error: {tmp_path / 'raw'}/b/notes.jpg: {NOT_AN_IMAGE}\n"
+    assert stderr == f"error: {tmp_path / 'raw'}/b/notes.jpg: {NOT_AN_IMAGE}{SKIP}\n"
 
 
 # ----------------------------------------------------------------------------- validate
