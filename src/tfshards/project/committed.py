@@ -107,7 +107,7 @@ def history(manifest: str, commits: int) -> list[tuple[str, Manifest]]:
         raise InputError(
             f"--keep-commits {commits} reads the manifest's git history: {exc}", path=manifest
         ) from None
-    if not _head(t.top):
+    if not _commit(t.top):
         return []  # an unborn branch: no history to keep
     shas = _git(
         t.top, "log", f"-n{commits}", "--format=%H", "--", t.rel, f"{t.rel}.dvc", t.lock
@@ -142,13 +142,13 @@ def at_refs(manifest: str) -> list[tuple[str, Manifest]]:
         "--format=%(refname) %(objectname) %(objecttype) %(*objectname) %(*objecttype)",
         *_ALL_REFS,
     )
-    tips = [("HEAD", head, "commit", "", "")] if (head := _head(t.top)) else []
+    tips = [("HEAD", head, "commit", "", "")] if (head := _commit(t.top)) else []
     tips += [tuple(line.split(" ")) for line in refs.splitlines()]  # type: ignore[misc]
     found, seen, read = [], set(), {t.md5}  # md5s whose manifest is kept already
     for name, sha, kind, peeled, peeled_kind in tips:
         sha, kind = (peeled, peeled_kind) if peeled else (sha, kind)  # an annotated tag
         if kind == "tag":  # a tag of a tag: peeled all the way
-            sha, kind = _head(t.top, sha), "commit"
+            sha, kind = _commit(t.top, sha), "commit"
         what, way_out = _ref(name)
         if not what or kind != "commit" or not sha or sha in seen:
             continue
@@ -181,7 +181,7 @@ def in_repository(manifest: str) -> bool:
     return True
 
 
-def _head(top: str, rev: str = "HEAD") -> str:
+def _commit(top: str, rev: str = "HEAD") -> str:
     """The commit ``rev`` (HEAD) names; "" when none (an unborn branch, a tag of a file)."""
     try:
         return _git(top, "rev-parse", "--verify", "-q", f"{rev}^{{commit}}").strip()
