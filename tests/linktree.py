@@ -21,7 +21,8 @@ def link_tree_listing(tmp_path: Path, files: int, file_bytes: int = 16) -> str:
     for label in range(10):
         folder = root / f"l{label}"
         folder.mkdir(parents=True)
-        data = b"\xff\xd8\xff" + bytes([label]) * (file_bytes - 3)  # a JPEG's first bytes
+        # a JPEG's start, scan and end markers around the label's bytes: a whole JPEG to the writer
+        data = b"\xff\xd8\xff\xda" + bytes([label]) * (file_bytes - 6) + b"\xff\xd9"
         (folder / ".stub").write_bytes(data)
         token = "sha256:" + hashlib.sha256(data).hexdigest()
         for i in range(label, files, 10):

@@ -1,4 +1,5 @@
-"""Files named as images must hold an image: the writer (both loops) and validate refuse others."""
+"""Files named as images must hold a whole image: the writer (both loops) and validate refuse
+others, and JPEG or PNG files cut short."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ from typer.testing import CliRunner
 from tfshards.cli import app
 from tfshards.format import native, tfrecord
 from tfshards.format.example import encode_bytes
-from tfshards.format.imageformat import image_format
+from tfshards.format.imageformat import HEAD_BYTES, cut_short, image_format
 from tfshards.format.schema import FeatureSpec
 from tfshards.listing.listing import list_files, write_listing
 from tfshards.shardset.manifest import Manifest
@@ -46,6 +47,93 @@ def test_every_known_format_is_told_by_its_first_bytes(fmt):
 @pytest.mark.parametrize("head", [TEXT, b"", b"\xff\xd8", b"BM" + b"\0" * 30, b"RIFF1234WAVE"])
 def test_text_and_near_misses_are_no_format(head):
     assert image_format(head) is None
+
+
+def _noise(fmt: str, side: int = 48, **options: object) -> bytes:
+    """A real image of noise: its compressed data runs to near its end."""
+    import numpy as np
+
+    pixels = np.random.default_rng(side).integers(0, 256, (side, side, 3), dtype=np.uint8)
+    out = io.BytesIO()
+    Image.fromarray(pixels).save(out, fmt, **options)
+    return out.getvalue()
+
+
+def _with_thumbnail(jpeg: bytes) -> bytes:
+    """``jpeg`` with a whole JPEG thumbnail (its own scan and end marker) in an APP1 segment."""
+    thumb = b"Exif\0\0" + _noise("JPEG", 8)
+    return jpeg[:2] + b"\xff\xe1" + (len(thumb) + 2).to_bytes(2, "big") + thumb + jpeg[2:]
+
+
+WHOLE = {
+    "baseline JPEG": _noise("JPEG"),
+    "progressive JPEG": _noise("JPEG", progressive=True),
+    "JPEG with a thumbnail": _with_thumbnail(_noise("JPEG")),
+    "PNG": _noise("PNG"),
+}
+
+
+def _cut_short_by_c(data: bytes) -> bool:
+    import numpy as np
+
+    assert native.NATIVE is not None
+    spans = np.array([0], dtype=np.int64), np.array([len(data)], dtype=np.int64)
+    return native.NATIVE.images_cut(data, *spans) != b"\0"
+
+
+@pytest.mark.parametrize("kind", sorted(WHOLE))
+def test_a_jpeg_or_png_cut_anywhere_is_cut_short_and_bytes_after_its_end_are_allowed(kind):
+    """Every prefix of a real image, and the image with bytes after its end, on both rules.
+
+    TensorFlow refuses each cut one (``decode_image`` on these images missing only their
+    last 2 or 12 bytes fails); the thumbnail's own end marker must not pass a cut main image.
+    """
+    data = WHOLE[kind]
+    fmt = image_format(data[:HEAD_BYTES])
+    assert fmt is not None
+    cases = [(data, False), (data + b"trailing bytes\xff", False)]
+    cases += [(data[:n], True) for n in range(HEAD_BYTES, len(data), 3)]
+    cases += [(data[:-1], True), (data[:-2], True)]
+    for case, cut in cases:
+        assert cut_short(case, fmt) is cut, len(case)
+        if native.NATIVE is not None:
+            assert _cut_short_by_c(case) is cut, len(case)
+
+
+def test_other_formats_and_malformed_jpeg_segments_are_left_to_the_decoder():
+    assert not cut_short(FORMATS["GIF"][:10], "GIF")
+    assert not cut_short(b"\xff\xd8\xff\xe0\x00\x04\x00\x00not a marker", "JPEG")
+    assert not cut_short(b"\xff\xd8\xff\xd9", "JPEG")  # an end before any scan
+    assert cut_short(b"\xff\xd8\xff\xe0\x10\x00", "JPEG")  # a segment past the end
+
+
+CUT_JPEG = (
+    "expected a whole JPEG file (ending with its end-of-image marker FF D9), found {n:,} bytes "
+    "that stop before it: the file was cut short (an interrupted copy or download?), and "
+    "TensorFlow's decoder refuses it"
+)
+CUT_PNG = CUT_JPEG.replace("JPEG", "PNG").replace("its end-of-image marker FF D9", "its IEND chunk")
+
+
+def test_a_cut_jpeg_fails_the_write_naming_the_file(tmp_path, loop):
+    cut = _noise("JPEG")[:700]
+    code, stderr, manifest = _write(tmp_path, {**GOOD, "b/cut.jpg": cut})
+    assert code == 1
+    assert stderr == f"error: {tmp_path / 'raw'}/b/cut.jpg: {CUT_JPEG.format(n=700)}{SKIP}\n"
+    assert not manifest.exists()
+
+
+def test_cut_files_are_rejected_with_skip_in_the_same_words_by_both_loops(tmp_path, loop):
+    jpeg, png = _noise("JPEG", progressive=True), _noise("PNG")
+    files = {**GOOD, "b/cut.jpg": jpeg[:-2], "b/cut.png": png[:-12], "b/whole.png": png}
+    code, stderr, path = _write(tmp_path, files, "--on-error", "skip")
+    assert code == 0, stderr
+    manifest = Manifest.from_json(path.read_bytes())
+    assert sorted((r.path, r.reason) for r in manifest.rejected) == [
+        ("b/cut.jpg", CUT_JPEG.format(n=len(jpeg) - 2)),
+        ("b/cut.png", CUT_PNG.format(n=len(png) - 12)),
+    ]
+    assert manifest.records == 4
 
 
 def _tree(root: Path, files: dict[str, bytes]) -> Path:
@@ -142,15 +230,24 @@ def _record(payload: bytes, path: str) -> bytes:
     return b"".join(tfrecord.frame([encode_bytes(features)]))  # type: ignore[arg-type]
 
 
-def test_validate_reports_a_text_payload_under_an_image_name(tmp_path, loop):
-    """A shard from elsewhere (or an older writer) holding text as a .jpg fails validation."""
+@pytest.mark.parametrize(
+    ("payload", "name", "said"),
+    [
+        (TEXT, "b/notes.jpg", NOT_AN_IMAGE),
+        (_noise("PNG")[:900], "b/cut.png", CUT_PNG.format(n=900)),
+    ],
+    ids=["text", "cut-png"],
+)
+def test_validate_reports_a_payload_that_is_no_whole_image(tmp_path, loop, payload, name, said):
+    """A shard from elsewhere (or an older writer) holding text as a .jpg, or an image cut
+    short, fails validation."""
     code, stderr, manifest_path = _write(tmp_path, GOOD, "--num-shards", "1")
     assert code == 0, stderr
     manifest = Manifest.from_json(manifest_path.read_bytes())
     shard = Path(manifest.shard_url(manifest.shards[0]))
     offset = shard.stat().st_size
     with shard.open("ab") as f:
-        f.write(_record(TEXT, "b/notes.jpg"))
+        f.write(_record(payload, name))
     doc = json.loads(manifest_path.read_text())
     doc["shards"][0].update(
         records=4, bytes=shard.stat().st_size, sha256=hashlib.sha256(shard.read_bytes()).hexdigest()
@@ -163,7 +260,7 @@ def test_validate_reports_a_text_payload_under_an_image_name(tmp_path, loop):
     )
     assert result.exit_code == 1
     assert (
-        f"{shard.name}: record 3 at byte {offset}: feature 'image' of b/notes.jpg: {NOT_AN_IMAGE}"
+        f"{shard.name}: record 3 at byte {offset}: feature 'image' of {name}: {said}"
         in result.stderr.splitlines()
     )
     assert "Traceback" not in result.stderr
@@ -172,6 +269,7 @@ def test_validate_reports_a_text_payload_under_an_image_name(tmp_path, loop):
 def test_c_and_python_record_loops_find_the_same_image_problems(monkeypatch):
     payloads = [(FORMATS[f], f"{f}.jpg") for f in sorted(FORMATS)]
     payloads += [(TEXT, "t.jpg"), (TEXT, "t.txt"), (b"GIF8", "g.gif"), (FORMATS["PNG"], "p.png")]
+    payloads += [(WHOLE["PNG"][:-1], "c.png"), (WHOLE["baseline JPEG"][:-2], "c.jpg")]
     buf = b"".join(_record(p, path) for p, path in payloads)
     schema = [FeatureSpec(n, "int64" if n == "label" else "bytes") for n in ("image", "label")]
     schema += [FeatureSpec("path", "bytes"), FeatureSpec("sha256", "bytes")]
@@ -194,4 +292,6 @@ def test_c_and_python_record_loops_find_the_same_image_problems(monkeypatch):
     assert [(i, what.split(":")[0]) for what, i, _ in found[0]] == [
         (5, "feature 'image' of t.jpg"),
         (7, "feature 'image' of g.gif"),
+        (9, "feature 'image' of c.png"),
+        (10, "feature 'image' of c.jpg"),
     ]

@@ -104,9 +104,11 @@ def test_a_whole_write_is_byte_identical_with_and_without_the_extension(tmp_path
         size = rng.choice([1, 127, 128, 5000, 70_000, 200_000])
         path = raw / f"class_{i % 3}" / f"{i:03d}.jpg"
         path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_bytes(b"\xff\xd8\xff" + rng.randbytes(size))  # a JPEG's first bytes
+        # a JPEG's start, scan and end markers: whole to both paths
+        path.write_bytes(b"\xff\xd8\xff\xda" + rng.randbytes(size) + b"\xff\xd9")
     (raw / "class_1" / "empty.jpg").write_bytes(b"")  # rejected by both paths
     (raw / "class_2" / "text.jpg").write_bytes(b"not an image")  # rejected by both paths
+    (raw / "class_0" / "cut.jpg").write_bytes(b"\xff\xd8\xff\xda" + rng.randbytes(900))  # too
     subprocess.run(
         [sys.executable, "-m", "tfshards", "list", str(raw), "--out", str(tmp_path / "listing")],
         check=True, capture_output=True, cwd=tmp_path,
@@ -122,6 +124,7 @@ def test_a_whole_write_is_byte_identical_with_and_without_the_extension(tmp_path
     assert records == 60
     assert b"empty.jpg" in (c / "manifest.json").read_bytes()
     assert b"text.jpg" in (c / "manifest.json").read_bytes()
+    assert b"cut.jpg" in (c / "manifest.json").read_bytes()
 
 
 @needs_c

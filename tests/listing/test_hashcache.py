@@ -23,6 +23,7 @@ from tfshards.listing import cachefile, contenthash, hashcache
 from tfshards.listing.hashcache import HashCache
 from tfshards.listing.listing import Listing, list_files, write_listing
 
+JPEG_START, JPEG_END = b"\xff\xd8\xff\xda", b"\xff\xd9"  # a whole JPEG to the writer
 TREE = {
     "cat/001.jpg": b"cat one",
     "cat/sub/002.jpg": b"cat two",
@@ -397,7 +398,7 @@ def test_entry_poisoned_with_right_stats_fails_write_once_and_the_next_list_is_r
     root = tmp_path / "raw"
     for rel in ("cat/001.jpg", "dog/001.jpg", "dog/002.jpg"):
         (root / rel).parent.mkdir(parents=True, exist_ok=True)
-        (root / rel).write_bytes(b"\xff\xd8\xff" + rel.encode())
+        (root / rel).write_bytes(JPEG_START + rel.encode() + JPEG_END)
     cache = tmp_path / "hashes.sqlite"
     monkeypatch.setenv(hashcache.ENV, str(cache))  # where write looks, as list does
     good = list_files(str(root), hash_cache=str(cache))
@@ -416,7 +417,7 @@ def test_entry_poisoned_with_right_stats_fails_write_once_and_the_next_list_is_r
     with pytest.raises(StaleListingError) as info:
         write_to("out", poisoned)
     name = os.path.basename(str(info.value.path))  # the first the shuffled shards reach
-    found = hashlib.sha256(b"\xff\xd8\xffdog/" + name.encode()).hexdigest()
+    found = hashlib.sha256(JPEG_START + b"dog/" + name.encode() + JPEG_END).hexdigest()
     assert str(info.value) == (
         f"{root}/dog/{name}: listed sha256 {wrong.hex()} came from the hash cache {cache}, but "
         f"the file, unchanged since (same stat), has sha256 {found}: that entry was wrong and "

@@ -28,7 +28,7 @@ def listed(tmp_path: Path) -> Path:
     for label in ("cat", "dog"):
         (tmp_path / "raw" / label).mkdir(parents=True)
         for i in range(7):
-            data = b"\xff\xd8\xff" + f"{label}{i}".encode()  # a JPEG's first bytes
+            data = b"\xff\xd8\xff\xda" + f"{label}{i}".encode() + b"\xff\xd9"  # JPEG markers
             (tmp_path / "raw" / label / f"{i:03d}é.jpg").write_bytes(data)
     write_listing(list_files(str(tmp_path / "raw")), str(tmp_path / "listing"))
     return tmp_path / "listing"
@@ -86,7 +86,7 @@ def test_stale_offsets_are_reported_naming_the_index_file(listed: Path) -> None:
 
 def test_an_edited_files_jsonl_is_refused_before_any_shard(listed: Path, tmp_path: Path) -> None:
     path = listed / "files.jsonl"
-    path.write_bytes(path.read_bytes().replace(b'"size":7', b'"size":8', 1))
+    path.write_bytes(path.read_bytes().replace(b'"size":10', b'"size":11', 1))
     with pytest.raises(InputError, match=r"files\.jsonl: expected sha256 .*: edited or stale"):
         write(WriteConfig(out=str(tmp_path / "out")), str(listed), progress=False)
     assert not (tmp_path / "out").exists()

@@ -529,6 +529,9 @@ def _replace_record(
     return _forge(manifest, index, b"".join(framed)), sum(len(f) for f in framed[:which])
 
 
+WHOLE_TEXT = b"\xff\xd8\xff\xda plain text\xff\xd9"  # JPEG markers around text: not cut short
+
+
 def _example(**features: tuple[str, list]) -> bytes:  # type: ignore[type-arg]
     return encode_bytes(features)  # type: ignore[arg-type]
 
@@ -537,12 +540,12 @@ def _example(**features: tuple[str, list]) -> bytes:  # type: ignore[type-arg]
     ("content", "found"),
     [
         (_example(label=("int64", [1]), path=("bytes", [b"a.jpg"])), "feature 'image' missing"),
-        (  # a JPEG's first bytes, then none of the rest: only decoding tells
+        (  # a JPEG's start, scan and end markers around text: only decoding tells
             _example(
-                image=("bytes", [b"\xff\xd8\xff plain text"]),
+                image=("bytes", [WHOLE_TEXT]),
                 label=("int64", [1]),
                 path=("bytes", [b"a.jpg"]),
-                sha256=("bytes", [hashlib.sha256(b"\xff\xd8\xff plain text").hexdigest().encode()]),
+                sha256=("bytes", [hashlib.sha256(WHOLE_TEXT).hexdigest().encode()]),
             ),
             "feature 'image' of a.jpg does not decode as an image",
         ),
@@ -589,10 +592,10 @@ def test_malformed_record_with_valid_crcs_is_named_inside_shard_errors(
 
 
 _NOT_AN_IMAGE = _example(
-    image=("bytes", [b"\xff\xd8\xff plain text"]),
+    image=("bytes", [WHOLE_TEXT]),
     label=("int64", [1]),
     path=("bytes", [b"a.jpg"]),
-    sha256=("bytes", [hashlib.sha256(b"\xff\xd8\xff plain text").hexdigest().encode()]),
+    sha256=("bytes", [hashlib.sha256(WHOLE_TEXT).hexdigest().encode()]),
 )
 
 
@@ -633,9 +636,16 @@ def _cut_jpeg() -> bytes:
     return out.getvalue()[:300]
 
 
+CUT_JPEG = (  # what the rules say of it, naming the record the decoder refused
+    "expected a whole JPEG file (ending with its end-of-image marker FF D9), found 300 bytes "
+    "that stop before it: the file was cut short (an interrupted copy or download?), and "
+    "TensorFlow's decoder refuses it"
+)
+
+
 def _cut_jpeg_record() -> bytes:
-    """A record of a.jpg whose image is :func:`_cut_jpeg` (its sha256 matches: only
-    decoding tells)."""
+    """A record of a.jpg whose image is :func:`_cut_jpeg` (its sha256 matches: the decoder
+    refuses it, the image rule tells why)."""
     cut = _cut_jpeg()
     return _example(
         image=("bytes", [cut]),
@@ -663,7 +673,7 @@ def test_a_cut_jpeg_is_named_inside_shard_errors_on_every_decode_path(
             pass
     assert str(info.value).startswith(
         f"{forged.shard_url(shard)}: record 2 at byte {offset}: "
-        "feature 'image' of a.jpg does not decode as an image"
+        f"feature 'image' of a.jpg: {CUT_JPEG}"
     )
 
 
@@ -683,7 +693,7 @@ def test_a_cut_jpeg_read_for_the_dataset_shape_is_named_when_the_dataset_is_buil
         )
     assert str(info.value).startswith(
         f"{forged.shard_url(forged.shards[first])}: record 0 at byte 0: "
-        "feature 'image' of a.jpg does not decode as an image"
+        f"feature 'image' of a.jpg: {CUT_JPEG}"
     )
 
 

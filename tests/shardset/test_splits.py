@@ -107,7 +107,7 @@ def test_adding_one_file_to_a_small_set_moves_no_record_across_the_split(make_ra
     for step in range(4):
         if step:
             src = sorted(raw.rglob("*.jpg"))[step]
-            (src.parent / f"extra{step}.jpg").write_bytes(src.read_bytes()[:-2] + bytes([step, 0]))
+            (src.parent / f"extra{step}.jpg").write_bytes(src.read_bytes() + bytes([step, 0]))
         listing = list_files(str(raw))
         config = WriteConfig(out=str(out), manifest_copy=str(manifest_path), executor="serial")
         manifest = write(config, listing, progress=False).manifest

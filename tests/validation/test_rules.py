@@ -75,24 +75,24 @@ def test_a_stored_sha256_of_other_bytes_is_a_problem_unless_a_transform_wrote_th
 
 
 def test_a_payload_that_is_no_known_image_under_an_image_name_is_a_problem():
-    assert rules.payload_is_known_image(SHARD, _record(TEXT, path="b/notes.jpg")) == (
+    assert rules.payload_is_whole_image(SHARD, _record(TEXT, path="b/notes.jpg")) == (
         "feature 'image' of b/notes.jpg: expected an image (JPEG, PNG, GIF, BMP or WebP) "
         "as its name says, found bytes b'just som'"
     )
-    assert rules.payload_is_known_image(SHARD, _record(TEXT, path="b/notes.txt")) is None
+    assert rules.payload_is_whole_image(SHARD, _record(TEXT, path="b/notes.txt")) is None
 
 
 def test_the_image_rule_holds_for_sets_written_with_a_transform():
     """The writer refused the file before any transform; a transform that put other bytes
     in the payload feature under an image name made records the loader cannot decode."""
     transformed = rules.Shard(BASE, "image", 3, check_sha=False)
-    assert rules.payload_is_known_image(transformed, _record(TEXT, path="b/x.png")) is not None
-    assert rules.payload_is_known_image(transformed, _record(JPEG, path="b/x.png")) is None
+    assert rules.payload_is_whole_image(transformed, _record(TEXT, path="b/x.png")) is not None
+    assert rules.payload_is_whole_image(transformed, _record(JPEG, path="b/x.png")) is None
 
 
 def test_the_image_rule_needs_the_path_feature():
     shard = rules.Shard(BASE[:2], "image", 3)
-    assert rules.payload_is_known_image(shard, _record(TEXT, path="b/notes.jpg")) is None
+    assert rules.payload_is_whole_image(shard, _record(TEXT, path="b/notes.jpg")) is None
 
 
 def test_decoding_is_a_rule_only_when_asked_for():

@@ -257,6 +257,10 @@ static size_t frame_one(const Slot *slots, const Item *it, int dir_fd, uint8_t *
         out->found = (size_t)head_bytes(payload, it->size);
         return 0;
     }
+    if (check_image && (out->found = (size_t)image_cut(payload, it->size)) != 0) {
+        out->error = -5;
+        return 0;
+    }
     for (int b = 0; b < SHA256_DIGEST_LENGTH; b++) {
         digest[2 * b] = (uint8_t)HEX[out->md[b] >> 4];
         digest[2 * b + 1] = (uint8_t)HEX[out->md[b] & 0xf];
@@ -283,7 +287,9 @@ static size_t frame_one(const Slot *slots, const Item *it, int dir_fd, uint8_t *
  * names in sorted order, ``roles`` what each holds: "p" payload, "l" label,
  * "n" path (name), "s" sha256. ``images``, one byte per item, marks the files
  * whose name says image: error -4 means such a file is none of the known
- * formats, and ``found`` holds its first 8 bytes (see head_bytes). */
+ * formats, and ``found`` holds its first 8 bytes (see head_bytes); error -5
+ * means it is a JPEG or PNG cut short, and ``found`` is that format's code
+ * (image_cut). */
 PyObject *frame_files(PyObject *self, PyObject *args) {
     Py_buffer buf;
     Py_ssize_t used, start;

@@ -175,6 +175,89 @@ static void header(const uint8_t *p, int64_t n, int64_t *out) {
     }
 }
 
+/* A JPEG's first SOS marker: its offset; -1 when the bytes end first; -2 when a segment
+ * starts with other bytes than a marker, or an end comes before any scan. */
+static int64_t jpeg_scan(const uint8_t *p, int64_t n) {
+    int64_t at = 2;
+    while (at + 1 < n) {
+        if (p[at] != 0xFF) return -2;
+        uint8_t m = p[at + 1];
+        if (m == 0xFF) {
+            at += 1;
+        } else if (m == 0xDA) {
+            return at;
+        } else if (m == 0x01 || (m >= 0xD0 && m <= 0xD8)) {
+            at += 2;
+        } else if (m == 0xD9) {
+            return -2;
+        } else if (at + 4 > n) {
+            return -1;
+        } else {
+            at += 2 + be16(p + at + 2);
+        }
+    }
+    return -1;
+}
+
+/* FMT_JPEG or FMT_PNG when the ``n`` bytes at ``p`` start like that format and stop before
+ * its end (no FF D9 at or after the first scan; no IEND chunk), else 0: the rule of
+ * tfshards.format.imageformat.cut_short, on the same bytes. */
+int image_cut(const uint8_t *p, size_t size) {
+    static const uint8_t sig[8] = {0x89, 'P', 'N', 'G', '\r', '\n', 0x1a, '\n'};
+    int64_t n = (int64_t)size;
+    if (n >= 3 && p[0] == 0xff && p[1] == 0xd8 && p[2] == 0xff) {
+        int64_t scan = jpeg_scan(p, n);
+        if (scan == -2) return 0;
+        if (scan >= 0)
+            for (int64_t at = n - 2; at >= scan; at--)
+                if (p[at] == 0xFF && p[at + 1] == 0xD9) return 0;
+        return FMT_JPEG;
+    }
+    if (n >= 8 && memcmp(p, sig, 8) == 0) {
+        for (int64_t at = 8; at + 8 <= n;) {
+            int64_t length = (int64_t)p[at] << 24 | (int64_t)p[at + 1] << 16 |
+                             (int64_t)p[at + 2] << 8 | p[at + 3];
+            if (length > 0x7FFFFFFF) return 0;
+            if (memcmp(p + at + 4, "IEND", 4) == 0) return at + 12 + length > n ? FMT_PNG : 0;
+            at += 12 + length;
+        }
+        return FMT_PNG;
+    }
+    return 0;
+}
+
+/* images_cut(buffer, starts, ends) -> one byte per span: image_cut of its bytes. */
+PyObject *images_cut(PyObject *self, PyObject *args) {
+    Py_buffer buf, starts, ends;
+    if (!PyArg_ParseTuple(args, "y*y*y*", &buf, &starts, &ends)) return NULL;
+    PyObject *result = NULL;
+    Py_ssize_t n = starts.len / 8;
+    if (starts.len % 8 || ends.len != starts.len) {
+        PyErr_SetString(PyExc_ValueError, "starts and ends must be int64 arrays of one length");
+        goto done;
+    }
+    const int64_t *s = starts.buf, *e = ends.buf;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        if (s[i] < 0 || e[i] < s[i] || e[i] > buf.len) {
+            PyErr_Format(PyExc_ValueError, "span %zd [%lld:%lld] is outside a buffer of %zd bytes",
+                         i, (long long)s[i], (long long)e[i], buf.len);
+            goto done;
+        }
+    }
+    result = PyBytes_FromStringAndSize(NULL, n);
+    if (result == NULL) goto done;
+    uint8_t *out = (uint8_t *)PyBytes_AS_STRING(result);
+    const uint8_t *b = buf.buf;
+    Py_BEGIN_ALLOW_THREADS
+    for (Py_ssize_t i = 0; i < n; i++) out[i] = (uint8_t)image_cut(b + s[i], (size_t)(e[i] - s[i]));
+    Py_END_ALLOW_THREADS
+done:
+    PyBuffer_Release(&buf);
+    PyBuffer_Release(&starts);
+    PyBuffer_Release(&ends);
+    return result;
+}
+
 /* image_headers(buffer, starts, ends) -> int64 {format, width, height, channels} per span
  *
  * Formats: 0 unknown, 1 JPEG, 2 PNG, 3 GIF, 4 BMP, 5 WebP (the order of

@@ -7,6 +7,13 @@ TensorFlow's decoder with an error that names no file. Any of the formats
 is accepted under any image name: data sets hold PNGs named ``.jpg``, and
 TensorFlow's ``decode_image`` (and ``decode_jpeg``) read them. The C loop in
 ``_native_frame.c`` (``known_image``) applies the same rule to the same bytes.
+
+A JPEG or PNG whose bytes stop before the format's end (:func:`cut_short`) is
+refused too: a copy or download cut short keeps a valid header, and
+TensorFlow's decoders refuse the whole image (``tf.io.decode_image`` on a 96 px
+JPEG, baseline and progressive, missing only its last 2 bytes, and on a PNG
+missing only its 12-byte IEND chunk: each fails). ``image_cut`` in
+``_native_imagehead.c`` walks the same bytes the same way.
 """
 
 from __future__ import annotations
@@ -18,12 +25,90 @@ FORMATS = "JPEG, PNG, GIF, BMP or WebP"
 _BMP_DIB_SIZES = (12, 16, 40, 52, 56, 64, 108, 124)  # every BITMAP*HEADER version
 
 
-class NotAnImage(Exception):
-    """A file named as an image holds none of the known formats; ``head`` is its start."""
+_ENDS = {"JPEG": "its end-of-image marker FF D9", "PNG": "its IEND chunk"}
+_MAX_CHUNK = 2**31 - 1  # the PNG limit on a chunk's length
 
-    def __init__(self, head: bytes) -> None:
+
+class NotAnImage(Exception):
+    """A file named as an image holds none of the known formats, or (``cut``: that
+    format's name) starts like a JPEG or PNG and stops before its end; ``head`` is its start.
+    """
+
+    def __init__(self, head: bytes, cut: str = "") -> None:
         super().__init__(head)
         self.head = head
+        self.cut = cut
+
+    def problem(self, size: int) -> str:
+        """The one-line problem of such a file of ``size`` bytes."""
+        if not self.cut:
+            return not_an_image(self.head)
+        return (
+            f"expected a whole {self.cut} file (ending with {_ENDS[self.cut]}), found {size:,} "
+            "bytes that stop before it: the file was cut short (an interrupted copy or "
+            "download?), and TensorFlow's decoder refuses it"
+        )
+
+
+def image_problem(data: bytes | memoryview) -> NotAnImage | None:
+    """Why the bytes of a file named as an image are none (see the module doc), or None."""
+    fmt = image_format(data[:HEAD_BYTES])
+    if fmt is None:
+        return NotAnImage(bytes(data[:SHOWN_BYTES]))
+    if cut_short(data, fmt):
+        return NotAnImage(bytes(data[:SHOWN_BYTES]), cut=fmt)
+    return None
+
+
+def cut_short(data: bytes | memoryview, fmt: str) -> bool:
+    """True when JPEG or PNG bytes stop before the format's end (other formats: False).
+
+    A JPEG's markers are walked to its first scan (SOS); past it only the
+    end-of-image marker can be FF D9 (the scan data stuffs each FF with 00),
+    so the last FF D9 at or after the scan means the image ends. A marker walk
+    that meets other bytes than a marker is left to the decoder (not cut). A
+    PNG's chunks are walked from its signature to the whole IEND chunk, CRC
+    included (a PNG missing only its last byte fails to decode too). Bytes
+    after the end are allowed: decoders ignore them.
+    """
+    if fmt == "JPEG":
+        scan = _jpeg_scan(data)
+        return scan is not None and (scan < 0 or bytes(data).rfind(b"\xff\xd9", scan) < 0)
+    if fmt == "PNG":
+        at, n = 8, len(data)
+        while at + 8 <= n:
+            length = int.from_bytes(data[at : at + 4], "big")
+            if length > _MAX_CHUNK:
+                return False  # not a PNG chunk: the decoder tells
+            end = at + 12 + length  # length, type, data, CRC
+            if data[at + 4 : at + 8] == b"IEND":
+                return end > n  # the decoder reads its CRC too
+            at = end
+        return True
+    return False
+
+
+def _jpeg_scan(data: bytes | memoryview) -> int | None:
+    """Where a JPEG's first SOS marker is; -1 when the bytes end first; None when a
+    segment starts with other bytes than a marker."""
+    at, n = 2, len(data)
+    while at + 1 < n:
+        if data[at] != 0xFF:
+            return None
+        marker = data[at + 1]
+        if marker == 0xFF:  # fill byte
+            at += 1
+        elif marker == 0xDA:
+            return at
+        elif marker == 0x01 or 0xD0 <= marker <= 0xD8:  # no length follows
+            at += 2
+        elif marker == 0xD9:
+            return None  # an end before any scan: no image, for the decoder to say
+        elif at + 4 > n:
+            return -1
+        else:
+            at += 2 + int.from_bytes(data[at + 2 : at + 4], "big")
+    return -1
 
 
 def claims_image(path: str) -> bool:

@@ -26,12 +26,12 @@ from tfshards import storage
 from tfshards.format import native
 from tfshards.format.example import encode_around
 from tfshards.format.imageformat import (
-    HEAD_BYTES,
     SHOWN_BYTES,
     NotAnImage,
     claims_image,
-    image_format,
+    image_problem,
 )
+from tfshards.format.imageheader import NATIVE_FORMATS
 from tfshards.format.schema import Values
 from tfshards.format.tfrecord import crc32c, header, mask
 from tfshards.format.wire import CRC, FOOTER_BYTES, HEADER_BYTES, Dtype
@@ -177,7 +177,8 @@ class RecordBuffer:
         Raises:
             FileChanged: the file is empty or does not hold exactly ``size`` bytes.
             ContentChanged: its SHA-256 is not ``expected`` (raw; None or zeros: unchecked).
-            NotAnImage: ``check_image`` is set and the bytes are no known image format.
+            NotAnImage: ``check_image`` is set and the bytes are no known image format,
+                or a JPEG or PNG cut short.
         """
         digest = self._digest
         base: dict[str, tuple[Dtype, Values]] = {
@@ -198,8 +199,8 @@ class RecordBuffer:
         sha = hashlib.sha256(view[start : start + size])
         if expected and expected != _UNCHECKED and sha.digest() != expected:
             raise ContentChanged(expected, sha.digest())
-        if check_image and image_format(view[start : start + min(size, HEAD_BYTES)]) is None:
-            raise NotAnImage(bytes(view[start : start + min(size, SHOWN_BYTES)]))
+        if check_image and (problem := image_problem(view[start : start + size])) is not None:
+            raise problem
         digest[:] = sha.hexdigest().encode()  # in ``before`` or ``after``, as its key sorts
         end = at + HEADER_BYTES + length
         view[at:start] = b"".join([_header(length), *before])
@@ -240,12 +241,14 @@ def _problem(error: int, found: Any, expected: bytes | None, i: int, size: int) 
 
     An errno (> 0), a size (-1), a digest (-2), a file type (-3, ``st_mode``)
     or the first 8 bytes, little-endian, of a file named as an image that is
-    none (-4).
+    none (-4), or the format code of a JPEG or PNG cut short (-5).
     """
     if error > 0:
         return OSError(error, os.strerror(error))
     if error == -4:
         return NotAnImage(found.to_bytes(8, "little", signed=True)[: min(size, SHOWN_BYTES)])
+    if error == -5:
+        return NotAnImage(b"", cut=NATIVE_FORMATS[found])
     if error == -3:
         return storage.not_a_file(found)
     if error == -2 and expected is not None:

@@ -25,7 +25,7 @@ from typing import Any, NamedTuple
 from tfshards import atomicfile, storage
 from tfshards.errors import InputError
 from tfshards.format.exampleparser import Outline, outline_problem
-from tfshards.format.imageformat import HEAD_BYTES, claims_image, image_format, not_an_image
+from tfshards.format.imageformat import claims_image, image_problem
 from tfshards.format.schema import FeatureSpec
 from tfshards.shardset import buckets, diff, grouping, layout, lease
 from tfshards.shardset.manifest import Manifest
@@ -187,21 +187,26 @@ def sha256_matches_payload(shard: Shard, record: Record) -> str | None:
     )
 
 
-def payload_is_known_image(shard: Shard, record: Record) -> str | None:
-    """A payload whose ``path`` names an image starts like a known image format.
+def payload_is_whole_image(shard: Shard, record: Record) -> str | None:
+    """A payload whose ``path`` names an image starts like a known image format, and a
+    JPEG or PNG one does not stop before the format's end.
 
     The writer's own rule (:mod:`tfshards.format.imageformat`), for shards
-    from anywhere; a header costs nothing to look at, unlike a decode. It
-    holds whatever transform wrote the set: the loader decodes the payload
-    feature as an image, so bytes of another kind belong in another feature.
+    from anywhere; a header and an end marker cost little to look at, unlike
+    a decode. It holds whatever transform wrote the set: the loader decodes
+    the payload feature as an image, so bytes of another kind belong in
+    another feature.
     """
     if not (shard.has_payload and shard.has_path):
         return None
     name = bytes(record.first("path", b"")).decode("utf-8", "replace")
-    payload = record.first(shard.image_feature, b"")
-    if not claims_image(name) or image_format(payload[:HEAD_BYTES]) is not None:
+    if not claims_image(name):
         return None
-    return f"feature {shard.image_feature!r} of {name}: {not_an_image(bytes(payload[:HEAD_BYTES]))}"
+    payload = record.first(shard.image_feature, b"")
+    problem = image_problem(payload)
+    if problem is None:
+        return None
+    return f"feature {shard.image_feature!r} of {name}: {problem.problem(len(payload))}"
 
 
 _MEMORY_FILE = re.compile(r" ?<_io\.BytesIO object at 0x[0-9a-f]+>")  # Pillow names its input
@@ -231,7 +236,7 @@ RECORD_RULES: tuple[RecordRule, ...] = (
     path_names_a_group,
     in_the_shards_bucket,
     sha256_matches_payload,
-    payload_is_known_image,
+    payload_is_whole_image,
     payload_decodes,
 )
 

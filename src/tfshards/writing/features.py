@@ -19,7 +19,7 @@ from tfshards import storage
 from tfshards.errors import InputError, TransformError, TransformOutputError
 from tfshards.format.example import encode
 from tfshards.format.exif import UPRIGHT
-from tfshards.format.imageformat import HEAD_BYTES, NotAnImage, claims_image, image_format
+from tfshards.format.imageformat import claims_image, image_problem
 from tfshards.format.recordbuffer import RecordBuffer
 from tfshards.format.schema import FeatureSpec, Values, merge_specs, normalize
 from tfshards.format.tfrecord import frame
@@ -106,8 +106,8 @@ class FeatureFiles:
         if want is not None and sha.digest() != want:
             local_path = storage.join(self.root, rel) if storage.is_local(self.fs) else None
             raise content_error(rel, want, sha.hexdigest(), local_path)
-        if claims_image(rel) and image_format(data[:HEAD_BYTES]) is None:
-            raise file_problem(NotAnImage(data[:HEAD_BYTES]), rel, listed_size)
+        if claims_image(rel) and (problem := image_problem(data)) is not None:
+            raise file_problem(problem, rel, listed_size)
         payload = data
         if self.exif != "ignore":  # upright under apply; the sha256 is then its payload's
             payload, turn = orient(data, self.exif, rel)

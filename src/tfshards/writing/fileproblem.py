@@ -10,7 +10,7 @@ from __future__ import annotations
 import hashlib
 
 from tfshards.errors import CHANGED_SINCE_LISTING, ChangedSinceListingError, InputError
-from tfshards.format.imageformat import NotAnImage, not_an_image
+from tfshards.format.imageformat import NotAnImage
 from tfshards.format.recordbuffer import ContentChanged, FileChanged
 from tfshards.listing.contenthash import expected_md5
 from tfshards.listing.hashcache import stale_listing
@@ -39,7 +39,7 @@ def file_problem(
     if isinstance(problem, ContentChanged):
         return content_error(rel, problem.expected, problem.found.hex(), local_path)
     if isinstance(problem, NotAnImage):
-        return InputError(not_an_image(problem.head), path=rel)
+        return InputError(problem.problem(listed_size), path=rel)
     return problem
 
 
