@@ -172,3 +172,24 @@ def test_an_image_a_sheet_cannot_show_is_an_empty_cell_named_in_a_line(tmp_path:
     ]
     with pytest.raises(InputError, match=r"^a/f\.tif: cannot show an image of mode F"):
         to_png(floats, "a/f.tif")
+
+
+def test_an_image_over_pillows_size_guard_is_an_empty_cell_and_one_line(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Pillow refuses images over twice MAX_IMAGE_PIXELS (a 14,000 x 13,000 JPEG by default,
+    which TensorFlow decodes): a traceback killed the whole sheet. Here the guard is lowered."""
+    from tfshards.reading.sheet import contact_sheet, to_png
+
+    big = _encoded(Image.new("L", (30, 30), 90), "PNG")  # 900 pixels: over 2 x 100
+    grey = _encoded(Image.new("L", (4, 4), 200), "PNG")
+    unshown: list[str] = []
+    limit = Image.MAX_IMAGE_PIXELS
+    monkeypatch.setattr(Image, "MAX_IMAGE_PIXELS", 100)
+    sheet = contact_sheet([("a/big.png", big), ("a/g.png", grey)], cell=20, unshown=unshown)
+    with pytest.raises(InputError, match=r"^a/big\.png: too large to show: Image size"):
+        to_png(big, "a/big.png")
+    monkeypatch.setattr(Image, "MAX_IMAGE_PIXELS", limit)
+    assert Image.open(io.BytesIO(sheet)).size == (40, 20)
+    said = "a/big.png: too large to show: Image size (900 pixels) exceeds limit of 200 pixels"
+    assert [line.split(", could be")[0] for line in unshown] == [said]

@@ -13,9 +13,14 @@ RGB form are refused, naming the mode.
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from tfshards.errors import InputError
+
+# Pillow names its input in some errors: for bytes in memory, an address that differs in
+# every process (a reject reason holding it made the manifest differ from run to run).
+_MEMORY_FILE = re.compile(r" ?<_io\.BytesIO object at 0x[0-9a-f]+>")
 
 _GREY = ("1", "L", "LA")
 _GREY_16 = ("I;16", "I;16B", "I;16L", "I;16N", "I")  # shifted to their high byte
@@ -59,3 +64,8 @@ def eight_bit(image: Any, data: bytes, *, doing: str) -> Any:
         f"cannot {doing} an image of mode {mode}: expected 8-bit grey or colour, "
         f"16-bit grey or integer (I, 0..65535) pixels"
     )
+
+
+def pillow_said(exc: BaseException) -> str:
+    """What Pillow's error ``exc`` says, without the address of the bytes it read."""
+    return _MEMORY_FILE.sub("", str(exc)).strip() or type(exc).__name__

@@ -7,7 +7,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from tfshards.errors import InputError
-from tfshards.format.pixels import eight_bit
+from tfshards.format.pixels import eight_bit, pillow_said
 
 CELL = 96  # a sheet cell's side in pixels: enough to tell images apart, 10 x 10 fit a screen
 GAP = 4  # white pixels at least between two images
@@ -110,6 +110,10 @@ def _open(data: bytes, source: str) -> Any:
             f"{source}: expected an image Pillow reads, found {len(data):,} bytes starting "
             f"{data[:8]!r}"
         ) from None
-    except (OSError, ValueError) as exc:
-        raise InputError(f"{source}: expected an image Pillow reads, found {exc}") from None
+    except Image.DecompressionBombError as exc:  # Pillow's guard: over 2 x MAX_IMAGE_PIXELS
+        raise InputError(f"{source}: too large to show: {pillow_said(exc)}") from None
+    except (OSError, ValueError, SyntaxError) as exc:
+        raise InputError(
+            f"{source}: expected an image Pillow reads, found {pillow_said(exc)}"
+        ) from None
     return image

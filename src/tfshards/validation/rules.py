@@ -17,7 +17,6 @@ import functools
 import hashlib
 import io
 import posixpath
-import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, NamedTuple
@@ -26,6 +25,7 @@ from tfshards import atomicfile, storage
 from tfshards.errors import InputError
 from tfshards.format.exampleparser import Outline, outline_problem
 from tfshards.format.imageformat import claims_image, image_problem
+from tfshards.format.pixels import pillow_said
 from tfshards.format.schema import FeatureSpec
 from tfshards.shardset import buckets, diff, grouping, layout, lease
 from tfshards.shardset.manifest import Manifest
@@ -209,9 +209,6 @@ def payload_is_whole_image(shard: Shard, record: Record) -> str | None:
     return f"feature {shard.image_feature!r} of {name}: {problem.problem(len(payload))}"
 
 
-_MEMORY_FILE = re.compile(r" ?<_io\.BytesIO object at 0x[0-9a-f]+>")  # Pillow names its input
-
-
 def payload_decodes(shard: Shard, record: Record) -> str | None:
     """With ``decode_images``: Pillow decodes the payload."""
     if not (shard.decode_images and shard.has_payload):
@@ -223,7 +220,7 @@ def payload_decodes(shard: Shard, record: Record) -> str | None:
             img.load()
     # What Pillow raises for bad image bytes; anything else is a bug and propagates.
     except (OSError, SyntaxError, ValueError, EOFError, Image.DecompressionBombError) as exc:
-        why = f"{type(exc).__name__}: {_MEMORY_FILE.sub('', str(exc))}"
+        why = f"{type(exc).__name__}: {pillow_said(exc)}"
         source = bytes(record.first("path", b"")).decode("utf-8", "replace")
         of = f" of {source}" if source else ""  # the raw file it came from, when recorded
         return f"feature {shard.image_feature!r}{of} does not decode as an image: {why}"

@@ -22,6 +22,7 @@ from typing import Any
 
 from tfshards.errors import ConfigError, InputError
 from tfshards.format import exif
+from tfshards.format.pixels import pillow_said
 
 MODES = ("ignore", "apply", "warn")
 
@@ -79,7 +80,7 @@ def upright(data: bytes, turn: int) -> bytes:
                 options["subsampling"] = JpegImagePlugin.get_sampling(image)
             turned = image.transpose(method)
     except (UnidentifiedImageError, OSError, ValueError, SyntaxError) as exc:
-        raise InputError(f"cannot decode as an image to turn upright: {exc}") from None
+        raise InputError(f"cannot decode as an image to turn upright: {pillow_said(exc)}") from None
     out = io.BytesIO()
     if kind == "JPEG":
         if options["subsampling"] == -1:

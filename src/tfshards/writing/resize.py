@@ -32,7 +32,7 @@ import warnings
 from typing import Any
 
 from tfshards.errors import InputError
-from tfshards.format.pixels import eight_bit
+from tfshards.format.pixels import eight_bit, pillow_said
 from tfshards.shardset.resize import JPEG_QUALITY, Resize
 
 _OPEN = threading.Lock()  # the warnings filters are process-wide: one open at a time
@@ -53,14 +53,14 @@ def resize_image(data: bytes, resize: Resize) -> bytes:
             image.load()  # the first frame of an animation, as tf.io.decode_image reads it
             pixels = eight_bit(image, data, doing="resize")
     except (Image.DecompressionBombError, Image.DecompressionBombWarning) as exc:
-        raise InputError(f"image too large to resize: {exc}") from None
+        raise InputError(f"image too large to resize: {pillow_said(exc)}") from None
     except (
         UnidentifiedImageError,
         OSError,
         ValueError,
         SyntaxError,
     ) as exc:  # what Pillow raises for bad bytes (SyntaxError: some malformed headers)
-        raise InputError(f"cannot decode as an image to resize: {exc}") from None
+        raise InputError(f"cannot decode as an image to resize: {pillow_said(exc)}") from None
     side = resize.size
     if pixels.size != (side, side):
         pixels = pixels.resize((side, side), Image.Resampling.BILINEAR)
