@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import io
+import zlib
 from typing import Any
 
 import fsspec
@@ -101,10 +103,33 @@ def test_decoding_is_a_rule_only_when_asked_for():
     assert "does not decode as an image" in str(rules.payload_decodes(decoding, _record(JPEG)))
 
 
-def test_a_payload_pillow_cannot_identify_is_named_without_a_memory_address():
+def test_tensorflows_refusal_is_said_in_one_line_without_its_op_names():
     decoding = rules.Shard(BASE, "image", 3, decode_images=True)
     line = str(rules.payload_decodes(decoding, _record(b"\xff\xd8\xff plain text")))
-    assert line.endswith("UnidentifiedImageError: cannot identify image file"), line
+    assert line.startswith("feature 'image' of a/1.jpg does not decode as an image: "), line
+    assert "\n" not in line and "{{" not in line and "[Op:" not in line, line
+
+
+def _png_chunk(kind: bytes, data: bytes, crc: int | None = None) -> bytes:
+    crc = zlib.crc32(kind + data) if crc is None else crc
+    return len(data).to_bytes(4, "big") + kind + data + crc.to_bytes(4, "big")
+
+
+def test_the_decode_rule_is_tensorflows_where_pillow_disagrees():
+    """Training decodes with TensorFlow: a text chunk with a bad CRC trains fine (Pillow
+    refused it), a bad IEND CRC stops training (Pillow decoded it)."""
+    from PIL import Image
+
+    out = io.BytesIO()
+    Image.new("RGB", (8, 8), (9, 99, 199)).save(out, "PNG")
+    png = out.getvalue()
+    head = 8 + 25  # the signature and IHDR
+    bad_text = png[:head] + _png_chunk(b"tEXt", b"Comment\0hi", crc=0) + png[head:]
+    bad_end = png[:-4] + bytes(4)
+    decoding = rules.Shard(BASE, "image", 3, decode_images=True)
+    assert rules.payload_decodes(decoding, _record(bad_text, path="a/t.png")) is None
+    line = rules.payload_decodes(decoding, _record(bad_end, path="a/e.png"))
+    assert str(line).startswith("feature 'image' of a/e.png does not decode as an image: ")
 
 
 def _manifest(records: int = 4, listed: int = 4) -> Manifest:

@@ -67,7 +67,7 @@ class RecordChecker:
         image_feature: the feature holding the raw file bytes.
         num_labels: labels in the manifest; a ``label`` outside ``0..num_labels-1`` is a problem.
         check_sha: compare the stored ``sha256`` feature with the payload's (when both exist).
-        decode_images: also decode each payload with Pillow.
+        decode_images: also decode each payload with TensorFlow (:func:`payload_decodes`).
         labels: records per label index (in range only), counted in place.
         add: called as ``add(what, record index, byte offset)`` for each problem found.
         digests: when given, record ``i``'s stored ``sha256`` (64 hex digits) is
