@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import hashlib
 import json
+import subprocess
+import sys
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -102,6 +104,27 @@ def test_diff_prints_counts_and_paths_and_writes_metrics(shards: Path, tmp_path:
             "moved_buckets": 0,
         }
     }
+
+
+def test_metrics_are_written_when_the_reader_of_the_lines_stops_early(
+    shards: Path, tmp_path: Path
+) -> None:
+    """``tfshards diff ... --metrics F | head -1``: the pipe closes after a line, and the
+    ~190 KB of paths that follow no longer fit in it (a pipe holds 64 KB)."""
+    out = tmp_path / "many"
+    added = [(f"cat/{i:06d}-a-long-enough-name.jpg", tok(str(i)), 0) for i in range(5000)]
+    write_version(out, OLD_NAME, ("cat",), added[:1])
+    write_version(out, NEW_NAME, ("cat",), added)
+    metrics = tmp_path / "diff.json"
+    args = ["diff", str(out / OLD_NAME), str(out / NEW_NAME), "--metrics", str(metrics)]
+    args += ["--limit", "5000"]
+    tfshards = Path(sys.executable).with_name("tfshards")
+    proc = subprocess.run(
+        ["bash", "-c", '"$0" "$@" | head -1', str(tfshards), *args],
+        capture_output=True, text=True, check=False,
+    )  # fmt: skip
+    assert proc.stdout.startswith("old: "), proc.stderr
+    assert json.loads(metrics.read_text(encoding="utf-8"))["diff"]["added"] == 4999
 
 
 def test_version_names_are_looked_up_under_out(shards: Path) -> None:

@@ -133,6 +133,8 @@ def diff_command(
     changes = compare(
         old_manifest, new_manifest, load_members(old_manifest), load_members(new_manifest)
     )
+    if metrics is not None:  # first: whatever reads the lines may stop early (``| head``)
+        jsonfile.save({"diff": changes.to_metrics()}, metrics)
     for side, manifest in (("old", old_manifest), ("new", new_manifest)):
         typer.echo(
             f"{side}: {manifest.directory} ({manifest.records} records, "
@@ -140,5 +142,3 @@ def diff_command(
         )
     for line in summary(changes, limit if paths else None):
         typer.echo(line)
-    if metrics is not None:
-        jsonfile.save({"diff": changes.to_metrics()}, metrics)
