@@ -494,6 +494,42 @@ def test_more_buckets_asked_of_a_lineage_are_refused_in_a_line_that_says_why(mak
     assert "2 records added" in grown.output
 
 
+def test_more_buckets_asked_when_nothing_changed_are_said_kept_too(make_raw, tmp_path):
+    raw = make_raw(40, 8, fmt="png", classes=2)
+    listing = tmp_path / "listing"
+    write_listing(list_files(str(raw)), str(listing))
+    args = ["write", str(listing), "--out", str(tmp_path / "shards")]
+    args += ["--manifest", str(tmp_path / "m.json"), "--executor", "serial"]
+    assert CliRunner().invoke(app, args).exit_code == 0
+    again = CliRunner().invoke(app, [*args, "--buckets", "32"])
+    assert again.exit_code == 0, again.output
+    assert "nothing changed since version" in again.output
+    assert again.output.strip().splitlines()[-1] == (
+        "buckets: kept the lineage's 16 split buckets, not 32: more would move records "
+        "across the split (--previous none starts a lineage with them)"
+    )
+
+
+def test_a_new_lineage_keyed_otherwise_warns_that_records_may_change_sides(make_raw, tmp_path):
+    raw = make_raw(40, 8, fmt="png", classes=2)
+    listing = tmp_path / "listing"
+    write_listing(list_files(str(raw)), str(listing))
+    args = ["write", str(listing), "--out", str(tmp_path / "shards")]
+    args += ["--manifest", str(tmp_path / "m.json"), "--executor", "serial"]
+    first = CliRunner().invoke(app, args)
+    assert first.exit_code == 0, first.output
+    same_keys = CliRunner().invoke(app, [*args, "--previous", "none", "--seed", "7"])
+    assert same_keys.exit_code == 0 and "warning" not in same_keys.output, same_keys.output
+    old = Manifest.from_json((tmp_path / "m.json").read_bytes()).fingerprint
+    anew = CliRunner().invoke(app, [*args, "--previous", "none", "--buckets", "8"])
+    assert anew.exit_code == 0, anew.output
+    assert (
+        f"warning: the split is keyed anew since version {old}: buckets 16 -> 8: records may "
+        "have changed sides, so a model trained on the old version would be scored partly on "
+        "its own training records (`tfshards diff OLD NEW` counts those moved to another bucket)"
+    ) in anew.stderr.splitlines()
+
+
 def test_a_new_shard_damaged_in_a_grown_version_gets_no_hint_about_kept_shards(raw, tmp_path):
     first = _grow(raw, tmp_path, num_shards=8).manifest
     _add(raw, 3)

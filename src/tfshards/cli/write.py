@@ -118,9 +118,17 @@ def _say_lineage(result: Any, config: WriteConfig, old_versions: str, committed:
         typer.echo(f"{result.damaged}: wrote it again")
     elif result.fresh:
         typer.echo(f"not grown from the previous version: {result.fresh}; label ids kept")
+    if result.resplit:
+        typer.echo(
+            f"warning: the split is keyed anew {result.resplit}: records may have changed "
+            "sides, so a model trained on the old version would be scored partly on its own "
+            "training records (`tfshards diff OLD NEW` counts those moved to another bucket)",
+            err=True,
+        )
     kept = m.params.get("buckets")
     asked = config.buckets
-    if m.base and isinstance(kept, int) and kept < asked and asked != DEFAULT_BUCKETS:
+    grown = m.base or result.unchanged
+    if grown and isinstance(kept, int) and kept < asked and asked != DEFAULT_BUCKETS:
         typer.echo(
             f"buckets: kept the lineage's {kept} split buckets, not {asked}: more would move "
             "records across the split (--previous none starts a lineage with them)"

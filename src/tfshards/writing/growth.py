@@ -115,6 +115,16 @@ def _as_param(value: Any) -> str:
     return "none" if value is None else repr(value)
 
 
+def split_change(before: Manifest, params: Mapping[str, Any]) -> str:
+    """How a version written with ``params`` keys its split unlike ``before`` (the
+    :data:`SAME_SPLIT` params that differ, ``"buckets 16 -> 32"``); "" when alike."""
+    return ", ".join(
+        f"{key} {_as_param(before.params.get(key))} -> {_as_param(params.get(key))}"
+        for key in SAME_SPLIT
+        if before.params.get(key) != params.get(key)
+    )
+
+
 def growable(previous: Manifest, params: Mapping[str, Any]) -> str:
     """Why ``previous`` cannot lend its shards to a write with ``params``; "" when it can.
 

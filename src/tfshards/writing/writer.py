@@ -53,6 +53,8 @@ class WriteResult:
     ``unchanged``: nothing changed since the previous version, which is the
     result. ``fresh``: why a previous version lent no shard ("" otherwise);
     ``damaged``: that reason, when it was a shard of it missing or resized.
+    ``resplit``: how a write that did not grow keys the split unlike the last
+    version (its buckets or ``group_by``), so records may have changed sides.
     """
 
     manifest: Manifest
@@ -60,6 +62,7 @@ class WriteResult:
     seconds: float
     unchanged: bool = False
     fresh: str = ""
+    resplit: str = ""
     rotated: int = 0  # files written here with an EXIF orientation of 2..8 (exif warn, apply)
     resumed: int = 0  # of ``reused``: shards an interrupted write of this version finished
     damaged: str = ""
@@ -132,6 +135,7 @@ def write(config: WriteConfig, listing: FileListing | str, *, progress: bool = T
     reused = len(kept) + resumed
     fresh = planned.fresh or unlent or damaged
     fresh = fresh or ("previous is none" if previous is None and last else "")
+    resplit = growth.split_change(last, manifest.params) if fresh and last else ""
     rotated = sum(r.rotated for r in done)
     seconds = time.monotonic() - start
     return WriteResult(
@@ -139,6 +143,7 @@ def write(config: WriteConfig, listing: FileListing | str, *, progress: bool = T
         reused,
         seconds,
         fresh=fresh,
+        resplit=f"since version {last.fingerprint}: {resplit}" if last and resplit else "",
         rotated=rotated,
         resumed=resumed,
         damaged=damaged,
