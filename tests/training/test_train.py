@@ -541,18 +541,26 @@ def test_a_tensorflow_error_the_records_cause_is_one_line(tmp_path: Path) -> Non
         train(train_config)
 
 
-def test_a_truncated_image_stops_training_naming_it_and_the_checks_that_find_it(
+def test_a_damaged_image_stops_training_naming_it_and_the_checks_that_find_it(
     tmp_path: Path,
 ) -> None:
-    """A cut JPEG passes write and validate's defaults (its header is whole): the stage names
-    the record, and how validate would have found it (write reads headers only, so
-    on_error: skip would keep it)."""
+    """A PNG whose last chunk has a wrong CRC passes write and validate's defaults (its
+    header and end are whole; TensorFlow refuses it): the stage names the record, and how
+    validate would have found it (write decodes nothing, so on_error: skip would keep it)."""
+    import io
+
+    from PIL import Image
+
     from tfshards.errors import RecordError
     from tfshards.project.sample import write_synthetic
 
     write_synthetic(str(tmp_path / "img"), 24, 16, workers=1)
-    last = sorted((tmp_path / "img").rglob("*.jpg"))[-1]
-    last.write_bytes(last.read_bytes()[:200])
+    first = sorted((tmp_path / "img").rglob("*.jpg"))[-1]
+    last = first.with_suffix(".png")
+    out = io.BytesIO()
+    Image.open(first).save(out, "PNG")
+    first.unlink()
+    last.write_bytes(out.getvalue()[:-4] + bytes(4))  # IEND's CRC zeroed
     manifest = str(tmp_path / "manifest.json")
     config = WriteConfig(out=str(tmp_path / "shards"), num_shards=2, manifest_copy=manifest)
     write(config, list_files(str(tmp_path / "img")), progress=False)
