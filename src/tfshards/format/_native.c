@@ -364,23 +364,29 @@ static void sha_spans8(const uint8_t *b, const int64_t *s, const int64_t *e, Py_
     }
 }
 
+int spans_inside(const Py_buffer *buf, const Py_buffer *starts, const Py_buffer *ends) {
+    if (starts->len % 8 || ends->len != starts->len) {
+        PyErr_SetString(PyExc_ValueError, "starts and ends must be int64 arrays of one length");
+        return 0;
+    }
+    const int64_t *s = starts->buf, *e = ends->buf;
+    for (Py_ssize_t i = 0; i < starts->len / 8; i++) {
+        if (s[i] < 0 || e[i] < s[i] || e[i] > buf->len) {
+            PyErr_Format(PyExc_ValueError, "span %zd [%lld:%lld] is outside a buffer of %zd bytes",
+                         i, (long long)s[i], (long long)e[i], buf->len);
+            return 0;
+        }
+    }
+    return 1;
+}
+
 static PyObject *hash_spans(PyObject *self, PyObject *args) {
     Py_buffer buf, starts, ends;
     if (!PyArg_ParseTuple(args, "y*y*y*", &buf, &starts, &ends)) return NULL;
     PyObject *out = NULL;
     Py_ssize_t n = starts.len / 8;
     const int64_t *s = starts.buf, *e = ends.buf;
-    if (starts.len % 8 || ends.len != starts.len) {
-        PyErr_SetString(PyExc_ValueError, "starts and ends must be int64 arrays of one length");
-        goto done;
-    }
-    for (Py_ssize_t i = 0; i < n; i++) {
-        if (s[i] < 0 || e[i] < s[i] || e[i] > buf.len) {
-            PyErr_Format(PyExc_ValueError, "span %zd [%lld:%lld] is outside a buffer of %zd bytes",
-                         i, (long long)s[i], (long long)e[i], buf.len);
-            goto done;
-        }
-    }
+    if (!spans_inside(&buf, &starts, &ends)) goto done;
     out = PyBytes_FromStringAndSize(NULL, n * SHA256_DIGEST_LENGTH);
     if (out == NULL) goto done;
     uint8_t *d = (uint8_t *)PyBytes_AS_STRING(out);

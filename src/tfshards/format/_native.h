@@ -46,6 +46,10 @@ static inline uint8_t *put_u32(uint8_t *p, uint32_t v) {
 }
 
 /* _native_files.c: one file read into place (frame_files' reads). */
+/* 1 when ``starts`` and ``ends`` are int64 arrays of one length whose spans all lie in
+ * ``buf``; else 0 with a ValueError set (_native.c). */
+int spans_inside(const Py_buffer *buf, const Py_buffer *starts, const Py_buffer *ends);
+
 #define NOT_REGULAR (-((Py_ssize_t)1 << 40)) /* below every -errno */
 Py_ssize_t read_file(int dir_fd, const char *rel, uint8_t *dst, size_t cap, size_t *file_size);
 

@@ -232,18 +232,8 @@ PyObject *images_cut(PyObject *self, PyObject *args) {
     if (!PyArg_ParseTuple(args, "y*y*y*", &buf, &starts, &ends)) return NULL;
     PyObject *result = NULL;
     Py_ssize_t n = starts.len / 8;
-    if (starts.len % 8 || ends.len != starts.len) {
-        PyErr_SetString(PyExc_ValueError, "starts and ends must be int64 arrays of one length");
-        goto done;
-    }
+    if (!spans_inside(&buf, &starts, &ends)) goto done;
     const int64_t *s = starts.buf, *e = ends.buf;
-    for (Py_ssize_t i = 0; i < n; i++) {
-        if (s[i] < 0 || e[i] < s[i] || e[i] > buf.len) {
-            PyErr_Format(PyExc_ValueError, "span %zd [%lld:%lld] is outside a buffer of %zd bytes",
-                         i, (long long)s[i], (long long)e[i], buf.len);
-            goto done;
-        }
-    }
     result = PyBytes_FromStringAndSize(NULL, n);
     if (result == NULL) goto done;
     uint8_t *out = (uint8_t *)PyBytes_AS_STRING(result);
@@ -267,18 +257,8 @@ PyObject *image_headers(PyObject *self, PyObject *args) {
     if (!PyArg_ParseTuple(args, "y*y*y*", &buf, &starts, &ends)) return NULL;
     PyObject *result = NULL;
     Py_ssize_t n = starts.len / 8;
-    if (starts.len % 8 || ends.len != starts.len) {
-        PyErr_SetString(PyExc_ValueError, "starts and ends must be int64 arrays of one length");
-        goto done;
-    }
+    if (!spans_inside(&buf, &starts, &ends)) goto done;
     const int64_t *s = starts.buf, *e = ends.buf;
-    for (Py_ssize_t i = 0; i < n; i++) {
-        if (s[i] < 0 || e[i] < s[i] || e[i] > buf.len) {
-            PyErr_Format(PyExc_ValueError, "span %zd [%lld:%lld] is outside a buffer of %zd bytes",
-                         i, (long long)s[i], (long long)e[i], buf.len);
-            goto done;
-        }
-    }
     result = PyBytes_FromStringAndSize(NULL, n * 4 * (Py_ssize_t)sizeof(int64_t));
     if (result == NULL) goto done;
     int64_t *out = (int64_t *)PyBytes_AS_STRING(result);

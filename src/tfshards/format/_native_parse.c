@@ -180,10 +180,7 @@ PyObject *outline_examples(PyObject *self, PyObject *args) {
         PyErr_NoMemory();
         goto done;
     }
-    if (starts.len % 8 || ends.len != starts.len) {
-        PyErr_SetString(PyExc_ValueError, "starts and ends must be int64 arrays of one length");
-        goto done;
-    }
+    if (!spans_inside(&buf, &starts, &ends)) goto done;
     for (Py_ssize_t k = 0; k < nk; k++) {
         PyObject *name = PyTuple_GET_ITEM(keys, k);
         if (!PyBytes_Check(name)) {
@@ -194,13 +191,6 @@ PyObject *outline_examples(PyObject *self, PyObject *args) {
         key[k].len = (int64_t)PyBytes_GET_SIZE(name);
     }
     const int64_t *s = starts.buf, *e = ends.buf;
-    for (Py_ssize_t i = 0; i < n; i++) {
-        if (s[i] < 0 || e[i] < s[i] || e[i] > buf.len) {
-            PyErr_Format(PyExc_ValueError, "span %zd [%lld:%lld] is outside a buffer of %zd bytes",
-                         i, (long long)s[i], (long long)e[i], buf.len);
-            goto done;
-        }
-    }
     ok = PyBytes_FromStringAndSize(NULL, n);
     kinds = PyBytes_FromStringAndSize(NULL, n * nk);
     counts = PyBytes_FromStringAndSize(NULL, n * nk * 8);
