@@ -879,3 +879,35 @@ def test_gzip_shards_are_read_whole_in_the_epoch_order(tmp_path):
     assert len(set(whole[:60])) == len(set(whole[60:120])) == 60 and whole[:60] != whole[60:]
     rest = loader.make_dataset(manifest.shards, manifest, start=Position(1, 13), **kw)
     assert _paths(rest.take(5)) == whole[73:113]
+
+
+def _image_record(image: bytes, path: bytes) -> bytes:
+    return _example(
+        image=("bytes", [image]),
+        label=("int64", [1]),
+        path=("bytes", [path]),
+        sha256=("bytes", [hashlib.sha256(image).hexdigest().encode()]),
+    )
+
+
+def test_of_two_images_tensorflow_refuses_the_one_its_error_describes_is_named(shard_set, tmp_path):
+    """A scan stopping at the first bad record named a.jpg where TensorFlow had failed on
+    b.png: its words ("Invalid PNG data, size N") say which one it was."""
+    import io
+
+    from PIL import Image
+
+    out = io.BytesIO()
+    Image.new("RGB", (8, 8), (200, 30, 30)).save(out, "PNG")
+    png = out.getvalue()[:-4] + bytes(4)  # IEND's CRC zeroed: whole to write, refused by TF
+    manifest = _copy_shards(shard_set[0], tmp_path / "copy")
+    forged, _ = _replace_record(manifest, 6, 1, _image_record(WHOLE_TEXT, b"a.jpg"))
+    forged, offset = _replace_record(forged, 6, 3, _image_record(png, b"b.png"))
+    said = f"Map: Invalid PNG data, size {len(png)}\n\t [[{{{{node DecodeImage}}}}]] [Op:Next]"
+    found = corruption.find_corrupt_record(forged, decode_images=True, said=said)
+    assert str(found).startswith(
+        f"{forged.shard_url(forged.shards[6])}: record 3 at byte {offset}: "
+        "feature 'image' of b.png does not decode as an image: Invalid PNG data, size "
+    )
+    first = corruption.find_corrupt_record(forged, decode_images=True)
+    assert "feature 'image' of a.jpg does not decode" in str(first)  # without TF's words

@@ -83,6 +83,7 @@ def shard_errors(
             shards,
             cache_dir=cache_dir,
             decode_images=bool(_IMAGE_PROBLEM.search(message)),
+            said=message,
             **storage_options,
         )
         if found is not None:  # a sha256 mismatch: the scan says which record
@@ -98,6 +99,7 @@ def find_corrupt_record(
     *,
     cache_dir: str | None = None,
     decode_images: bool = False,
+    said: str = "",
     **storage_options: Any,
 ) -> ShardError | None:
     """Check the local copies of ``shards`` (default: all) and describe the first bad one.
@@ -106,12 +108,17 @@ def find_corrupt_record(
     CRCs, each record against the schema) on each shard in turn. Remote
     shards are checked only where cached. Returns a :class:`RecordError`
     when a record is at fault (a :class:`ShardError` for the file as a whole),
-    not raised; None when all is well.
+    not raised; None when all is well. With ``said`` (TensorFlow's error), an
+    image whose decoder error TensorFlow's message holds is the one at fault
+    (``Invalid PNG data, size 5868``): the scan goes on past the first bad
+    record to find it, and falls back to the first.
     """
     from tfshards.validation.shardcheck import ShardCheck, validate_shard
 
     fs, root = storage.open_url(manifest.directory, **storage_options)
     cache = None if storage.is_local(fs) else ShardCache(cache_dir)
+    first: ShardError | None = None
+    matching = decode_images and bool(said)
     for shard in manifest.shards if shards is None else shards:
         path = storage.join(root, shard.name) if cache is None else cache.path(shard)
         if cache is not None and not os.path.exists(path):
@@ -124,16 +131,32 @@ def find_corrupt_record(
             continue
         where = manifest.shard_url(shard)
         for problem in report.problems:
-            if problem.index is not None:
-                return RecordError(
-                    f"{where}: record {problem.index} at byte {problem.offset}: {problem.what}",
-                    shard=shard.name,
-                    index=problem.index,
-                    offset=problem.offset,
-                    path=path,
-                )
-        return ShardError(f"{where}: {report.problems[0].what}", shard=shard.name, path=path)
-    return None
+            if problem.index is None:
+                continue
+            found = RecordError(
+                f"{where}: record {problem.index} at byte {problem.offset}: {problem.what}",
+                shard=shard.name,
+                index=problem.index,
+                offset=problem.offset,
+                path=path,
+            )
+            if not matching or _named_in(problem.what, said):
+                return found
+            first = first or found
+        whole = ShardError(f"{where}: {report.problems[0].what}", shard=shard.name, path=path)
+        if not matching:
+            return whole
+        first = first or whole
+    return first
+
+
+_UNDECODED = "does not decode as an image: "  # tfshards.validation.rules.payload_decodes
+
+
+def _named_in(problem: str, said: str) -> bool:
+    """Whether TensorFlow's error ``said`` holds the decoder's words of ``problem``."""
+    _, found, words = problem.partition(_UNDECODED)
+    return bool(found and words and words in said)
 
 
 def first_image_error(
