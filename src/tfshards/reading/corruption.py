@@ -130,24 +130,28 @@ def find_corrupt_record(
         if not report.problems:
             continue
         where = manifest.shard_url(shard)
-        for problem in report.problems:
-            if problem.index is None:
-                continue
-            found = RecordError(
-                f"{where}: record {problem.index} at byte {problem.offset}: {problem.what}",
-                shard=shard.name,
-                index=problem.index,
-                offset=problem.offset,
-                path=path,
-            )
-            if not matching or _named_in(problem.what, said):
-                return found
-            first = first or found
+        records = [p for p in report.problems if p.index is not None]
+        hit = next((p for p in records if _named_in(p.what, said)), None) if matching else None
+        if hit is not None:  # that record's first problem: what the rules say of it first
+            said_first = next(p for p in records if p.index == hit.index)
+            return _record_error(where, shard.name, said_first, path)
+        if records and not matching:
+            return _record_error(where, shard.name, records[0], path)
         whole = ShardError(f"{where}: {report.problems[0].what}", shard=shard.name, path=path)
         if not matching:
             return whole
-        first = first or whole
+        first = first or (_record_error(where, shard.name, records[0], path) if records else whole)
     return first
+
+
+def _record_error(where: str, shard: str, problem: Any, path: str) -> RecordError:
+    return RecordError(
+        f"{where}: record {problem.index} at byte {problem.offset}: {problem.what}",
+        shard=shard,
+        index=problem.index,
+        offset=problem.offset,
+        path=path,
+    )
 
 
 _UNDECODED = "does not decode as an image: "  # tfshards.validation.rules.payload_decodes
