@@ -366,6 +366,23 @@ def test_decode_option_reports_undecodable_images(shard_set):
     )
 
 
+def test_decode_in_a_fresh_process_prints_no_tensorflow_log_lines(shard_set):
+    """TensorFlow's import printed two log lines per process (oneDNN, absl) that
+    TF_CPP_MIN_LOG_LEVEL does not hold back, before the findings."""
+    manifest_path, manifest = shard_set
+    crafted = _crafted(manifest, 1)
+    _append_record(manifest_path, manifest, 1, _good_features(b"not an image", path=crafted))
+    metrics = str(Path(manifest_path).parent / "v.json")
+    proc = subprocess.run(
+        [sys.executable, "-m", "tfshards", "validate", manifest_path, "--decode", "true",
+         "--executor", "serial", "--no-progress", "--metrics", metrics],
+        capture_output=True, text=True, check=False,
+    )  # fmt: skip
+    assert proc.returncode == 1
+    assert "does not decode as an image" in proc.stderr, proc.stderr
+    assert "oneDNN" not in proc.stderr and "absl" not in proc.stderr, proc.stderr
+
+
 def test_valid_record_in_another_key_order_passes_through_the_general_decoder(shard_set):
     manifest_path, manifest = shard_set
     before = _check(manifest_path).records_per_label["02"]
