@@ -476,12 +476,18 @@ def _png(raw: Path) -> bytes:
     return next(raw.rglob("*.png")).read_bytes()
 
 
-def test_more_buckets_asked_of_a_lineage_are_refused_in_a_line_that_says_why(make_raw, tmp_path):
+def _cli_set(make_raw, tmp_path: Path) -> tuple[Path, Path, list[str]]:
+    """40 PNGs in 2 labels, listed; the raw folder, the listing and a serial write's args."""
     raw = make_raw(40, 8, fmt="png", classes=2)
     listing = tmp_path / "listing"
     write_listing(list_files(str(raw)), str(listing))
     args = ["write", str(listing), "--out", str(tmp_path / "shards")]
     args += ["--manifest", str(tmp_path / "m.json"), "--executor", "serial"]
+    return raw, listing, args
+
+
+def test_more_buckets_asked_of_a_lineage_are_refused_in_a_line_that_says_why(make_raw, tmp_path):
+    raw, listing, args = _cli_set(make_raw, tmp_path)
     assert CliRunner().invoke(app, args).exit_code == 0
     _add(raw, 2)
     write_listing(list_files(str(raw)), str(listing))
@@ -495,11 +501,7 @@ def test_more_buckets_asked_of_a_lineage_are_refused_in_a_line_that_says_why(mak
 
 
 def test_more_buckets_asked_when_nothing_changed_are_said_kept_too(make_raw, tmp_path):
-    raw = make_raw(40, 8, fmt="png", classes=2)
-    listing = tmp_path / "listing"
-    write_listing(list_files(str(raw)), str(listing))
-    args = ["write", str(listing), "--out", str(tmp_path / "shards")]
-    args += ["--manifest", str(tmp_path / "m.json"), "--executor", "serial"]
+    *_, args = _cli_set(make_raw, tmp_path)
     assert CliRunner().invoke(app, args).exit_code == 0
     again = CliRunner().invoke(app, [*args, "--buckets", "32"])
     assert again.exit_code == 0, again.output
@@ -511,11 +513,7 @@ def test_more_buckets_asked_when_nothing_changed_are_said_kept_too(make_raw, tmp
 
 
 def test_a_new_lineage_keyed_otherwise_warns_that_records_may_change_sides(make_raw, tmp_path):
-    raw = make_raw(40, 8, fmt="png", classes=2)
-    listing = tmp_path / "listing"
-    write_listing(list_files(str(raw)), str(listing))
-    args = ["write", str(listing), "--out", str(tmp_path / "shards")]
-    args += ["--manifest", str(tmp_path / "m.json"), "--executor", "serial"]
+    *_, args = _cli_set(make_raw, tmp_path)
     first = CliRunner().invoke(app, args)
     assert first.exit_code == 0, first.output
     same_keys = CliRunner().invoke(app, [*args, "--previous", "none", "--seed", "7"])

@@ -15,10 +15,7 @@ from __future__ import annotations
 
 import functools
 import hashlib
-import os
 import posixpath
-import re
-import sys
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, NamedTuple
@@ -30,6 +27,7 @@ from tfshards.format.imageformat import claims_image, image_problem
 from tfshards.format.schema import FeatureSpec
 from tfshards.shardset import buckets, diff, grouping, layout, lease
 from tfshards.shardset.manifest import Manifest
+from tfshards.validation import decoder
 from tfshards.validation.duplicates import Duplicate, Duplicates
 
 
@@ -222,45 +220,12 @@ def payload_decodes(shard: Shard, record: Record) -> str | None:
     """
     if not (shard.decode_images and shard.has_payload):
         return None
-    why = _tensorflow_refuses(record.first(shard.image_feature, b""))
+    why = decoder.refuses(record.first(shard.image_feature, b""))
     if why is None:
         return None
     source = bytes(record.first("path", b"")).decode("utf-8", "replace")
     of = f" of {source}" if source else ""  # the raw file it came from, when recorded
     return f"feature {shard.image_feature!r}{of} does not decode as an image: {why}"
-
-
-_OP_NOISE = re.compile(r"^\{\{function_node [^}]*\}\}\s*|\s*\[Op:\w+\].*$", re.DOTALL)
-
-
-@functools.cache
-def _decode_image() -> Any:
-    """``tf.io.decode_image`` as one traced function (a third of an eager call's cost).
-
-    Imported here first (validate's workers), TensorFlow is told to leave its oneDNN
-    kernels off: decoding runs none, and with them on its import prints two log lines
-    (``oneDNN custom operations are on``, and absl's about logging before its set-up)
-    that ``TF_CPP_MIN_LOG_LEVEL`` does not hold back, before each worker's findings.
-    """
-    if "tensorflow" not in sys.modules:
-        os.environ.setdefault("TF_ENABLE_ONEDNN_OPTS", "0")
-    import tensorflow as tf  # only with --decode, or where training already imported it
-
-    spec = tf.TensorSpec([], tf.string)
-    return tf.function(lambda data: tf.io.decode_image(data, expand_animations=False), [spec])
-
-
-def _tensorflow_refuses(payload: bytes) -> str | None:
-    """TensorFlow's words (one line) when ``decode_image`` refuses ``payload``; else None."""
-    decode = _decode_image()  # first: it imports TensorFlow
-    import tensorflow as tf
-
-    try:
-        decode(tf.constant(bytes(payload)))
-    except tf.errors.OpError as exc:  # InvalidArgumentError: bytes it cannot decode
-        said = _OP_NOISE.sub("", exc.message).strip().splitlines()
-        return said[0] if said else type(exc).__name__
-    return None
 
 
 RECORD_RULES: tuple[RecordRule, ...] = (
