@@ -1,9 +1,13 @@
 """Training throughput from S3 (moto's server) with the shard cache limited to 20% of the set,
 against an unlimited cache (:mod:`bench.common.limitedcache` runs each read).
 
-One warm-up of each, then ``reps`` rounds (unlimited, limited); the ratio is taken
-within a round. Rows: each contender's wall and CPU seconds (this process and the
-moto server) and the cache's peak bytes, and the limited/unlimited throughput ratio.
+Two consumers of the batches: none (reading only: every download the limit
+costs is on the critical path) and Keras fitting the train stage's
+``small_cnn`` at its default 16 px, as the train stage consumes them. For each,
+one warm-up of each cache, then ``reps`` rounds (unlimited, limited); the ratio
+is taken within a round. Rows: each contender's wall and CPU seconds (this
+process and the moto server) and the cache's peak bytes, and the
+limited/unlimited throughput ratio.
 
     python -m bench.suite.cachelimit [IMAGES] [REPS]
 """
@@ -21,6 +25,9 @@ from bench.common.timing import spread
 GROUP = "cachelimit"
 IMAGES, SIZE, SHARDS, BATCH = 8000, 96, 80, 64
 UNLIMITED, LIMITED = "unlimited cache", f"cache limited to {limitedcache.SHARE:.0%} of the set"
+TRAIN_SIZE = 16  # the train stage's default image_size
+# What consumes the batches: nothing (the input alone), or Keras fitting small_cnn.
+CONSUMERS = {"reading only": None, f"fitting small_cnn at {TRAIN_SIZE} px": TRAIN_SIZE}
 
 
 def data_set(scale: float) -> DataSet:
@@ -31,23 +38,33 @@ def data_set(scale: float) -> DataSet:
 def compare(
     listing: Any, reps: int, log: Callable[[str], None], kind: str = "s3", warmup: bool = True
 ) -> list[dict[str, Any]]:
-    """Two rows (unlimited, limited: wall s, CPU s, peak bytes), then the ratio row; a
-    warm-up run of each first unless ``warmup`` is false."""
+    """For each consumer (reading only, then fitting ``small_cnn``): two rows (unlimited,
+    limited: wall s, CPU s, peak bytes), then the ratio row; a warm-up run of each first
+    unless ``warmup`` is false."""
     with limitedcache.store(kind) as options:
         manifest = limitedcache.write_set(listing, kind, SHARDS, options)
         limit = int(manifest.bytes * limitedcache.SHARE)
-        runs = {UNLIMITED: None, LIMITED: limit}
-        for bound in runs.values() if warmup else ():  # warm-up: TensorFlow's first graphs
-            limitedcache.epochs(manifest, options, bound, BATCH)
-        done: dict[str, list[limitedcache.Run]] = {name: [] for name in runs}
-        for round_ in range(reps):
-            log(f"{GROUP} / round {round_ + 1} of {reps}")
-            for name, bound in runs.items():
-                done[name].append(limitedcache.epochs(manifest, options, bound, BATCH))
-    records = limitedcache.EPOCHS * manifest.records // BATCH * BATCH
+        rows: list[dict[str, Any]] = []
+        for consumer, size in CONSUMERS.items():
+            runs = {UNLIMITED: None, LIMITED: limit}
+            for bound in runs.values() if warmup else ():  # warm-up: TensorFlow's first graphs
+                limitedcache.epochs(manifest, options, bound, BATCH, size)
+            done: dict[str, list[limitedcache.Run]] = {name: [] for name in runs}
+            for round_ in range(reps):
+                log(f"{GROUP} / {consumer} / round {round_ + 1} of {reps}")
+                for name, bound in runs.items():
+                    done[name].append(limitedcache.epochs(manifest, options, bound, BATCH, size))
+            rows += _rows(manifest, kind, limit, consumer, done)
+    return rows
+
+
+def _rows(
+    manifest: Any, kind: str, limit: int, consumer: str, done: dict[str, list[limitedcache.Run]]
+) -> list[dict[str, Any]]:
     base = {
         "group": GROUP,
-        "records": records,
+        "consumer": consumer,
+        "records": limitedcache.EPOCHS * manifest.records // BATCH * BATCH,
         "shards": SHARDS,
         "set_bytes": manifest.bytes,
         "limit_bytes": limit,
@@ -89,13 +106,13 @@ def table(rows: Sequence[dict[str, Any]]) -> list[str]:
         if r["name"] == "ratio":
             w = r["ratio"]
             lines.append(
-                f"| **throughput, limited / unlimited** | {w['median']:.2f}x "
+                f"| {r['consumer']}: **throughput, limited / unlimited** | {w['median']:.2f}x "
                 f"({w['min']:.2f}-{w['max']:.2f}) | | | |"
             )
             continue
         w = r["wall_s"]
         lines.append(
-            f"| {r['name']} | {w['median']:.2f} ({w['min']:.2f}-{w['max']:.2f}) | "
+            f"| {r['consumer']}: {r['name']} | {w['median']:.2f} ({w['min']:.2f}-{w['max']:.2f}) | "
             f"{r['records'] / w['median']:,.0f} | {r['cpu_s']['median']:.2f} | "
             f"{r['peak_bytes']:,} |"
         )

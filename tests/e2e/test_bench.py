@@ -314,10 +314,12 @@ def test_tiny_run_reports_every_contender_with_positive_numbers(
     assert len(resumed) == 3 and all(r["wall_s"]["min"] > 0 for r in resumed)
 
     cached = _rows(doc, "cachelimit")  # epochs from moto's S3, cache unlimited and at 20%
-    assert [r["name"] for r in cached][-1] == "ratio" and len(cached) == 3
-    limited = cached[1]
-    assert limited["peak_bytes"] <= limited["limit_bytes"] + limited["largest_shard"]
-    assert all(r["wall_s"]["min"] > 0 for r in cached[:2]) and cached[2]["ratio"]["min"] > 0
+    consumers = ["reading only", "fitting small_cnn at 16 px"]  # each: two caches, the ratio
+    assert [(r["consumer"], r["name"]) for r in cached][2::3] == [(c, "ratio") for c in consumers]
+    for limited in cached[1::3]:
+        assert limited["peak_bytes"] <= limited["limit_bytes"] + limited["largest_shard"]
+    assert all(r["wall_s"]["min"] > 0 for r in cached if r["name"] != "ratio")
+    assert all(r["ratio"]["min"] > 0 for r in cached[2::3])
 
     bound = _rows(doc, "bound")
     assert {(r["data"], r["name"]) for r in bound} == {
