@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 from collections.abc import Callable
 from pathlib import Path
 
@@ -33,15 +35,42 @@ def _versions(out: Path) -> list[str]:
     return sorted(p.name for p in out.iterdir() if p.is_dir())
 
 
+def _dvc(cwd: Path, *args: str) -> None:
+    dvc = str(Path(sys.executable).with_name("dvc"))
+    subprocess.run([dvc, *args, "-q"], cwd=cwd, check=True, capture_output=True)
+
+
 def test_remove_leaves_only_the_new_version_and_names_what_it_deleted(listing_dir, tmp_path):
+    """In a DVC project whose cache holds the old version (``dvc add``, as ``dvc repro``
+    saves a stage's outs)."""
     out = tmp_path / "shards"
+    _dvc(tmp_path, "init", "--no-scm")
     assert _write(listing_dir, out, "--seed", "1")[0] == 0
     (first,) = _versions(out)
+    _dvc(tmp_path, "add", "shards")
     code, said = _write(listing_dir, out, "--seed", "2", "--old-versions", "remove")
     assert code == 0, said
     (second,) = _versions(out)
     assert second != first
     assert f"old_versions remove: deleted 1 other version ({first})" in said
+
+
+@pytest.mark.parametrize("project", [True, False], ids=["dvc-project", "no-dvc"])
+def test_remove_keeps_a_version_no_dvc_cache_holds(listing_dir, tmp_path, project):
+    """A version written by hand into the out exists nowhere else: removing it lost data
+    for good."""
+    out = tmp_path / "shards"
+    if project:
+        _dvc(tmp_path, "init", "--no-scm")
+    assert _write(listing_dir, out, "--seed", "1")[0] == 0
+    (first,) = _versions(out)
+    code, said = _write(listing_dir, out, "--seed", "2", "--old-versions", "remove")
+    assert code == 0, said
+    assert first in _versions(out) and len(_versions(out)) == 2
+    assert (
+        f"warning: old_versions remove: kept {first}: DVC's cache does not hold it (written "
+        "outside `dvc repro`?), so it exists nowhere else; `tfshards prune --delete` removes it"
+    ) in said
 
 
 def test_remove_keeps_a_version_holding_a_users_file_and_says_so(listing_dir, tmp_path):

@@ -181,7 +181,7 @@ def _remove_old_versions(config: WriteConfig, manifest: str) -> None:
     changed, which DVC would otherwise record in the out), and say so."""
     from tfshards.project.prune import PruneConfig, prune
 
-    pruned = PruneConfig(  # local disk only: DVC's cache holds every committed version
+    pruned = PruneConfig(  # local disk only: DVC's cache holds every version it ran
         manifest,
         config.out,
         keep_refs=False,
@@ -189,6 +189,7 @@ def _remove_old_versions(config: WriteConfig, manifest: str) -> None:
         delete=True,
         interrupted=True,
         storage_options=config.out_options,
+        cached_only=True,
     )
     report = prune(pruned)
     gone = [v for v in report.versions if v.action == "deleted"]

@@ -39,7 +39,7 @@ from typing import Any, Literal
 
 from tfshards import atomicfile, storage
 from tfshards.errors import ConfigError, InputError
-from tfshards.project import committed
+from tfshards.project import committed, dvccache
 from tfshards.shardset import layout, lease
 from tfshards.shardset.layout import MANIFEST_NAME
 from tfshards.shardset.manifest import load
@@ -50,6 +50,11 @@ _TRASH = re.compile(r"^\.([0-9a-f]{16})\.deleting$")  # a local version being de
 Action = Literal["keep", "delete", "deleted"]
 INTERRUPTED_DELETE = "an interrupted delete"  # the reason prune finishes one
 INTERRUPTED_WRITE = "an interrupted write: no manifest.json, and its writer is gone"
+NOT_REFERENCED = "not referenced"
+NOT_CACHED = (  # what write.old_versions: remove keeps (PruneConfig.cached_only)
+    "DVC's cache does not hold it (written outside `dvc repro`?), so it exists nowhere "
+    "else; `tfshards prune --delete` removes it"
+)
 UNPUBLISHED = (  # a folder without manifest that plain prune keeps
     "no manifest.json: being written, or interrupted (rerun write; once its write is given "
     "up, prune --interrupted removes it)"
@@ -74,6 +79,9 @@ class PruneConfig:
             gone (no live lease, nothing modified within ``min_age_s``): a write that
             failed or was killed and will not be resumed (its listing changed).
         storage_options: fsspec options for ``out``.
+        cached_only: delete a published version only where the DVC cache of the
+            project around ``out`` holds it (:mod:`tfshards.project.dvccache`); one
+            written outside ``dvc repro`` exists nowhere else, and is kept.
     """
 
     manifest: str
@@ -84,6 +92,7 @@ class PruneConfig:
     delete: bool = False
     interrupted: bool = False
     storage_options: Mapping[str, Any] = field(default_factory=dict)
+    cached_only: bool = False
 
     def __post_init__(self) -> None:
         if self.keep_commits < 0:
@@ -199,10 +208,22 @@ def prune(config: PruneConfig, *, now: float | None = None) -> PruneReport:
             state = _written_files_only(path, files, state)
         elif state.action == "delete" and state.reason != INTERRUPTED_DELETE:
             state = _own_files_only(fs, path, files, state, config.storage_options)
+        if state.action == "delete" and config.cached_only and state.reason == NOT_REFERENCED:
+            state = _cached_only(fs, path, state)
         if state.action == "delete" and config.delete:
             state = _delete(fs, base, name, state)
         states.append(state)
     return PruneReport(out, tuple(sorted(states, key=lambda v: v.name)))
+
+
+def _cached_only(fs: Any, path: str, state: VersionState) -> VersionState:
+    """``state`` kept unless the DVC cache of the project around ``path`` holds the version's
+    manifest (local folders only: ``write.old_versions: remove`` works on no other)."""
+    project = dvccache.project_of(path) if storage.is_local(fs) else None
+    manifest = storage.join(path, MANIFEST_NAME)
+    if project is not None and dvccache.holds(project, manifest):
+        return state
+    return dataclasses.replace(state, action="keep", reason=NOT_CACHED)
 
 
 def _files(fs: Any, path: str) -> dict[str, Any]:
@@ -299,7 +320,7 @@ def _decide(
     )
     if newest > now - config.min_age_s:
         return state("keep", "modified recently: a writer may be working in it")
-    return state("delete", INTERRUPTED_WRITE if written else "not referenced")
+    return state("delete", INTERRUPTED_WRITE if written else NOT_REFERENCED)
 
 
 def _written_files_only(path: str, files: Mapping[str, Any], state: VersionState) -> VersionState:

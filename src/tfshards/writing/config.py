@@ -280,9 +280,10 @@ OPTIONS = (
         "keep | remove. remove: once this version's manifest is out, delete the other "
         "finished versions under OUT that nothing is writing (as `tfshards prune --delete "
         "--min-age-minutes 0` does), so OUT holds exactly this version: a DVC out of it then "
-        "hashes the same on every clone, and DVC's cache keeps the others. Refused where OUT "
-        "is not local disk: nothing would keep them. Folders tfshards did not write are "
-        "never touched.",
+        "hashes the same on every clone, and DVC's cache keeps the others; a version that "
+        "cache does not hold (written outside `dvc repro`) is kept, with a warning. Refused "
+        "where OUT is not local disk: nothing would keep them. Folders tfshards did not "
+        "write are never touched.",
         param=True, field=None,
         comment="keep | remove: the other versions under out (a local DVC out: remove)",
     ),
