@@ -7,4 +7,4 @@ the version a dask worker must match all import it from here. It is a plain
 assignment, so setuptools reads it without importing the package.
 """
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"
