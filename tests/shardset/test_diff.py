@@ -175,6 +175,12 @@ def test_member_lists_are_checked_against_the_manifest(tmp_path: Path) -> None:
     member_list.write_bytes(b'["a.jpg","t",0],["b.jpg","t",0]\n["c.jpg","t",0]\n')  # 3 rows
     with pytest.raises(InputError, match=r"tfrecord.jsonl: line 1: expected \[path, token"):
         list(load_members(manifest))
+    member_list.unlink()  # no records_sha256, no list: read from the shard (dummy bytes here)
+    shard = Path(manifest.directory) / manifest.shards[1].name
+    with pytest.raises(InputError, match=rf"^{shard}: record 0: truncated header"):
+        list(load_members(manifest))
+    manifest = load(str(path))  # its manifest records the list's sha256: the list is missing
+    member_list = Path(layout.records_path(manifest.directory, manifest.shards[1].name))
     member_list.unlink()
     with pytest.raises(InputError) as caught:
         list(load_members(manifest))
@@ -202,3 +208,48 @@ def test_members_compare_from_any_iterable_of_rows(tmp_path: Path) -> None:
     rows = [members.Member(*row) for _, shard in OLD for row in shard]
     in_memory = [(old.shards[0], rows[:3]), (old.shards[1], rows[3:])]
     assert compare(old, new, in_memory, load_members(new)) == diff(old_path, new_path)
+
+
+def _without_member_lists(manifest: Manifest) -> Manifest:
+    """``manifest``'s version as a writer before member lists left it: no ``records/``
+    folder, no ``records_sha256`` in the manifest (saved in place)."""
+    import dataclasses
+    import shutil
+
+    directory = Path(manifest.directory)
+    shutil.rmtree(directory / layout.RECORDS.folder)
+    shards = tuple(dataclasses.replace(s, records_sha256=None) for s in manifest.shards)
+    old = dataclasses.replace(manifest, shards=shards)
+    (directory / layout.MANIFEST_NAME).write_bytes(old.to_json())
+    return load(str(directory / layout.MANIFEST_NAME))
+
+
+@pytest.mark.parametrize("compression", ["none", "gzip"])
+def test_a_set_written_before_member_lists_is_compared_from_its_records(
+    make_raw, write_set, tmp_path: Path, compression: str
+) -> None:
+    """Sets written before member lists have none: diff, show and lookups failed on every
+    one of them with "member list not found"."""
+    from tfshards.reading.lookup import Version
+
+    raw = make_raw(12, 8, classes=2)
+    gzip = {"compression": compression} if compression != "none" else {}
+    written = write_set(raw, tmp_path / "a", num_shards=3, **gzip)
+    rows = {s.name: members.load(*_local(written), s) for s in written.shards}
+    new = write_set(raw, tmp_path / "b", num_shards=3, **gzip)
+    old = _without_member_lists(written)
+    fs, directory = _local(old)
+    found = {s.name: members.of_shard(fs, directory, s, compression) for s in old.shards}
+    assert {k: [tuple(r) for r in v] for k, v in found.items()} == {
+        k: [tuple(r) for r in v] for k, v in rows.items()
+    }
+    changes = compare(old, new, load_members(old), load_members(new))
+    assert (changes.added, changes.removed, changes.unchanged) == (0, 0, new.records)
+    path = rows[old.shards[0].name][0][0]
+    assert Version(old).find(path).path == path
+
+
+def _local(manifest: Manifest) -> tuple[object, str]:
+    from tfshards import storage
+
+    return storage.open_url(manifest.directory)

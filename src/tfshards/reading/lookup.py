@@ -94,7 +94,8 @@ class Version:
     def rows(self, shard: ShardInfo) -> list[members.Row]:
         """The shard's member list: path, content token and label id of each record."""
         if shard.name not in self._rows:
-            self._rows[shard.name] = members.load(self.fs, self.directory, shard)
+            compression = self.manifest.compression
+            self._rows[shard.name] = members.of_shard(self.fs, self.directory, shard, compression)
         return self._rows[shard.name]
 
     def _listed(self, spec: str) -> bool:

@@ -250,7 +250,8 @@ def _moves(
 
 
 def load_members(manifest: Manifest, **storage_options: Any) -> Iterator[ShardMembers]:
-    """Every shard of ``manifest`` with its member list, read one shard at a time.
+    """Every shard of ``manifest`` with its member list, read one shard at a time (of a
+    set written before member lists: from its records, :func:`members.of_shard`).
 
     Raises:
         InputError: a member list that is missing, malformed, holds another
@@ -259,7 +260,7 @@ def load_members(manifest: Manifest, **storage_options: Any) -> Iterator[ShardMe
     """
     fs, directory = storage.open_url(manifest.directory, **storage_options)
     for shard in manifest.shards:
-        yield shard, members.load(fs, directory, shard)
+        yield shard, members.of_shard(fs, directory, shard, manifest.compression)
 
 
 # ----------------------------------------------------------------------------- helpers

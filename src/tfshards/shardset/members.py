@@ -4,7 +4,8 @@ One compact JSON array per line (``["cats/1.png","sha256:ab..",0]``), UTF-8,
 written beside each shard (:data:`tfshards.shardset.layout.RECORDS`) with its
 sha256 in the manifest. A later version decides from these lists alone which
 shards it can reuse byte for byte, and ``tfshards diff`` compares two versions
-with them, without reading a record.
+with them, without reading a record (a set written before member lists has
+none: :func:`of_shard` reads the same rows from its records).
 """
 
 from __future__ import annotations
@@ -111,6 +112,41 @@ def load(fs: Any, version: str, shard: ShardInfo, *, trusted: bool = False) -> l
     data = read(fs, version, shard)
     where = storage.unstrip(fs, layout.records_path(version, shard.name))
     return _checked(data, where, shard, trusted=trusted)
+
+
+def of_shard(fs: Any, version: str, shard: ShardInfo, compression: str) -> list[Row]:
+    """The member list of ``shard``; for a shard written before member lists (the
+    manifest records none, and there is no file), the same rows read from its records'
+    ``path``, ``sha256`` and ``label`` features (the whole shard is read).
+
+    Raises:
+        InputError: what :func:`load` raises; a record of such a shard without those
+            features, or that is no Example (one line naming the shard and record).
+    """
+    if shard.records_sha256 is not None or fs.exists(layout.records_path(version, shard.name)):
+        return load(fs, version, shard)
+    from tfshards.format import exampleparser, tfrecord
+
+    where = storage.unstrip(fs, storage.join(version, shard.name))
+    data = storage.read_bytes(fs, storage.join(version, shard.name))
+    stream = data if compression == "none" else b"".join(tfrecord.inflate(data, compression))
+    rows: list[Row] = []
+    for record in tfrecord.scan(stream):
+        if record.problem is not None:
+            raise InputError(f"{where}: record {record.index}: {record.problem}", path=where)
+        try:
+            features = exampleparser.decode(record.data or b"")
+            path = bytes(features["path"][1][0]).decode("utf-8")
+            token = "sha256:" + bytes(features["sha256"][1][0]).decode("ascii")
+            label = int(features["label"][1][0])
+        except (exampleparser.DecodeError, KeyError, IndexError, UnicodeDecodeError) as exc:
+            raise InputError(
+                f"{where}: record {record.index}: expected the path, sha256 and label a "
+                f"member list holds (this shard has no member list), found {exc!r}",
+                path=where,
+            ) from None
+        rows.append(Member(path, token, label))
+    return rows
 
 
 def read(fs: Any, version: str, shard: ShardInfo) -> bytes:
