@@ -282,6 +282,27 @@ def test_a_previous_version_that_is_gone_is_one_line(raw, tmp_path):
     assert "\n" not in str(caught.value)
 
 
+def test_a_copied_manifest_whose_relative_root_is_not_above_it_says_where_it_looked(
+    raw, tmp_path, monkeypatch
+):
+    """A relative root is looked up from the manifest's place, not the working folder: the
+    line said the folder was not there while it was, relative to where write ran."""
+    monkeypatch.chdir(tmp_path)
+    config = WriteConfig(out="shards", num_shards=4, manifest_copy=str(tmp_path / "m.json"))
+    first = write(config, list_files(str(raw)), progress=False).manifest
+    elsewhere = tmp_path.parent / f"{tmp_path.name}-elsewhere"
+    elsewhere.mkdir()
+    shutil.copyfile(tmp_path / "m.json", elsewhere / "prev.json")
+    again = dataclasses.replace(config, previous=str(elsewhere / "prev.json"))
+    with pytest.raises(InputError) as caught:
+        write(again, list_files(str(raw)), progress=False)
+    assert str(caught.value).startswith(
+        f"{elsewhere / 'prev.json'}: the previous version {first.fingerprint} is missing (its "
+        f"folder shards/{first.fingerprint} is under neither the manifest's folder {elsewhere} "
+        "nor one above it, up to the project's top); restore it"
+    )
+
+
 def test_the_same_history_gives_the_same_bytes_in_another_folder(raw, tmp_path):
     other = tmp_path / "clone" / "raw"
     shutil.copytree(raw, other)

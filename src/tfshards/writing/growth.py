@@ -11,6 +11,7 @@ its records are in the new listing.
 from __future__ import annotations
 
 import functools
+import posixpath
 from array import array
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -79,9 +80,11 @@ def find(previous: str | None, manifest_copy: str | None, **options: Any) -> Man
     try:
         manifests.locate(manifest, fs, path, url)
     except InputError:
+        where = storage.unstrip(fs, posixpath.dirname(posixpath.normpath(path)))
         raise InputError(
             f"{url}: the previous version {manifest.fingerprint} is missing (its folder "
-            f"{manifest.root} is not there); {_RESTORE}",
+            f"{manifest.root} is under neither the manifest's folder {where} nor one above "
+            f"it, up to the project's top); {_RESTORE}",
             path=url,
         ) from None
     found = manifests.load(url, **options)
