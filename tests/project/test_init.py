@@ -302,7 +302,11 @@ def test_a_changed_tfshards_stage_is_replaced_only_with_force(repo):
     text = (repo / "dvc.yaml").read_text().replace(f"--pipeline-version {__version__}", "--x")
     (repo / "dvc.yaml").write_text(text)  # as if written by another tfshards version
     refused = _init()
-    assert refused.exit_code == 1 and "pass --force to replace it" in refused.output
+    assert refused.exit_code == 1, refused.output
+    assert refused.output.splitlines()[-1].endswith(  # every stage that differs, at once
+        "dvc.yaml: stages 'list', 'write', 'validate', 'train' differ from what tfshards init "
+        "writes; pass --force to replace them"
+    )
     assert (repo / "dvc.yaml").read_text() == text
     assert _init("--force").exit_code == 0
     assert f"--pipeline-version {__version__}" in (repo / "dvc.yaml").read_text()

@@ -141,14 +141,17 @@ def merge_stages(
                 f"(cmd: {command(stages[name])!r}); rename it, then run tfshards init again",
                 stage=name,
             )
-        elif not force:
-            raise ConfigError(
-                f"{path}: stage {name!r} differs from what tfshards init writes; "
-                "pass --force to replace it",
-                stage=name,
-            )
         else:
             changes.replaced.append(name)
+    if changes.replaced and not force:
+        named = ", ".join(repr(name) for name in changes.replaced)
+        one = len(changes.replaced) == 1
+        said = f"stage {named} differs" if one else f"stages {named} differ"
+        raise ConfigError(
+            f"{path}: {said} from what tfshards init writes; pass --force to replace "
+            + ("it" if one else "them"),
+            stage=changes.replaced[0],
+        )
     if changes.added or changes.replaced:
         check_own(document, stages, "stages", path=path)
     for name in changes.added + changes.replaced:
