@@ -140,6 +140,16 @@ def test_a_label_missing_from_validation_is_named():
     ]
 
 
+def test_a_label_only_on_the_validation_side_is_named_missing_from_training():
+    """It warned as a share mismatch ("90.9% of validation but 0.0% of training"), even for
+    a label of one record, while the model never sees it."""
+    counts = {"train": {"a": 200, "b": 0, "c": 40}, "val": {"a": 10, "b": 1, "c": 0}}
+    assert balance_warnings(counts)[0] == (
+        "label 'b': missing from training (1 validation record): the model never sees it, "
+        "so it scores none of them right (its files or groups all fall on the validation side)"
+    )
+
+
 def test_shares_further_apart_than_the_tolerance_warn_and_closer_ones_do_not():
     train = {"cat": 5000, "dog": 5000}
     off = 0.5 + BALANCE_TOLERANCE + 0.01  # cat's share of validation

@@ -271,7 +271,8 @@ def label_counts(
 def balance_warnings(
     counts: Mapping[str, Mapping[str, int]], tolerance: float = BALANCE_TOLERANCE
 ) -> list[str]:
-    """One line per label missing from validation, or whose share there is off train's.
+    """One line per label missing from training (it has validation records: the model
+    never sees it), missing from validation, or whose share there is off train's.
 
     A share is the label's records over the side's records; "off" means more
     than ``tolerance`` apart (0.05: five percentage points) and more than
@@ -288,6 +289,14 @@ def balance_warnings(
     for label, n in train.items():
         v = val.get(label, 0)
         ours, theirs = v / val_total, n / train_total
+        if n == 0 and v:
+            out.append(
+                f"label {label!r}: missing from training ({v} validation "
+                f"record{'' if v == 1 else 's'}): the model "
+                "never sees it, so it scores none of them right (its files or groups all fall "
+                "on the validation side)"
+            )
+            continue
         if v == 0:
             if theirs * val_total >= MISSING_EXPECTED:
                 out.append(f"label {label!r}: missing from validation ({n} training records)")
