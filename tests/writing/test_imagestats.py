@@ -203,6 +203,37 @@ def test_merge_is_order_free() -> None:
     assert Counter(merged(parts).formats) == sum((Counter(p.formats) for p in parts), Counter())
 
 
+def _encoded(image: Image.Image, fmt: str, **options: object) -> bytes:
+    buf = io.BytesIO()
+    image.save(buf, fmt, **options)
+    return buf.getvalue()
+
+
+_GREY = Image.new("L", (5, 6), 40)
+_CHANNEL_CASES = {
+    "8-bit grey BMP": _encoded(_GREY, "BMP"),
+    "8-bit palette BMP": _encoded(_GREY.convert("P"), "BMP"),
+    "24-bit BMP": _encoded(_GREY.convert("RGB"), "BMP"),
+    "palette PNG": _encoded(_GREY.convert("P"), "PNG"),
+    "palette PNG with tRNS": _encoded(_GREY.convert("P"), "PNG", transparency=0),
+    "RGB PNG with tRNS": _encoded(_GREY.convert("RGB"), "PNG", transparency=(0, 0, 0)),
+    "grey PNG with tRNS": _encoded(_GREY, "PNG", transparency=0),
+}
+
+
+@pytest.mark.parametrize("kind", sorted(_CHANNEL_CASES))
+def test_channels_are_those_tensorflow_decodes(kind: str) -> None:
+    """An 8-bit BMP decodes grey (its palette ignored) and a palette PNG with a tRNS chunk
+    RGBA: the statistics counted both as RGB, so non_rgb_share missed them."""
+    import tensorflow as tf
+
+    from tfshards.format.imageheader import read_header
+
+    data = _CHANNEL_CASES[kind]
+    decoded = tf.io.decode_image(data, expand_animations=False)
+    assert read_header(data).channels == decoded.shape[-1]
+
+
 def test_the_c_loop_reads_headers_as_the_reference_does() -> None:
     import numpy as np
 
@@ -219,6 +250,7 @@ def test_the_c_loop_reads_headers_as_the_reference_does() -> None:
         whole = buf.getvalue()
         samples += [whole[:n] for n in range(0, 64)] + [whole]
     samples += [b"RIFF\0\0\0\0WEBPVP8X" + bytes(20), b"BM" + bytes(40), b"\xff\xd8\xff\xda"]
+    samples += list(_CHANNEL_CASES.values())
     joined = b"".join(samples)
     ends = np.cumsum([len(s) for s in samples]).astype(np.int64)
     starts = ends - np.array([len(s) for s in samples], dtype=np.int64)

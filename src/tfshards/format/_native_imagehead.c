@@ -54,6 +54,16 @@ static void png(const uint8_t *p, int64_t n, int64_t *out) {
     out[1] = (int64_t)p[16] << 24 | (int64_t)p[17] << 16 | (int64_t)p[18] << 8 | p[19];
     out[2] = (int64_t)p[20] << 24 | (int64_t)p[21] << 16 | (int64_t)p[22] << 8 | p[23];
     out[3] = p[25] < 7 ? channels[p[25]] : 0;
+    if (p[25] != 3) return; /* a palette: RGBA when a tRNS chunk comes before the data */
+    for (int64_t at = 8; at + 8 <= n;) {
+        if (memcmp(p + at + 4, "IDAT", 4) == 0 || memcmp(p + at + 4, "IEND", 4) == 0) return;
+        if (memcmp(p + at + 4, "tRNS", 4) == 0) {
+            out[3] = 4;
+            return;
+        }
+        at += 12 + ((int64_t)p[at] << 24 | (int64_t)p[at + 1] << 16 | (int64_t)p[at + 2] << 8 |
+                    p[at + 3]);
+    }
 }
 
 static void bmp(const uint8_t *p, int64_t n, int64_t *out) {
@@ -66,7 +76,8 @@ static void bmp(const uint8_t *p, int64_t n, int64_t *out) {
     }
     out[1] = w < 0 ? -w : w;
     out[2] = h < 0 ? -h : h;
-    out[3] = bpp == 32 ? 4 : 3;
+    /* as TensorFlow's decoder gives them: 8 bits grey (the palette ignored), fewer refused */
+    out[3] = bpp == 32 ? 4 : bpp == 24 ? 3 : bpp == 8 ? 1 : bpp > 8 ? 3 : 0;
 }
 
 static void webp(const uint8_t *p, int64_t n, int64_t *out) {

@@ -4,8 +4,10 @@ JPEG (its SOF segment), PNG (IHDR), GIF (the logical screen), BMP (the DIB
 header) and WebP (VP8, VP8L or VP8X). Where the header cannot tell (a
 format none of these, a JPEG cut before its SOF), the sizes are 0 and the
 format is :data:`UNKNOWN` when the bytes are none of these formats.
-Channels are what a decoder gives without conversion: a palette image
-decodes to RGB (3), a PNG with an alpha channel to 4. The C loop
+Channels are what TensorFlow's decoder gives without conversion: a palette
+PNG decodes to RGB (3), or RGBA (4) with a tRNS chunk; a PNG with an alpha
+channel to 4; an 8-bit BMP to grey (1: its palette ignored), and one of fewer
+bits not at all (0). The C loop
 ``image_headers`` (``_native_imagehead.c``) reads the same bytes the same way.
 """
 
@@ -22,6 +24,10 @@ NATIVE_FORMATS = (UNKNOWN, "JPEG", "PNG", "GIF", "BMP", "WebP")
 _SOF = frozenset(range(0xC0, 0xD0)) - {0xC4, 0xC8, 0xCC}
 _STANDALONE = frozenset((0x01, *range(0xD0, 0xD9)))  # TEM, RSTn, SOI: no length follows
 _PNG_CHANNELS = {0: 1, 2: 3, 3: 3, 4: 2, 6: 4}  # by IHDR colour type
+_PALETTE = 3  # the IHDR colour type of a palette PNG: RGBA when it has a tRNS chunk
+# By bits per pixel, as TensorFlow's BMP decoder gives them: 8 is grey (the palette
+# ignored), below 8 it refuses (0: no channels to count).
+_BMP_CHANNELS = {32: 4, 24: 3, 8: 1}
 
 
 class Header(NamedTuple):
@@ -43,7 +49,7 @@ def read_header(data: bytes | memoryview) -> Header:
         if fmt == "JPEG":
             return _jpeg(data)
         if fmt == "PNG":
-            return _png(head)
+            return _png(head, data)
         if fmt == "GIF":
             w, h = int.from_bytes(head[6:8], "little"), int.from_bytes(head[8:10], "little")
             return Header("GIF", w, h, 3) if len(head) >= 10 else Header("GIF", 0, 0, 0)
@@ -79,11 +85,27 @@ def _jpeg(data: bytes | memoryview) -> Header:
     return Header("JPEG", 0, 0, 0)
 
 
-def _png(head: bytes) -> Header:
+def _png(head: bytes, data: bytes | memoryview) -> Header:
     if len(head) < 26 or head[12:16] != b"IHDR":
         return Header("PNG", 0, 0, 0)
     w, h = int.from_bytes(head[16:20], "big"), int.from_bytes(head[20:24], "big")
-    return Header("PNG", w, h, _PNG_CHANNELS.get(head[25], 0))
+    channels = _PNG_CHANNELS.get(head[25], 0)
+    if head[25] == _PALETTE and _has_trns(data):  # TensorFlow gives its alpha: RGBA
+        channels = 4
+    return Header("PNG", w, h, channels)
+
+
+def _has_trns(data: bytes | memoryview) -> bool:
+    """Whether a PNG's chunks before its image data hold a tRNS chunk (a palette's alpha)."""
+    at, n = 8, len(data)
+    while at + 8 <= n:
+        kind = bytes(data[at + 4 : at + 8])
+        if kind in (b"IDAT", b"IEND"):
+            return False
+        if kind == b"tRNS":
+            return True
+        at += 12 + int.from_bytes(data[at : at + 4], "big")
+    return False
 
 
 def _bmp(head: bytes) -> Header:
@@ -96,7 +118,7 @@ def _bmp(head: bytes) -> Header:
         bpp = int.from_bytes(head[28:30], "little")
     if len(head) < 30:
         return Header("BMP", 0, 0, 0)
-    return Header("BMP", abs(w), abs(h), 4 if bpp == 32 else 3)
+    return Header("BMP", abs(w), abs(h), _BMP_CHANNELS.get(bpp, 3 if bpp > 8 else 0))
 
 
 def _webp(head: bytes) -> Header:
