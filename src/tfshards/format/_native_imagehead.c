@@ -120,9 +120,9 @@ static int64_t tiff_orientation(const uint8_t *t, int64_t n) {
 #undef U32
 }
 
-/* The EXIF orientation of a JPEG (the first APP1 Exif segment before the first scan) or a
- * PNG (the first eXIf chunk before IDAT); 1 when it has none. The reference is
- * tfshards.format.exif.orientation. */
+/* The EXIF orientation of a JPEG (the first APP1 Exif segment before the first scan), a
+ * PNG (the first eXIf chunk before IDAT) or a WebP (its first EXIF chunk); 1 when it has
+ * none. The reference is tfshards.format.exif.orientation. */
 static int64_t orientation(const uint8_t *p, int64_t n) {
     static const uint8_t sig[8] = {0x89, 'P', 'N', 'G', '\r', '\n', 0x1a, '\n'};
     if (n >= 3 && p[0] == 0xff && p[1] == 0xd8 && p[2] == 0xff) {
@@ -155,6 +155,17 @@ static int64_t orientation(const uint8_t *p, int64_t n) {
                 return tiff_orientation(p + at + 8, (end > n ? n : end) - at - 8);
             }
             at += 12 + len;
+        }
+    } else if (n >= 12 && memcmp(p, "RIFF", 4) == 0 && memcmp(p + 8, "WEBP", 4) == 0) {
+        int64_t at = 12;
+        while (at + 8 <= n) {
+            int64_t len = (int64_t)get_u32(p + at + 4), body = at + 8, end = body + len;
+            if (end > n) end = n;
+            if (memcmp(p + at, "EXIF", 4) == 0) {
+                if (end - body >= 6 && memcmp(p + body, "Exif\0\0", 6) == 0) body += 6;
+                return tiff_orientation(p + body, end - body);
+            }
+            at += 8 + len + (len & 1); /* chunks are padded to an even size */
         }
     }
     return 1;

@@ -1,8 +1,10 @@
-"""The EXIF orientation tag (0x0112) of a JPEG or PNG, read from its header bytes alone.
+"""The EXIF orientation tag (0x0112) of a JPEG, PNG or WebP, read from its header bytes alone.
 
 A JPEG's segments are walked up to the first scan (``SOS``), a PNG's chunks up
-to the first ``IDAT``: no pixel is decoded, and a file without an ``APP1``
-``Exif`` segment or an ``eXIf`` chunk costs a few segment headers. Only IFD0 is
+to the first ``IDAT``, a WebP's RIFF chunks to its ``EXIF`` chunk (which
+follows the image data: the walk skips it by its size): no pixel is decoded,
+and a file without an ``APP1`` ``Exif`` segment, an ``eXIf`` or an ``EXIF``
+chunk costs a few segment headers. Only IFD0 is
 read (where cameras put the tag). Anything malformed reads as 1 (upright),
 which is what TensorFlow's decoders assume for every file.
 """
@@ -25,6 +27,8 @@ def orientation(data: bytes | memoryview) -> int:
         tiff = _jpeg_exif(view)
     elif bytes(view[:8]) == _PNG:
         tiff = _png_exif(view)
+    elif bytes(view[:4]) == b"RIFF" and bytes(view[8:12]) == b"WEBP":
+        tiff = _webp_exif(view)
     else:
         return UPRIGHT
     return UPRIGHT if tiff is None else tiff_orientation(tiff)
@@ -64,6 +68,19 @@ def _png_exif(view: memoryview) -> memoryview | None:
         if kind == b"eXIf":
             return view[at + 8 : at + 8 + length]
         at += 12 + length
+    return None
+
+
+def _webp_exif(view: memoryview) -> memoryview | None:
+    """The TIFF block of the first ``EXIF`` chunk (an ``Exif\0\0`` prefix, which some
+    writers add, skipped), or None."""
+    at, size = 12, len(view)
+    while at + 8 <= size:
+        length = int.from_bytes(view[at + 4 : at + 8], "little")
+        if bytes(view[at : at + 4]) == b"EXIF":
+            body = view[at + 8 : at + 8 + length]
+            return body[6:] if bytes(body[:6]) == _EXIF else body
+        at += 8 + length + (length & 1)  # chunks are padded to an even size
     return None
 
 
