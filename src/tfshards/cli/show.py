@@ -116,10 +116,31 @@ def _print_record(version: Any, record: str, image: str, png: str | None) -> Non
     typer.echo(f"{found.shard}:{found.index}  {found.path}  label {found.label}")
     for name, (kind, values) in sorted(found.features.items()):
         typer.echo(f"  {name} ({kind}): {_value(kind, values)}")
+    said = _image_line(found.features.get(image))
+    if said:
+        typer.echo(f"  {image}: {said}")
     if png is not None:
         data = sheets.to_png(sheets.image_bytes(found.features, image), found.path)
         _save(open_url, png, data)
         typer.echo(f"image -> {png}")
+
+
+def _image_line(feature: Any) -> str:
+    """What an image payload's header says (format, size, channels, EXIF orientation); ""
+    when the feature holds no bytes."""
+    from tfshards.format import exif
+    from tfshards.format.imageheader import UNKNOWN, read_header
+
+    if feature is None or feature[0] != "bytes" or not feature[1]:
+        return ""
+    data = bytes(feature[1][0])
+    head = read_header(data)
+    if head.format == UNKNOWN:
+        return "no known image format by its first bytes"
+    return (
+        f"{head.format} {head.width} x {head.height}, {head.channels} channels as TensorFlow "
+        f"decodes it, EXIF orientation {exif.orientation(data)}"
+    )
 
 
 def _side(manifest: Any, side: str, val_fraction: float, seed: int) -> list[Any]:
