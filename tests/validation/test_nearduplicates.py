@@ -320,4 +320,5 @@ def test_with_no_validation_side_the_check_says_it_compared_nothing(near_tree, t
     report = validate(ValidateConfig(manifest=manifest, near_duplicates=True))
     assert report.near_duplicates is not None and report.near_duplicates.across_splits == 0
     assert any("no validation side" in line for line in report.warnings)
+    assert report.metrics()["near_duplicates"]["across_splits"] is None  # not a clean 0
     assert not any("no validation side" in line for line in _validate(m).warnings)

@@ -94,11 +94,17 @@ class ValidationReport:
             **({"grouping": self.groups.metrics()} if self.groups is not None else {}),
             # What changed since the version this one grew from (absent: written from scratch).
             **({"growth": dict(self.manifest.changes)} if self.manifest.changes else {}),
-            **({"near_duplicates": n.metrics()} if (n := self.near_duplicates) else {}),
+            **({"near_duplicates": self._near_metrics(n)} if (n := self.near_duplicates) else {}),
             "rejected_inputs": len(self.manifest.rejected),
             "shards": len(self.manifest.shards),
             "bytes": self.bytes,
         }
+
+    def _near_metrics(self, near: NearDuplicates) -> dict[str, int | None]:
+        """``across_splits`` null with no validation side: no pair was compared (a 0
+        read as a clean set)."""
+        compared = sum(self.split_counts.get("val", {}).values()) > 0
+        return {**near.metrics(), **({} if compared else {"across_splits": None})}
 
     def summary(self) -> str:
         m = self.manifest
