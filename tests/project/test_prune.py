@@ -252,6 +252,45 @@ def test_branches_experiments_and_a_project_in_a_subfolder_keep_their_versions(
 
 
 @pytest.mark.slow
+def test_refs_keep_their_versions_when_the_manifest_is_renamed_or_given_as_a_copy(
+    write_set, listing, tmp_path
+):
+    """Refs were read at the path prune was given: a tag from before the manifest's rename,
+    or any ref when --manifest named a copy, kept nothing, and --delete lost its version.
+    A commit's pipeline names its manifest (``--manifest PATH``, an out of the stage)."""
+    repo, dvc = tmp_path / "repo", os.path.join(os.path.dirname(sys.executable), "dvc")
+    repo.mkdir()
+    _git(repo, "git", "init", "-q", "-b", "main")
+    _git(repo, dvc, "init", "-q")
+    (repo / ".gitignore").write_text("/shards\n/src.json\n/copy.json\n")
+    names = {}
+
+    def version(seed: int, out: str) -> None:
+        m = write_set(listing, repo / "shards", seed=seed, manifest_copy=str(repo / "src.json"))
+        names[seed] = m.fingerprint
+        (repo / "dvc.yaml").write_text(
+            f"stages:\n  write:\n    cmd: cp src.json {out} && echo --manifest {out}\n"
+            f"    deps: [src.json]\n    outs: [{out}]\n"
+        )
+        _git(repo, dvc, "repro", "-q")
+        _git(repo, "git", "add", "-A")
+        _git(repo, "git", "commit", "-qm", f"seed {seed}")
+
+    version(1, "manifest.json")
+    _git(repo, "git", "tag", "v1")
+    version(2, "renamed.json")
+    (repo / "copy.json").write_bytes((repo / "renamed.json").read_bytes())
+    for child in (repo / "shards").iterdir():
+        _age(child)
+    for given in ("renamed.json", "copy.json"):
+        report = prune(PruneConfig(manifest=str(repo / given)))
+        assert _actions(report) == {names[1]: "keep", names[2]: "keep"}, given
+        assert {v.name: v.reason for v in report.versions}[names[1]] == (
+            "referenced by the manifest of tag v1"
+        )
+
+
+@pytest.mark.slow
 def test_detached_head_tags_of_anything_and_a_linked_manifest_keep_what_they_name(
     write_set, listing, tmp_path, monkeypatch
 ):

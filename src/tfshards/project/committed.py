@@ -15,8 +15,10 @@ The manifest may sit in a DVC project that is a folder of the git repository
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import hashlib
 import os
+import posixpath
 import re
 import subprocess
 from dataclasses import dataclass
@@ -219,6 +221,20 @@ def _recorded_md5(t: Tracked, sha: str) -> str | None:
 
 
 def _manifest_at(t: Tracked, sha: str, where: str, way_out: str) -> Manifest | None:
+    """The manifest commit ``sha`` records at ``t``'s path; where it records none there, the
+    one its pipeline writes under another path (:func:`_written_at`: a manifest renamed
+    since, or ``--manifest`` naming a copy); None when it records no manifest."""
+    found = _read_at(t, sha, where, way_out)
+    if found is not None:
+        return found
+    for other in _written_at(t, sha):
+        found = _read_at(dataclasses.replace(t, rel=other[0], out=other[1]), sha, where, way_out)
+        if found is not None:
+            return found
+    return None
+
+
+def _read_at(t: Tracked, sha: str, where: str, way_out: str) -> Manifest | None:
     import dvc.api  # heavy: only when a commit is asked for
     from dvc.exceptions import DvcException, PathMissingError
 
@@ -233,6 +249,30 @@ def _manifest_at(t: Tracked, sha: str, where: str, way_out: str) -> Manifest | N
     except (DvcException, OSError) as exc:
         raise _unreadable(t.rel, where, way_out, exc) from None
     return Manifest.from_json(data, source=f"{t.rel}@{sha[:10]}")
+
+
+_MANIFEST_OPTION = re.compile(r"--manifest[= ]+['\"]?([^\s'\"]+)")
+
+
+def _written_at(t: Tracked, sha: str) -> list[tuple[str, str]]:
+    """``(path in the repository, path in the project)`` of each manifest a stage of commit
+    ``sha``'s ``dvc.lock`` writes with ``--manifest PATH`` and records as an out, other
+    than ``t``'s: how a pipeline names its manifest whatever the path prune was given."""
+    try:
+        doc = plainyaml.parse(_git(t.top, "show", f"{sha}:{t.lock}"))
+    except InputError:
+        return []
+    project = posixpath.dirname(t.lock)
+    found = []
+    stages = doc.get("stages") if isinstance(doc, dict) else None
+    for stage in stages.values() if isinstance(stages, dict) else ():
+        if not isinstance(stage, dict):
+            continue
+        outs = {o.get("path") for o in stage.get("outs") or () if isinstance(o, dict)}
+        for out in _MANIFEST_OPTION.findall(str(stage.get("cmd", ""))):
+            if out in outs and out != t.out:
+                found.append((posixpath.normpath(posixpath.join(project, out)), out))
+    return found
 
 
 def _unreadable(rel: str, where: str, way_out: str, exc: Exception) -> InputError:
