@@ -274,6 +274,25 @@ def test_another_bucket_count_is_refused_unless_the_lineage_starts_anew(raw, tmp
     assert fresh.labels == before and before[-1] == "aardvark"
 
 
+def test_a_previous_version_gone_from_an_object_store_says_how_to_write_it_again(raw, tmp_path):
+    """DVC holds no copy of shards on an object store: `dvc checkout` or `dvc pull`, which
+    the line advised, cannot bring them back."""
+    import fsspec
+
+    listing = list_files(str(raw))
+    config = WriteConfig(
+        out="memory://gone/shards", num_shards=4, manifest_copy=str(tmp_path / "m.json")
+    )
+    first = write(config, listing, progress=False).manifest
+    fsspec.filesystem("memory").rm(f"/gone/shards/{first.fingerprint}", recursive=True)
+    with pytest.raises(InputError) as caught:
+        write(config, listing, progress=False)
+    said = str(caught.value)
+    assert f"the previous version {first.fingerprint} is missing" in said and "\n" not in said
+    assert "DVC holds no copy of shards on an object store" in said
+    assert "dvc checkout, or dvc pull" not in said
+
+
 def test_a_previous_version_that_is_gone_is_one_line(raw, tmp_path):
     first = _grow(raw, tmp_path, num_shards=16).manifest
     shutil.rmtree(first.directory)

@@ -38,6 +38,14 @@ SAME_SPLIT = ("buckets", "group_by")
 PreviousShards = list[tuple[int, "array[int]"]]  # per previous shard: bucket, listing index or -1
 
 
+# DVC does not hold shards on an object store: only writing the version again brings it back.
+_REMOTE_RESTORE = (
+    "DVC holds no copy of shards on an object store (was it pruned from another clone?): put "
+    "back the manifest of the commit before it (`git checkout REV -- dvc.lock`, then `dvc "
+    "checkout` of this manifest) and run `dvc repro -f write`, which writes the same version "
+    "again from the same files and params; or set write.previous: none (--previous none) to "
+    "write every shard anew; label ids are kept either way"
+)
 _RESTORE = (
     "restore it (dvc checkout, or dvc pull), or set write.previous: none (--previous none) "
     "to write every shard anew; label ids are kept either way"
@@ -92,7 +100,7 @@ def find(previous: str | None, manifest_copy: str | None, **options: Any) -> Man
     if not fs.exists(storage.join(directory, MANIFEST_NAME)):
         raise InputError(
             f"{url}: the previous version {found.fingerprint} is missing (no manifest in "
-            f"{found.directory}); {_RESTORE}",
+            f"{found.directory}); {_RESTORE if storage.is_local(fs) else _REMOTE_RESTORE}",
             path=url,
         )
     return found
