@@ -312,6 +312,23 @@ def test_a_changed_tfshards_stage_is_replaced_only_with_force(repo):
     assert f"--pipeline-version {__version__}" in (repo / "dvc.yaml").read_text()
 
 
+def test_an_upgrade_that_adds_old_versions_remove_says_what_it_will_delete(repo):
+    """An older params.yaml without write.old_versions: init adds `remove`, and its next
+    write deletes versions; that was one word in the list of added params."""
+    assert _init().exit_code == 0
+    text = (repo / "params.yaml").read_text()
+    lines = [line for line in text.splitlines() if not line.startswith("  old_versions:")]
+    (repo / "params.yaml").write_text("\n".join(lines) + "\n")
+    result = _init()
+    assert result.exit_code == 0, result.output
+    assert "params.yaml: added params write.old_versions" in result.output
+    assert (
+        "note: write.old_versions: remove: from the next write on, the other versions under "
+        "data/shards that DVC's cache holds are deleted"
+    ) in result.output
+    assert "note: write.old_versions" not in _init().output  # said once, when added
+
+
 def test_a_users_stage_with_a_tfshards_name_is_never_replaced(repo):
     mine = "stages:\n  train:\n    cmd: python my_train.py\n"
     (repo / "dvc.yaml").write_text(mine)

@@ -127,6 +127,13 @@ def init_command(
         )
     typer.echo(f"dvc.yaml: {result.stages.summary('stages') or 'unchanged'}")
     typer.echo(f"params.yaml: {result.params.summary('params') or 'unchanged'}")
+    if "write.old_versions" in result.params.added and not result.spec.remote:
+        typer.echo(
+            f"note: write.old_versions: remove: from the next write on, the other versions "
+            f"under {result.spec.shards} that DVC's cache holds are deleted (DVC keeps them: "
+            "`git checkout` + `dvc checkout` brings one back); set it to keep to keep them "
+            "there"
+        )
     typer.echo(
         f"raw files: {result.spec.root}; shards: {result.spec.shards} ({variant}). Next: dvc repro"
     )
