@@ -265,29 +265,32 @@ def test_refs_keep_their_versions_when_the_manifest_is_renamed_or_given_as_a_cop
     (repo / ".gitignore").write_text("/shards\n/src.json\n/copy.json\n")
     names = {}
 
-    def version(seed: int, out: str) -> None:
+    def version(seed: int, out: str, named: str = "") -> None:
         m = write_set(listing, repo / "shards", seed=seed, manifest_copy=str(repo / "src.json"))
         names[seed] = m.fingerprint
+        option = f"--manifest {named}" if named else "tfshards write"  # or its default
         (repo / "dvc.yaml").write_text(
-            f"stages:\n  write:\n    cmd: cp src.json {out} && echo --manifest {out}\n"
+            f"stages:\n  write:\n    cmd: mkdir -p data && cp src.json {out} && echo {option}\n"
             f"    deps: [src.json]\n    outs: [{out}]\n"
         )
         _git(repo, dvc, "repro", "-q")
         _git(repo, "git", "add", "-A")
         _git(repo, "git", "commit", "-qm", f"seed {seed}")
 
-    version(1, "manifest.json")
+    version(3, "data/manifest.json")  # tfshards write's default --manifest
+    _git(repo, "git", "tag", "v0")
+    version(1, "manifest.json", "./manifest.json")  # spelled otherwise than the out
     _git(repo, "git", "tag", "v1")
-    version(2, "renamed.json")
+    version(2, "renamed.json", "renamed.json")
     (repo / "copy.json").write_bytes((repo / "renamed.json").read_bytes())
     for child in (repo / "shards").iterdir():
         _age(child)
     for given in ("renamed.json", "copy.json"):
         report = prune(PruneConfig(manifest=str(repo / given)))
-        assert _actions(report) == {names[1]: "keep", names[2]: "keep"}, given
-        assert {v.name: v.reason for v in report.versions}[names[1]] == (
-            "referenced by the manifest of tag v1"
-        )
+        assert _actions(report) == {names[k]: "keep" for k in (1, 2, 3)}, given
+        reasons = {v.name: v.reason for v in report.versions}
+        assert reasons[names[1]] == "referenced by the manifest of tag v1"
+        assert reasons[names[3]] == "referenced by the manifest of tag v0"
 
 
 @pytest.mark.slow

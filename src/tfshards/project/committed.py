@@ -115,8 +115,7 @@ def history(manifest: str, commits: int) -> list[tuple[str, Manifest]]:
         t.top, "log", f"-n{commits}", "--format=%H", "--", t.rel, f"{t.rel}.dvc", t.lock
     ).split()
     way_out = "run `dvc fetch` for that commit, or lower --keep-commits"
-    found = [(sha, _manifest_at(t, sha, f"commit {sha[:10]}", way_out)) for sha in shas]
-    return [(sha, m) for sha, m in found if m is not None]
+    return [(sha, m) for sha in shas for m in _manifests_at(t, sha, f"commit {sha[:10]}", way_out)]
 
 
 def at_refs(manifest: str) -> list[tuple[str, Manifest]]:
@@ -158,10 +157,8 @@ def at_refs(manifest: str) -> list[tuple[str, Manifest]]:
         md5 = _recorded_md5(t, sha)
         if md5 is not None and md5 in read:
             continue  # the workspace's manifest, or one an earlier tip named: kept already
-        at = _manifest_at(t, sha, f"{what} ({sha[:10]})", way_out)
-        if at is not None:
-            found.append((what, at))
-            read.add(md5 or "")
+        found += [(what, m) for m in _manifests_at(t, sha, f"{what} ({sha[:10]})", way_out)]
+        read.add(md5 or "")
     return found
 
 
@@ -220,18 +217,15 @@ def _recorded_md5(t: Tracked, sha: str) -> str | None:
     return None
 
 
-def _manifest_at(t: Tracked, sha: str, where: str, way_out: str) -> Manifest | None:
-    """The manifest commit ``sha`` records at ``t``'s path; where it records none there, the
-    one its pipeline writes under another path (:func:`_written_at`: a manifest renamed
-    since, or ``--manifest`` naming a copy); None when it records no manifest."""
-    found = _read_at(t, sha, where, way_out)
-    if found is not None:
-        return found
-    for other in _written_at(t, sha):
-        found = _read_at(dataclasses.replace(t, rel=other[0], out=other[1]), sha, where, way_out)
-        if found is not None:
-            return found
-    return None
+def _manifests_at(t: Tracked, sha: str, where: str, way_out: str) -> list[Manifest]:
+    """The manifests commit ``sha`` records: at ``t``'s path, and each one a stage of its
+    pipeline writes under another path (:func:`_written_at`: a manifest renamed since,
+    ``--manifest`` naming a copy, a second shard set); [] when it records none."""
+    found = [m for m in [_read_at(t, sha, where, way_out)] if m is not None]
+    for rel, out in _written_at(t, sha):
+        other = _read_at(dataclasses.replace(t, rel=rel, out=out), sha, where, way_out)
+        found += [other] if other is not None else []
+    return found
 
 
 def _read_at(t: Tracked, sha: str, where: str, way_out: str) -> Manifest | None:
@@ -252,27 +246,35 @@ def _read_at(t: Tracked, sha: str, where: str, way_out: str) -> Manifest | None:
 
 
 _MANIFEST_OPTION = re.compile(r"--manifest[= ]+['\"]?([^\s'\"]+)")
+_WRITES_SHARDS = re.compile(r"\btfshards\b.*\bwrite\b|\bwrite_shards\.py\b")
+_DEFAULT_MANIFEST = "data/manifest.json"  # tfshards write's --manifest when none is given
 
 
 def _written_at(t: Tracked, sha: str) -> list[tuple[str, str]]:
     """``(path in the repository, path in the project)`` of each manifest a stage of commit
-    ``sha``'s ``dvc.lock`` writes with ``--manifest PATH`` and records as an out, other
-    than ``t``'s: how a pipeline names its manifest whatever the path prune was given."""
+    ``sha``'s ``dvc.lock`` records as an out and names with ``--manifest PATH`` (or, in a
+    stage running tfshards' write without it, the default ``data/manifest.json``), other
+    than ``t``'s: how a pipeline names its manifests whatever path prune was given."""
     try:
         doc = plainyaml.parse(_git(t.top, "show", f"{sha}:{t.lock}"))
     except InputError:
         return []
-    project = posixpath.dirname(t.lock)
-    found = []
+    project, found = posixpath.dirname(t.lock), []
     stages = doc.get("stages") if isinstance(doc, dict) else None
     for stage in stages.values() if isinstance(stages, dict) else ():
         if not isinstance(stage, dict):
             continue
-        outs = {o.get("path") for o in stage.get("outs") or () if isinstance(o, dict)}
-        for out in _MANIFEST_OPTION.findall(str(stage.get("cmd", ""))):
-            if out in outs and out != t.out:
-                found.append((posixpath.normpath(posixpath.join(project, out)), out))
-    return found
+        outs = {
+            posixpath.normpath(str(o["path"]))
+            for o in stage.get("outs") or ()
+            if isinstance(o, dict) and o.get("path")
+        }
+        cmd = str(stage.get("cmd", ""))
+        named = _MANIFEST_OPTION.findall(cmd)
+        named += [] if named or not _WRITES_SHARDS.search(cmd) else [_DEFAULT_MANIFEST]
+        for out in {posixpath.normpath(n) for n in named} & outs - {posixpath.normpath(t.out)}:
+            found.append((posixpath.normpath(posixpath.join(project, out)), out))
+    return sorted(found)
 
 
 def _unreadable(rel: str, where: str, way_out: str, exc: Exception) -> InputError:
