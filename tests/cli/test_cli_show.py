@@ -54,7 +54,7 @@ def test_show_prints_the_record_and_writes_its_png(version: Manifest, tmp_path: 
     assert first.startswith(f"{version.shards[0].name}:0  ")
     assert any(line.startswith("  image (bytes): <") for line in features)
     assert any(line.startswith("  label (int64): ") for line in features)
-    said = "  image: JPEG 24 x 24, 3 channels as TensorFlow decodes it, EXIF orientation 1"
+    said = "  image: JPEG 24 x 24, 3 channels by its header, EXIF orientation 1"
     assert features[-1] == said  # what the header says: what a statistic counted
     assert Image.open(png).format == "PNG" and Image.open(png).size == (24, 24)
 

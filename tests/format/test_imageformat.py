@@ -78,7 +78,7 @@ def _cut_short_by_c(data: bytes) -> bool:
 
     assert native.NATIVE is not None
     spans = np.array([0], dtype=np.int64), np.array([len(data)], dtype=np.int64)
-    return native.NATIVE.images_cut(data, *spans) != b"\0"
+    return native.NATIVE.images_refused(data, *spans) != b"\0"
 
 
 @pytest.mark.parametrize("kind", sorted(WHOLE))
@@ -105,6 +105,32 @@ def test_other_formats_and_malformed_jpeg_segments_are_left_to_the_decoder():
     assert not cut_short(b"\xff\xd8\xff\xe0\x00\x04\x00\x00not a marker", "JPEG")
     assert not cut_short(b"\xff\xd8\xff\xd9", "JPEG")  # an end before any scan
     assert cut_short(b"\xff\xd8\xff\xe0\x10\x00", "JPEG")  # a segment past the end
+
+
+def _animated_webp() -> bytes:
+    frames = [Image.new("RGB", (16, 16), (60 * i, 0, 0)) for i in range(3)]
+    out = io.BytesIO()
+    frames[0].save(out, "WEBP", save_all=True, append_images=frames[1:])
+    return out.getvalue()
+
+
+ANIMATED = (
+    "expected a still image, found an animated WebP: TensorFlow's decode_image aborts the "
+    "whole process on one (TensorFlow 2.21); store it as a still WebP, a PNG or a GIF"
+)
+
+
+def test_an_animated_webp_is_refused_by_both_loops_and_a_still_one_is_not(tmp_path, loop):
+    """TensorFlow 2.21 aborts the process decoding one (a double free): training died naming
+    nothing, and so did validate --decode's worker."""
+    still = io.BytesIO()
+    Image.new("RGBA", (16, 16), (0, 90, 0, 128)).save(still, "WEBP")  # VP8X, alpha only
+    files = {**GOOD, "b/anim.webp": _animated_webp(), "b/still.webp": still.getvalue()}
+    code, stderr, path = _write(tmp_path, files, "--on-error", "skip")
+    assert code == 0, stderr
+    manifest = Manifest.from_json(path.read_bytes())
+    assert [(r.path, r.reason) for r in manifest.rejected] == [("b/anim.webp", ANIMATED)]
+    assert manifest.records == 4
 
 
 CUT_JPEG = (
@@ -270,6 +296,7 @@ def test_c_and_python_record_loops_find_the_same_image_problems(monkeypatch):
     payloads = [(FORMATS[f], f"{f}.jpg") for f in sorted(FORMATS)]
     payloads += [(TEXT, "t.jpg"), (TEXT, "t.txt"), (b"GIF8", "g.gif"), (FORMATS["PNG"], "p.png")]
     payloads += [(WHOLE["PNG"][:-1], "c.png"), (WHOLE["baseline JPEG"][:-2], "c.jpg")]
+    payloads += [(_animated_webp(), "a.webp")]
     buf = b"".join(_record(p, path) for p, path in payloads)
     schema = [FeatureSpec(n, "int64" if n == "label" else "bytes") for n in ("image", "label")]
     schema += [FeatureSpec("path", "bytes"), FeatureSpec("sha256", "bytes")]
@@ -294,4 +321,5 @@ def test_c_and_python_record_loops_find_the_same_image_problems(monkeypatch):
         (7, "feature 'image' of g.gif"),
         (9, "feature 'image' of c.png"),
         (10, "feature 'image' of c.jpg"),
+        (11, "feature 'image' of a.webp"),
     ]

@@ -215,3 +215,17 @@ def test_a_fingerprint_that_is_not_its_folders_name_is_a_problem():
         "'0000000000000000'"
     ]
     assert rules.named_like_its_folder(_set(_manifest(), 4)).problems == []
+
+
+def test_an_animated_webp_is_refused_without_decoding_it():
+    """TensorFlow 2.21 aborts the process decoding one: the decode rule leaves it to the
+    image rule, which names it from its header."""
+    from PIL import Image
+
+    frames = [Image.new("RGB", (8, 8), (60 * i, 0, 0)) for i in range(3)]
+    out = io.BytesIO()
+    frames[0].save(out, "WEBP", save_all=True, append_images=frames[1:])
+    record = _record(out.getvalue(), path="a/anim.webp")
+    decoding = rules.Shard(BASE, "image", 3, decode_images=True)
+    assert rules.payload_decodes(decoding, record) is None  # the process lives on
+    assert "found an animated WebP" in str(rules.payload_is_whole_image(decoding, record))

@@ -138,8 +138,8 @@ def _image_line(feature: Any) -> str:
     if head.format == UNKNOWN:
         return "no known image format by its first bytes"
     return (
-        f"{head.format} {head.width} x {head.height}, {head.channels} channels as TensorFlow "
-        f"decodes it, EXIF orientation {exif.orientation(data)}"
+        f"{head.format} {head.width} x {head.height}, {head.channels} channels by its header, "
+        f"EXIF orientation {exif.orientation(data)}"
     )
 
 

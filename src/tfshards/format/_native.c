@@ -19,7 +19,7 @@
  *                     many images from their header bytes, without decoding them
  *   image_records     (_native_imagehead.c) the same for each record of a framed
  *                     buffer, with its size and its path's span and hash
- *   images_cut        (_native_imagehead.c) which of many JPEG and PNG images stop
+ *   images_refused        (_native_imagehead.c) which of many JPEG and PNG images stop
  *                     before their format's end
  *   hash_files        (_native_files.c) SHA-256 and size of many files of one folder
  *   stat_files        (_native_files.c) stat of many files of one folder
@@ -67,8 +67,8 @@ static PyMethodDef methods[] = {
      "image_headers(buffer, starts, ends) -> int64 (format, width, height, channels) each"},
     {"image_records", image_records, METH_VARARGS,
      "image_records(buffer, payload_key, path_key) -> (rows, end)"},
-    {"images_cut", images_cut, METH_VARARGS,
-     "images_cut(buffer, starts, ends) -> one format code a span (0: not cut short)"},
+    {"images_refused", images_refused, METH_VARARGS,
+     "images_refused(buffer, starts, ends) -> one format code a span (0: not cut short)"},
     {NULL, NULL, 0, NULL},
 };
 

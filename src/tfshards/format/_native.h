@@ -60,8 +60,8 @@ PyObject *frame_offsets(PyObject *self, PyObject *args); /* _native_scan.c */
 PyObject *outline_examples(PyObject *self, PyObject *args); /* _native_parse.c */
 PyObject *image_headers(PyObject *self, PyObject *args);    /* _native_imagehead.c */
 PyObject *image_records(PyObject *self, PyObject *args);    /* _native_imagehead.c */
-PyObject *images_cut(PyObject *self, PyObject *args);       /* _native_imagehead.c */
-int image_cut(const uint8_t *p, size_t n);                  /* _native_imagehead.c */
+PyObject *images_refused(PyObject *self, PyObject *args);       /* _native_imagehead.c */
+int image_refused(const uint8_t *p, size_t n);                  /* _native_imagehead.c */
 PyObject *hash_files(PyObject *self, PyObject *args);    /* _native_files.c */
 PyObject *stat_files(PyObject *self, PyObject *args);    /* _native_files.c */
 PyObject *read_lines(PyObject *self, PyObject *args);    /* _native_files.c */

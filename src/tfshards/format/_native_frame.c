@@ -257,7 +257,7 @@ static size_t frame_one(const Slot *slots, const Item *it, int dir_fd, uint8_t *
         out->found = (size_t)head_bytes(payload, it->size);
         return 0;
     }
-    if (check_image && (out->found = (size_t)image_cut(payload, it->size)) != 0) {
+    if (check_image && (out->found = (size_t)image_refused(payload, it->size)) != 0) {
         out->error = -5;
         return 0;
     }
@@ -288,8 +288,8 @@ static size_t frame_one(const Slot *slots, const Item *it, int dir_fd, uint8_t *
  * "n" path (name), "s" sha256. ``images``, one byte per item, marks the files
  * whose name says image: error -4 means such a file is none of the known
  * formats, and ``found`` holds its first 8 bytes (see head_bytes); error -5
- * means it is a JPEG or PNG cut short, and ``found`` is that format's code
- * (image_cut). */
+ * means TensorFlow's decoder refuses it by its bytes alone (a JPEG or PNG cut
+ * short, an animated WebP), and ``found`` is that format's code (image_refused). */
 PyObject *frame_files(PyObject *self, PyObject *args) {
     Py_buffer buf;
     Py_ssize_t used, start;

@@ -221,12 +221,16 @@ static int64_t jpeg_scan(const uint8_t *p, int64_t n) {
     return -1;
 }
 
-/* FMT_JPEG or FMT_PNG when the ``n`` bytes at ``p`` start like that format and stop before
- * its end (no FF D9 at or after the first scan; no IEND chunk), else 0: the rule of
- * tfshards.format.imageformat.cut_short, on the same bytes. */
-int image_cut(const uint8_t *p, size_t size) {
+/* The format of bytes TensorFlow's decoder refuses by their bytes alone, else 0: FMT_JPEG
+ * or FMT_PNG when they stop before the format's end (no FF D9 at or after the first scan;
+ * no whole IEND chunk), FMT_WEBP for an animated WebP (its VP8X animation flag). The rule
+ * of tfshards.format.imageformat.image_problem, on the same bytes. */
+int image_refused(const uint8_t *p, size_t size) {
     static const uint8_t sig[8] = {0x89, 'P', 'N', 'G', '\r', '\n', 0x1a, '\n'};
     int64_t n = (int64_t)size;
+    if (n >= 21 && memcmp(p, "RIFF", 4) == 0 && memcmp(p + 8, "WEBPVP8X", 8) == 0 &&
+        (p[20] & 0x02))
+        return FMT_WEBP;
     if (n >= 3 && p[0] == 0xff && p[1] == 0xd8 && p[2] == 0xff) {
         int64_t scan = jpeg_scan(p, n);
         if (scan == -2) return 0;
@@ -249,7 +253,7 @@ int image_cut(const uint8_t *p, size_t size) {
 }
 
 /* The bytes of ``n`` spans of ``buf``, each handed to ``each`` with its ``width`` bytes of
- * the result, without the GIL: the frame of images_cut and image_headers. */
+ * the result, without the GIL: the frame of images_refused and image_headers. */
 typedef void (*SpanFn)(const uint8_t *p, int64_t n, uint8_t *out);
 
 static PyObject *per_span(PyObject *args, Py_ssize_t width, SpanFn each) {
@@ -273,8 +277,8 @@ done:
     return result;
 }
 
-static void cut_one(const uint8_t *p, int64_t n, uint8_t *out) {
-    *out = (uint8_t)image_cut(p, (size_t)n);
+static void refused_one(const uint8_t *p, int64_t n, uint8_t *out) {
+    *out = (uint8_t)image_refused(p, (size_t)n);
 }
 
 static void header_one(const uint8_t *p, int64_t n, uint8_t *out) {
@@ -283,8 +287,8 @@ static void header_one(const uint8_t *p, int64_t n, uint8_t *out) {
     memcpy(out, row, sizeof(row));
 }
 
-/* images_cut(buffer, starts, ends) -> one byte per span: image_cut of its bytes. */
-PyObject *images_cut(PyObject *self, PyObject *args) { return per_span(args, 1, cut_one); }
+/* images_refused(buffer, starts, ends) -> one byte per span: image_refused of its bytes. */
+PyObject *images_refused(PyObject *self, PyObject *args) { return per_span(args, 1, refused_one); }
 
 /* image_headers(buffer, starts, ends) -> int64 {format, width, height, channels} per span
  *

@@ -12,8 +12,11 @@ A JPEG or PNG whose bytes stop before the format's end (:func:`cut_short`) is
 refused too: a copy or download cut short keeps a valid header, and
 TensorFlow's decoders refuse the whole image (``tf.io.decode_image`` on a 96 px
 JPEG, baseline and progressive, missing only its last 2 bytes, and on a PNG
-missing only its 12-byte IEND chunk: each fails). ``image_cut`` in
-``_native_imagehead.c`` walks the same bytes the same way.
+missing only its 12-byte IEND chunk: each fails). So is an animated WebP
+(:func:`animated_webp`): TensorFlow 2.21's ``decode_image`` aborts the whole
+process on one (``free(): corrupted unsorted chunks``, a 3-frame 16 px WebP
+from Pillow, in a fresh process), so training would die naming nothing.
+``image_refused`` in ``_native_imagehead.c`` reads the same bytes the same way.
 """
 
 from __future__ import annotations
@@ -26,38 +29,51 @@ _BMP_DIB_SIZES = (12, 16, 40, 52, 56, 64, 108, 124)  # every BITMAP*HEADER versi
 
 
 _ENDS = {"JPEG": "its end-of-image marker FF D9", "PNG": "its IEND chunk"}
+_ANIMATED = (
+    "expected a still image, found an animated WebP: TensorFlow's decode_image aborts the "
+    "whole process on one (TensorFlow 2.21); store it as a still WebP, a PNG or a GIF"
+)
 _MAX_CHUNK = 2**31 - 1  # the PNG limit on a chunk's length
 
 
 class NotAnImage(Exception):
-    """A file named as an image holds none of the known formats, or (``cut``: that
-    format's name) starts like a JPEG or PNG and stops before its end; ``head`` is its start.
+    """A file named as an image holds none of the known formats, or (``refused``: its
+    format) bytes TensorFlow's decoder refuses: a JPEG or PNG that stops before its end, an
+    animated WebP; ``head`` is its start.
     """
 
-    def __init__(self, head: bytes, cut: str = "") -> None:
+    def __init__(self, head: bytes, refused: str = "") -> None:
         super().__init__(head)
         self.head = head
-        self.cut = cut
+        self.refused = refused
 
     def problem(self, size: int) -> str:
         """The one-line problem of such a file of ``size`` bytes."""
-        if not self.cut:
+        if not self.refused:
             return not_an_image(self.head)
+        if self.refused == "WebP":
+            return _ANIMATED
         return (
-            f"expected a whole {self.cut} file (ending with {_ENDS[self.cut]}), found {size:,} "
-            "bytes that stop before it: the file was cut short (an interrupted copy or "
-            "download?), and TensorFlow's decoder refuses it"
+            f"expected a whole {self.refused} file (ending with {_ENDS[self.refused]}), found "
+            f"{size:,} bytes that stop before it: the file was cut short (an interrupted copy "
+            "or download?), and TensorFlow's decoder refuses it"
         )
 
 
 def image_problem(data: bytes | memoryview) -> NotAnImage | None:
-    """Why the bytes of a file named as an image are none (see the module doc), or None."""
+    """Why the bytes of a file named as an image are none, or ones TensorFlow refuses (see
+    the module doc); None when neither."""
     fmt = image_format(data[:HEAD_BYTES])
     if fmt is None:
         return NotAnImage(bytes(data[:SHOWN_BYTES]))
-    if cut_short(data, fmt):
-        return NotAnImage(bytes(data[:SHOWN_BYTES]), cut=fmt)
+    if cut_short(data, fmt) or (fmt == "WebP" and animated_webp(data)):
+        return NotAnImage(bytes(data[:SHOWN_BYTES]), refused=fmt)
     return None
+
+
+def animated_webp(data: bytes | memoryview) -> bool:
+    """Whether WebP bytes carry an extended header (``VP8X``) with its animation flag."""
+    return bytes(data[12:16]) == b"VP8X" and len(data) > 20 and bool(data[20] & 0x02)
 
 
 def cut_short(data: bytes | memoryview, fmt: str) -> bool:

@@ -7,7 +7,8 @@ format is :data:`UNKNOWN` when the bytes are none of these formats.
 Channels are what TensorFlow's decoder gives without conversion: a palette
 PNG decodes to RGB (3), or RGBA (4) with a tRNS chunk; a PNG with an alpha
 channel to 4; an 8-bit BMP to grey (1: its palette ignored), and one of fewer
-bits not at all (0). The C loop
+bits not at all (0). One exception, on purpose: a CMYK JPEG counts its 4
+components (TensorFlow gives 3, converted), so the non-RGB gate sees it. The C loop
 ``image_headers`` (``_native_imagehead.c``) reads the same bytes the same way.
 """
 

@@ -241,14 +241,15 @@ def _problem(error: int, found: Any, expected: bytes | None, i: int, size: int) 
 
     An errno (> 0), a size (-1), a digest (-2), a file type (-3, ``st_mode``)
     or the first 8 bytes, little-endian, of a file named as an image that is
-    none (-4), or the format code of a JPEG or PNG cut short (-5).
+    none (-4), or the format code of bytes TensorFlow refuses (-5: a JPEG or PNG cut
+    short, an animated WebP).
     """
     if error > 0:
         return OSError(error, os.strerror(error))
     if error == -4:
         return NotAnImage(found.to_bytes(8, "little", signed=True)[: min(size, SHOWN_BYTES)])
     if error == -5:
-        return NotAnImage(b"", cut=NATIVE_FORMATS[found])
+        return NotAnImage(b"", refused=NATIVE_FORMATS[found])
     if error == -3:
         return storage.not_a_file(found)
     if error == -2 and expected is not None:

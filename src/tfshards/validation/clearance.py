@@ -100,7 +100,7 @@ def images_whole(shard: rules.Shard, batch: Batch) -> np.ndarray:
         want = np.frombuffer(sign, dtype=np.uint8)
         clear |= (head[:, at : at + len(want)] == want).all(axis=1) & (stop - start >= len(want))
     clear &= batch.scalar(shard.image_feature, BYTES)
-    clear &= np.frombuffer(c.images_cut(batch.view, start, stop), dtype=np.uint8) == 0
+    clear &= np.frombuffer(c.images_refused(batch.view, start, stop), dtype=np.uint8) == 0
     return clear
 
 

@@ -23,7 +23,13 @@ from typing import Any, NamedTuple
 from tfshards import atomicfile, storage
 from tfshards.errors import InputError
 from tfshards.format.exampleparser import Outline, outline_problem
-from tfshards.format.imageformat import claims_image, image_problem
+from tfshards.format.imageformat import (
+    HEAD_BYTES,
+    animated_webp,
+    claims_image,
+    image_format,
+    image_problem,
+)
 from tfshards.format.schema import FeatureSpec
 from tfshards.shardset import buckets, diff, grouping, layout, lease
 from tfshards.shardset.manifest import Manifest
@@ -220,7 +226,10 @@ def payload_decodes(shard: Shard, record: Record) -> str | None:
     """
     if not (shard.decode_images and shard.has_payload):
         return None
-    why = decoder.refuses(record.first(shard.image_feature, b""))
+    payload = record.first(shard.image_feature, b"")
+    if image_format(payload[:HEAD_BYTES]) == "WebP" and animated_webp(payload):
+        return None  # it aborts the decoder's process: payload_is_whole_image names it
+    why = decoder.refuses(payload)
     if why is None:
         return None
     source = bytes(record.first("path", b"")).decode("utf-8", "replace")
