@@ -120,6 +120,21 @@ ANIMATED = (
 )
 
 
+def test_a_bmp_of_fewer_than_8_bits_is_refused_by_both_loops(tmp_path, loop):
+    """TensorFlow refuses one (no channels), and once aborted on one after other images:
+    it is not decoded here, in a process that decodes others."""
+    few, eight = io.BytesIO(), io.BytesIO()
+    Image.new("1", (8, 4), 1).save(few, "BMP")
+    Image.new("L", (8, 4), 90).save(eight, "BMP")
+    files = {**GOOD, "b/few.bmp": few.getvalue(), "b/eight.bmp": eight.getvalue()}
+    code, stderr, path = _write(tmp_path, files, "--on-error", "skip")
+    assert code == 0, stderr
+    manifest = Manifest.from_json(path.read_bytes())
+    assert [r.path for r in manifest.rejected] == ["b/few.bmp"]
+    assert manifest.rejected[0].reason.startswith("expected a BMP of 8, 24 or 32 bits a pixel")
+    assert manifest.records == 4
+
+
 def test_an_animated_webp_is_refused_by_both_loops_and_a_still_one_is_not(tmp_path, loop):
     """TensorFlow 2.21 aborts the process decoding one (a double free): training died naming
     nothing, and so did validate --decode's worker."""

@@ -223,11 +223,19 @@ static int64_t jpeg_scan(const uint8_t *p, int64_t n) {
 
 /* The format of bytes TensorFlow's decoder refuses by their bytes alone, else 0: FMT_JPEG
  * or FMT_PNG when they stop before the format's end (no FF D9 at or after the first scan;
- * no whole IEND chunk), FMT_WEBP for an animated WebP (its VP8X animation flag). The rule
- * of tfshards.format.imageformat.image_problem, on the same bytes. */
+ * no whole IEND chunk), FMT_WEBP for an animated WebP (its VP8X animation flag), FMT_BMP
+ * for a BMP of fewer than 8 bits a pixel. The rule of
+ * tfshards.format.imageformat.image_problem, on the same bytes. */
 int image_refused(const uint8_t *p, size_t size) {
     static const uint8_t sig[8] = {0x89, 'P', 'N', 'G', '\r', '\n', 0x1a, '\n'};
     int64_t n = (int64_t)size;
+    if (n >= 30 && p[0] == 'B' && p[1] == 'M') {
+        uint32_t dib = get_u32(p + 14);
+        int64_t bpp = dib == 12 ? le16(p + 24) : le16(p + 28);
+        int known = dib == 12 || dib == 16 || dib == 40 || dib == 52 || dib == 56 ||
+                    dib == 64 || dib == 108 || dib == 124;
+        return known && bpp > 0 && bpp < 8 ? FMT_BMP : 0;
+    }
     if (n >= 21 && memcmp(p, "RIFF", 4) == 0 && memcmp(p + 8, "WEBPVP8X", 8) == 0 &&
         (p[20] & 0x02))
         return FMT_WEBP;

@@ -12,10 +12,12 @@ A JPEG or PNG whose bytes stop before the format's end (:func:`cut_short`) is
 refused too: a copy or download cut short keeps a valid header, and
 TensorFlow's decoders refuse the whole image (``tf.io.decode_image`` on a 96 px
 JPEG, baseline and progressive, missing only its last 2 bytes, and on a PNG
-missing only its 12-byte IEND chunk: each fails). So is an animated WebP
-(:func:`animated_webp`): TensorFlow 2.21's ``decode_image`` aborts the whole
-process on one (``free(): corrupted unsorted chunks``, a 3-frame 16 px WebP
-from Pillow, in a fresh process), so training would die naming nothing.
+missing only its 12-byte IEND chunk: each fails). So is a BMP of fewer than
+8 bits a pixel, which TensorFlow refuses ("Number of channels ... was 0"), and
+an animated WebP (:func:`animated_webp`): TensorFlow 2.21's ``decode_image``
+aborts the whole process on one (``free(): corrupted unsorted chunks``, a
+3-frame 16 px WebP from Pillow, in a fresh process), so training would die
+naming nothing.
 ``image_refused`` in ``_native_imagehead.c`` reads the same bytes the same way.
 """
 
@@ -29,6 +31,10 @@ _BMP_DIB_SIZES = (12, 16, 40, 52, 56, 64, 108, 124)  # every BITMAP*HEADER versi
 
 
 _ENDS = {"JPEG": "its end-of-image marker FF D9", "PNG": "its IEND chunk"}
+_FEW_BITS = (
+    "expected a BMP of 8, 24 or 32 bits a pixel, found fewer: TensorFlow's decoder refuses "
+    "it (and aborted the process on one that came after other images); store it as a PNG"
+)
 _ANIMATED = (
     "expected a still image, found an animated WebP: TensorFlow's decode_image aborts the "
     "whole process on one (TensorFlow 2.21); store it as a still WebP, a PNG or a GIF"
@@ -53,6 +59,8 @@ class NotAnImage(Exception):
             return not_an_image(self.head)
         if self.refused == "WebP":
             return _ANIMATED
+        if self.refused == "BMP":
+            return _FEW_BITS
         return (
             f"expected a whole {self.refused} file (ending with {_ENDS[self.refused]}), found "
             f"{size:,} bytes that stop before it: the file was cut short (an interrupted copy "
@@ -66,9 +74,18 @@ def image_problem(data: bytes | memoryview) -> NotAnImage | None:
     fmt = image_format(data[:HEAD_BYTES])
     if fmt is None:
         return NotAnImage(bytes(data[:SHOWN_BYTES]))
-    if cut_short(data, fmt) or (fmt == "WebP" and animated_webp(data)):
-        return NotAnImage(bytes(data[:SHOWN_BYTES]), refused=fmt)
-    return None
+    refused = (
+        cut_short(data, fmt)
+        or (fmt == "WebP" and animated_webp(data))
+        or (fmt == "BMP" and 0 < _bmp_bits(data) < 8)
+    )
+    return NotAnImage(bytes(data[:SHOWN_BYTES]), refused=fmt) if refused else None
+
+
+def _bmp_bits(data: bytes | memoryview) -> int:
+    """A BMP's bits a pixel (its DIB header's; an OS/2 header keeps them 4 bytes earlier)."""
+    at = 24 if int.from_bytes(data[14:18], "little") == 12 else 28
+    return int.from_bytes(data[at : at + 2], "little") if len(data) >= 30 else 0
 
 
 def animated_webp(data: bytes | memoryview) -> bool:
