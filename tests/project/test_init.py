@@ -509,6 +509,10 @@ def test_the_gitignore_block_is_the_only_part_init_rewrites():
     assert "/photos/\n" in moved and "/data/raw/" not in moved and moved.endswith("/dist/\n")
     assert ignores.wanted("s3://bucket/raw") == ["/checkpoints/"]  # not in the repository
     assert ignores.wanted("../elsewhere") == ["/checkpoints/"]
+    outs = ["data/listing/", "data/manifest.json", "s3://bucket/shards/"]
+    assert ignores.wanted("data/raw", outs) == [
+        "/data/raw/", "/data/listing/", "/data/manifest.json", "/checkpoints/"
+    ]  # fmt: skip
 
 
 def test_init_with_no_raw_folder_yet_says_to_dvc_add_it(repo):
@@ -546,10 +550,15 @@ def test_init_puts_raw_images_under_dvc_and_keeps_checkpoints_out_of_git(real_re
     assert (real_repo / "data/raw.dvc").exists()
     (real_repo / "checkpoints/train").mkdir(parents=True)  # what a killed run leaves
     (real_repo / "checkpoints/train/state.json").write_text("{}")
+    # What a first `dvc repro` that stopped at write leaves: the listing, which DVC had not
+    # yet ignored; committed, it made every later `dvc repro` fail.
+    (real_repo / "data/listing").mkdir()
+    (real_repo / "data/listing/files.jsonl").write_text("{}\n")
     _git(real_repo, "add", "-A")
     tracked = _git(real_repo, "ls-files").split()
     assert "data/raw.dvc" in tracked and ".gitignore" in tracked
-    assert not [p for p in tracked if p.startswith(("data/raw/", "checkpoints/"))], tracked
+    outs = ("data/raw/", "checkpoints/", "data/listing/")
+    assert not [p for p in tracked if p.startswith(outs)], tracked
     assert _init().exit_code == 0  # again: raw.dvc exists, nothing more to add
 
 

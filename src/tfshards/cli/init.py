@@ -99,12 +99,13 @@ def init_command(
     }
     explicit = {k: v for k, v in given.items() if v is not None}
     # The YAML round trip loads only when init runs.
-    from tfshards.project import ignores, rawdata, scaffold
+    from tfshards.project import ignores, pipeline, rawdata, scaffold
 
     result = scaffold.init(Path.cwd(), explicit, force=force, version=__version__)
     variant = "remote-first: DVC tracks the manifest" if result.spec.remote else "local"
-    if ignores.update(Path.cwd(), result.spec.root):
-        typer.echo(".gitignore: raw data and checkpoints/ kept out of git")
+    outs = [f"{pipeline.LISTING}/", pipeline.MANIFEST, f"{result.spec.shards.rstrip('/')}/"]
+    if ignores.update(Path.cwd(), result.spec.root, outs):
+        typer.echo(".gitignore: raw data, the stages' outputs and checkpoints/ kept out of git")
     fs, raw = storage.open_url(result.spec.root)
     if storage.is_local(fs) and not fs.exists(raw):  # a remote root is not probed here
         typer.echo(

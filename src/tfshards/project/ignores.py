@@ -1,15 +1,21 @@
-"""The block tfshards keeps in a repository's ``.gitignore``: raw data and checkpoints stay out.
+"""The block tfshards keeps in a repository's ``.gitignore``: raw data, the stages' outputs
+and checkpoints stay out.
 
 Raw images belong to DVC (``dvc add data/raw``), never to git: without this, the
-first ``git add -A`` after ``tfshards init`` committed every image. Training
-checkpoints are scratch that a killed run leaves behind. ``tfshards init``
-writes these lines between two marker comments and only ever rewrites that
-block; every other line of the file stays as it was.
+first ``git add -A`` after ``tfshards init`` committed every image. The stages'
+cached outputs (the listing, the manifest, local shards) are DVC's too: DVC
+ignores each when its stage runs, but a first ``dvc repro`` that stopped at
+``write`` left the listing unignored, ``git add -A`` committed it, and every
+later ``dvc repro`` failed ("output 'data/listing' is already tracked by SCM").
+Training checkpoints are scratch that a killed run leaves behind. ``tfshards
+init`` writes these lines between two marker comments and only ever rewrites
+that block; every other line of the file stays as it was.
 """
 
 from __future__ import annotations
 
 import posixpath
+from collections.abc import Sequence
 from pathlib import Path
 
 from tfshards.errors import ConfigError
@@ -21,13 +27,15 @@ BEGIN = "# >>> tfshards init: raw data is tracked by DVC, checkpoints are scratc
 END = "# <<< tfshards init"
 
 
-def wanted(root: str) -> list[str]:
-    """The lines to keep ignored: the raw root when it is a folder inside the repository."""
+def wanted(root: str, outs: Sequence[str] = ()) -> list[str]:
+    """The lines to keep ignored: the raw root and each of ``outs`` (a folder when it ends
+    with ``/``) that is a path inside the repository, then the checkpoints."""
     lines = []
-    protocol, path = split_protocol(root)
-    rel = posixpath.normpath(str(path))
-    if protocol is None and not posixpath.isabs(rel) and not rel.startswith(".."):
-        lines.append(f"/{rel}/")
+    for where in (f"{root.rstrip('/')}/", *outs):
+        protocol, path = split_protocol(where)
+        rel = posixpath.normpath(str(path))
+        if protocol is None and not posixpath.isabs(rel) and not rel.startswith(".."):
+            lines.append(f"/{rel}/" if where.endswith("/") else f"/{rel}")
     lines.append(f"/{CHECKPOINTS.split('/')[0]}/")
     return lines
 
@@ -45,8 +53,8 @@ def merge(text: str, lines: list[str]) -> str:
     return "\n".join(rows) + "\n"
 
 
-def update(directory: Path, root: str) -> bool:
-    """Write the block into ``directory/.gitignore``; True when the file changed.
+def update(directory: Path, root: str, outs: Sequence[str] = ()) -> bool:
+    """Write the block (:func:`wanted`) into ``directory/.gitignore``; True when it changed.
 
     Raises:
         ConfigError: the file is not UTF-8 text (named with the byte offset).
@@ -64,7 +72,7 @@ def update(directory: Path, root: str) -> bool:
             f"{exc.start}; save the file as UTF-8",
             path=str(path),
         ) from None
-    new = merge(text, wanted(root))
+    new = merge(text, wanted(root, outs))
     if new == text:
         return False
     yamlfile.save(path, new)
