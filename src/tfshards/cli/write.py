@@ -107,7 +107,7 @@ def _say_lineage(result: Any, config: WriteConfig, old_versions: str, committed:
         typer.echo(
             f"grew from version {m.base}: {c.get('added', 0)} {records} added, "
             f"{c.get('removed', 0)} removed, {c.get('changed', 0)} changed, "
-            f"{c.get('relabeled', 0)} relabeled, {c.get('labels_added', 0)} labels added"
+            f"{c.get('relabeled', 0)} relabeled, {_count(c.get('labels_added', 0), 'label')} added"
             f"{_label_map_changes(c)} "
             f"({hint})"
         )
@@ -133,6 +133,11 @@ def _say_lineage(result: Any, config: WriteConfig, old_versions: str, committed:
             f"buckets: kept the lineage's {kept} split buckets, not {asked}: more would move "
             "records across the split (--previous none starts a lineage with them)"
         )
+
+
+def _count(n: int, noun: str) -> str:
+    """``"1 label"``, ``"2 labels"``."""
+    return f"{n} {noun}{'' if n == 1 else 's'}"
 
 
 def _label_map_changes(changes: Any) -> str:

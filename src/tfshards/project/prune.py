@@ -140,7 +140,8 @@ class PruneReport:
                 "each hard link, shared among them or with versions kept"
             )
         return (
-            f"{self.out}: {len(self.versions)} versions, {len(kept)} kept, "
+            f"{self.out}: {len(self.versions)} version{'' if len(self.versions) == 1 else 's'}, "
+            f"{len(kept)} kept, "
             f"{verb} {len(gone)} ({size}){tail}"
         )
 

@@ -70,7 +70,8 @@ class TrainResult:
         m = self.metrics
         val = f"val_accuracy {m['val_accuracy']:.4f}, " if "val_accuracy" in m else ""
         return (
-            f"trained {m['model']} for {m['epochs']} epochs on {m['train_records']} records: "
+            f"trained {m['model']} for {m['epochs']} epoch{'' if m['epochs'] == 1 else 's'} on "
+            f"{m['train_records']} records: "
             f"{val}accuracy {m['accuracy']:.4f}, {m['examples_per_s']:.0f} examples/s, "
             f"input-bound {m['input_bound_fraction']:.0%}, on {m['device']} in {m['seconds']:.1f}s"
         )
