@@ -195,3 +195,19 @@ def test_an_image_over_pillows_size_guard_is_an_empty_cell_and_one_line(
     assert Image.open(io.BytesIO(sheet)).size == (40, 20)
     said = "a/big.png: too large to show: Image size (900 pixels) exceeds limit of 200 pixels"
     assert [line.split(", could be")[0] for line in unshown] == [said]
+
+
+def test_a_path_left_out_of_the_version_says_why(write_set: SetWriter, tmp_path: Path) -> None:
+    """It said no record is listed under the path, as for a path never listed."""
+    raw = tmp_path / "raw" / "a"
+    raw.mkdir(parents=True)
+    (raw / "one.png").write_bytes(_encoded(Image.new("L", (4, 4)), "PNG"))
+    (raw / "notes.jpg").write_bytes(b"just some notes\n")
+    manifest = write_set(tmp_path / "raw", tmp_path / "shards", num_shards=1, on_error="skip")
+    result = runner.invoke(app, ["show", manifest_path(manifest), "a/notes.jpg"])
+    assert result.exit_code == 1
+    assert result.output.splitlines()[-1] == (
+        f"error: a/notes.jpg: left out of version {manifest.fingerprint} when it was written: "
+        "expected an image (JPEG, PNG, GIF, BMP or WebP) as its name says, found bytes "
+        "b'just som'"
+    )

@@ -61,6 +61,12 @@ class Version:
             return self.read(shard, index)
         for shard, index in self._places(spec):
             return self.read(shard, index)
+        rejected = next((r for r in self.manifest.rejected if r.path == spec), None)
+        if rejected is not None:
+            raise InputError(
+                f"{spec}: left out of version {self.manifest.fingerprint} when it was "
+                f"written: {rejected.reason}"
+            )
         raise InputError(
             f"{spec}: no record of version {self.manifest.fingerprint} is listed under this "
             f"path ({self.manifest.records} records); expected a path relative to the "
