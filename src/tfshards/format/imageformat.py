@@ -75,9 +75,7 @@ def image_problem(data: bytes | memoryview) -> NotAnImage | None:
     if fmt is None:
         return NotAnImage(bytes(data[:SHOWN_BYTES]))
     refused = (
-        cut_short(data, fmt)
-        or (fmt == "WebP" and animated_webp(data))
-        or (fmt == "BMP" and 0 < _bmp_bits(data) < 8)
+        cut_short(data, fmt) or animated_webp(data) or (fmt == "BMP" and 0 < _bmp_bits(data) < 8)
     )
     return NotAnImage(bytes(data[:SHOWN_BYTES]), refused=fmt) if refused else None
 
@@ -89,8 +87,14 @@ def _bmp_bits(data: bytes | memoryview) -> int:
 
 
 def animated_webp(data: bytes | memoryview) -> bool:
-    """Whether WebP bytes carry an extended header (``VP8X``) with its animation flag."""
-    return bytes(data[12:16]) == b"VP8X" and len(data) > 20 and bool(data[20] & 0x02)
+    """Whether ``data`` is a WebP whose extended header (``VP8X``) has its animation flag."""
+    head = bytes(data[:21])
+    return (
+        len(head) == 21
+        and head[:4] == b"RIFF"
+        and head[8:16] == b"WEBPVP8X"
+        and bool(head[20] & 0x02)
+    )
 
 
 def cut_short(data: bytes | memoryview, fmt: str) -> bool:

@@ -129,7 +129,7 @@ def of_shard(fs: Any, version: str, shard: ShardInfo, compression: str) -> list[
 
     where = storage.unstrip(fs, storage.join(version, shard.name))
     data = storage.read_bytes(fs, storage.join(version, shard.name))
-    stream = data if compression == "none" else b"".join(tfrecord.inflate(data, compression))
+    stream = tfrecord.decompress(data, compression)
     rows: list[Row] = []
     for record in tfrecord.scan(stream):
         if record.problem is not None:

@@ -24,10 +24,8 @@ from tfshards import atomicfile, storage
 from tfshards.errors import InputError
 from tfshards.format.exampleparser import Outline, outline_problem
 from tfshards.format.imageformat import (
-    HEAD_BYTES,
     animated_webp,
     claims_image,
-    image_format,
     image_problem,
 )
 from tfshards.format.schema import FeatureSpec
@@ -227,7 +225,7 @@ def payload_decodes(shard: Shard, record: Record) -> str | None:
     if not (shard.decode_images and shard.has_payload):
         return None
     payload = record.first(shard.image_feature, b"")
-    if image_format(payload[:HEAD_BYTES]) == "WebP" and animated_webp(payload):
+    if animated_webp(payload):
         return None  # it aborts the decoder's process: payload_is_whole_image names it
     why = decoder.refuses(payload)
     if why is None:
