@@ -21,6 +21,8 @@ from typing import Any
 from tfshards.processes import pid_alive, process_start
 from tfshards.storage import Chunk, is_local
 
+_SYNC_THREADS = 8  # sync_files' concurrent fsyncs
+
 
 def write_atomic(
     fs: Any,
@@ -166,6 +168,42 @@ def sync_dirs(fs: Any, directories: Iterable[str]) -> None:
     for directory in directories:
         with contextlib.suppress(FileNotFoundError):
             fsync_dir(directory)
+
+
+def sync_files(fs: Any, paths: Iterable[str]) -> None:
+    """fsync local files renamed into place with ``commit(durable=False)``, all in one pass.
+
+    The other half of such commits, before what makes the files count (a
+    manifest). The fsyncs run on a few threads: ext4 makes concurrent fsyncs
+    share a journal commit, where one after another each waits for its own.
+    On this project's ext4 disk, 64 small files took ~8 ms over their writing
+    this way and ~17 ms fsynced each before its rename (medians of 7); and a
+    writer's fsyncs stall the file creations of its other threads behind the
+    journal (a 1% append spent 88 ms of its threads' time in ``open``).
+
+    Raises:
+        OSError: naming the file that could not be flushed.
+    """
+    if not is_local(fs):
+        return
+    todo = list(paths)
+    if not todo:
+        return
+    from concurrent.futures import ThreadPoolExecutor  # ~13 ms to import: only when writing
+
+    def flush(path: str) -> None:
+        try:
+            fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+        except OSError as exc:
+            raise type(exc)(exc.errno, exc.strerror, path) from exc
+
+    with ThreadPoolExecutor(min(_SYNC_THREADS, len(todo))) as pool:
+        for _ in pool.map(flush, todo):
+            pass
 
 
 def fsync_tree(directory: str) -> None:

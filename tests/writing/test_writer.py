@@ -179,19 +179,23 @@ def test_a_file_deleted_while_the_write_ran_publishes_no_manifest(
     assert not list((tmp_path / "out").rglob(MANIFEST_NAME))
 
 
-def test_each_folder_of_a_version_is_synced_once_after_its_files_and_before_the_manifest(
+def test_a_versions_files_and_folders_are_synced_after_their_renames_and_before_the_manifest(
     listing, tmp_path, monkeypatch
 ):
-    """Files are fsynced before their rename; the folders' fsyncs come once, before the manifest."""
+    """Every file the manifest counts on (shards, companions, metadata) is fsynced, most in
+    one pass after their renames, then the folders, all before the manifest's rename."""
     calls: list[tuple[str, str]] = []
     real_fsync, real_replace = os.fsync, os.replace
 
     def fsync(fd: int) -> None:
-        if os.path.isdir(f"/proc/self/fd/{fd}"):
-            calls.append(("folder", os.path.realpath(f"/proc/self/fd/{fd}")))
+        where = f"/proc/self/fd/{fd}"
+        calls.append(("folder" if os.path.isdir(where) else "file", os.path.realpath(where)))
         real_fsync(fd)
 
     def replace(src: str, dst: str) -> None:
+        src = os.path.realpath(src)
+        if ("file", src) in calls:  # fsynced under its temp name: count it for its own
+            calls.append(("file", os.path.realpath(dst)))
         calls.append(("replace", os.path.realpath(dst)))
         real_replace(src, dst)
 
@@ -202,13 +206,31 @@ def test_each_folder_of_a_version_is_synced_once_after_its_files_and_before_the_
     inside = [(kind, p) for kind, p in calls if p == version or p.startswith(version + "/")]
     manifest = inside.index(("replace", os.path.join(version, MANIFEST_NAME)))
     before = inside[:manifest]
-    last_file = max(i for i, (kind, _) in enumerate(before) if kind == "replace")
-    replaced = {os.path.dirname(p) for kind, p in before if kind == "replace"}
-    assert len(replaced) == 5 and len([p for _, p in before if p.endswith(".tfrecord")]) == 4
-    assert {p for kind, p in before[last_file:] if kind == "folder"} == replaced
+    renamed = {p: i for i, (kind, p) in enumerate(before) if kind == "replace"}
+    synced = {p for kind, p in before if kind == "file"}
+    counted = {
+        os.path.realpath(os.path.join(folder, name))
+        for folder, _, names in os.walk(version)
+        for name in names
+        if name != MANIFEST_NAME and "_work" not in folder
+    }
+    assert len([p for p in counted if p.endswith(".tfrecord")]) == 4
+    assert [p for p in counted if p not in synced] == []  # after the write that made it
+    last_file = max(renamed.values())
+    folders = {os.path.dirname(p) for p in renamed}
+    assert len(folders) == 5
+    assert {p for kind, p in before[last_file:] if kind == "folder"} == folders
     # No fsync of a folder per file: once when a folder is made (its entry in the
     # version folder), once before the manifest.
-    assert len([kind for kind, _ in before if kind == "folder"]) <= 2 * len(replaced)
+    assert len([kind for kind, _ in before if kind == "folder"]) <= 2 * len(folders)
+
+
+def test_a_file_that_cannot_be_flushed_is_named(tmp_path, monkeypatch):
+    fs = storage.open_url(str(tmp_path))[0]
+    (tmp_path / "a").write_bytes(b"a")
+    with pytest.raises(FileNotFoundError) as raised:
+        atomicfile.sync_files(fs, [str(tmp_path / "a"), str(tmp_path / "gone")])
+    assert raised.value.filename == str(tmp_path / "gone")
 
 
 def test_a_killed_writers_temps_are_swept_from_every_folder_of_the_version(listing, tmp_path):

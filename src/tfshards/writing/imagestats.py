@@ -102,11 +102,14 @@ def of_shard(data: bytes, compression: str, image_feature: str) -> ImageStats:
     return images.stats
 
 
-def save_shard(fs: Any, version: str, shard: str, stats: ImageStats) -> None:
+def save_shard(
+    fs: Any, version: str, shard: str, stats: ImageStats, *, durable: bool = True
+) -> None:
     """Publish ``shard``'s companion ``imagestats/<shard>.json``, unless it holds these bytes.
 
     A shard kept on resume keeps its companion's mtime too, so ``prune`` still
-    sees the killed writer's version as idle.
+    sees the killed writer's version as idle. ``durable=False``: not fsynced
+    here (the writer syncs a version's new files in one pass).
     """
     path = layout.stats_path(version, shard)
     data = encode(stats.to_json())
@@ -116,7 +119,8 @@ def save_shard(fs: Any, version: str, shard: str, stats: ImageStats) -> None:
     except OSError:
         pass  # not there yet
     try:
-        atomicfile.write_atomic(fs, path, [data], sync_dir=False)  # the writer syncs the folder
+        # the writer syncs the folder
+        atomicfile.write_atomic(fs, path, [data], sync_dir=False, durable=durable)
     except OSError as exc:
         raise storage.write_error(fs, path, exc) from None
 

@@ -67,7 +67,12 @@ class ShardResult:
 
 
 def write_shard(task: ShardTask) -> ShardResult:
-    """Write one shard (or keep it, if a finished and verified copy exists)."""
+    """Write one shard (or keep it, if a finished and verified copy exists).
+
+    Its files are renamed into place without an fsync: the caller makes them
+    durable (:func:`written_files`, :func:`tfshards.atomicfile.sync_files`)
+    before anything counts on them, in one pass for all shards.
+    """
     fs_out, out_dir = storage.open_url(task.out, **task.out_options)
     kept = _reuse(fs_out, out_dir, task)
     if kept is not None:
@@ -101,7 +106,7 @@ def write_shard(task: ShardTask) -> ShardResult:
     members_sha = _write_companion(
         fs_out, layout.records_path(out_dir, task.name), members.encode(listed)
     )
-    imagestats.save_shard(fs_out, out_dir, task.name, shard.images.stats)
+    imagestats.save_shard(fs_out, out_dir, task.name, shard.images.stats, durable=False)
     info = ShardInfo(
         task.name,
         len(listed),
@@ -132,6 +137,16 @@ def write_shard(task: ShardTask) -> ShardResult:
     return ShardResult(
         info, tuple(rejects.found), schema, False, shard.images.stats, rotated=rotated
     )
+
+
+def written_files(out_dir: str, info: ShardInfo) -> list[str]:
+    """The files :func:`write_shard` published for the shard ``info`` describes."""
+    files = [storage.join(out_dir, info.name), layout.stats_path(out_dir, info.name)]
+    if info.index_sha256 is not None:
+        files.append(layout.index_path(out_dir, info.name))
+    if info.records_sha256 is not None:
+        files.append(layout.records_path(out_dir, info.name))
+    return files
 
 
 def _source(task: ShardTask, specs: dict[str, FeatureSpec]) -> RecordSource:
@@ -181,7 +196,7 @@ class _ShardFile:
         for chunk in finished:
             self.hasher.update(chunk)
         self.sink.write(finished)
-        self.sink.commit(sync_dir=False)  # the writer syncs the version's folders once
+        self.sink.commit(sync_dir=False, durable=False)  # the writer syncs them once
 
 
 @dataclass
@@ -250,9 +265,10 @@ def _reason(exc: Exception) -> str:
 
 
 def _write_companion(fs: Any, path: str, data: bytes) -> str:
-    """Publish a shard's companion file (record index, member list); its sha256."""
+    """Publish a shard's companion file (record index, member list), not yet durable;
+    its sha256."""
     try:
-        atomicfile.write_atomic(fs, path, [data], sync_dir=False)
+        atomicfile.write_atomic(fs, path, [data], sync_dir=False, durable=False)
     except OSError as exc:
         raise storage.write_error(fs, path, exc) from None
     return hashlib.sha256(data).hexdigest()
@@ -303,5 +319,5 @@ def _reuse(fs: Any, out_dir: str, task: ShardTask) -> ShardResult | None:
             _write_companion(fs, layout.index_path(out_dir, task.name), index)
     info = dataclasses.replace(info, index_sha256=index_sha)
     images = imagestats.of_shard(data, task.compression, task.image_feature)
-    imagestats.save_shard(fs, out_dir, task.name, images)
+    imagestats.save_shard(fs, out_dir, task.name, images, durable=False)
     return ShardResult(info, rejected, schema, True, images)
