@@ -26,7 +26,7 @@ from tfshards.format.example import encode_bytes, varint
 from tfshards.listing.listing import list_files
 from tfshards.project.sample import write_synthetic
 from tfshards.shardset.buckets import bucket_of
-from tfshards.shardset.manifest import GROWTH_KEYS, Manifest
+from tfshards.shardset.manifest import Manifest
 from tfshards.validation.validate import ValidateConfig, ValidationReport, validate, write_metrics
 from tfshards.writing.config import WriteConfig
 from tfshards.writing.writer import write
@@ -148,7 +148,6 @@ def test_clean_set_passes_with_exact_metrics(shard_set):
             "balance_warnings": 0,
         },
         "duplicates": {"across_splits": 0, "groups": 0, "label_conflicts": 0, "records": 0},
-        "growth": dict.fromkeys(GROWTH_KEYS),  # written from scratch: compared with none
         "rejected_inputs": 0,
         "shards": SHARDS,
         "bytes": manifest.bytes,

@@ -24,7 +24,7 @@ from tfshards.format import native
 from tfshards.listing.listing import list_files, write_listing
 from tfshards.listing.storedlisting import open_stored
 from tfshards.shardset import buckets, diff, layout
-from tfshards.shardset.manifest import GROWTH_KEYS, Manifest
+from tfshards.shardset.manifest import Manifest
 from tfshards.shardset.split import SplitWarning, split
 from tfshards.validation.config import ValidateConfig
 from tfshards.validation.validate import validate
@@ -100,11 +100,7 @@ def test_an_append_of_one_percent_reuses_every_shard_as_the_same_inode(raw, tmp_
             here = os.stat(Path(second.directory) / companion.path(name)).st_ino
             assert here == os.stat(Path(first.directory) / companion.path(old[ino])).st_ino
     assert second.changes["added"] == len(added) and second.changes["moved_buckets"] == 0
-    report = validate(ValidateConfig(str(tmp_path / "manifest.json")))
-    assert report.ok
-    # The same growth keys as a version from scratch has (all null there): none comes and goes.
-    assert report.metrics()["growth"] == {**dict(second.changes), "moved_files": 0}
-    assert set(report.metrics()["growth"]) == set(GROWTH_KEYS) >= set(second.changes)
+    assert validate(ValidateConfig(str(tmp_path / "manifest.json"))).ok
     again = _grow(raw, tmp_path, num_shards=32)  # nothing new: the same version
     assert again.manifest == second and again.reused == len(second.shards)
 

@@ -105,21 +105,6 @@ class ShardInfo:
         )
 
 
-# The counts of a grown version's ``changes`` (written by tfshards.writing.growth.changes).
-GROWTH_KEYS = (
-    "added",
-    "changed",
-    "ids_changed",
-    "labels_added",
-    "labels_removed",
-    "moved_buckets",
-    "moved_files",
-    "relabeled",
-    "removed",
-    "unchanged",
-)
-
-
 @dataclass(frozen=True)
 class Manifest:
     """Everything a reader or validator needs to trust and parse a shard set.

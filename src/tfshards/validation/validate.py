@@ -29,7 +29,7 @@ from tfshards.run import executor as executors
 from tfshards.run.executor import Needs
 from tfshards.shardset import diff, grouping
 from tfshards.shardset import split as splits
-from tfshards.shardset.manifest import GROWTH_KEYS, Manifest, load
+from tfshards.shardset.manifest import Manifest, load
 from tfshards.validation import imagegates, nearduplicates, rules
 from tfshards.validation.config import ValidateConfig
 from tfshards.validation.duplicates import DigestStore, Duplicates, with_label_names, with_paths
@@ -92,22 +92,13 @@ class ValidationReport:
             },
             "duplicates": self.duplicates.metrics(),
             **({"grouping": self.groups.metrics()} if self.groups is not None else {}),
-            "growth": self._growth_metrics(),
+            # What changed since the version this one grew from (absent: written from scratch).
+            **({"growth": dict(self.manifest.changes)} if self.manifest.changes else {}),
             **({"near_duplicates": self._near_metrics(n)} if (n := self.near_duplicates) else {}),
             "rejected_inputs": len(self.manifest.rejected),
             "shards": len(self.manifest.shards),
             "bytes": self.bytes,
         }
-
-    def _growth_metrics(self) -> dict[str, int | None]:
-        """What changed since the version this one grew from, the same keys every time (a
-        key that comes and goes reads as a change in ``dvc metrics diff``): null for a
-        version written from scratch, which was compared with none."""
-        changes = self.manifest.changes
-        if not changes:
-            return dict.fromkeys(GROWTH_KEYS)
-        # moved_files is kept only when there are any; a key an older writer lacked: null
-        return {k: changes.get(k, 0 if k == "moved_files" else None) for k in GROWTH_KEYS}
 
     def _near_metrics(self, near: NearDuplicates) -> dict[str, int | None]:
         """``across_splits`` null with no validation side: no pair was compared (a 0
