@@ -380,6 +380,47 @@ def test_a_file_listed_empty_that_has_bytes_now_reads_the_same_in_both_loops(
     ]
 
 
+def test_a_failed_write_names_every_bad_file_of_the_run_in_one_line(write_set, raw, tmp_path):
+    """Under on_error fail, one run finds all the bad files (not one a run): the first by
+    path, then the others; no manifest; once they are fixed the next run writes the set."""
+    files = sorted(raw.glob("*/*.jpg"))
+    victims = [files[i] for i in (90, 3, 41)]  # in shards of their own, whatever the order
+    good = {v: v.read_bytes() for v in victims}
+    for v in victims:
+        v.write_bytes(b"")
+    listing = list_files(str(raw))
+    with pytest.raises(InputError) as info:
+        write_set(listing, tmp_path / "out", num_shards=3, workers=2, executor="thread")
+    rel = sorted(str(v.relative_to(raw)) for v in victims)
+    assert str(info.value) == (
+        f"{raw / rel[0]}: empty file: expected at least 1 byte, found 0; 2 more files failed"
+        f" too: {rel[1]}, {rel[2]}"
+        "; write.on_error: skip leaves such files out"
+    )
+    assert info.value.path == rel[0]
+    assert not list((tmp_path / "out").rglob("manifest.json"))
+    for v, data in good.items():
+        v.write_bytes(data)
+    manifest = write_set(list_files(str(raw)), tmp_path / "out", num_shards=3)
+    assert manifest.records == 103 and manifest.rejected == ()
+
+
+def test_a_write_whose_files_all_fail_stops_a_shard_after_twenty(raw, tmp_path):
+    """A broken transform (or a wrong root) fails every file: a shard stops at 20 failures
+    (a batch of reads at most beyond them) instead of reading all of its files, and says so."""
+    for f in sorted(raw.glob("*/*.jpg")):
+        f.write_bytes(b"")
+    config = WriteConfig(out=str(tmp_path / "out"), num_shards=1, executor="serial")
+    with pytest.raises(InputError) as info:
+        write(config, list_files(str(raw)), progress=False)
+    line = str(info.value)
+    assert "; 19 more files failed too: " in line and ", ...; " not in line
+    assert line.endswith(
+        ", ... (a shard stopped at 20 bad files: there may be more)"
+        "; write.on_error: skip leaves such files out"
+    )
+
+
 def test_cli_reports_bad_input_on_one_line_with_exit_1(raw, tmp_path):
     (sorted(raw.glob("*/*.jpg"))[0]).write_bytes(b"")
     write_listing(list_files(str(raw)), str(tmp_path / "listing"))

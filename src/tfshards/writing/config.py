@@ -41,8 +41,9 @@ class WriteConfig:
             ``"gzip"`` or ``"zlib"``.
         image_feature: feature name of the raw file bytes.
         transform: ``package.module:function`` applied to each file, or None.
-        on_error: ``"fail"`` stops at the first bad file; ``"skip"`` records it
-            in the manifest and goes on.
+        on_error: ``"fail"`` fails the write once every shard is done, naming every
+            bad file (a shard stops at 20 of them); ``"skip"`` records each in the
+            manifest and goes on.
         run: where and how wide the shards are written. ``run.executor``
             ``auto`` means threads when :mod:`tfshards.format.native` is built, there is
             no transform and the source is local (the per-record loop then runs
@@ -208,7 +209,8 @@ OPTIONS = (
     ),
     Option(
         "on_error", str, "fail",
-        "fail: stop at the first bad file; skip: record it in the manifest.",
+        "fail: no version, and one line naming every bad file (the first by path, then "
+        "how many more and five of them); skip: leave them out, listed in the manifest.",
         param=True, comment="fail | skip (skipped files are listed in the manifest)",
     ),
     Option(

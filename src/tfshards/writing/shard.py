@@ -35,6 +35,10 @@ from tfshards.writing.fileproblem import MAX_FILE_BYTES, too_large
 from tfshards.writing.recordindex import RecordIndex, index_bytes
 from tfshards.writing.sources import FetchedFiles, LocalFiles, RecordSource
 
+SKIP_HINT = "; write.on_error: skip leaves such files out"  # ends a content error's line
+NAMED = 5  # bad files a failed write names besides the first
+FAIL_AFTER = 20  # bad files after which a shard stops under on_error "fail"
+
 
 @dataclass(frozen=True)
 class ShardTask:
@@ -64,6 +68,10 @@ class ShardResult:
     reused: bool
     images: ImageStats | None = None  # its images' statistics (tfshards.writing.imagestats)
     rotated: int = 0  # files written here with an EXIF orientation of 2..8 (exif warn, apply)
+    # Under on_error "fail": the error of each rejected file, in listing order. The shard is
+    # written without them (its sidecar lists them: the next run writes it again) and the
+    # writer fails after every shard, naming them all, before any manifest.
+    failed: tuple[InputError, ...] = ()
 
 
 def write_shard(task: ShardTask) -> ShardResult:
@@ -135,7 +143,13 @@ def write_shard(task: ShardTask) -> ShardResult:
     else:  # exif warn on the C path: the write pass read each header's orientation
         rotated = shard.images.stats.rotated if task.exif == "warn" else 0
     return ShardResult(
-        info, tuple(rejects.found), schema, False, shard.images.stats, rotated=rotated
+        info,
+        tuple(rejects.found),
+        schema,
+        False,
+        shard.images.stats,
+        rotated=rotated,
+        failed=rejects.failures(),
     )
 
 
@@ -201,21 +215,47 @@ class _ShardFile:
 
 @dataclass
 class _Rejects:
-    """The files left out of a shard; under ``on_error="fail"`` the first one fails it."""
+    """The files left out of a shard; under ``on_error="fail"`` each one's error too (the
+    write fails once every shard is done, naming them all: one run finds every bad file)."""
 
     source: str
     on_error: str
     found: list[Reject] = field(default_factory=list)
+    by_path: dict[str, InputError] = field(default_factory=dict)  # errors, under "fail"
 
     def add(self, exc: OSError | InputError, entry: Entry) -> None:
-        late = isinstance(exc, (TransformOutputError, errors.StaleListingError))
-        if self.on_error == "fail" or late:
-            hint = not late and isinstance(exc, InputError) and _is_content(exc)
-            raise _as_input_error(exc, self.source, entry.path, hint) from exc
+        if isinstance(exc, (TransformOutputError, errors.StaleListingError)):
+            raise _as_input_error(exc, self.source, entry.path) from exc  # never skipped
+        if self.on_error == "fail":
+            hint = isinstance(exc, InputError) and _is_content(exc)
+            self.by_path[entry.path] = _as_input_error(exc, self.source, entry.path, hint)
+            if len(self.by_path) >= FAIL_AFTER:  # not a few bad files: a broken transform...
+                raise bad_files_error(list(self.by_path.values()), stopped=True)
         # Its bytes as listed were the problem: left out again while they stay so. Not a
         # read error, nor bytes that changed after the listing: the next write reads it.
         token = entry.token if isinstance(exc, InputError) and _is_content(exc) else ""
         self.found.append(Reject(entry.path, _reason(exc), token))
+
+    def failures(self) -> tuple[InputError, ...]:
+        """The errors of the files found bad under ``on_error="fail"``, in listing order."""
+        return tuple(self.by_path[r.path] for r in self.found if r.path in self.by_path)
+
+
+def bad_files_error(failed: Sequence[InputError], stopped: bool = False) -> InputError:
+    """One line for the files that failed a write under ``on_error="fail"``: the first
+    one's error (its class, its data) by path, then how many more and the first
+    :data:`NAMED` of them; ``stopped``: the shard stopped at :data:`FAIL_AFTER`."""
+    ordered = sorted(failed, key=lambda e: str(e.path))  # the listing's order
+    first, more = ordered[0], [str(e.path) for e in ordered[1:]]
+    hint = SKIP_HINT if any(e.message.endswith(SKIP_HINT) for e in ordered) else ""
+    line = first.message.removesuffix(SKIP_HINT)
+    if more:
+        shown = ", ".join(more[:NAMED]) + (", ..." if len(more) > NAMED else "")
+        line += f"; {len(more)} more file{'s' if len(more) != 1 else ''} failed too: {shown}"
+    if stopped:
+        line += f" (a shard stopped at {FAIL_AFTER} bad files: there may be more)"
+    attrs = {k: v for k, v in vars(first).items() if k != "message"}
+    return type(first)(line + hint, **attrs)
 
 
 def _frame_batch(
@@ -246,7 +286,7 @@ def _as_input_error(exc: Exception, source: str, rel: str, hint: bool = False) -
     how to write the set without such files."""
     where = storage.join(source, rel)
     if isinstance(exc, InputError):
-        skip = "; write.on_error: skip leaves such files out" if hint else ""
+        skip = SKIP_HINT if hint else ""
         return type(exc)(f"{where}: {_reason(exc)}{skip}", **{**_attrs(exc), "path": rel})
     return InputError(f"{where}: cannot read: {_reason(exc)}", path=rel)
 

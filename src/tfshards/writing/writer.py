@@ -43,7 +43,13 @@ from tfshards.writing import growth, imagestats, reuse, sharding
 from tfshards.writing.config import BASE_FEATURES, WriteConfig
 from tfshards.writing.features import keys_differ
 from tfshards.writing.plan import Plan, plan, read_groups
-from tfshards.writing.shard import ShardResult, ShardTask, write_shard, written_files
+from tfshards.writing.shard import (
+    ShardResult,
+    ShardTask,
+    bad_files_error,
+    write_shard,
+    written_files,
+)
 
 
 @dataclass(frozen=True)
@@ -103,6 +109,7 @@ def write(config: WriteConfig, listing: FileListing | str, *, progress: bool = T
             carried = _carried_stats(planned, base_stats)
             kept = reuse.keep(fs_out, version_path, planned, carried, **options)
             done = _write_shards(pool, planned, config.transform, progress)
+            _fail_on_bad_files(done)
             shards = sorted([*kept, *done], key=lambda r: r.info.name)
             manifest = Manifest(
                 root=planned.version,
@@ -301,6 +308,17 @@ def _write_shards(
             len(tasks),
             on_result=lambda r: bar.update(r.info.records + len(r.rejected), r.info.bytes),
         )
+
+
+def _fail_on_bad_files(done: Sequence[ShardResult]) -> None:
+    """Under ``on_error="fail"``: raise for every bad file of every shard, at once.
+
+    Raises:
+        InputError: at least one listed file could not become a record.
+    """
+    failed = [error for result in done for error in result.failed]
+    if failed:
+        raise bad_files_error(failed)
 
 
 def _check_shards_present(fs: Any, version_path: str, manifest: Manifest) -> None:
