@@ -26,6 +26,10 @@ def open_url(url: str, **storage_options: Any) -> tuple[Any, str]:
     Credentials come from ``storage_options`` or the environment/fsspec config;
     they are never part of the returned path.
     """
+    if isinstance(url, os.PathLike):
+        url = os.fspath(url)
+    if not isinstance(url, str):
+        raise ConfigError(f"expected a path or URL, got {type(url).__name__} {url!r:.60}")
     if not url:
         raise ConfigError("storage URL is empty")
     if url.startswith("/") and not storage_options:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 import io
 import json
@@ -49,6 +50,15 @@ def fails_on_third(path: str, label: int) -> tuple[np.ndarray[Any, Any], int]:
 
 def variable_length(path: str, label: int) -> tuple[np.ndarray[Any, Any], int]:
     return np.arange(label + 1, dtype=np.int64), label
+
+
+def slow_pid(path: str, label: int) -> np.int64:
+    time.sleep(0.02)  # a GIL-bound fn's time, spent in the worker
+    return np.int64(os.getpid())
+
+
+def returns_nothing(path: str, label: int) -> None:
+    return None
 
 
 @pytest.fixture(scope="module")
@@ -395,6 +405,36 @@ def test_never_more_worker_processes_than_tasks(listing):
     assert len(_unbatched(ds)) == 40
     assert made == [2]
     assert 8 not in set(pools._POOLS) - set(before)
+
+
+def test_a_small_listing_in_process_mode_reaches_every_worker(listing):
+    """40 files in one chunk of 64 ran on one process of two; in chunks of 5 both work."""
+    import tensorflow as tf
+
+    assert pools.chunk_items(40, 2) == 5 and pools.chunk_items(60, 2) == 8
+    assert pools.chunk_items(10_000, 2) == pools.CHUNK_ITEMS and pools.chunk_items(3, 8) == 1
+    ds = generator.from_files(
+        listing,
+        slow_pid,
+        output_signature=tf.TensorSpec((), tf.int64),
+        mode="process",
+        num_parallel_calls=2,
+    )
+    pids = collections.Counter(int(v) for v in ds)
+    assert sum(pids.values()) == 40 and len(pids) == 2, pids
+
+
+@pytest.mark.parametrize("mode", ["serial", "process"])
+def test_a_function_that_returns_none_is_said_so(listing, mode):
+    import tensorflow as tf
+
+    ds = generator.from_files(
+        listing, returns_nothing, output_signature=_image_signature(), mode=mode
+    )
+    first = str(Path(listing.root) / listing.entries[0].path)
+    message = rf"{first}: fn returned None, output_signature declares 2 values"
+    with pytest.raises(tf.errors.OpError, match=message):
+        list(ds)
 
 
 def test_thread_mode_datasets_share_one_pool_of_threads(listing):

@@ -321,6 +321,76 @@ def test_a_shard_listed_twice_or_no_shard_is_one_line(shard_set, training):
         loader.steps_per_epoch(twice, 8)
 
 
+@pytest.mark.parametrize(
+    ("batch_size", "worker", "message"),
+    [
+        (-5, (0, 1), r"^batch_size must be an integer >= 1, got -5$"),
+        (0, (0, 1), r"^batch_size must be an integer >= 1, got 0$"),
+        (32, (3, 2), r"^worker must be \(index, count\), 0 <= index < count, got \(3, 2\)$"),
+        (32, (0, 0), r"^worker must be \(index, count\), 0 <= index < count, got \(0, 0\)$"),
+    ],
+)
+def test_steps_per_epoch_refuses_what_make_dataset_refuses(batch_size, worker, message):
+    """Not -174 steps, nor a ZeroDivisionError, nor worker 3 of 2 counted as one of them."""
+    manifest = _fake_manifest([100, 100])
+    with pytest.raises(ConfigError, match=message):
+        loader.steps_per_epoch(manifest.shards, batch_size, worker=worker)
+
+
+@pytest.mark.parametrize(
+    ("call", "message"),
+    [
+        (
+            "make_dataset(m.shards, m, batch_size=8, training='no')",
+            r"^training must be True or False, got 'no'$",
+        ),
+        (
+            "make_dataset(m.shards, m, batch_size=8, training=None)",
+            r"^training must be True or False, got None$",
+        ),
+        (
+            "make_dataset(m.shards, m, batch_size=8, training=True, input_context=5)",
+            r"^input_context must be a tf.distribute.InputContext, got int 5$",
+        ),
+        (
+            "make_dataset(m.shards, m.root, batch_size=8, training=False)",
+            r"^expected a Manifest \(tfshards.load_manifest\(path\) reads one\), got str ",
+        ),
+        (
+            "make_dataset([s.name for s in m.shards], m, batch_size=8, training=False)",
+            r"^shards must be ShardInfo values \(split\(manifest\).train, manifest.shards\), "
+            r"got str 'data-00000-of-00008.tfrecord'$",
+        ),
+        (
+            "make_dataset(m.shards[0], m, batch_size=8, training=False)",
+            r"^shards must be a sequence of ShardInfo, got ShardInfo$",
+        ),
+        (
+            "splits.split(m.root, 0.1)",
+            r"^expected a Manifest \(tfshards.load_manifest\(path\) reads one\), got str ",
+        ),
+        ("splits.split(m, '0.1')", r"^val_fraction must be a number in \[0, 1\), got '0.1'$"),
+        ("load(5)", r"^expected a path or URL, got int 5$"),
+        ("list_files(5)", r"^expected a path or URL, got int 5$"),
+        (
+            "write(WriteConfig(out=str(tmp)), 5)",
+            r"^listing must be a Listing \(tfshards.list_files\(root\)\) or a stored ",
+        ),
+    ],
+)
+def test_a_wrong_type_is_one_line_naming_the_argument(shard_set, tmp_path, call, message):
+    """Not an AttributeError from inside, nor TensorFlow's tensor conversion error."""
+    from tfshards.shardset.manifest import load
+
+    manifest, _ = shard_set
+    scope = {
+        "m": manifest, "tmp": tmp_path, "make_dataset": loader.make_dataset, "splits": splits,
+        "load": load, "list_files": list_files, "write": write, "WriteConfig": WriteConfig,
+    }  # fmt: skip
+    with pytest.raises(ConfigError, match=message):
+        eval(call, scope)
+
+
 # ----------------------------------------------------------------------------- damage
 
 

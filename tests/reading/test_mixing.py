@@ -56,6 +56,16 @@ def _all_shas(manifest: Manifest, shards=None) -> list[bytes]:  # type: ignore[n
     return _shas(ds)
 
 
+def test_mixed_steps_per_epoch_refuses_a_bad_batch_size_or_worker(two_sets):
+    sources = _sources(two_sets)
+    with pytest.raises(ConfigError, match=r"^batch_size must be an integer >= 1, got -5$"):
+        mixing.steps_per_epoch(sources, -5)
+    with pytest.raises(ConfigError, match=r"^batch_size must be an integer >= 1, got 0$"):
+        mixing.steps_per_epoch(sources, 0)
+    with pytest.raises(ConfigError, match=r"^worker must be \(index, count\), 0 <= index"):
+        mixing.steps_per_epoch(sources, 10, worker=(2, 2))
+
+
 def test_each_mixed_epoch_takes_exact_counts_from_each_source(two_sets):
     sources = _sources(two_sets)
     owner = {s: 0 for s in _all_shas(two_sets[0])} | {s: 1 for s in _all_shas(two_sets[1])}

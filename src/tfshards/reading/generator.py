@@ -66,11 +66,13 @@ import numpy as np
 from tfshards import storage
 from tfshards.errors import ConfigError, InputError
 from tfshards.listing.listing import Listing
+from tfshards.processes import cpu_count
 from tfshards.reading.pools import (
     CHUNK_ITEMS,
     Item,
     Leaf,
     Runner,
+    chunk_items,
 )
 from tfshards.reading.raised import Raised
 from tfshards.run.executor import canonical
@@ -180,6 +182,11 @@ def _checked_mode(
         raise ConfigError(f"batch_size must be >= 1, got {batch_size}")
     if num_parallel_calls is not None and num_parallel_calls < 1 and mode != "graph":
         raise ConfigError(f"num_parallel_calls must be >= 1, got {num_parallel_calls}")
+    if not isinstance(listing, Listing):
+        raise ConfigError(
+            "listing must be a Listing (tfshards.list_files(root) or read_listing(folder)), "
+            f"got {type(listing).__name__} {listing!r:.60}"
+        )
     if not listing.entries:
         raise ConfigError(f"{listing.root}: the listing has no files")
     return mode
@@ -200,9 +207,12 @@ def _python_dataset(
     # from_generator costs ~0.1-0.5 ms per element it yields, far more than a cheap fn: with
     # fixed shapes, yield stacked chunks (a batch, or CHUNK_ITEMS then unbatch in TF).
     fixed = all(leaf.shape is not None and None not in leaf.shape for leaf in leaves)
-    chunk = (batch_size or CHUNK_ITEMS) if fixed else None
+    per_task = CHUNK_ITEMS
+    if mode == "process":  # a small listing in smaller chunks: every worker gets some
+        per_task = chunk_items(len(items), num_parallel_calls or cpu_count())
+    chunk = (batch_size or per_task) if fixed else None
     # Threads take one file per task, processes a chunk: no more workers than that.
-    tasks = len(items) if mode == "thread" else -(-len(items) // (chunk or CHUNK_ITEMS))
+    tasks = len(items) if mode == "thread" else -(-len(items) // (chunk or per_task))
     runner = Runner(mode, fn, leaves, num_parallel_calls, tasks)
     epochs = iter(range(1 << 62))
 
@@ -211,7 +221,7 @@ def _python_dataset(
         if shuffle:
             random.Random(f"{seed}/{next(epochs)}").shuffle(order)
         try:
-            for leaves_out in runner.run(order, chunk):
+            for leaves_out in runner.run(order, chunk, per_task):
                 if chunk is not None and drop_remainder and len(leaves_out[0]) < chunk:
                     return
                 yield _pack(template, leaves_out)

@@ -69,8 +69,8 @@ from tfshards.reading.decode import (
 from tfshards.reading.decodeplan import DecodePlan, plan
 from tfshards.reading.epochorder import Position
 from tfshards.reading.gate import Gate
-from tfshards.reading.options import DecodeOptions, ReadOptions
-from tfshards.shardset.manifest import Manifest, ShardInfo
+from tfshards.reading.options import DecodeOptions, ReadOptions, batch_size_of, worker_of
+from tfshards.shardset.manifest import Manifest, ShardInfo, expect
 
 if TYPE_CHECKING:
     import tensorflow as tf
@@ -157,7 +157,13 @@ def make_dataset(
     if input_context is not None:
         if worker is not None:
             raise ConfigError("pass worker or input_context, not both: they say the same")
-        worker = (input_context.input_pipeline_id, input_context.num_input_pipelines)
+        try:
+            worker = (input_context.input_pipeline_id, input_context.num_input_pipelines)
+        except AttributeError:
+            raise ConfigError(
+                "input_context must be a tf.distribute.InputContext, "
+                f"got {type(input_context).__name__} {input_context!r:.60}"
+            ) from None
     read = ReadOptions(
         batch_size=batch_size,
         training=training,
@@ -266,8 +272,17 @@ def in_manifest_order(shards: Sequence[ShardInfo], manifest: Manifest) -> list[S
         ConfigError: no shard, a shard listed twice (its records would come twice an
             epoch), or one that is not the manifest's.
     """
+    manifest = expect(manifest)
+    if isinstance(shards, (str, bytes)) or not isinstance(shards, Sequence):
+        raise ConfigError(f"shards must be a sequence of ShardInfo, got {type(shards).__name__}")
     if not shards:
         raise ConfigError("no shards to read (an empty split?)")
+    wrong = next((s for s in shards if not isinstance(s, ShardInfo)), None)
+    if wrong is not None:
+        raise ConfigError(
+            "shards must be ShardInfo values (split(manifest).train, manifest.shards), "
+            f"got {type(wrong).__name__} {wrong!r:.60}"
+        )
     index = {s.name: i for i, s in enumerate(manifest.shards)}
     seen: set[str] = set()
     for shard in shards:
@@ -291,13 +306,15 @@ def steps_per_epoch(
     stage does), each step then a batch across epoch boundaries.
 
     Raises:
-        ConfigError: a shard listed twice (its records would count twice).
+        ConfigError: a shard listed twice (its records would count twice), a batch size
+            below 1, or a worker outside ``0 <= index < count``.
     """
+    batch_size, (_, count) = batch_size_of(batch_size), worker_of(worker)
     names = [s.name for s in shards]
     if len(set(names)) != len(names):
         twice = next(n for n in names if names.count(n) > 1)
         raise ConfigError(f"{twice}: listed twice in shards: its records would count twice")
-    return sum(s.records for s in shards) // max(1, worker[1]) // batch_size
+    return sum(s.records for s in shards) // count // batch_size
 
 
 def _batches(shards: Sequence[ShardInfo], read: ReadOptions) -> int:

@@ -54,6 +54,7 @@ from tfshards.errors import ConfigError
 from tfshards.reading.epochorder import Position
 from tfshards.reading.loader import make_dataset
 from tfshards.reading.mixplan import MixPlan
+from tfshards.reading.options import batch_size_of, worker_of
 from tfshards.shardset.manifest import Manifest, ShardInfo
 
 if TYPE_CHECKING:
@@ -96,7 +97,12 @@ def steps_per_epoch(
     epoch_size: int | None = None,
     worker: tuple[int, int] = (0, 1),
 ) -> int:
-    """Whole batches in one mixed epoch: ``epoch_size // batch_size``."""
+    """Whole batches in one mixed epoch: ``epoch_size // batch_size``.
+
+    Raises:
+        ConfigError: a batch size below 1, or a worker outside ``0 <= index < count``.
+    """
+    batch_size, worker = batch_size_of(batch_size), worker_of(worker)
     return plan_of(sources, epoch_size=epoch_size, worker=worker).steps(batch_size)
 
 

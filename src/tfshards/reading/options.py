@@ -86,24 +86,16 @@ class ReadOptions:
 
     def __post_init__(self) -> None:
         _whole("batch_size", self.batch_size, 1)
+        if not isinstance(self.training, bool):
+            raise ConfigError(f"training must be True or False, got {self.training!r:.60}")
         _whole("seed", self.seed, None)
         for name, least in (("shuffle_buffer", 0), ("cycle_length", 1), ("parallel_reads", 1)):
             if getattr(self, name) is not None:
                 _whole(name, getattr(self, name), least)
-        if (
-            not isinstance(self.worker, (tuple, list))
-            or len(self.worker) != 2
-            or not all(is_whole(v) for v in self.worker)
-        ):
-            raise ConfigError(f"worker must be (index, count) integers, got {self.worker!r}")
         if self.order not in ORDERS:
             raise ConfigError(f"order must be one of {ORDERS}, got {self.order!r}")
-        index, count = self.worker
-        if count < 1 or not 0 <= index < count:
-            raise ConfigError(
-                f"worker must be (index, count), 0 <= index < count, got {self.worker}"
-            )
-        object.__setattr__(self, "worker", (int(index), int(count)))
+        index, count = worker_of(self.worker)
+        object.__setattr__(self, "worker", (index, count))
         start = self.start
         if start is not None:
             object.__setattr__(self, "start", Position.of(start))
@@ -187,6 +179,34 @@ class DecodeOptions:
             object.__setattr__(self, "image_size", tuple(size))
         if self.features is not None:
             object.__setattr__(self, "features", tuple(self.features))
+
+
+def worker_of(worker: Any) -> tuple[int, int]:
+    """``worker`` as ``(index, count)`` integers with ``0 <= index < count``.
+
+    Raises:
+        ConfigError: anything else, in one line.
+    """
+    if (
+        not isinstance(worker, (tuple, list))
+        or len(worker) != 2
+        or not all(is_whole(v) for v in worker)
+    ):
+        raise ConfigError(f"worker must be (index, count) integers, got {worker!r}")
+    index, count = worker
+    if count < 1 or not 0 <= index < count:
+        raise ConfigError(f"worker must be (index, count), 0 <= index < count, got {worker}")
+    return int(index), int(count)
+
+
+def batch_size_of(value: Any) -> int:
+    """``value`` as a batch size (an integer >= 1).
+
+    Raises:
+        ConfigError: anything else, in one line.
+    """
+    _whole("batch_size", value, 1)
+    return int(value)
 
 
 def _whole(name: str, value: Any, least: int | None) -> None:

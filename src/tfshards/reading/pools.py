@@ -34,6 +34,14 @@ DEFAULT_THREADS = 32  # 16 calls + 16 threads gave 5.8x on a 2 ms wait (2 cores)
 CHUNK_ITEMS = 64  # elements per task / per yield when not batching: amortizes IPC and tf.data
 AHEAD = 4  # tasks in flight per worker: a worker the OS pauses does not stall the others
 
+
+def chunk_items(count: int, workers: int) -> int:
+    """Elements per process task when not batching: :data:`CHUNK_ITEMS`, or fewer when
+    ``count`` items would not give each of ``workers`` :data:`AHEAD` tasks (60 files in
+    one chunk of 64 ran on one process of two, the first element after all 60)."""
+    return max(1, min(CHUNK_ITEMS, -(-count // (max(1, workers) * AHEAD))))
+
+
 Item = tuple[str, int]  # (path or URL of a file, label index)
 
 
@@ -66,6 +74,9 @@ def check_element(value: Any, leaves: Sequence[Leaf], path: str) -> list[np.ndar
     Raises:
         InputError: naming ``path``, the output, what was declared and what was found.
     """
+    if value is None:  # a missing return: not "1 values"
+        many = f"{len(leaves)} values" if len(leaves) != 1 else "1 value"
+        raise InputError(f"{path}: fn returned None, output_signature declares {many}", path=path)
     found = _flatten(value)
     if len(found) != len(leaves):
         raise InputError(
@@ -179,8 +190,11 @@ class Runner:
         else:
             self.workers = 1
 
-    def run(self, items: Sequence[Item], stack: int | None) -> Iterator[list[Any]]:
-        """Flat leaves of each element in order, or of each ``stack`` elements stacked."""
+    def run(
+        self, items: Sequence[Item], stack: int | None, size: int = CHUNK_ITEMS
+    ) -> Iterator[list[Any]]:
+        """Flat leaves of each element in order, or of each ``stack`` elements stacked; a
+        process task takes ``stack`` items, else ``size``."""
         if self.mode == "thread":
             # One file per task keeps every thread busy; stacking happens here, in order.
             results = self._ordered([items[i : i + 1] for i in range(len(items))], False)
@@ -189,7 +203,7 @@ class Runner:
             else:
                 yield from _stacked(results, stack)
             return
-        size = stack or CHUNK_ITEMS
+        size = stack or size
         chunks = [items[i : i + size] for i in range(0, len(items), size)]
         if self.pool is None:
             for part in chunks:

@@ -288,6 +288,19 @@ class Manifest:
         )
 
 
+def expect(value: Any) -> Manifest:
+    """``value`` when it is a :class:`Manifest`; else one line saying how to get one.
+
+    Raises:
+        ConfigError: a path, a dict or anything else given where a Manifest goes.
+    """
+    if isinstance(value, Manifest):
+        return value
+    path = isinstance(value, (str, os.PathLike))
+    how = " (tfshards.load_manifest(path) reads one)" if path else ""
+    raise ConfigError(f"expected a Manifest{how}, got {type(value).__name__} {value!r:.60}")
+
+
 def load(url: str, **storage_options: Any) -> Manifest:
     """Read and check a manifest from a local path or any fsspec URL; find its version directory.
 

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from tfshards import jsonfile
 from tfshards.errors import ConfigError
 from tfshards.shardset.buckets import DEFAULT_BUCKETS
-from tfshards.shardset.manifest import Manifest, ShardInfo
+from tfshards.shardset.manifest import Manifest, ShardInfo, expect
 
 SPLIT_TOLERANCE = 0.1  # warn when the effective val fraction is off by more than 10% of the ask
 # Warn when a label's share of validation records differs from its share of training
@@ -103,6 +103,9 @@ def split(manifest: Manifest, val_fraction: float, seed: int = 0) -> Split:
         SplitWarning: the effective fraction (in records) is off by more than
             10% of the one asked for; it is also in ``Split.effective_val_fraction``.
     """
+    manifest = expect(manifest)
+    if isinstance(val_fraction, bool) or not isinstance(val_fraction, (int, float)):
+        raise ConfigError(f"val_fraction must be a number in [0, 1), got {val_fraction!r}")
     shards = manifest.shards
     if shards and all(s.bucket is not None for s in shards):  # whole buckets, then their shards
         highest = max(s.bucket or 0 for s in shards)

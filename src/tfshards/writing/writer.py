@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from typing import Any, NoReturn
 
 from tfshards import atomicfile, storage
-from tfshards.errors import ShardError, TfshardsError, TransformError
+from tfshards.errors import ConfigError, ShardError, TfshardsError, TransformError
 from tfshards.format import native
 from tfshards.format.schema import FeatureSpec, merge_specs
 from tfshards.listing.listing import read_listing
@@ -81,6 +81,11 @@ def write(config: WriteConfig, listing: FileListing | str, *, progress: bool = T
     Returns the committed manifest. Raises :class:`InputError` for a bad input
     (with ``on_error="fail"``), and never leaves a manifest for a partial set.
     """
+    if not isinstance(listing, str) and not hasattr(listing, "paths"):
+        raise ConfigError(
+            "listing must be a Listing (tfshards.list_files(root)) or a stored listing's "
+            f"folder, got {type(listing).__name__} {listing!r:.60}"
+        )
     start, options = time.monotonic(), config.out_options
     pool = _start_pool(config, listing)
     # Workers start before the listing is loaded: forked later, each would count it in its RSS.
