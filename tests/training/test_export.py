@@ -24,15 +24,14 @@ def test_every_file_and_folder_of_the_export_is_fsynced_and_then_its_rename(
         ]
     )
     target = tmp_path / "models" / "export"
-    (target / "assets").mkdir(parents=True)  # an earlier export: only SavedModel entries
-    (target / "assets" / "stale.txt").write_text("an older export")
+    stale = target / "variables" / "variables.data-00001-of-00002"  # an earlier export's
+    stale.parent.mkdir(parents=True)
+    stale.write_text("an older export")
     synced: list[tuple[str, bool]] = []  # (what was fsynced, whether the new export was visible)
     real_fsync = os.fsync
 
     def recording_fsync(fd: int) -> None:
-        synced.append(
-            (os.readlink(f"/proc/self/fd/{fd}"), not (target / "assets" / "stale.txt").exists())
-        )
+        synced.append((os.readlink(f"/proc/self/fd/{fd}"), not stale.exists()))
         real_fsync(fd)
 
     monkeypatch.setattr(os, "fsync", recording_fsync)
@@ -42,7 +41,7 @@ def test_every_file_and_folder_of_the_export_is_fsynced_and_then_its_rename(
     staged = re.compile(rf"{re.escape(str(target.parent))}/\.export-[^/]+/model(?:/(.*))?$")
     before = {m[1] or "." for path, visible in synced if not visible if (m := staged.match(path))}
     tree = {str(p.relative_to(target)) for p in target.rglob("*")} | {"."}
-    assert not (target / "assets" / "stale.txt").exists() and "saved_model.pb" in tree
+    assert not stale.exists() and "saved_model.pb" in tree
     assert tree - before == set(), "written but not fsynced before the rename"
     assert synced[-1] == (str(target.parent), True), "the rename itself is not fsynced"
 
@@ -65,3 +64,13 @@ def test_an_export_path_holding_anything_but_an_earlier_export_is_refused(tmp_pa
     (tmp_path / "afile").write_text("mine")
     with pytest.raises(ConfigError, match="found a file; pass another --export-out"):
         check_target(str(tmp_path / "afile"))
+    (earlier / "keep.txt").unlink()
+    (earlier / "variables" / "variables.index").write_bytes(b"x")
+    (earlier / "variables" / "variables.data-00000-of-00001").write_bytes(b"x")
+    check_target(str(earlier))  # what an export writes in its folders
+    for mine in ("variables/mine.txt", "assets/logo.png"):  # inside its folders: theirs too
+        (earlier / mine).parent.mkdir(exist_ok=True)
+        (earlier / mine).write_text("mine")
+        with pytest.raises(ConfigError, match=rf"entries it did not make \(first: '{mine}'\)"):
+            check_target(str(earlier))
+        (earlier / mine).unlink()

@@ -63,6 +63,42 @@ def test_a_builder_that_raises_is_a_config_error_naming_the_call_and_its_line(
         )
 
 
+NO_SOFTMAX = """
+import keras
+from keras import layers
+
+
+def logits(input_shape, classes):
+    inputs = keras.Input(input_shape)
+    return keras.Model(inputs, layers.Dense(classes)(layers.Flatten()(inputs)))
+
+
+def softmax(input_shape, classes):
+    inputs = keras.Input(input_shape)
+    x = layers.Dense(classes)(layers.Flatten()(inputs))
+    return keras.Model(inputs, layers.Activation("softmax")(x))
+"""
+
+
+def test_a_user_model_without_a_softmax_is_refused_before_training(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Logits trained without a word into 0.25 accuracy where a softmax got 0.82."""
+    from tfshards.training.models import build_model
+
+    (tmp_path / "no_softmax_model.py").write_text(NO_SOFTMAX)
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    shape = {"image_size": 8, "channels": 1, "classes": 3}
+    with pytest.raises(ConfigError) as caught:
+        build_model("no_softmax_model:logits", **shape)
+    assert str(caught.value).startswith(
+        "model 'no_softmax_model:logits' must end in a softmax: expected outputs >= 0 that "
+        "sum to 1 for each image, found sums "
+    )
+    assert build_model("no_softmax_model:softmax", **shape).output.shape[-1] == 3
+
+
 def test_a_user_model_name_is_checked_for_its_form_only() -> None:
     assert is_user_model("mypkg.models:build") and not is_user_model("small_cnn")
     assert model_spec("mypkg.models:build", 1).min_image_size == 1

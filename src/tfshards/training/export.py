@@ -127,6 +127,8 @@ def check_target(directory: str) -> None:
             option="export_out",
         )
     other = sorted(set(os.listdir(directory)) - SAVED_MODEL_ENTRIES)
+    other += [f"variables/{n}" for n in _listed(directory, "variables") if not _variable(n)]
+    other += [f"assets/{n}" for n in _listed(directory, "assets")]  # an export writes none
     if other:
         raise ConfigError(
             f"{directory}: expected a SavedModel folder an earlier export wrote (or no "
@@ -134,3 +136,14 @@ def check_target(directory: str) -> None:
             "pass another --export-out",
             option="export_out",
         )
+
+
+def _listed(directory: str, folder: str) -> list[str]:
+    """The sorted entries of ``directory/folder`` (none when it is not a folder)."""
+    path = os.path.join(directory, folder)
+    return sorted(os.listdir(path)) if os.path.isdir(path) and not os.path.islink(path) else []
+
+
+def _variable(name: str) -> bool:
+    """A file of a SavedModel's ``variables/`` folder (``variables.index``, the data shards)."""
+    return name == "variables.index" or name.startswith("variables.data-")

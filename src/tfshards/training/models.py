@@ -226,7 +226,27 @@ def build_model(
             f"model {name!r} must output (batch, {classes}) probabilities, got {found}",
             model=name,
         )
+    _check_probabilities(model, name, shape)
     return model
+
+
+def _check_probabilities(model: Any, name: str, shape: tuple[int, int, int]) -> None:
+    """Refuse a model whose outputs are not probabilities (no softmax at its end): it
+    trained without a word into 0.25 accuracy where the same layers with a softmax got
+    0.82, since the loss takes probabilities. One forward pass of a black and a white image."""
+    import numpy as np
+
+    images = np.stack([np.zeros(shape, np.float32), np.ones(shape, np.float32)])
+    out = np.asarray(model(images, training=False), np.float64)
+    sums = out.sum(axis=1)
+    if np.all(np.isfinite(out)) and out.min() >= 0 and np.all(np.abs(sums - 1) < 1e-2):
+        return
+    raise ConfigError(
+        f"model {name!r} must end in a softmax: expected outputs >= 0 that sum to 1 for "
+        f"each image, found sums {sums[0]:.4g} and {sums[1]:.4g} (least output "
+        f"{out.min():.4g}) for a black and a white image",
+        model=name,
+    )
 
 
 def with_input(model: Any, *, image_dtype: str, augment: tuple[str, ...], seed: int) -> Any:

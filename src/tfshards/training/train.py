@@ -17,7 +17,6 @@ first use, so :class:`TrainConfig` loads in milliseconds.
 from __future__ import annotations
 
 import functools
-import os
 import re
 import time
 from collections.abc import Callable, Sequence
@@ -27,13 +26,23 @@ from typing import Any
 from tfshards import atomicfile, jsonfile, storage
 from tfshards.errors import ConfigError, InputError, RecordError
 from tfshards.shardset import manifest as manifests
+from tfshards.shardset import members
 from tfshards.shardset.manifest import Manifest
 from tfshards.shardset.split import Split, split
-from tfshards.training import confusion, devices, live, models, optim, traindata, workerrole
+from tfshards.training import (
+    confusion,
+    devices,
+    live,
+    models,
+    optim,
+    outputs,
+    traindata,
+    workerrole,
+)
 from tfshards.training.batchtrace import from_env as batch_trace
 from tfshards.training.checkpoint import Checkpoint, settings_key
 from tfshards.training.epochloop import EpochLoop
-from tfshards.training.export import check_target, export_serving, save_model
+from tfshards.training.export import export_serving, save_model
 from tfshards.training.history import (
     MODEL_METRICS,
     EpochResult,
@@ -126,9 +135,9 @@ def train(
     writes the outputs (:mod:`tfshards.training.workerrole`).
     """
     started = time.perf_counter()
-    if config.export_out:  # before any epoch: it replaces only an earlier export
-        check_target(os.path.abspath(config.export_out))
     manifest, parts, mix = _load(config)
+    # Before any epoch: an output replaces only what a run wrote, never an input.
+    outputs.check(config, mix.manifests if mix is not None else [manifest])
     placement = _place(config, log)
     config, own_folder = workerrole.worker_config(config, placement.worker)
     try:
@@ -168,12 +177,37 @@ def _load(config: TrainConfig) -> tuple[Manifest, Split, Mix | None]:
         raise ConfigError(
             f"{config.manifest}: a classifier needs at least 2 labels, found {len(labels)}"
         )
+    present = _labels_with_records(manifest)
+    if len(present) < 2:  # a map of numbers ("0".."3") named labels no folder held
+        names = ", ".join(repr(labels[i]) for i in sorted(present)) or "none"
+        raise ConfigError(
+            f"{config.manifest}: a classifier needs records of at least 2 labels, found "
+            f"records of {len(present)} ({names}) of the {len(labels)} in its label map"
+        )
     import tensorflow  # noqa: F401  (a missing install is said before the split's warnings)
 
     seed = config.seed if config.split_seed is None else config.split_seed
     parts = split(manifest, config.val_fraction, seed)
     mix = load_sets(config.manifest, manifest, parts, config.mix, config.val_fraction, seed)
     return manifest, parts, mix
+
+
+def _labels_with_records(manifest: Manifest, enough: int = 2) -> set[int]:
+    """Label ids that records carry, read from the member lists until ``enough`` are seen
+    (one small file a shard: the first often settles it). Without member lists (older
+    sets) or when they cannot be read, every id counts: the check is left to the labels."""
+    found: set[int] = set()
+    try:
+        fs, version = storage.open_url(manifest.directory)
+        for shard in manifest.shards:
+            if shard.records_sha256 is None:
+                return set(range(len(manifest.labels)))
+            found.update(int(row[2]) for row in members.load(fs, version, shard))
+            if len(found) >= enough:
+                break
+    except (OSError, InputError):  # the loader names a missing or damaged file better
+        return set(range(len(manifest.labels)))
+    return found
 
 
 def _place(config: TrainConfig, log: Callable[[str], None] | None) -> Placement:

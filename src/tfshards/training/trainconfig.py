@@ -16,7 +16,7 @@ from tfshards.training.devices import STRATEGIES
 
 MIXED_PRECISION = ("auto", "on", "off")
 STOP_METRICS = ("val_loss", "val_accuracy")
-_OUTPUTS = ("metrics", "live_dir", "model_out", "split_out", "export_out", "checkpoint_dir")
+OUTPUTS = ("metrics", "live_dir", "model_out", "split_out", "export_out", "checkpoint_dir")
 MAX_EPOCHS = 1_000_000  # 10**20 epochs overflowed the cosine schedule's step count
 MAX_IMAGE_SIZE = 4096  # 100,000 px asked a 40-gigafloat dense layer: out of memory
 
@@ -179,7 +179,7 @@ class TrainConfig:
         if not self.checkpoint_dir:
             return
         folder = os.path.abspath(self.checkpoint_dir)
-        for name in _OUTPUTS:
+        for name in OUTPUTS:
             value = getattr(self, name)
             if name == "checkpoint_dir" or not value or "://" in value:
                 continue
@@ -197,7 +197,7 @@ class TrainConfig:
         folder holding the model or dvclive's plots, and a split file the metrics."""
         local = [
             (name, value, os.path.abspath(value))
-            for name in _OUTPUTS
+            for name in OUTPUTS
             if name != "checkpoint_dir" and (value := getattr(self, name)) and "://" not in value
         ]
         for i, (name, value, path) in enumerate(local):
@@ -215,7 +215,7 @@ class TrainConfig:
         values = dataclasses.asdict(self)
         # How often a run checkpoints changes none of its steps: a run resumes under another.
         # No mix keeps the key of a run made before the option.
-        left_out = (*_OUTPUTS, "checkpoint_every_steps", *(() if self.mix else ("mix",)))
+        left_out = (*OUTPUTS, "checkpoint_every_steps", *(() if self.mix else ("mix",)))
         return {k: v for k, v in values.items() if k not in left_out}
 
 

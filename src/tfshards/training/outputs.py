@@ -1,0 +1,98 @@
+"""Where a run's outputs go, checked before its first epoch against what is there and
+against the shard sets it reads.
+
+A run replaces its outputs: dvclive clears its folder (``metrics.json``, ``plots/``,
+and a ``params.yaml`` or ``dvc.yaml`` it finds there), an export replaces a folder,
+the metrics, model and split files are written over. So each must be a path the
+run may take: not a manifest it reads nor inside a version folder it reads (that
+set would then fail ``validate``), a file where a file goes, and a folder that holds
+only what such a run writes. Each refusal is one line naming the option.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import os
+from collections.abc import Sequence
+
+from tfshards.errors import ConfigError
+from tfshards.shardset.layout import MANIFEST_NAME
+from tfshards.shardset.manifest import Manifest
+from tfshards.training.export import check_target
+from tfshards.training.trainconfig import OUTPUTS, TrainConfig
+
+_FILES = ("metrics", "model_out", "split_out")  # outputs that are one file each
+# What a run's dvclive folder holds (save_dvc_exp, dvcyaml and report off): the metrics,
+# the per-epoch series, the two plots and the confusion matrix. dvclive itself would also
+# remove a params.yaml, dvc.yaml or report there, which a run never writes.
+_LIVE_FILES = (
+    "metrics.json",
+    "confusion.csv",
+    "plots/metrics/*.tsv",  # fnmatch's * takes "/" too: a metric named "train/loss"
+    "plots/custom/val_class_accuracy.json",
+    "plots/sklearn/confusion_matrix.json",
+)
+
+
+def check(config: TrainConfig, manifests: Sequence[Manifest]) -> None:
+    """Refuse an output path the run must not take (see the module notes).
+
+    Raises:
+        ConfigError: naming the option, the path and what is there.
+    """
+    reads = [(os.path.abspath(config.manifest), "the manifest it reads")]
+    for manifest in manifests:
+        if "://" not in manifest.directory:
+            folder = os.path.abspath(manifest.directory)
+            reads.append((os.path.join(folder, MANIFEST_NAME), "a manifest it reads"))
+            reads.append((folder, "the version folder it reads"))
+    for name in OUTPUTS:
+        value = getattr(config, name)
+        if not value or "://" in value:
+            continue
+        path = os.path.abspath(value)
+        for taken, what in reads:
+            if path == taken or path.startswith(taken.rstrip(os.sep) + os.sep):
+                where = "is" if path == taken else f"is inside {taken!r},"
+                raise ConfigError(
+                    f"{name}: expected a path outside the shard sets the run reads, found "
+                    f"{value!r}, which {where} {what}; pass another",
+                    option=name,
+                )
+        if name in _FILES and os.path.isdir(path):
+            raise ConfigError(
+                f"{name}: expected a file path, found a folder at {value!r}; pass another",
+                option=name,
+            )
+    if config.live_dir and "://" not in config.live_dir:
+        check_live_dir(config.live_dir)
+    if config.export_out and "://" not in config.export_out:
+        check_target(os.path.abspath(config.export_out))
+
+
+def check_live_dir(directory: str) -> None:
+    """Refuse a dvclive folder that is a file, or holds a file no run writes there.
+
+    Raises:
+        ConfigError: naming the folder and the first such file.
+    """
+    if not os.path.lexists(directory):
+        return
+    if os.path.islink(directory) or not os.path.isdir(directory):
+        found = "a link" if os.path.islink(directory) else "a file"
+        raise ConfigError(
+            f"live_dir: expected a folder for dvclive's log (or none), found {found} at "
+            f"{directory!r}; pass another --live-dir",
+            option="live_dir",
+        )
+    for folder, dirs, files in os.walk(directory):
+        dirs.sort()
+        for name in sorted(files):
+            rel = os.path.relpath(os.path.join(folder, name), directory).replace(os.sep, "/")
+            if not any(fnmatch.fnmatchcase(rel, pattern) for pattern in _LIVE_FILES):
+                raise ConfigError(
+                    f"live_dir: expected a folder holding only a run's dvclive log (or "
+                    f"none), found {rel!r} in {directory!r}, which dvclive would delete or "
+                    "a run did not write; pass another --live-dir",
+                    option="live_dir",
+                )

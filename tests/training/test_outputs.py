@@ -1,0 +1,140 @@
+"""A run's outputs never take an input's path, a folder of the user's, or a folder for a file."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from tfshards.cli import app
+from tfshards.errors import ConfigError
+from tfshards.format.schema import FeatureSpec
+from tfshards.shardset.manifest import Manifest
+from tfshards.training import outputs
+from tfshards.training.trainconfig import TrainConfig
+
+
+def _set(version: Path) -> Manifest:
+    schema = (FeatureSpec("image", "bytes", ()), FeatureSpec("label", "int64", ()))
+    return Manifest(str(version), "f" * 16, {}, schema, ("a", "b"), "none", ())
+
+
+def _config(tmp_path: Path, **outs: str | None) -> TrainConfig:
+    defaults = {
+        "metrics": "results/train/metrics.json",
+        "live_dir": "results/train/live",
+        "model_out": "models/model.keras",
+        "split_out": "results/train/split.json",
+    }
+    paths = {k: (str(tmp_path / v) if v else v) for k, v in {**defaults, **outs}.items()}
+    return TrainConfig(manifest=str(tmp_path / "data/manifest.json"), **paths)
+
+
+@pytest.mark.parametrize(
+    ("option", "value", "what"),
+    [
+        ("metrics", "data/manifest.json", "is the manifest it reads"),
+        ("split_out", "data/shards/v1/data-00003-of-00016.tfrecord", "the version folder"),
+        ("model_out", "data/shards/v1/model.keras", "the version folder it reads"),
+        ("export_out", "data/shards/v1/export", "the version folder it reads"),
+        ("live_dir", "data/shards/v1", "is the version folder it reads"),
+        ("checkpoint_dir", "data/shards/v1/ckpt", "the version folder it reads"),
+    ],
+)
+def test_an_output_on_an_input_is_refused(tmp_path, option, value, what):
+    """A split file over a shard, metrics over the manifest, an export inside the version
+    folder: each wrote over what the run reads, or made that set fail validate."""
+    config = _config(tmp_path, **{option: value})
+    with pytest.raises(ConfigError) as caught:
+        outputs.check(config, [_set(tmp_path / "data/shards/v1")])
+    line = str(caught.value)
+    assert line.startswith(f"{option}: expected a path outside the shard sets the run reads")
+    assert what in line and line.endswith("; pass another") and caught.value.option == option
+
+
+def test_a_folder_where_a_file_goes_and_a_file_where_the_log_goes_are_refused(tmp_path):
+    (tmp_path / "models/model.keras").mkdir(parents=True)
+    with pytest.raises(ConfigError, match=r"^model_out: expected a file path, found a folder"):
+        outputs.check(_config(tmp_path), [])
+    (tmp_path / "models/model.keras").rmdir()
+    (tmp_path / "lfile").write_text("x")
+    with pytest.raises(ConfigError, match=r"^live_dir: expected a folder for dvclive's log"):
+        outputs.check(_config(tmp_path, live_dir="lfile"), [])
+
+
+def test_a_live_dir_holding_the_users_files_is_refused_and_a_runs_own_log_is_not(tmp_path):
+    """dvclive clears its folder: --live-dir . deleted a project's params.yaml and dvc.yaml."""
+    live = tmp_path / "results/train/live"
+    for rel in (
+        "metrics.json",
+        "confusion.csv",
+        "plots/metrics/loss.tsv",
+        "plots/metrics/train/loss.tsv",
+        "plots/custom/val_class_accuracy.json",
+        "plots/sklearn/confusion_matrix.json",
+    ):
+        (live / rel).parent.mkdir(parents=True, exist_ok=True)
+        (live / rel).write_text("x")
+    outputs.check(_config(tmp_path), [])  # an earlier run's log: taken over
+    for rel in ("params.yaml", "plots/images/holiday.jpg", "plots/custom/mine.json"):
+        (live / rel).parent.mkdir(parents=True, exist_ok=True)
+        (live / rel).write_text("mine")
+        with pytest.raises(ConfigError) as caught:
+            outputs.check(_config(tmp_path), [])
+        assert str(caught.value).startswith(
+            f"live_dir: expected a folder holding only a run's dvclive log (or none), "
+            f"found {rel!r} in "
+        )
+        (live / rel).unlink()
+
+
+def test_train_with_live_dir_on_a_project_folder_refuses_and_deletes_nothing(tmp_path, monkeypatch):
+    from tfshards.listing.listing import list_files
+    from tfshards.project.sample import write_synthetic
+    from tfshards.writing.config import WriteConfig
+    from tfshards.writing.writer import write
+
+    write_synthetic(str(tmp_path / "raw"), 40, 8, classes=2, workers=1)
+    config = WriteConfig(
+        out=str(tmp_path / "shards"), num_shards=2, manifest_copy=str(tmp_path / "m.json")
+    )
+    write(config, list_files(str(tmp_path / "raw")), progress=False)
+    (tmp_path / "params.yaml").write_text("train:\n  epochs: 3\n")
+    (tmp_path / "dvc.yaml").write_text("stages: {}\n")
+    monkeypatch.chdir(tmp_path)
+    out = tmp_path.parent / f"{tmp_path.name}-out"  # outputs outside the live folder
+    args = ["train", "--manifest", "m.json", "--epochs", "1", "--live-dir", ".",
+            "--metrics", str(out / "m.json"), "--model-out", str(out / "model.keras"),
+            "--split-out", ""]  # fmt: skip
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 1, result.output
+    assert "live_dir: expected a folder holding only a run's dvclive log" in result.output
+    assert (tmp_path / "params.yaml").read_text() == "train:\n  epochs: 3\n"
+    assert (tmp_path / "dvc.yaml").exists() and not out.exists()
+
+
+def test_a_set_whose_records_carry_one_label_is_refused_though_its_map_has_more(tmp_path):
+    """Folder '3' alone maps to ids 0..3 (numeric names): 4 labels, records of one; it
+    trained into val_accuracy 1.0 without a word."""
+    from tfshards.listing.listing import list_files
+    from tfshards.project.sample import write_synthetic
+    from tfshards.training import train
+    from tfshards.writing.config import WriteConfig
+    from tfshards.writing.writer import write
+
+    write_synthetic(str(tmp_path / "all"), 40, 8, classes=4, workers=1)
+    raw = tmp_path / "raw"
+    raw.mkdir()
+    (tmp_path / "all" / "03").rename(raw / "3")
+    config = WriteConfig(
+        out=str(tmp_path / "shards"), num_shards=2, manifest_copy=str(tmp_path / "m.json")
+    )
+    manifest = write(config, list_files(str(raw)), progress=False).manifest
+    assert manifest.labels == ("0", "1", "2", "3")
+    with pytest.raises(ConfigError) as caught:
+        train._load(TrainConfig(manifest=str(tmp_path / "m.json")))
+    assert str(caught.value) == (
+        f"{tmp_path / 'm.json'}: a classifier needs records of at least 2 labels, found "
+        "records of 1 ('3') of the 4 in its label map"
+    )
