@@ -565,8 +565,31 @@ def test_a_hidden_deleting_folder_the_user_made_is_kept(versions, tmp_path):
     (mine / "notes.txt").write_text("my notes")
     report = prune(PruneConfig(manifest=str(tmp_path / "m.json"), delete=True))
     kept = {v.name: v for v in report.versions}[mine.name]
-    assert kept.action == "keep" and kept.reason.startswith("its manifest: ")
+    assert kept.action == "keep"
+    assert kept.reason == "holds a file tfshards did not write (notes.txt), so it stays"
     assert (mine / "notes.txt").read_text() == "my notes"
+
+
+def test_a_delete_killed_after_the_manifest_went_is_finished_by_the_next_prune(
+    versions, tmp_path
+):
+    """Files go in directory order, the manifest among them: a trash folder without it
+    (and without some shards) was kept by every later prune, its space never freed."""
+    out, first = tmp_path / "shards", versions["seed1"]
+    trash = out / f".{first}.deleting"
+    (out / first).rename(trash)  # as the delete leaves it, then killed mid-way
+    (trash / "manifest.json").unlink()
+    for shard in sorted(trash.glob("*.tfrecord"))[::2]:
+        shard.unlink()
+    (trash / "index" / "notes.txt").write_text("mine")  # and one file not tfshards'
+    listed = {v.name: v for v in prune(PruneConfig(manifest=str(tmp_path / "m.json"))).versions}
+    assert listed[trash.name].reason == (
+        "holds a file tfshards did not write (index/notes.txt), so it stays"
+    )
+    (trash / "index" / "notes.txt").unlink()
+    report = prune(PruneConfig(manifest=str(tmp_path / "m.json"), delete=True))
+    assert {v.name: v.action for v in report.versions}[trash.name] == "deleted"
+    assert not trash.exists()
 
 
 def test_two_prunes_at_once_both_succeed(versions, tmp_path):

@@ -260,12 +260,32 @@ def _trash(
         return dataclasses.replace(
             state, action="keep", reason=f"a writer ({holders[0]}) holds a lease on it"
         )
-    if files:
+    if any(posixpath.basename(str(f)) == MANIFEST_NAME and posixpath.dirname(str(f)) == path
+           for f in files):  # fmt: skip
         state = _own_files_only(fs, path, files, state, options)
+    elif files:  # the delete was killed after the manifest went (files go in any order)
+        base = path.rstrip("/") + "/"
+        state = _kept_for([r for f in files if not _version_file(r := str(f)[len(base) :])], state)
     if state.action != "delete" or not delete:
         return state
     _remove(fs, path)
     return dataclasses.replace(state, action="deleted")
+
+
+def _version_file(rel: str) -> bool:
+    """Whether ``rel`` is a path a version folder's files take: a shard or the version's
+    own files on top, a shard's companion, a temp file or a lease in its folders."""
+    folder, name = posixpath.split(rel)
+    if atomicfile.is_temp_name(name) or lease.is_lease(rel):
+        return not folder or folder in layout.FOLDERS
+    if rel in layout.expected_paths(()) or (not folder and layout.SHARD_NAME.fullmatch(name)):
+        return True
+    return any(
+        c.folder == folder
+        and name.endswith(c.suffix)
+        and layout.SHARD_NAME.fullmatch(name[: -len(c.suffix)]) is not None
+        for c in layout.COMPANIONS
+    )
 
 
 def _remove(fs: Any, path: str) -> None:
