@@ -260,8 +260,9 @@ def published_name(path: str) -> str:
     return f"{folder}/{found['name']}" if folder else found["name"]
 
 
-def remove_stale_temps(fs: Any, directory: str) -> int:
-    """Delete temp files left in ``directory`` by writers of this host that died.
+def remove_stale_temps(fs: Any, directory: str, name: str | None = None) -> int:
+    """Delete temp files left in ``directory`` by writers of this host that died (only
+    those of the file ``name``, when given: a folder of the user's).
 
     A temp file of a live process (another writer racing on the same
     directory) is left alone. Dead are: a pid that does not exist, a zombie (a
@@ -274,15 +275,15 @@ def remove_stale_temps(fs: Any, directory: str) -> int:
         return 0
     host = socket.gethostname().replace("-", "_") or "host"
     removed = 0
-    for name in os.listdir(directory):
-        m = _TMP.match(name)
-        if m is None or m["host"] != host:
+    for entry in os.listdir(directory):
+        m = _TMP.match(entry)
+        if m is None or m["host"] != host or (name is not None and m["name"] != name):
             continue
         start = None if m["start"] is None else int(m["start"])
         if pid_alive(int(m["pid"]), start):
             continue
         with contextlib.suppress(FileNotFoundError):
-            os.unlink(os.path.join(directory, name))
+            os.unlink(os.path.join(directory, entry))
             removed += 1
     return removed
 

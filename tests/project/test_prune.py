@@ -570,7 +570,7 @@ def test_a_hidden_deleting_folder_the_user_made_is_kept(versions, tmp_path):
     assert (mine / "notes.txt").read_text() == "my notes"
 
 
-def test_a_delete_killed_after_the_manifest_went_is_finished_by_the_next_prune(
+def test_a_local_trash_folder_without_its_manifest_is_finished_by_the_next_prune(
     versions, tmp_path
 ):
     """Files go in directory order, the manifest among them: a trash folder without it

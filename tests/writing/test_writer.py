@@ -253,6 +253,24 @@ def test_a_killed_writers_temps_are_swept_from_every_folder_of_the_version(listi
     assert [t for t in planted if t.exists()] == []
 
 
+def test_a_killed_writers_temp_beside_the_manifest_copy_goes_and_no_other_file(listing, tmp_path):
+    """A kill between the version's manifest and its copy left ``.m.json.tmp-...`` beside
+    the copy for good; only that file's temps of dead writers go, in the user's folder."""
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], text=True,
+                          capture_output=True, check=True)  # fmt: skip
+    host = __import__("socket").gethostname().replace("-", "_") or "host"
+    tail = f".tmp-{host}-{dead.stdout.strip()}-0123abcd"
+    ours, theirs = tmp_path / f".m.json{tail}", tmp_path / f".notes.txt{tail}"
+    for temp in (ours, theirs):
+        temp.write_text("left by a dead process")
+    config = WriteConfig(
+        out=str(tmp_path / "out"), num_shards=4, executor="serial",
+        manifest_copy=str(tmp_path / "m.json"),
+    )  # fmt: skip
+    write(config, listing, progress=False)
+    assert not ours.exists() and theirs.exists()
+
+
 def test_a_tampered_finished_shard_is_rewritten_on_resume(listing, tmp_path):
     config = WriteConfig(out=str(tmp_path / "out"), num_shards=4, executor="serial")
     manifest = write(config, listing, progress=False).manifest

@@ -18,6 +18,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import hashlib
+import posixpath
 import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
@@ -360,6 +361,9 @@ def _publish(fs: Any, path: str, manifest: Manifest) -> None:
         atomicfile.write_atomic(fs, path, [manifest.to_json()])
     except OSError as exc:  # disk full, read-only: one line naming the file
         raise storage.write_error(fs, path, exc) from None
+    # A writer killed while it published this file left its temp beside it (a manifest
+    # copy's folder is the user's: only this file's temps go).
+    atomicfile.remove_stale_temps(fs, posixpath.dirname(path), posixpath.basename(path))
 
 
 def _write_metadata(fs: Any, version_path: str, manifest: Manifest) -> Manifest:
