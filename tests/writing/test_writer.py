@@ -271,6 +271,33 @@ def test_a_killed_writers_temp_beside_the_manifest_copy_goes_and_no_other_file(l
     assert not ours.exists() and theirs.exists()
 
 
+def test_a_version_folder_tfshards_did_not_make_is_refused_and_left_as_it_is(listing, tmp_path):
+    """A folder of the user's at a version's name (made, or linked to theirs) had the
+    files at a shard's name written over without a word."""
+    config = WriteConfig(out=str(tmp_path / "first"), num_shards=4, executor="serial")
+    name = Path(write(config, listing, progress=False).manifest.root).name
+    theirs = tmp_path / "out" / name
+    theirs.mkdir(parents=True)
+    mine = theirs / "data-00001-of-00004.tfrecord"
+    mine.write_text("my own bytes")
+    config = WriteConfig(out=str(tmp_path / "out"), num_shards=4, executor="serial")
+    with pytest.raises(ShardError) as caught:
+        write(config, listing, progress=False)
+    assert str(caught.value) == (
+        f"{theirs}: expected a version folder tfshards made (or none), found one holding 1 "
+        "entries and no _work/ nor manifest.json (first: 'data-00001-of-00004.tfrecord'): "
+        "remove it or pass another --out"
+    )
+    assert mine.read_text() == "my own bytes" and sorted(theirs.iterdir()) == [mine]
+    mine.unlink()
+    theirs.rmdir()
+    (tmp_path / "elsewhere").mkdir()
+    theirs.symlink_to(tmp_path / "elsewhere")
+    with pytest.raises(ShardError, match=r"found a link: remove it or pass another --out$"):
+        write(config, listing, progress=False)
+    assert list((tmp_path / "elsewhere").iterdir()) == []
+
+
 def test_a_tampered_finished_shard_is_rewritten_on_resume(listing, tmp_path):
     config = WriteConfig(out=str(tmp_path / "out"), num_shards=4, executor="serial")
     manifest = write(config, listing, progress=False).manifest

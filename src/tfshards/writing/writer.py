@@ -18,6 +18,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import hashlib
+import os
 import posixpath
 import time
 from collections.abc import Iterator, Sequence
@@ -106,6 +107,7 @@ def write(config: WriteConfig, listing: FileListing | str, *, progress: bool = T
             seconds = time.monotonic() - start
             return WriteResult(previous, len(previous.shards), seconds, unchanged=True)
         fs_out, version_path = storage.open_url(planned.version, **options)
+        _check_own_folder(fs_out, version_path)
         # Held from before the first shard is reused until the manifest is out: prune
         # leaves the version, and the one it grows from, alone meanwhile
         # (tfshards.shardset.lease).
@@ -313,6 +315,34 @@ def _write_shards(
             ),
             len(tasks),
             on_result=lambda r: bar.update(r.info.records + len(r.rejected), r.info.bytes),
+        )
+
+
+def _check_own_folder(fs: Any, version_path: str) -> None:
+    """Refuse a local version folder tfshards did not make: a link, or a folder holding
+    files but neither a manifest nor ``_work/`` (a writer makes ``_work/`` before its first
+    file). Files of the user's at a shard's name there were written over without a word.
+
+    Raises:
+        ShardError: naming the folder and what is there.
+    """
+    if not storage.is_local(fs) or not os.path.lexists(version_path):
+        return
+    where = storage.unstrip(fs, version_path)
+    if os.path.islink(version_path) or not os.path.isdir(version_path):
+        found = "a link" if os.path.islink(version_path) else "a file"
+        raise ShardError(
+            f"{where}: expected a version folder tfshards made (or none), found {found}: "
+            "remove it or pass another --out",
+            path=where,
+        )
+    entries = sorted(os.listdir(version_path))
+    if entries and MANIFEST_NAME not in entries and layout.WORK_DIR not in entries:
+        raise ShardError(
+            f"{where}: expected a version folder tfshards made (or none), found one holding "
+            f"{len(entries)} entries and no {layout.WORK_DIR}/ nor {MANIFEST_NAME} (first: "
+            f"{entries[0]!r}): remove it or pass another --out",
+            path=where,
         )
 
 
