@@ -210,8 +210,26 @@ def test_a_mid_epoch_checkpoint_holds_its_step_in_a_few_bytes(tmp_path: Path) ->
     state = json.loads((tmp_path / "ck" / STATE).read_text())
     assert state["step"] == 37 and state["prefix"] == "epoch-00001-step-0000000037"
     assert (tmp_path / "ck" / STATE).stat().st_size < 4096  # the position: one integer
+    checkpoint.release()  # the run ended
     fresh = Checkpoint(str(tmp_path / "ck"), "key", _variables(0.0))
     assert fresh.restore() == (1, [{"epoch": 1}]) and fresh.step == 37
     assert fresh.trackables["model"][0].numpy().tolist() == [3.0, 3.0, 3.0]
     names = [n for n in os.listdir(tmp_path / "ck") if n.startswith("epoch-")]
     assert names and all(n.startswith("epoch-00001-step-0000000037.") for n in names)
+
+
+def test_a_folder_another_run_holds_is_refused_and_its_checkpoint_kept(tmp_path: Path) -> None:
+    """Two runs on one folder discarded each other's checkpoint ("made with other
+    settings") and one failed mid-save with a traceback; the second is refused now."""
+    running = _saved(tmp_path / "ck", value=3.0, epochs=1)
+    other = Checkpoint(str(tmp_path / "ck"), "another-key", _variables(0.0))
+    with pytest.raises(ConfigError) as caught:
+        other.restore()
+    assert str(caught.value) == (
+        f"{tmp_path / 'ck'}: expected a checkpoint folder no other run uses, found one "
+        "another training run holds now; wait for it to end or pass another --checkpoint-dir"
+    )
+    assert json.loads((tmp_path / "ck" / STATE).read_text())["key"] == running.key
+    running.remove()  # a finished run: its files go and the folder is free
+    assert not (tmp_path / "ck").exists()
+    assert other.restore() == (0, [])

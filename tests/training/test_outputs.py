@@ -138,3 +138,23 @@ def test_a_set_whose_records_carry_one_label_is_refused_though_its_map_has_more(
         f"{tmp_path / 'm.json'}: a classifier needs records of at least 2 labels, found "
         "records of 1 ('3') of the 4 in its label map"
     )
+
+
+def test_a_batch_above_the_training_records_is_said_in_one_line():
+    """An "epoch" of batch 5,000 over 1,479 records was ~3.4 passes, without a word."""
+    from tfshards.shardset.manifest import ShardInfo
+    from tfshards.shardset.split import Split
+    from tfshards.training import train
+
+    shards = (ShardInfo("data-00000-of-00002.tfrecord", 1479, 1, "0" * 64),)
+    parts = Split(train=shards, val=(), seed=0, val_fraction=0.0,
+                  effective_val_fraction=0.0, fingerprint="f" * 16)  # fmt: skip
+    said: list[str] = []
+    train._say_oversized_batch(TrainConfig(batch_size=5000), parts, None, said.append)
+    assert said == [
+        "batch_size 5000 is above the 1479 training records: each epoch is one step "
+        "repeating them (3.4 passes); a smaller batch_size gives more steps an epoch"
+    ]
+    said.clear()
+    train._say_oversized_batch(TrainConfig(batch_size=64), parts, None, said.append)
+    assert said == []

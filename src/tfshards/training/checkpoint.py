@@ -11,9 +11,10 @@ file of the checkpoint. The files are fsynced, then ``state.json`` is
 replaced atomically, so a kill or power loss at any moment leaves the
 previous checkpoint whole.
 
-The folder is the tool's own: the first save writes a marker file
-(:data:`MARKER`) into a folder that is new or empty, and nothing is ever saved
-into, resumed from or deleted from a folder without it. Only the files this
+The folder is the tool's own: a run writes a marker file (:data:`MARKER`) into
+a folder that is new or empty before it restores or saves, and holds the
+folder (``flock``) until it ends, so a second run on it is refused. Nothing is
+ever saved into, resumed from or deleted from a folder without the marker. Only the files this
 module names (the marker, ``state.json``, ``epoch-*``) are ever deleted; the
 folder itself only when that leaves it empty. A checkpoint made with other
 settings, or one whose files do not match ``state.json`` (truncated, replaced,
@@ -24,6 +25,7 @@ its files are checked before TensorFlow reads any of them.
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import hashlib
 import json
 import os
@@ -63,15 +65,54 @@ class Checkpoint:
     step: int = 0  # training steps done, as the last save or restore left them
     settings: dict[str, Any] = field(default_factory=dict)  # what ``key`` names, kept to say
     # which of them a checkpoint made with other settings differs in
+    _held: int | None = field(default=None, repr=False)  # the folder's fd, flock-ed
 
     def claim(self) -> None:
-        """Check the folder is absent, empty or marked as tfshards' own.
+        """Check the folder is absent, empty or marked as tfshards' own; make and mark it,
+        and hold it for this run (a ``flock`` the kernel drops when the process ends).
 
         Raises:
-            ConfigError: it is a file, or a folder holding files tfshards did not make.
+            ConfigError: it is a file, a folder holding files tfshards did not make, or
+                one another run holds: two runs on one folder discarded each other's
+                checkpoint as "made with other settings" and failed mid-save.
         """
-        if os.path.isdir(self.directory) and os.path.exists(self._path(MARKER)):
+        if not (os.path.isdir(self.directory) and os.path.exists(self._path(MARKER))):
+            self._check_unmarked()
+            atomicfile.make_dirs(self.directory)
+            if not os.path.exists(self._path(MARKER)):
+                mark = {"made_by": "tfshards", "holds": "training checkpoints"}
+                jsonfile.save(mark, self._path(MARKER))
+        self._hold()
+
+    def _hold(self) -> None:
+        if self._held is not None:
             return
+        fd = os.open(self.directory, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            raise ConfigError(
+                f"{self.directory}: expected a checkpoint folder no other run uses, found "
+                "one another training run holds now; wait for it to end or pass another "
+                "--checkpoint-dir",
+                option="checkpoint_dir",
+                path=self.directory,
+            ) from None
+        self._held = fd
+
+    def release(self) -> None:
+        """Let another run take the folder (the end of this process, or of this object,
+        does it too)."""
+        if self._held is not None:
+            fd, self._held = self._held, None
+            os.close(fd)
+
+    def __del__(self) -> None:
+        self.release()
+
+    def _check_unmarked(self) -> None:
+        """Refuse a file, or a folder holding anything, at a path without the marker."""
         if os.path.exists(self.directory) and not os.path.isdir(self.directory):
             raise ConfigError(
                 f"{self.directory}: expected a folder for checkpoints, found a file; "
@@ -139,10 +180,6 @@ class Checkpoint:
         import tensorflow as tf
 
         self.claim()
-        atomicfile.make_dirs(self.directory)
-        if not os.path.exists(self._path(MARKER)):
-            mark = {"made_by": "tfshards", "holds": "training checkpoints"}
-            jsonfile.save(mark, self._path(MARKER))
         prefix = f"{_PREFIX}{epochs:05d}" + ("" if step is None else f"-step-{step:010d}")
         tf.train.Checkpoint(**self.trackables).write(self._path(prefix))
         files = {}
@@ -179,6 +216,7 @@ class Checkpoint:
         os.remove(self._path(MARKER))
         with contextlib.suppress(OSError):  # something else lives there: it stays, and the folder
             os.rmdir(self.directory)
+        self.release()
 
     def _path(self, name: str) -> str:
         return os.path.join(self.directory, name)

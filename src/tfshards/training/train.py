@@ -145,6 +145,7 @@ def train(
         mixed = placement.mixed
         with devices.tf_state(config.seed, deterministic=config.deterministic, mixed=mixed):
             data = traindata.prepare(config, manifest, parts, placement.strategy, mix)
+            _say_oversized_batch(config, parts, mix, log)
             steps = _build(config, data, placement)
             if on_batch is None:
                 local = placement.strategy.experimental_local_results
@@ -461,6 +462,21 @@ def _resume(
     elif done and log is not None:
         log(f"resuming after epoch {done}/{config.epochs} from {config.checkpoint_dir}")
     return checkpoint, results
+
+
+def _say_oversized_batch(
+    config: TrainConfig, parts: Split, mix: Mix | None, log: Callable[[str], None] | None
+) -> None:
+    """One line when a batch holds more records than the training side: an epoch is then
+    one step that repeats them (1,479 records in a batch of 5,000: ~3.4 passes a step)."""
+    records = parts.train_records
+    if log is None or mix is not None or not 0 < records < config.batch_size:
+        return
+    log(
+        f"batch_size {config.batch_size} is above the {records} training records: each "
+        f"epoch is one step repeating them ({config.batch_size / records:.1f} passes); "
+        "a smaller batch_size gives more steps an epoch"
+    )
 
 
 def _say_stopped(
