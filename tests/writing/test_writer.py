@@ -298,6 +298,18 @@ def test_a_version_folder_tfshards_did_not_make_is_refused_and_left_as_it_is(lis
     assert list((tmp_path / "elsewhere").iterdir()) == []
 
 
+def test_an_out_that_is_a_file_is_named_not_a_lease_inside_it(listing, tmp_path):
+    (tmp_path / "afile").write_text("mine")
+    config = WriteConfig(out=str(tmp_path / "afile"), num_shards=4, executor="serial")
+    with pytest.raises(ShardError) as caught:
+        write(config, listing, progress=False)
+    assert str(caught.value) == (
+        f"{tmp_path / 'afile'}: expected a folder for the shard versions (--out) or none, "
+        "found a file"
+    )
+    assert (tmp_path / "afile").read_text() == "mine"
+
+
 def test_a_tampered_finished_shard_is_rewritten_on_resume(listing, tmp_path):
     config = WriteConfig(out=str(tmp_path / "out"), num_shards=4, executor="serial")
     manifest = write(config, listing, progress=False).manifest

@@ -58,8 +58,8 @@ def hold(fs: Any, version: str, *, refresh_s: float = REFRESH_S) -> Iterator[str
         if created:
             atomicfile.make_dirs(layout.work_dir(version))
         fs.pipe_file(path, jsonfile.encode(doc))
-    except OSError as exc:  # read-only, disk full: one line naming where
-        raise storage.write_error(fs, path, exc) from None
+    except OSError as exc:  # read-only, disk full: one line naming the version, not this file
+        raise storage.write_error(fs, version, exc) from None
     stop = threading.Event()
 
     def refresh() -> None:

@@ -326,7 +326,18 @@ def _check_own_folder(fs: Any, version_path: str) -> None:
     Raises:
         ShardError: naming the folder and what is there.
     """
-    if not storage.is_local(fs) or not os.path.lexists(version_path):
+    if not storage.is_local(fs):
+        return
+    above = os.path.dirname(version_path)
+    while above and not os.path.lexists(above):
+        above = os.path.dirname(above)
+    if above and not os.path.isdir(above):  # --out names a file, or a folder inside one
+        raise ShardError(
+            f"{storage.unstrip(fs, above)}: expected a folder for the shard versions (--out) "
+            "or none, found a file",
+            path=storage.unstrip(fs, above),
+        )
+    if not os.path.lexists(version_path):
         return
     where = storage.unstrip(fs, version_path)
     if os.path.islink(version_path) or not os.path.isdir(version_path):
