@@ -46,6 +46,25 @@ def test_a_resumed_log_goes_on_counting_and_keeps_the_matrix(
     log.end()
 
 
+def test_epochs_logged_after_the_checkpoint_are_not_left_twice_on_resume(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A kill between an epoch's log and its checkpoint: the resumed run logs that epoch
+    again, and each series held step 1 twice (0, 1, 1, 2)."""
+    monkeypatch.chdir(tmp_path)
+    log = live.start("live", resumed=0)
+    for _ in range(2):  # epochs 1 and 2 logged; the checkpoint holds epoch 1 only
+        live.log_epoch(log, EPOCH)
+    log.end()
+    log = live.start("live", resumed=1)
+    for _ in range(2):  # epochs 2 and 3
+        live.log_epoch(log, EPOCH)
+    log.end()
+    for series in ("val_loss", "loss", "accuracy"):
+        rows = (tmp_path / f"live/plots/metrics/{series}.tsv").read_text().splitlines()
+        assert [r.split("\t")[0] for r in rows] == ["step", "0", "1", "2"], series
+
+
 def test_the_confusion_matrix_goes_to_a_csv_and_two_plots(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -19,6 +19,8 @@ def start(directory: str | None, *, resumed: int) -> Any:
     Without epochs to go on from, a ``confusion.csv`` left in the folder (it
     persists for resuming) is removed: a stale matrix is never kept.
     """
+    if directory is not None and resumed:
+        _forget_steps(directory, resumed)
     live = _open(directory, resume=bool(resumed))
     if live is not None and resumed:
         live.step = resumed  # epochs logged after the checkpoint are logged again
@@ -88,6 +90,32 @@ def _open(directory: str | None, *, resume: bool = False) -> Any:
     # DVC runs this as a stage: dvclive must not edit dvc.yaml, make experiments or reports.
     # resume: the step count goes on from the last logged epoch instead of starting over.
     return _Live(dir=directory, save_dvc_exp=False, dvcyaml=False, report=None, resume=resume)
+
+
+def _forget_steps(directory: str, resumed: int) -> None:
+    """Drop the rows of step ``resumed`` and later from each metric's series: epochs a
+    killed run logged after its last checkpoint are logged again by the resumed run (a
+    kill between an epoch's log and its checkpoint left step 1 twice in every series)."""
+    fs, root = storage.open_url(storage.join(directory, "plots", "metrics"))
+    if not fs.isdir(root):
+        return
+    for path in sorted(fs.find(root)):
+        if not path.endswith(".tsv"):
+            continue
+        lines = storage.read_bytes(fs, path).decode("utf-8").splitlines(keepends=True)
+        header = lines[0].split("\t") if lines else []
+        if "step" not in header:
+            continue
+        at = header.index("step")
+        kept = [lines[0], *(row for row in lines[1:] if _step(row, at) < resumed)]
+        if len(kept) < len(lines):
+            atomicfile.write_atomic(fs, path, ["".join(kept).encode("utf-8")])
+
+
+def _step(row: str, at: int) -> int:
+    """The step of a series row (a row without one is kept: step -1)."""
+    cells = row.rstrip("\n").split("\t")
+    return int(cells[at]) if at < len(cells) and cells[at].isdigit() else -1
 
 
 def _confusion_url(live_dir: str) -> str:
