@@ -49,7 +49,7 @@ def test_every_file_and_folder_of_the_export_is_fsynced_and_then_its_rename(
 def test_an_export_path_holding_anything_but_an_earlier_export_is_refused(tmp_path):
     """--export-out . replaced a whole project; a folder of the user's lost its files."""
     from tfshards.errors import ConfigError
-    from tfshards.training.export import check_target
+    from tfshards.training.outputs import check_target
 
     check_target(str(tmp_path / "none"))  # no folder: fine
     (tmp_path / "empty").mkdir()

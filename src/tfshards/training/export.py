@@ -16,7 +16,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from tfshards import atomicfile, storage
-from tfshards.errors import ConfigError
+from tfshards.training.outputs import check_target
 
 
 def save_model(model: Any, url: str) -> None:
@@ -101,49 +101,3 @@ def export_serving(
         atomicfile.fsync_dir(parent)  # the rename itself lasts
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
-
-
-# What a SavedModel folder Keras writes holds: an earlier export may be replaced, nothing
-# else (--export-out . replaced a whole project, a user's folder lost its files).
-SAVED_MODEL_ENTRIES = frozenset(
-    {"saved_model.pb", "variables", "assets", "fingerprint.pb", "keras_metadata.pb"}
-)
-
-
-def check_target(directory: str) -> None:
-    """Refuse an export path that holds anything but an earlier export (an empty folder
-    or none is fine).
-
-    Raises:
-        ConfigError: naming the path and what is there.
-    """
-    if not os.path.lexists(directory):
-        return
-    if os.path.islink(directory) or not os.path.isdir(directory):
-        found = "a link" if os.path.islink(directory) else "a file"
-        raise ConfigError(
-            f"{directory}: expected a SavedModel folder an earlier export wrote (or no "
-            f"folder), found {found}; pass another --export-out",
-            option="export_out",
-        )
-    other = sorted(set(os.listdir(directory)) - SAVED_MODEL_ENTRIES)
-    other += [f"variables/{n}" for n in _listed(directory, "variables") if not _variable(n)]
-    other += [f"assets/{n}" for n in _listed(directory, "assets")]  # an export writes none
-    if other:
-        raise ConfigError(
-            f"{directory}: expected a SavedModel folder an earlier export wrote (or no "
-            f"folder), found {len(other)} entries it did not make (first: {other[0]!r}); "
-            "pass another --export-out",
-            option="export_out",
-        )
-
-
-def _listed(directory: str, folder: str) -> list[str]:
-    """The sorted entries of ``directory/folder`` (none when it is not a folder)."""
-    path = os.path.join(directory, folder)
-    return sorted(os.listdir(path)) if os.path.isdir(path) and not os.path.islink(path) else []
-
-
-def _variable(name: str) -> bool:
-    """A file of a SavedModel's ``variables/`` folder (``variables.index``, the data shards)."""
-    return name == "variables.index" or name.startswith("variables.data-")
