@@ -233,15 +233,20 @@ def test_a_file_that_cannot_be_flushed_is_named(tmp_path, monkeypatch):
     assert raised.value.filename == str(tmp_path / "gone")
 
 
+def _dead_writers_tail() -> str:
+    """The end of a temp file's name a writer of this host, now dead, would have left."""
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], text=True,
+                          capture_output=True, check=True)  # fmt: skip
+    host = __import__("socket").gethostname().replace("-", "_") or "host"
+    return f".tmp-{host}-{dead.stdout.strip()}-0123abcd"
+
+
 def test_a_killed_writers_temps_are_swept_from_every_folder_of_the_version(listing, tmp_path):
     # A writer killed mid-shard leaves temps where it was writing: a shard's in _work/, its
     # record index's in index/. The next run over the same version removes all of them.
     config = WriteConfig(out=str(tmp_path / "out"), num_shards=4, executor="serial")
     version = Path(write(config, listing, progress=False).manifest.root)
-    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], text=True,
-                          capture_output=True, check=True)  # fmt: skip
-    host = __import__("socket").gethostname().replace("-", "_") or "host"
-    tail = f".tmp-{host}-{dead.stdout.strip()}-0123abcd"
+    tail = _dead_writers_tail()
     planted = [
         version / folder / f".data-00001-of-00004.tfrecord{suffix}{tail}"
         for folder, suffix in [(".", ""), ("_work", ".done"), ("index", ".idx")]
@@ -256,10 +261,7 @@ def test_a_killed_writers_temps_are_swept_from_every_folder_of_the_version(listi
 def test_a_killed_writers_temp_beside_the_manifest_copy_goes_and_no_other_file(listing, tmp_path):
     """A kill between the version's manifest and its copy left ``.m.json.tmp-...`` beside
     the copy for good; only that file's temps of dead writers go, in the user's folder."""
-    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], text=True,
-                          capture_output=True, check=True)  # fmt: skip
-    host = __import__("socket").gethostname().replace("-", "_") or "host"
-    tail = f".tmp-{host}-{dead.stdout.strip()}-0123abcd"
+    tail = _dead_writers_tail()
     ours, theirs = tmp_path / f".m.json{tail}", tmp_path / f".notes.txt{tail}"
     for temp in (ours, theirs):
         temp.write_text("left by a dead process")
