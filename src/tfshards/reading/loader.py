@@ -154,16 +154,6 @@ def make_dataset(
     and :class:`~tfshards.reading.options.DecodeOptions` (decoding),
     documented there; :func:`from_options` takes the two values.
     """
-    if input_context is not None:
-        if worker is not None:
-            raise ConfigError("pass worker or input_context, not both: they say the same")
-        try:
-            worker = (input_context.input_pipeline_id, input_context.num_input_pipelines)
-        except AttributeError:
-            raise ConfigError(
-                "input_context must be a tf.distribute.InputContext, "
-                f"got {type(input_context).__name__} {input_context!r:.60}"
-            ) from None
     read = ReadOptions(
         batch_size=batch_size,
         training=training,
@@ -178,7 +168,7 @@ def make_dataset(
         storage_options=storage_options or {},
         order=order,
         start=start,
-        worker=worker or (0, 1),
+        worker=_worker(worker, input_context),
     )
     decoding = DecodeOptions(
         image_size=image_size,
@@ -190,6 +180,26 @@ def make_dataset(
         features=features,
     )
     return from_options(shards, manifest, read, decoding)
+
+
+def _worker(worker: tuple[int, int] | None, input_context: Any) -> tuple[int, int]:
+    """``(index, count)`` from ``worker`` or a ``tf.distribute.InputContext``; one worker
+    of one without either.
+
+    Raises:
+        ConfigError: both given, or an ``input_context`` that is no InputContext.
+    """
+    if input_context is None:
+        return worker or (0, 1)
+    if worker is not None:
+        raise ConfigError("pass worker or input_context, not both: they say the same")
+    try:
+        return (input_context.input_pipeline_id, input_context.num_input_pipelines)
+    except AttributeError:
+        raise ConfigError(
+            "input_context must be a tf.distribute.InputContext, "
+            f"got {type(input_context).__name__} {input_context!r:.60}"
+        ) from None
 
 
 def from_options(

@@ -23,7 +23,7 @@ import posixpath
 import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any, NoReturn
+from typing import Any, NoReturn, cast
 
 from tfshards import atomicfile, storage
 from tfshards.errors import ConfigError, ShardError, TfshardsError, TransformError
@@ -83,13 +83,8 @@ def write(config: WriteConfig, listing: FileListing | str, *, progress: bool = T
     Returns the committed manifest. Raises :class:`InputError` for a bad input
     (with ``on_error="fail"``), and never leaves a manifest for a partial set.
     """
-    if not isinstance(listing, str) and not hasattr(listing, "paths"):
-        raise ConfigError(
-            "listing must be a Listing (tfshards.list_files(root)) or a stored listing's "
-            f"folder, got {type(listing).__name__} {listing!r:.60}"
-        )
     start, options = time.monotonic(), config.out_options
-    pool = _start_pool(config, listing)
+    pool = _start_pool(config, _checked(listing))
     # Workers start before the listing is loaded: forked later, each would count it in its RSS.
     with pool:
         loaded = _load(listing, pool.options.executor)
@@ -119,19 +114,7 @@ def write(config: WriteConfig, listing: FileListing | str, *, progress: bool = T
             done = _write_shards(pool, planned, config.transform, progress)
             _fail_on_bad_files(done)
             shards = sorted([*kept, *done], key=lambda r: r.info.name)
-            manifest = Manifest(
-                root=planned.version,
-                fingerprint=planned.fingerprint,
-                params=planned.params,
-                schema=_merge_schema(done, planned.tasks, kept),
-                labels=planned.labels,
-                compression=config.compression,
-                shards=tuple(r.info for r in shards),
-                rejected=(*planned.rejected, *(rej for r in done for rej in r.rejected)),
-                listed=loaded.files,
-                base=planned.base.fingerprint if planned.base is not None else "",
-                changes=_with_rejects(planned, done, **options),
-            )
+            manifest = _manifest(planned, config, loaded.files, kept, done)
             manifest = _write_metadata(fs_out, version_path, manifest)
             _check_shards_present(fs_out, version_path, manifest)
             stats = [(r.info.bucket, r.images) for r in shards] + list(carried.items())
@@ -162,6 +145,44 @@ def write(config: WriteConfig, listing: FileListing | str, *, progress: bool = T
         resumed=resumed,
         damaged=damaged,
         base_directory=planned.base.directory if planned.base is not None else "",
+    )
+
+
+def _checked(listing: Any) -> FileListing | str:
+    """``listing`` when it is one (or a stored one's folder).
+
+    Raises:
+        ConfigError: anything else, in one line.
+    """
+    if not isinstance(listing, str) and not hasattr(listing, "paths"):
+        raise ConfigError(
+            "listing must be a Listing (tfshards.list_files(root)) or a stored listing's "
+            f"folder, got {type(listing).__name__} {listing!r:.60}"
+        )
+    return cast("FileListing | str", listing)
+
+
+def _manifest(
+    planned: Plan,
+    config: WriteConfig,
+    listed: int,
+    kept: Sequence[ShardResult],
+    done: Sequence[ShardResult],
+) -> Manifest:
+    """The version's manifest: the kept and written shards in name order, every reject."""
+    shards = sorted([*kept, *done], key=lambda r: r.info.name)
+    return Manifest(
+        root=planned.version,
+        fingerprint=planned.fingerprint,
+        params=planned.params,
+        schema=_merge_schema(done, planned.tasks, kept),
+        labels=planned.labels,
+        compression=config.compression,
+        shards=tuple(r.info for r in shards),
+        rejected=(*planned.rejected, *(rej for r in done for rej in r.rejected)),
+        listed=listed,
+        base=planned.base.fingerprint if planned.base is not None else "",
+        changes=_with_rejects(planned, list(done), **config.out_options),
     )
 
 
