@@ -655,6 +655,10 @@ def test_a_write_given_up_is_removed_only_with_interrupted(make_raw, tmp_path):
             assert stray.relative_to(out / failed).as_posix() in state.reason
             assert "--interrupted" not in state.reason
         stray.unlink()
+    # A shard's companions before the shard (killed between them, or prune looking while a
+    # write works): the write's own files, not "a file tfshards did not write".
+    (out / failed / shard).unlink()
+    assert (out / failed / "index" / f"{shard}.idx").exists()
     states = {v.name: v for v in prune(config_i).versions}
     assert states[failed].action == "deleted" and states[failed].reason.startswith(
         "an interrupted write"

@@ -280,12 +280,7 @@ def _version_file(rel: str) -> bool:
         return not folder or folder in layout.FOLDERS
     if rel in layout.expected_paths(()) or (not folder and layout.SHARD_NAME.fullmatch(name)):
         return True
-    return any(
-        c.folder == folder
-        and name.endswith(c.suffix)
-        and layout.SHARD_NAME.fullmatch(name[: -len(c.suffix)]) is not None
-        for c in layout.COMPANIONS
-    )
+    return layout.SHARD_NAME.fullmatch(_companion_of(rel)) is not None
 
 
 def _remove(fs: Any, path: str) -> None:
@@ -360,21 +355,33 @@ def _written_files_only(path: str, files: Mapping[str, Any], state: VersionState
 
 
 def _write_shards(rels: Sequence[str]) -> list[str]:
-    """The shards one write left on the version's top level: named ``<name>-i-of-n`` with
-    one ``name`` and ``n`` (and ``i < n``), those its resume records name most, else the
-    most numerous. A file named like a shard of another set is not among them."""
-    kinds: dict[tuple[str, str], list[str]] = {}
+    """The shards one write left or is leaving: named ``<name>-i-of-n`` with one ``name``
+    and ``n`` (and ``i < n``), on the version's top level or named by a companion (a
+    write in progress, or killed, may hold a shard's companion before the shard), those
+    its resume records name most, else the most numerous. A file named like a shard of
+    another set is not among them."""
+    kinds: dict[tuple[str, str], set[str]] = {}
     for rel in rels:
-        found = layout.SHARD_NAME.fullmatch(rel)
+        name = rel if "/" not in rel else _companion_of(rel)
+        found = layout.SHARD_NAME.fullmatch(name) if name else None
         if found and int(found["index"]) < int(found["count"]):
-            kinds.setdefault((found["prefix"], found["count"]), []).append(rel)
+            kinds.setdefault((found["prefix"], found["count"]), set()).add(name)
     present = set(rels)
 
     def weight(kind: tuple[str, str]) -> tuple[int, int]:
         names = kinds[kind]
         return sum(layout.SIDECAR.path(n) in present for n in names), len(names)
 
-    return kinds[max(kinds, key=weight)] if kinds else []
+    return sorted(kinds[max(kinds, key=weight)]) if kinds else []
+
+
+def _companion_of(rel: str) -> str:
+    """The shard whose companion ``rel`` is by its folder and suffix, or ""."""
+    folder, name = posixpath.split(rel)
+    for companion in layout.COMPANIONS:
+        if companion.folder == folder and name.endswith(companion.suffix):
+            return name[: -len(companion.suffix)]
+    return ""
 
 
 def _in_own_folder(rel: str) -> bool:
