@@ -211,3 +211,14 @@ def test_a_path_left_out_of_the_version_says_why(write_set: SetWriter, tmp_path:
         "expected an image (JPEG, PNG, GIF, BMP or WebP) as its name says, found bytes "
         "b'just som'"
     )
+
+
+def test_numbers_of_a_column_are_printed_as_numbers_not_numpy_reprs() -> None:
+    """A float[4] column printed [np.float32(0.1), ...] beside a clean scalar."""
+    import numpy as np
+
+    from tfshards.cli.show import _value
+
+    assert _value("float", list(np.array([0.5, 0.25], np.float32))) == "[0.5, 0.25]"
+    assert _value("int64", list(np.array([3], np.int64))) == "3"
+    assert _value("float", [312.0]) == "312.0"

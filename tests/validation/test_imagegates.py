@@ -147,5 +147,5 @@ def test_gif_and_webp_records_get_a_line_on_tfds(tmp_path: Path) -> None:
     _write(raw, tmp_path)
     report = validate(ValidateConfig(_manifest(tmp_path), workers=1))
     (line,) = [w for w in report.warnings if w.startswith("tfds:")]
-    assert line.startswith("tfds: 3 records are GIF or WebP (first c")
+    assert line.startswith("tfds: 3 records are GIF or WebP (one is c")
     assert "builder_from_directory" in line

@@ -524,6 +524,9 @@ def test_cli_writes_and_summarizes(listing, tmp_path):
         ({"image_feature": "label"}, "image_feature must be a name other than"),
         ({"workers": 0}, "workers must be >= 1, got 0"),
         ({"executor": "ray"}, "executor must be one of"),
+        # a[1]-* matched none of its shards: readers find them by NAME-* globs
+        ({"name": "a[1]"}, r"name must hold no glob character \(\* \? \[ \]\): readers "),
+        ({"name": "x*"}, r"by the glob x\*-\*, which would not match them; got 'x\*'$"),
     ],
 )
 def test_config_errors_say_what_was_expected(kwargs, message):

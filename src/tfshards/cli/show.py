@@ -15,8 +15,9 @@ SIDES = ("all", "train", "val")
 
 def _value(kind: str, values: list[Any]) -> str:
     """A feature's values as one short line: bytes by size and head, numbers as they are."""
-    if kind != "bytes":
-        return str(values if len(values) != 1 else values[0])[:120]
+    if kind != "bytes":  # numpy scalars as plain numbers: 0.1, not np.float32(0.1)
+        plain = [v.item() if hasattr(v, "item") else v for v in values]
+        return str(plain if len(plain) != 1 else plain[0])[:120]
     shown = []
     for value in values[:3]:
         text = bytes(value)

@@ -24,7 +24,9 @@ OPTIONS = (
     Option(
         "index", str | None, None,
         "CSV (.csv, columns path,label) or JSON lines (.jsonl/.json, keys path, label) "
-        "with paths relative to ROOT. Default: labels are ROOT's first-level folders.",
+        "with paths relative to ROOT: the listing holds exactly the files it names (files "
+        "under ROOT it does not name are not listed, nor counted as skipped). Default: "
+        "labels are ROOT's first-level folders.",
     ),
     Option(
         "columns", str | None, None,

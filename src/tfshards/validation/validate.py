@@ -219,7 +219,7 @@ def _not_for_tfds(manifest: Manifest, images: imagegates.SideStats | None) -> tu
         return ()
     count = sum(s.formats[fmt] for fmt, s in found)
     examples = [example for fmt, s in found for example in s.format_examples.get(fmt, [])]
-    first = f" (first {min(examples)[1]})" if examples else ""
+    first = f" (one is {min(examples)[1]})" if examples else ""
     kinds = " or ".join(sorted({fmt for fmt, _ in found}))
     are = "record is" if count == 1 else "records are"
     return (

@@ -126,6 +126,11 @@ class WriteConfig:
             )
         if not self.name or "/" in self.name:
             raise ConfigError(f"name must be a non-empty file prefix, got {self.name!r}")
+        if any(c in self.name for c in "*?[]"):  # readers find the shards by NAME-* globs
+            raise ConfigError(
+                f"name must hold no glob character (* ? [ ]): readers find the shards by "
+                f"the glob {self.name}-*, which would not match them; got {self.name!r}"
+            )
         grouping.GroupBy.parse(self.group_by)
         orientation.check_mode(self.exif)
         Resize(1 if self.resize is None else self.resize, self.resize_format)  # checks both
