@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+import shutil
 from pathlib import Path
 
 import pytest
@@ -12,7 +14,7 @@ from tfshards.errors import ConfigError
 from tfshards.format.schema import FeatureSpec
 from tfshards.shardset.manifest import Manifest
 from tfshards.training import outputs
-from tfshards.training.trainconfig import TrainConfig
+from tfshards.training.trainconfig import OUTPUTS, TrainConfig
 
 
 def _set(version: Path) -> Manifest:
@@ -34,7 +36,7 @@ def _config(tmp_path: Path, **outs: str | None) -> TrainConfig:
 @pytest.mark.parametrize(
     ("option", "value", "what"),
     [
-        ("metrics", "data/manifest.json", "is the manifest it reads"),
+        ("metrics", "data/manifest.json", "is a manifest it reads"),
         ("split_out", "data/shards/v1/data-00003-of-00016.tfrecord", "the version folder"),
         ("model_out", "data/shards/v1/model.keras", "the version folder it reads"),
         ("export_out", "data/shards/v1/export", "the version folder it reads"),
@@ -51,6 +53,60 @@ def test_an_output_on_an_input_is_refused(tmp_path, option, value, what):
     line = str(caught.value)
     assert line.startswith(f"{option}: expected a path outside the shard sets the run reads")
     assert what in line and line.endswith("; pass another") and caught.value.option == option
+
+
+def test_a_mix_manifest_a_link_and_a_file_url_are_the_paths_they_name(tmp_path):
+    """A mix set's manifest took the metrics; so did a manifest named through a link or a
+    file:// URL, and a split file given through a link into the version folder."""
+    version = tmp_path / "data/shards/v1"
+    version.mkdir(parents=True)
+    (tmp_path / "data/manifest.json").write_text("{}")
+    (tmp_path / "other.json").write_text("{}")
+    (tmp_path / "vlink").symlink_to(version)
+    (tmp_path / "mlink.json").symlink_to(tmp_path / "data/manifest.json")
+    url = f"file://{tmp_path}/data/manifest.json"
+    cases = [
+        ({"mix": ((str(tmp_path / "other.json"), 0.3),), "metrics": "other.json"}, "metrics"),
+        ({"manifest": str(tmp_path / "mlink.json"), "metrics": "data/manifest.json"}, "metrics"),
+        ({"manifest": url, "split_out": "data/manifest.json"}, "split_out"),
+        ({"model_out": "vlink/model.keras"}, "model_out"),
+        ({"metrics": "vlink/manifest.json"}, "metrics"),
+    ]
+    for changes, option in cases:
+        outs = {k: v for k, v in changes.items() if k in OUTPUTS}
+        config = _config(tmp_path, **outs)
+        config = dataclasses.replace(config, **{k: v for k, v in changes.items() if k not in outs})
+        with pytest.raises(ConfigError) as caught:
+            outputs.check(config, [_set(version)])
+        assert caught.value.option == option, changes
+        assert "expected a path outside the shard sets the run reads" in str(caught.value)
+
+
+def test_a_link_in_the_live_dir_and_a_log_like_file_of_yours_are_refused(tmp_path):
+    """dvclive wrote through a link in its folder into the user's files, and a
+    plots/metrics/<folder>/loss.tsv of the user's looked like a series."""
+    live = tmp_path / "results/train/live"
+    (live / "plots").mkdir(parents=True)
+    (tmp_path / "mydata").mkdir()
+    (live / "plots" / "metrics").symlink_to(tmp_path / "mydata")
+    with pytest.raises(ConfigError, match=r"found 'plots/metrics' in "):
+        outputs.check(_config(tmp_path), [])
+    (live / "plots" / "metrics").unlink()
+    mine = live / "plots/metrics/my_baseline_run/loss.tsv"
+    mine.parent.mkdir(parents=True)
+    mine.write_text("precious")
+    with pytest.raises(ConfigError, match=r"found 'plots/metrics/my_baseline_run/loss.tsv'"):
+        outputs.check(_config(tmp_path), [])
+
+
+def test_an_export_folder_with_entries_of_the_wrong_kind_is_refused(tmp_path):
+    export = tmp_path / "exp"
+    for rel in ("saved_model.pb/notes.txt", "variables/variables.data-notes/x.txt"):
+        (export / rel).parent.mkdir(parents=True)
+        (export / rel).write_text("mine")
+        with pytest.raises(ConfigError, match=r"entries it did not make \(first: '"):
+            outputs.check_target(str(export))
+        shutil.rmtree(export)
 
 
 def test_a_folder_where_a_file_goes_and_a_file_where_the_log_goes_are_refused(tmp_path):
@@ -70,7 +126,6 @@ def test_a_live_dir_holding_the_users_files_is_refused_and_a_runs_own_log_is_not
         "metrics.json",
         "confusion.csv",
         "plots/metrics/loss.tsv",
-        "plots/metrics/train/loss.tsv",
         "plots/custom/val_class_accuracy.json",
         "plots/sklearn/confusion_matrix.json",
     ):

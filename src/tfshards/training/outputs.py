@@ -11,8 +11,8 @@ only what such a run writes. Each refusal is one line naming the option.
 
 from __future__ import annotations
 
-import fnmatch
 import os
+import re
 from collections.abc import Sequence
 
 from tfshards.errors import ConfigError
@@ -24,32 +24,34 @@ _FILES = ("metrics", "model_out", "split_out")  # outputs that are one file each
 # What a run's dvclive folder holds (save_dvc_exp, dvcyaml and report off): the metrics,
 # the per-epoch series, the two plots and the confusion matrix. dvclive itself would also
 # remove a params.yaml, dvc.yaml or report there, which a run never writes.
-_LIVE_FILES = (
-    "metrics.json",
-    "confusion.csv",
-    "plots/metrics/*.tsv",  # fnmatch's * takes "/" too: a metric named "train/loss"
-    "plots/custom/val_class_accuracy.json",
-    "plots/sklearn/confusion_matrix.json",
+_LIVE_FILES = re.compile(  # relative paths, "/" between folders
+    r"metrics\.json|confusion\.csv|plots/metrics/[^/]+\.tsv"
+    r"|plots/custom/val_class_accuracy\.json|plots/sklearn/confusion_matrix\.json"
 )
 
 
 def check(config: TrainConfig, manifests: Sequence[Manifest]) -> None:
-    """Refuse an output path the run must not take (see the module notes).
+    """Refuse an output path the run must not take (see the module notes). Paths are
+    compared as the system resolves them (links followed, ``file://`` read as a path),
+    so a link to a version folder or manifest is that folder or manifest.
 
     Raises:
         ConfigError: naming the option, the path and what is there.
     """
-    reads = [(os.path.abspath(config.manifest), "the manifest it reads")]
+    reads = [
+        (path, "a manifest it reads")
+        for given in (config.manifest, *(p for p, _ in config.mix))
+        if (path := _resolved(given))
+    ]
     for manifest in manifests:
-        if "://" not in manifest.directory:
-            folder = os.path.abspath(manifest.directory)
+        if folder := _resolved(manifest.directory):
             reads.append((os.path.join(folder, MANIFEST_NAME), "a manifest it reads"))
             reads.append((folder, "the version folder it reads"))
     for name in OUTPUTS:
         value = getattr(config, name)
-        if not value or "://" in value:
+        path = _resolved(value) if value else ""
+        if not path:
             continue
-        path = os.path.abspath(value)
         for taken, what in reads:
             if path == taken or path.startswith(taken.rstrip(os.sep) + os.sep):
                 where = "is" if path == taken else f"is inside {taken!r},"
@@ -63,10 +65,19 @@ def check(config: TrainConfig, manifests: Sequence[Manifest]) -> None:
                 f"{name}: expected a file path, found a folder at {value!r}; pass another",
                 option=name,
             )
-    if config.live_dir and "://" not in config.live_dir:
+    if config.live_dir and _resolved(config.live_dir):
         check_live_dir(config.live_dir)
-    if config.export_out and "://" not in config.export_out:
+    if config.export_out and _resolved(config.export_out):
         check_target(os.path.abspath(config.export_out))
+
+
+def _resolved(path: str) -> str:
+    """A local path or ``file://`` URL as the system resolves it; "" for another store."""
+    if path.startswith("file://"):
+        path = path[len("file://") :]
+    elif "://" in path:
+        return ""
+    return os.path.realpath(path)
 
 
 def check_live_dir(directory: str) -> None:
@@ -85,9 +96,11 @@ def check_live_dir(directory: str) -> None:
         )
     for folder, dirs, files in os.walk(directory):
         dirs.sort()
-        for name in sorted(files):
-            rel = os.path.relpath(os.path.join(folder, name), directory).replace(os.sep, "/")
-            if not any(fnmatch.fnmatchcase(rel, pattern) for pattern in _LIVE_FILES):
+        # A link inside is refused whatever it names: dvclive would write through it.
+        for name in sorted([*files, *(d for d in dirs if os.path.islink(os.path.join(folder, d)))]):
+            path = os.path.join(folder, name)
+            rel = os.path.relpath(path, directory).replace(os.sep, "/")
+            if os.path.islink(path) or not _LIVE_FILES.fullmatch(rel):
                 raise ConfigError(
                     f"live_dir: expected a folder holding only a run's dvclive log (or "
                     f"none), found {rel!r} in {directory!r}, which dvclive would delete or "
@@ -97,10 +110,11 @@ def check_live_dir(directory: str) -> None:
 
 
 # What a SavedModel folder Keras writes holds: an earlier export may be replaced, nothing
-# else (--export-out . replaced a whole project, a user's folder lost its files).
-SAVED_MODEL_ENTRIES = frozenset(
-    {"saved_model.pb", "variables", "assets", "fingerprint.pb", "keras_metadata.pb"}
-)
+# else (--export-out . replaced a whole project, a user's folder lost its files). Its files
+# are files and its folders folders; ``variables/`` holds the variables' files only and
+# ``assets/`` nothing (a tfshards export has no vocabulary files).
+_SAVED_MODEL_FILES = frozenset({"saved_model.pb", "fingerprint.pb", "keras_metadata.pb"})
+_VARIABLES = re.compile(r"variables\.(?:index|data-\d{5}-of-\d{5})")
 
 
 def check_target(directory: str) -> None:
@@ -118,9 +132,7 @@ def check_target(directory: str) -> None:
             f"folder), found {found}; pass another --export-out",
             option="export_out",
         )
-    other = sorted(set(os.listdir(directory)) - SAVED_MODEL_ENTRIES)
-    other += [f"variables/{n}" for n in _listed(directory, "variables") if not _variable(n)]
-    other += [f"assets/{n}" for n in _listed(directory, "assets")]  # an export writes none
+    other = _not_exported(directory)
     if other:
         raise ConfigError(
             f"{directory}: expected a SavedModel folder an earlier export wrote (or no "
@@ -130,15 +142,26 @@ def check_target(directory: str) -> None:
         )
 
 
-def _listed(directory: str, folder: str) -> list[str]:
-    """The sorted entries of ``directory/folder`` (none when it is not a folder)."""
-    path = os.path.join(directory, folder)
-    return sorted(os.listdir(path)) if os.path.isdir(path) and not os.path.islink(path) else []
+def _not_exported(directory: str) -> list[str]:
+    """The entries of ``directory`` (relative, sorted) an export does not write."""
+    out = []
+    for name in sorted(os.listdir(directory)):
+        path = os.path.join(directory, name)
+        if name in _SAVED_MODEL_FILES and _regular(path):
+            continue
+        if name not in ("variables", "assets") or _not_a_folder(path):
+            out.append(name)
+            continue
+        for inner in sorted(os.listdir(path)):
+            ours = _VARIABLES.fullmatch(inner) and _regular(os.path.join(path, inner))
+            if name != "variables" or not ours:
+                out.append(f"{name}/{inner}")
+    return out
 
 
-def _variable(name: str) -> bool:
-    """A file of a SavedModel's ``variables/`` folder (``variables.index``, the data shards)."""
-    return name == "variables.index" or name.startswith("variables.data-")
+def _regular(path: str) -> bool:
+    """A regular file, not reached through a link."""
+    return os.path.isfile(path) and not os.path.islink(path)
 
 
 def _not_a_folder(path: str) -> str:

@@ -353,9 +353,10 @@ def _check_own_folder(fs: Any, version_path: str) -> None:
     while above and not os.path.lexists(above):
         above = os.path.dirname(above)
     if above and not os.path.isdir(above):  # --out names a file, or a folder inside one
+        found = "a link to nothing" if os.path.islink(above) else "a file"
         raise ShardError(
             f"{storage.unstrip(fs, above)}: expected a folder for the shard versions (--out) "
-            "or none, found a file",
+            f"or none, found {found}",
             path=storage.unstrip(fs, above),
         )
     if not os.path.lexists(version_path):
