@@ -310,6 +310,10 @@ def test_an_out_that_is_a_file_is_named_not_a_lease_inside_it(listing, tmp_path)
         "found a file"
     )
     assert (tmp_path / "afile").read_text() == "mine"
+    (tmp_path / "dangling").symlink_to(tmp_path / "nothing")
+    config = WriteConfig(out=str(tmp_path / "dangling"), num_shards=4, executor="serial")
+    with pytest.raises(ShardError, match=r"\(--out\) or none, found a link to nothing$"):
+        write(config, listing, progress=False)
 
 
 def test_a_tampered_finished_shard_is_rewritten_on_resume(listing, tmp_path):
