@@ -159,3 +159,46 @@ def test_a_bad_wait_for_workers_stops_the_run_before_it_starts(monkeypatch, valu
     monkeypatch.setenv(cluster.NO_WORKERS_ENV, value)
     with pytest.raises(ConfigError, match=f"{cluster.NO_WORKERS_ENV}: expected seconds"):
         next(cluster.run(str, ["a"], 1, "tcp://127.0.0.1:1", Needs()))
+
+
+class _ProbingClient(_Client):
+    """Runs the probe here, for each worker, with the arguments a scheduler would send."""
+
+    def run(self, fn: object, *args: object, on_error: str) -> dict[str, object]:
+        return {address: fn(*args) for address in self.answers}  # type: ignore[operator]
+
+
+def test_a_worker_that_misses_a_listed_file_under_a_root_it_sees_is_named(tmp_path):
+    """An unmounted share is an empty mount point: the root is there, its files are not.
+    Every file then failed as missing, and under on_error skip a version of the rest
+    was published."""
+    root = tmp_path / "raw"
+    (root / "a").mkdir(parents=True)
+    (root / "a" / "1.png").write_bytes(b"x")
+    asked: list[int] = []
+
+    def samples() -> list[str]:
+        asked.append(1)
+        return [str(root / "a" / "1.png"), str(root / "b" / "2.png")]
+
+    needs = Needs(locations=(str(root),), inputs=(str(root),), shared_fs=True, samples=samples)
+    with pytest.raises(ConfigError) as err:
+        cluster.check_workers(_ProbingClient({"tcp://w1:1": None}), needs)
+    assert str(err.value).startswith(
+        f"Dask worker tcp://w1:1 on {__import__('socket').gethostname()}: "
+        f"{root / 'b' / '2.png'} does not exist there; --shared-fs needs the same path"
+    )
+    assert asked == [1]  # found once, when a cluster is asked
+
+
+def test_a_lost_runs_line_ends_with_what_its_caller_keeps():
+    """Validate keeps no shards: its lost-cluster lines told the user to resume them."""
+    after = "validate writes nothing until its end: run again"
+    lost = cluster.no_workers("tcp://s:1", ["a.tfrecord"], after)
+    said = "; validate writes nothing until its end: start workers and run again"
+    assert str(lost).endswith(said)
+    cancelled = cluster.lost_scheduler("tcp://s:1", RuntimeError(), ["a.tfrecord"], after)
+    assert str(cancelled).endswith(f"; {after}")
+    assert str(cluster.no_workers("tcp://s:1", ["a.tfrecord"])).endswith(
+        "finished shards are kept: start workers and run again to resume"
+    )

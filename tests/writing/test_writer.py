@@ -300,6 +300,14 @@ def test_a_version_folder_tfshards_did_not_make_is_refused_and_left_as_it_is(lis
     assert list((tmp_path / "elsewhere").iterdir()) == []
 
 
+def test_the_files_every_worker_must_see_are_the_first_of_three_shards(listing, tmp_path):
+    config = WriteConfig(out=str(tmp_path / "out"), num_shards=4, executor="serial")
+    planned = plan.plan(listing, config, "none", None, None, None)
+    firsts = [next(iter(t.rows.batches()))[0].path for t in planned.tasks]
+    found = writer._sample_files(planned.tasks)
+    assert found == sorted({os.path.join(listing.root, firsts[i]) for i in (0, 2, 3)})
+
+
 def test_an_out_that_is_a_file_is_named_not_a_lease_inside_it(listing, tmp_path):
     (tmp_path / "afile").write_text("mine")
     config = WriteConfig(out=str(tmp_path / "afile"), num_shards=4, executor="serial")

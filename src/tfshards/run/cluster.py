@@ -100,7 +100,8 @@ def check_workers(client: Any, needs: Needs) -> list[WorkerReport]:
     threads = client.nthreads()
     if not threads:
         raise ConfigError("the Dask scheduler has no workers yet; start some with `dask worker`")
-    inputs = [p for p in needs.inputs if is_local_path(p)]
+    asked = [*needs.inputs, *(needs.samples() if needs.samples is not None else ())]
+    inputs = [p for p in asked if is_local_path(p)]
     answers = client.run(
         probe, needs.transform, needs.transform_identity, inputs, on_error="return"
     )
@@ -206,15 +207,15 @@ def run(
 
         try:
             with _client_logs_held():
-                for future in _finished(client, futures, shown, left):
+                for future in _finished(client, futures, shown, left, needs.after):
                     if future.status == "cancelled":
                         lost = True
-                        raise lost_scheduler(shown, _raised(future), left())
+                        raise lost_scheduler(shown, _raised(future), left(), needs.after)
                     try:
                         result = future.result()
                     except KilledWorker as exc:  # its workers died running it, every try
                         shard = name(tasks[index[future.key]])
-                        raise killed_workers(shown, exc, shard) from None
+                        raise killed_workers(shown, exc, shard, needs.after) from None
                     unfinished.discard(index[future.key])
                     yield index[future.key], result
         finally:
@@ -289,7 +290,11 @@ def _connect(client_class: Any, address: str) -> Any:
 
 
 def _finished(
-    client: Any, futures: Sequence[Any], shown: str, left: Callable[[], list[str]]
+    client: Any,
+    futures: Sequence[Any],
+    shown: str,
+    left: Callable[[], list[str]],
+    after: str = Needs.after,
 ) -> Iterator[Any]:
     """Each future as it finishes.
 
@@ -319,7 +324,7 @@ def _finished(
     try:
         for future in as_completed(futures):
             if alone.is_set():
-                raise no_workers(shown, left())
+                raise no_workers(shown, left(), after)
             yield future
     finally:
         stop.set()
@@ -354,30 +359,33 @@ def _workers(client: Any) -> int:
         return 1
 
 
-def no_workers(shown: str, names: Sequence[str]) -> ShardError:
+def no_workers(shown: str, names: Sequence[str], after: str = Needs.after) -> ShardError:
     """The one-line error for a run whose cluster lost every worker and got none back."""
     return ShardError(
         f"dask, {shown}: no workers for {_no_workers_s():g} s (all stopped or were killed) while "
         f"working on {', '.join(names[:4])}{' ...' if len(names) > 4 else ''}; "
-        "finished shards are kept: start workers and run again to resume",
+        f"{after.replace('run again', 'start workers and run again')}",
         shards=list(names),
     )
 
 
-def killed_workers(shown: str, exc: BaseException, shard: str) -> ShardError:
+def killed_workers(
+    shown: str, exc: BaseException, shard: str, after: str = Needs.after
+) -> ShardError:
     """The one-line error for a task whose workers all died running it."""
     failures = getattr(exc, "allowed_failures", None)
     tries = failures + 1 if isinstance(failures, int) else 0
     times = f" ({tries} {'try' if tries == 1 else 'tries'})" if tries else ""
     return ShardError(
         f"dask, {shown}: the workers running {shard} died{times}: killed by a signal or out "
-        "of memory (a crash in a decoder or a transform, or too little memory for it); "
-        "finished shards are kept: run again to resume",
+        f"of memory (a crash in a decoder or a transform, or too little memory for it); {after}",
         shard=shard,
     )
 
 
-def lost_scheduler(shown: str, cancelled: BaseException, names: Sequence[str]) -> ShardError:
+def lost_scheduler(
+    shown: str, cancelled: BaseException, names: Sequence[str], after: str = Needs.after
+) -> ShardError:
     """The one-line error for tasks the client saw cancelled: their scheduler went away."""
     reason = getattr(cancelled, "reason", None) or type(cancelled).__name__
     what = (
@@ -387,8 +395,7 @@ def lost_scheduler(shown: str, cancelled: BaseException, names: Sequence[str]) -
     )
     return ShardError(
         f"dask, {shown}: {what} while working on "
-        f"{', '.join(names[:4])}{' ...' if len(names) > 4 else ''}; "
-        "finished shards are kept: run again to resume",
+        f"{', '.join(names[:4])}{' ...' if len(names) > 4 else ''}; {after}",
         shards=list(names),
     )
 

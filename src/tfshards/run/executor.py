@@ -65,6 +65,12 @@ class Needs:
             it; a worker whose module source differs would write other bytes.
         shared_fs: the user states that local paths are on a filesystem every
             worker mounts at the same path.
+        samples: a few files of the inputs every worker must see, found only when
+            asked (a worker whose share is not mounted sees its empty mount point:
+            every file of it failed as missing, and under ``on_error: skip`` a version
+            of the rest was published).
+        after: what a line saying the run was lost (its workers, its scheduler) ends
+            with: what is kept and what to do.
     """
 
     locations: tuple[str, ...] = ()
@@ -72,6 +78,8 @@ class Needs:
     transform: str | None = None
     transform_identity: str = "none"
     shared_fs: bool = False
+    samples: Callable[[], Sequence[str]] | None = None
+    after: str = "finished shards are kept: run again to resume"  # ends a lost run's line
 
 
 def is_remote(address: str | None) -> bool:

@@ -192,6 +192,6 @@ class ProcessExecutor(Executor):
             raise ShardError(
                 f"a worker process died (killed by a signal or out of memory) while working on "
                 f"{', '.join(lost[:4])}{' ...' if len(lost) > 4 else ''}; "
-                "finished shards are kept: run again to resume",
+                f"{(needs or Needs()).after}",
                 shards=lost,
             ) from exc

@@ -203,6 +203,13 @@ def validate(config: ValidateConfig, *, progress: bool = False) -> ValidationRep
     )
 
 
+def _sample_shards(manifest: Manifest) -> list[str]:
+    """The first, middle and last shard: what every worker must see."""
+    shards = manifest.shards
+    picked = {s.name for s in (shards[0], shards[len(shards) // 2], shards[-1])} if shards else ()
+    return [storage.join(storage.absolute(manifest.directory), name) for name in sorted(picked)]
+
+
 def _moved(manifest: Manifest, config: ValidateConfig) -> tuple[str, ...]:
     """The line on files moved into another split bucket, unless it is a problem here."""
     line = diff.moved_files_line(manifest)
@@ -281,6 +288,8 @@ def _check_shards(
                 needs=Needs(
                     locations=(storage.absolute(manifest.directory),),
                     inputs=(storage.absolute(manifest.directory),),
+                    samples=lambda: _sample_shards(manifest),
+                    after="validate writes nothing until its end: run again",
                 ),
                 note=bar.note,
             ):

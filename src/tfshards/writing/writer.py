@@ -329,6 +329,7 @@ def _write_shards(
                 needs=Needs(
                     locations=(tasks[0].source, tasks[0].out),
                     inputs=(tasks[0].source,),
+                    samples=lambda: _sample_files(tasks),
                     transform=transform,
                     transform_identity=planned.params["transform"],
                 ),
@@ -388,6 +389,17 @@ def _fail_on_bad_files(done: Sequence[ShardResult]) -> None:
     failed = [error for result in done for error in result.failed]
     if failed:
         raise bad_files_error(failed)
+
+
+def _sample_files(tasks: Sequence[ShardTask]) -> list[str]:
+    """The first file of the first, middle and last shard: what every worker must see."""
+    picked = {0: tasks[0], len(tasks) // 2: tasks[len(tasks) // 2], -1: tasks[-1]}
+    out = []
+    for task in picked.values():
+        batch = next(iter(task.rows.batches()), ())
+        if batch:
+            out.append(storage.join(task.source, batch[0].path))
+    return sorted(set(out))
 
 
 def _check_shards_present(fs: Any, version_path: str, manifest: Manifest) -> None:
