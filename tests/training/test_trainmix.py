@@ -117,6 +117,20 @@ def _load(main: str, mix: trainmix.Pairs) -> trainmix.Mix | None:
     return trainmix.load_sets(main, manifest, split(manifest, VAL, 0), mix, VAL, 0)
 
 
+def test_a_batch_above_a_mixed_epoch_is_said_in_one_line(sets: dict[str, str]) -> None:
+    from tfshards.reading import mixing
+    from tfshards.training import train
+
+    mix = _load(sets["a"], ((sets["b"], 0.3),))
+    assert mix is not None
+    epoch = mixing.plan_of(mix.sources()).epoch_size
+    said: list[str] = []
+    config = TrainConfig(batch_size=epoch + 1)
+    train._say_oversized_batch(config, mix.parts[0], mix, said.append)
+    assert len(said) == 1
+    assert said[0].startswith(f"batch_size {epoch + 1} is above the {epoch} records of a mixed")
+
+
 def test_sets_are_split_like_the_manifest_and_weighed_the_rest(sets: dict[str, str]) -> None:
     mix = _load(sets["a"], ((sets["b"], 0.25),))
     assert mix is not None and mix.weights == (0.75, 0.25)

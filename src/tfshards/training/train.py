@@ -467,13 +467,21 @@ def _resume(
 def _say_oversized_batch(
     config: TrainConfig, parts: Split, mix: Mix | None, log: Callable[[str], None] | None
 ) -> None:
-    """One line when a batch holds more records than the training side: an epoch is then
-    one step that repeats them (1,479 records in a batch of 5,000: ~3.4 passes a step)."""
-    records = parts.train_records
-    if log is None or mix is not None or not 0 < records < config.batch_size:
+    """One line when a batch holds more records than the training side (the mixed epoch,
+    with a mix): an epoch is then one step that repeats them (1,479 records in a batch of
+    5,000: ~3.4 passes a step)."""
+    if log is None:
+        return
+    if mix is None:
+        records, what = parts.train_records, "training records"
+    else:
+        from tfshards.reading import mixing
+
+        records, what = mixing.plan_of(mix.sources()).epoch_size, "records of a mixed epoch"
+    if not 0 < records < config.batch_size:
         return
     log(
-        f"batch_size {config.batch_size} is above the {records} training records: each "
+        f"batch_size {config.batch_size} is above the {records} {what}: each "
         f"epoch is one step repeating them ({config.batch_size / records:.1f} passes); "
         "a smaller batch_size gives more steps an epoch"
     )
