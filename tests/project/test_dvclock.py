@@ -41,7 +41,7 @@ def test_the_locked_copy_is_quiet_and_another_is_one_line(tmp_path, monkeypatch)
     manifest.write_bytes(b'{"experiment": 1}')
     line = dvclock.unlocked("data/manifest.json")
     assert line is not None and "\n" not in line
-    assert line.endswith("; `dvc checkout` first grows from the committed version")
+    assert line.endswith("; `dvc checkout` first brings the committed version back")
     assert dvclock.unlocked("data/other.json") is None  # not a locked output
 
 
@@ -90,7 +90,7 @@ def test_a_manifest_the_workspace_lock_records_but_heads_does_not_is_one_line(
     assert line.startswith("data/manifest.json: expected the version HEAD's dvc.lock records")
     # `dvc checkout` alone restores what the workspace lock records: this very manifest
     assert line.endswith(
-        "`git checkout dvc.lock && dvc checkout` first grows from the committed version"
+        "`git checkout dvc.lock && dvc checkout` first brings the committed version back"
     )
     _lock(tmp_path, b'{"committed": 1}')
     manifest.write_bytes(b'{"committed": 1}')

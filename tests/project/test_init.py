@@ -196,6 +196,16 @@ def test_init_writes_the_stages_pinned_to_this_version_and_the_params(repo):
     assert "added stages list, write, validate, train" in result.output
 
 
+def test_init_without_the_images_yet_says_to_dvc_add_them_before_the_first_repro(repo):
+    """It ended "Next: dvc repro", and a repro then ran with the images in neither git
+    (ignored) nor DVC."""
+    result = _init("--root", "images")
+    assert result.exit_code == 0, result.output
+    lines = result.output.strip().splitlines()
+    assert any(line.startswith("note: images does not exist yet: ") for line in lines)
+    assert lines[-1].endswith("Next: put the images in, dvc add images, then dvc repro")
+
+
 def test_init_keeps_other_stages_params_and_comments(repo):
     (repo / "dvc.yaml").write_text(
         "stages:\n  prepare:  # fetch the photos\n    cmd: python prepare.py\n"

@@ -107,7 +107,8 @@ def init_command(
     if ignores.update(Path.cwd(), result.spec.root, outs):
         typer.echo(".gitignore: raw data, the stages' outputs and checkpoints/ kept out of git")
     fs, raw = storage.open_url(result.spec.root)
-    if storage.is_local(fs) and not fs.exists(raw):  # a remote root is not probed here
+    missing = storage.is_local(fs) and not fs.exists(raw)  # a remote root is not probed here
+    if missing:
         typer.echo(
             f"note: {result.spec.root} does not exist yet: put the images there as "
             f"{result.spec.root}/<label>/<file>, then `dvc add {result.spec.root}` "
@@ -135,6 +136,9 @@ def init_command(
             "`git checkout` + `dvc checkout` brings one back); set it to keep to keep them "
             "there"
         )
+    after = "dvc repro"
+    if missing:
+        after = f"put the images in, dvc add {result.spec.root}, then dvc repro"
     typer.echo(
-        f"raw files: {result.spec.root}; shards: {result.spec.shards} ({variant}). Next: dvc repro"
+        f"raw files: {result.spec.root}; shards: {result.spec.shards} ({variant}). Next: {after}"
     )

@@ -68,9 +68,9 @@ def _line(path: str, where: str, expected: str, found: str) -> str:
     )
     return (
         f"{path}: expected the version {where} records (md5 {expected[:12]}), found another "
-        f"(md5 {found[:12]}: an uncommitted run's or an experiment's output?); this write "
-        "grows from it, so its version differs from the committed one's; "
-        f"`{restore}` first grows from the committed version"
+        f"(md5 {found[:12]}: an uncommitted run's or an experiment's output?); a write "
+        "that grows from it names another version than the same data grown from the "
+        f"committed one; `{restore}` first brings the committed version back"
     )
 
 
