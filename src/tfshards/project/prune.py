@@ -260,8 +260,7 @@ def _trash(
         return dataclasses.replace(
             state, action="keep", reason=f"a writer ({holders[0]}) holds a lease on it"
         )
-    if any(posixpath.basename(str(f)) == MANIFEST_NAME and posixpath.dirname(str(f)) == path
-           for f in files):  # fmt: skip
+    if posixpath.join(path, MANIFEST_NAME) in files:
         state = _own_files_only(fs, path, files, state, options)
     elif files:  # the delete was killed after the manifest went (files go in any order)
         base = path.rstrip("/") + "/"

@@ -68,7 +68,7 @@ class ShardResult:
     reused: bool
     images: ImageStats | None = None  # its images' statistics (tfshards.writing.imagestats)
     rotated: int = 0  # files written here with an EXIF orientation of 2..8 (exif warn, apply)
-    # Under on_error "fail": the error of each rejected file, in listing order. The shard is
+    # Under on_error "fail": the error of each rejected file, in record order. The shard is
     # written without them (its sidecar lists them: the next run writes it again) and the
     # writer fails after every shard, naming them all, before any manifest.
     failed: tuple[InputError, ...] = ()
@@ -237,7 +237,7 @@ class _Rejects:
         self.found.append(Reject(entry.path, _reason(exc), token))
 
     def failures(self) -> tuple[InputError, ...]:
-        """The errors of the files found bad under ``on_error="fail"``, in listing order."""
+        """The errors of the files found bad under ``on_error="fail"``, in record order."""
         return tuple(self.by_path[r.path] for r in self.found if r.path in self.by_path)
 
 
