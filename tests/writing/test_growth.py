@@ -15,6 +15,7 @@ from array import array
 from pathlib import Path
 
 import pytest
+from PIL import Image
 from typer.testing import CliRunner
 
 from handedits import edit_listing_line, edit_member_rows
@@ -211,6 +212,34 @@ def test_numeric_folders_map_to_their_number(tmp_path):
     assert {p: label for p, (_, label) in _members(m).items()} == {
         f"{n}/a.png": n for n in (0, 1, 2, 10, 11, 25) if f"{n}/a.png" in _members(m)
     }
+
+
+def test_a_numeric_folder_fills_the_gap_its_number_left_and_gaps_are_no_labels(tmp_path):
+    """00-03, then 07: ids 4-6 are gaps, named 4, 5, 6 in the map; they were counted as 3
+    labels added, and a folder 05 later was refused as a renamed '5' (needing --relabel)."""
+    raw = tmp_path / "raw"
+    for n in (0, 1, 2, 3):
+        for k in range(3):
+            _grey_png(raw / f"0{n}" / f"{k}.png", 10 * n + k)
+    first = _grow(raw, tmp_path, num_shards=2).manifest
+    _grey_png(raw / "07" / "a.png", 70)
+    second = _grow(raw, tmp_path, num_shards=2).manifest
+    assert second.labels == ("00", "01", "02", "03", "4", "5", "6", "07")
+    assert second.changes["labels_added"] == 1 and second.changes == _compared(first, second)
+    compared = diff.compare(first, second, diff.load_members(first), diff.load_members(second))
+    assert compared.labels_added == ("07",)
+    shutil.rmtree(raw / "07")
+    _grey_png(raw / "05" / "b.png", 50)
+    third = _grow(raw, tmp_path, num_shards=2).manifest
+    assert third.labels == ("00", "01", "02", "03", "4", "05", "6", "07")
+    assert _members(third)["05/b.png"][1] == 5
+    assert (third.changes["labels_added"], third.changes["labels_removed"]) == (1, 0)
+    assert third.changes["ids_changed"] == 0 and third.changes == _compared(second, third)
+
+
+def _grey_png(path: Path, value: int) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    Image.new("L", (4, 4), value).save(path)
 
 
 def test_the_diff_hint_names_the_old_version_where_it_is(raw, tmp_path):

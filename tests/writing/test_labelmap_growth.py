@@ -164,3 +164,15 @@ def test_the_map_the_renumber_hint_pins_keeps_every_other_id():
     # Both spellings still listed: the new one is appended, every old id stays.
     message = str(_refused(["0", "1", "01"], None, ("0", "1"), False))
     assert "--labels 0,1,01 --relabel" in message
+
+
+def test_a_new_numeric_folder_takes_the_gap_its_number_falls_on():
+    """03 then 07 left ids 4-6 as gaps (named 4, 5, 6); a folder 05 takes id 5 when no
+    record of the previous version carried it, and is a renamed label's folder otherwise."""
+    previous = ("00", "01", "02", "03", "4", "5", "6", "07")
+    listed = ["00", "01", "02", "03", "05"]
+    names = resolve(listed, None, previous, False, lambda: {0, 1, 2, 3, 7})
+    assert names == ("00", "01", "02", "03", "4", "05", "6", "07")
+    message = str(_refused(listed, None, previous, False, lambda: {0, 5}))
+    assert "folder '05' has the number of the previous version's label '5'" in message
+    assert "folder '05'" in str(_refused(listed, None, previous, False, None))  # unknown

@@ -215,8 +215,10 @@ def compare(
         changed_paths=tuple(sorted(changed)),
         relabeled_paths=tuple(sorted(relabeled)),
         label_deltas=_deltas(old.labels, known.counts, new.labels, new_counts),
-        labels_added=tuple(sorted(set(new.labels) - set(old.labels))),
-        labels_removed=tuple(sorted(set(old.labels) - set(new.labels))),
+        labels_added=tuple(sorted(set(new.labels) - set(old.labels) - _gaps(names, new_counts))),
+        labels_removed=tuple(
+            sorted(set(old.labels) - set(new.labels) - _gaps(old.labels, known.counts))
+        ),
         labels_emptied=_emptied(old.labels, known.counts, new.labels, new_counts),
         ids_changed=_ids_changed(old.labels, new.labels),
         moved_buckets=None if note else moved,
@@ -329,6 +331,16 @@ def _deltas(
     for name, n in zip(old_labels, old_counts, strict=True):
         delta[name] = delta.get(name, 0) - n
     return {name: n for name, n in sorted(delta.items()) if n}
+
+
+def _gaps(labels: Sequence[str], counts: list[int]) -> set[str]:
+    """The ids of a numeric map that no folder named: ``str(k)`` at id ``k`` with no
+    record (``4`` between folders ``03`` and ``07``). A label to neither add nor remove."""
+    if any(
+        not (name.isascii() and name.isdigit()) or int(name) != i for i, name in enumerate(labels)
+    ):
+        return set()
+    return {name for i, name in enumerate(labels) if name == str(i) and not counts[i]}
 
 
 def _emptied(

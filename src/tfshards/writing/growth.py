@@ -28,6 +28,7 @@ from tfshards.shardset import layout, members
 from tfshards.shardset import manifest as manifests
 from tfshards.shardset.layout import MANIFEST_NAME
 from tfshards.shardset.manifest import Manifest, ShardInfo
+from tfshards.writing import labelmap
 
 # Params that must match for a previous shard's bytes to be this write's: the
 # others (the shard count, the label map) are settled record by record.
@@ -352,21 +353,28 @@ class _Listed:
 
 
 def changes(
-    found: Match, previous: Manifest, labels: Sequence[str], moved: tuple[int, int]
+    found: Match,
+    previous: Manifest,
+    labels: Sequence[str],
+    moved: tuple[int, int],
+    listed: Sequence[str] = (),
 ) -> dict[str, int]:
     """The counts the manifest keeps under ``changes`` (``diff.Changes.to_metrics``), as the
     member lists match; the writer takes the files it leaves out off them. ``moved``:
     records in another bucket by path, and files moved or renamed into another bucket
-    (``moved_files``, kept only when there are any: older manifests keep their bytes)."""
+    (``moved_files``, kept only when there are any: older manifests keep their bytes).
+    A numeric map's gaps (``labelmap.gaps``: ids between the ``listed`` folders'
+    numbers) are no label: one is neither added nor, once a folder takes it, removed."""
     old, new = previous.labels, tuple(labels)
     position = {name: i for i, name in enumerate(new)}
     by_path, files = moved
+    unnamed = labelmap.gaps(old, listed) | labelmap.gaps(new, listed)
     return {
         "added": found.added,
         "changed": found.changed,
         "ids_changed": sum(position.get(name, i) != i for i, name in enumerate(old)),
-        "labels_added": len(set(new) - set(old)),
-        "labels_removed": len(set(old) - set(new)),
+        "labels_added": len(set(new) - set(old) - unnamed),
+        "labels_removed": len(set(old) - set(new) - unnamed),
         "moved_buckets": by_path,
         **({"moved_files": files} if files else {}),
         "relabeled": found.relabeled,

@@ -209,6 +209,7 @@ def save_version(
     )
     path = storage.join(version, layout.IMAGESTATS_NAME)
     try:
-        atomicfile.write_atomic(fs, path, [doc.to_json()], sync_dir=False)  # synced by the writer
+        # The writer syncs it with the version's new files, in one pass before the manifest.
+        atomicfile.write_atomic(fs, path, [doc.to_json()], sync_dir=False, durable=False)
     except OSError as exc:
         raise storage.write_error(fs, path, exc) from None

@@ -15,7 +15,7 @@ names that are all decimal numbers map to their number (``"k"`` gets id ``k``).
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 
 from tfshards.errors import ConfigError, InputError
@@ -93,12 +93,16 @@ def resolve(
     pinned: Sequence[str] | None,
     previous: Sequence[str] | None,
     relabel: bool,
+    held: Callable[[], set[int]] | None = None,
 ) -> tuple[str, ...]:
     """The new version's label names in id order (a label's id is its position).
 
     ``pinned`` (write.labels) is the map; else ``previous`` (the previous version's
     manifest labels) with the listed labels it lacks appended; else the ``listed``
     names sorted, or ``0..max`` where every one is a decimal number (its id).
+    ``held``: the ids the previous version's records carry, asked only when a new
+    numeric folder meets an id of a numeric map that may be a gap (:func:`_grown`);
+    None: unknown, so such a folder is refused as before.
 
     Raises:
         ConfigError: one line: a listed label is not pinned; the pinned map changes a
@@ -119,7 +123,7 @@ def resolve(
             _check_unchanged(previous, names)
         return names
     if previous:
-        return _grown(listed, tuple(previous))
+        return _grown(listed, tuple(previous), held)
     by_value = _numbers(listed)
     if by_value is None:
         return tuple(sorted(set(listed)))
@@ -144,11 +148,14 @@ def _check_unchanged(previous: Sequence[str], pinned: tuple[str, ...]) -> None:
         )
 
 
-def _grown(listed: Sequence[str], previous: tuple[str, ...]) -> tuple[str, ...]:
+def _grown(
+    listed: Sequence[str], previous: tuple[str, ...], held: Callable[[], set[int]] | None
+) -> tuple[str, ...]:
     """``previous`` with the listed labels it lacks appended; every old id kept.
 
     A numeric previous map (label ``k``'s number is ``k``) grows to ``0..m`` for
-    a new number ``m``; other new labels follow, sorted.
+    a new number ``m``; other new labels follow, sorted. A new folder of number
+    ``k`` takes id ``k`` where the map holds a gap there (:func:`gaps`).
     """
     new = sorted(set(listed) - set(previous))
     if not new:
@@ -159,10 +166,48 @@ def _grown(listed: Sequence[str], previous: tuple[str, ...]) -> tuple[str, ...]:
     rest = tuple(name for name in new if not _digits(name))
     if not numbered:
         return previous + rest
+    previous = _filled(listed, previous, numbered, held)
+    numbered = [name for name in numbered if name not in previous]
     _check_renumbered(listed, previous, numbered)
     by_value = _numbers([*previous, *numbered])
     assert by_value is not None  # every name is digits
     return _numeric(by_value, [*previous, *numbered]) + rest
+
+
+def gaps(labels: Sequence[str], listed: Sequence[str] = ()) -> set[str]:
+    """The names of a numeric map that stand for no folder: ``str(k)`` at id ``k``
+    (how :func:`_numeric` names an id between two folders' numbers, ``4`` between
+    ``03`` and ``07``) where no listed folder has that name. Only a map of
+    numbers holds them."""
+    if not labels or any(not _digits(name) or int(name) != i for i, name in enumerate(labels)):
+        return set()
+    present = set(listed)
+    return {name for i, name in enumerate(labels) if name == str(i) and name not in present}
+
+
+def _filled(
+    listed: Sequence[str],
+    previous: tuple[str, ...],
+    numbered: Sequence[str],
+    held: Callable[[], set[int]] | None,
+) -> tuple[str, ...]:
+    """``previous`` with each gap a new numeric folder's number falls on named after it.
+
+    A gap is a name :func:`gaps` finds that no record of the previous version
+    carried (``held``): ``05`` then takes id 5 where ``03`` and ``07`` left
+    ``5`` in between. A label with records in the previous version is a folder
+    renamed, which :func:`_check_renumbered` refuses.
+    """
+    free = gaps(previous, listed)
+    wanted = [name for name in numbered if str(int(name)) in free and int(name) < len(previous)]
+    if not wanted or held is None:
+        return previous
+    carried = held()
+    names = list(previous)
+    for name in wanted:
+        if int(name) not in carried:
+            names[int(name)] = name
+    return tuple(names)
 
 
 def _check_renumbered(

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import math
 from array import array
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -22,7 +22,7 @@ from tfshards import jsonfile, storage
 from tfshards.errors import ConfigError, InputError
 from tfshards.format.columns import Column, columns_json
 from tfshards.listing.protocol import FileListing
-from tfshards.shardset import buckets, grouping, layout
+from tfshards.shardset import buckets, diff, grouping, layout
 from tfshards.shardset.manifest import FORMAT_VERSION, Manifest, Reject, ShardInfo
 from tfshards.writing import growth, labelmap, orientation, placement, sharding
 from tfshards.writing.config import WriteConfig
@@ -179,7 +179,9 @@ def plan(
         raise InputError(f"{listing.root}: the listing has no files", path=listing.root)
     if previous is not None:
         carried = previous.labels
-    labels = labelmap.resolve(listing.labels, config.labels, carried, config.relabel)
+    labels = labelmap.resolve(
+        listing.labels, config.labels, carried, config.relabel, _held_ids(previous, config)
+    )
     ids = labelmap.label_ids(listing.labels, labels)
     if config.group_by is not None and groups is None:
         groups = read_groups(listing, config.group_by)
@@ -211,7 +213,11 @@ def plan(
         for name, p in zip(names, placed, strict=True)
         if isinstance(p, placement.KeptShard) and base is not None
     )
-    changes = {} if found is None or base is None else growth.changes(found, base, labels, moved)
+    changes = (
+        {}
+        if found is None or base is None
+        else growth.changes(found, base, labels, moved, listing.labels)
+    )
     return Plan(
         version,
         {**params, "on_error": config.on_error},
@@ -392,3 +398,13 @@ def _params(
     if tuple(labels) != tuple(listed):  # a pinned, carried or numeric map: absent otherwise
         params["labels"] = list(labels)
     return params
+
+
+def _held_ids(previous: Manifest | None, config: WriteConfig) -> Callable[[], set[int]] | None:
+    """The label ids ``previous``'s records carry, read from its member lists when asked
+    (:func:`labelmap.resolve`); None without a previous version to read."""
+    if previous is None:
+        return None
+    return lambda: {
+        int(row[2]) for _, rows in diff.load_members(previous, **config.out_options) for row in rows
+    }

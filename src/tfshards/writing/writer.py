@@ -456,13 +456,15 @@ def _write_metadata(fs: Any, version_path: str, manifest: Manifest) -> Manifest:
 
 def _sync(fs: Any, version_path: str, done: Sequence[ShardResult], manifest: Manifest) -> None:
     """Make what this run wrote durable: each shard written or resumed (a killed run's
-    shard may never have been flushed) with its companions, the metadata files, then
-    the version's folders (the renames into them). Kept shards are links to durable files.
+    shard may never have been flushed) with its companions, the metadata files and the
+    image statistics, then the version's folders (the renames into them). Kept shards
+    are links to durable files.
 
     One pass: a 1% append's files fsynced each as they were written took ~2x its wall.
     """
     files = [path for r in done for path in written_files(version_path, r.info)]
     files.extend(storage.join(version_path, name) for name in manifest.metadata_files)
+    files.append(storage.join(version_path, layout.IMAGESTATS_NAME))
     try:
         atomicfile.sync_files(fs, files)
     except OSError as exc:
