@@ -5,6 +5,7 @@ changed; no reader ever serves a removed record."""
 from __future__ import annotations
 
 import dataclasses
+import json
 import math
 import os
 import random
@@ -345,9 +346,9 @@ def test_a_copied_manifest_whose_relative_root_is_not_above_it_says_where_it_loo
     with pytest.raises(InputError) as caught:
         write(again, list_files(str(raw)), progress=False)
     assert str(caught.value).startswith(
-        f"{elsewhere / 'prev.json'}: the previous version {first.fingerprint} is missing (its "
-        f"folder shards/{first.fingerprint} is under neither the manifest's folder {elsewhere} "
-        "nor one above it, up to the project's top); restore it"
+        f"{elsewhere / 'prev.json'}: the previous version {first.fingerprint} is missing (no "
+        f"folder shards/{first.fingerprint} in the manifest's folder {elsewhere} nor in one "
+        "above it, up to the project's top: pruned, deleted or not checked out); restore it"
     )
 
 
@@ -588,13 +589,26 @@ def test_a_new_lineage_keyed_otherwise_warns_that_records_may_change_sides(make_
     same_keys = CliRunner().invoke(app, [*args, "--previous", "none", "--seed", "7"])
     assert same_keys.exit_code == 0 and "warning" not in same_keys.output, same_keys.output
     old = Manifest.from_json((tmp_path / "m.json").read_bytes()).fingerprint
+    (tmp_path / "m16.json").write_bytes((tmp_path / "m.json").read_bytes())
     anew = CliRunner().invoke(app, [*args, "--previous", "none", "--buckets", "8"])
     assert anew.exit_code == 0, anew.output
     assert (
         f"warning: the split is keyed anew since version {old}: buckets 16 -> 8: records may "
         "have changed sides, so a model trained on the old version would be scored partly on "
-        "its own training records (`tfshards diff OLD NEW` counts those moved to another bucket)"
+        "its own training records (with another number of buckets every record may have "
+        "moved; `tfshards diff OLD NEW` cannot compare sides, and lists the files added and "
+        "removed)"
     ) in anew.stderr.splitlines()
+    # Keyed by group with as many buckets: diff counts the records that moved, as it says.
+    (tmp_path / "m.json").write_bytes((tmp_path / "m16.json").read_bytes())
+    grouped = CliRunner().invoke(app, [*args, "--previous", "none", "--group-by", "[^/]+$"])
+    assert grouped.exit_code == 0, grouped.output
+    assert "buckets " not in grouped.stderr, grouped.stderr
+    assert "(`tfshards diff OLD NEW` counts those moved to another bucket)" in grouped.stderr
+    metrics = tmp_path / "diff.json"
+    args = ["diff", str(tmp_path / "m16.json"), str(tmp_path / "m.json"), "--metrics", str(metrics)]
+    assert CliRunner().invoke(app, args).exit_code == 0
+    assert isinstance(json.loads(metrics.read_text())["diff"]["moved_buckets"], int)
 
 
 def test_a_new_shard_damaged_in_a_grown_version_gets_no_hint_about_kept_shards(raw, tmp_path):

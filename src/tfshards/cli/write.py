@@ -119,10 +119,17 @@ def _say_lineage(result: Any, config: WriteConfig, old_versions: str, committed:
     elif result.fresh:
         typer.echo(f"not grown from the previous version: {result.fresh}; label ids kept")
     if result.resplit:
+        # diff compares buckets only between versions with as many of them
+        counted = (
+            "`tfshards diff OLD NEW` counts those moved to another bucket"
+            if "buckets " not in result.resplit
+            else "with another number of buckets every record may have moved; `tfshards diff "
+            "OLD NEW` cannot compare sides, and lists the files added and removed"
+        )
         typer.echo(
             f"warning: the split is keyed anew {result.resplit}: records may have changed "
             "sides, so a model trained on the old version would be scored partly on its own "
-            "training records (`tfshards diff OLD NEW` counts those moved to another bucket)",
+            f"training records ({counted})",
             err=True,
         )
     kept = m.params.get("buckets")

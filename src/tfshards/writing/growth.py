@@ -91,9 +91,9 @@ def find(previous: str | None, manifest_copy: str | None, **options: Any) -> Man
     except InputError:
         where = storage.unstrip(fs, posixpath.dirname(posixpath.normpath(path)))
         raise InputError(
-            f"{url}: the previous version {manifest.fingerprint} is missing (its folder "
-            f"{manifest.root} is under neither the manifest's folder {where} nor one above "
-            f"it, up to the project's top); {_RESTORE}",
+            f"{url}: the previous version {manifest.fingerprint} is missing (no folder "
+            f"{manifest.root} in the manifest's folder {where} nor in one above it, up to "
+            f"the project's top: pruned, deleted or not checked out); {_RESTORE}",
             path=url,
         ) from None
     found = manifests.load(url, **options)
