@@ -161,6 +161,23 @@ def test_a_version_directory_copied_under_another_name_is_its_own_root(
     assert checked.exit_code == 1 and "Traceback" not in checked.output
 
 
+def test_a_version_directory_copied_inside_the_project_is_its_own_root_not_the_original(
+    listing, tmp_path, monkeypatch
+):
+    """`cp -r data/shards/<version> backup/mycopy` in the project: the lookup above the copy
+    found the original first, so a damaged copy validated (the original) OK."""
+    fingerprint = _write_in(tmp_path / "A", listing, 1, monkeypatch)
+    copy = tmp_path / "A" / "backup" / "mycopy"
+    shutil.copytree(tmp_path / "A/data/shards" / fingerprint, copy)
+    assert load(str(copy / MANIFEST_NAME)).directory == str(copy)
+    first = load(str(copy / MANIFEST_NAME)).shards[0].name
+    (copy / first).write_bytes(b"cut")
+    checked = CliRunner().invoke(app, ["validate", str(copy / MANIFEST_NAME), "--no-progress"])
+    assert checked.exit_code == 1 and f"{first}: size mismatch: expected" in checked.output
+    # The manifest copy alone (no shard beside it) still finds the version above it.
+    assert load(str(tmp_path / "A/data/manifest.json")).fingerprint == fingerprint
+
+
 def test_a_folder_given_as_the_manifest_is_read_through_the_manifest_in_it(
     listing, tmp_path, monkeypatch
 ):

@@ -7,7 +7,7 @@ import json
 import pytest
 
 from tfshards.errors import ConfigError
-from tfshards.training.history import EpochResult, early_stop_note, stop_early, summarize
+from tfshards.training.history import SERIES, EpochResult, early_stop_note, stop_early, summarize
 from tfshards.training.stall import LoopTiming
 
 
@@ -95,3 +95,8 @@ def test_without_validation_nothing_stops_early() -> None:
         EpochResult(n, 1.0, 0.5, None, None, LoopTiming(1, 1, 0.0, 1.0)) for n in range(1, 6)
     ]
     assert not stop_early(history, 1, "val_loss")
+
+
+def test_every_series_an_epoch_logs_is_named_in_series() -> None:
+    """The live folder's check keeps plots/metrics/<name>.tsv for these names only."""
+    assert tuple(_epoch(1, 0.5).metrics()) == SERIES

@@ -14,6 +14,7 @@ from tfshards.errors import ConfigError
 from tfshards.format.schema import FeatureSpec
 from tfshards.shardset.manifest import Manifest
 from tfshards.training import outputs
+from tfshards.training.history import SERIES
 from tfshards.training.trainconfig import OUTPUTS, TrainConfig
 
 
@@ -97,6 +98,15 @@ def test_a_link_in_the_live_dir_and_a_log_like_file_of_yours_are_refused(tmp_pat
     mine.write_text("precious")
     with pytest.raises(ConfigError, match=r"found 'plots/metrics/my_baseline_run/loss.tsv'"):
         outputs.check(_config(tmp_path), [])
+    shutil.rmtree(mine.parent)
+    # A series no run logs (any name.tsv was taken for one, and deleted with the log).
+    (live / "plots/metrics/my_other_run.tsv").write_text("precious")
+    with pytest.raises(ConfigError, match=r"found 'plots/metrics/my_other_run.tsv' in "):
+        outputs.check(_config(tmp_path), [])
+    (live / "plots/metrics/my_other_run.tsv").unlink()
+    for name in SERIES:  # what a run logs is its own
+        (live / f"plots/metrics/{name}.tsv").write_text("step\tvalue\n")
+    outputs.check(_config(tmp_path), [])
 
 
 def test_an_export_folder_with_entries_of_the_wrong_kind_is_refused(tmp_path):

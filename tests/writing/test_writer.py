@@ -953,3 +953,30 @@ def test_plan_refuses_an_identity_of_another_transform(listing, tmp_path):
         ConfigError, match=r"expected the identity of transform 'tx_mod:fn', got 'none'"
     ):
         plan.plan(listing, config)
+
+
+def test_a_manifest_copy_inside_the_shard_folder_is_refused_and_no_manifest_replaced(
+    listing, tmp_path
+):
+    """`--manifest shards/<version>/manifest.json` of a write with other params replaced that
+    finished version's manifest with the new version's (exit 0): it then read as the other."""
+    out = tmp_path / "shards"
+    first = write(WriteConfig(out=str(out), num_shards=2, executor="serial"), listing).manifest
+    own = Path(first.directory) / MANIFEST_NAME
+    before = own.read_bytes()
+    config = WriteConfig(
+        out=str(out), num_shards=2, seed=7, executor="serial", manifest_copy=str(own)
+    )
+    with pytest.raises(ConfigError) as refused:
+        write(config, listing, progress=False)
+    assert str(refused.value) == (
+        f"manifest: expected a path outside the shard folder {out} (--out), found {own} "
+        "inside it, where it would replace a version's own manifest; keep the copy beside "
+        "that folder (data/manifest.json beside data/shards)"
+    )
+    assert own.read_bytes() == before and sorted(os.listdir(out)) == [first.fingerprint]
+    args = ["write", str(tmp_path / "l"), "--out", str(out), "--manifest", str(own)]
+    write_listing(listing, str(tmp_path / "l"))
+    done = CliRunner().invoke(app, [*args, "--seed", "7", "--no-progress"])
+    assert done.exit_code != 0 and "Traceback" not in done.output
+    assert done.output.strip().splitlines()[-1].endswith("(data/manifest.json beside data/shards)")

@@ -335,13 +335,13 @@ def locate(manifest: Manifest, fs: Any, path: str, url: str) -> str:
 
     A URL or absolute ``root`` is itself. A relative one is relative to the
     writer's working directory, which the manifest's own place recovers: a
-    manifest inside a folder named by its fingerprint is in its version
-    directory; a copy elsewhere (the DVC-tracked ``data/manifest.json``) has
-    ``root`` under its own folder or a folder above it, looked up to the
-    project's top (the first folder holding ``.dvc`` or ``.git``); failing
-    those, a folder holding the manifest's first shard beside it is a version
-    directory copied under another name (every shard is checked against the
-    manifest all the same).
+    manifest inside a folder named by its fingerprint, or beside its first
+    shard (a version directory copied under another name), is in its version
+    directory: the copy is what it describes, never the original it was copied
+    from (a damaged copy validated the original, OK); a copy of the manifest
+    alone (the DVC-tracked ``data/manifest.json``) has ``root`` under its own
+    folder or a folder above it, looked up to the project's top (the first
+    folder holding ``.dvc`` or ``.git``).
 
     Raises:
         InputError: a relative ``root`` that is under none of those folders.
@@ -352,11 +352,11 @@ def locate(manifest: Manifest, fs: Any, path: str, url: str) -> str:
     folder = posixpath.dirname(posixpath.normpath(path))
     if posixpath.basename(folder) == manifest.fingerprint:
         return storage.unstrip(fs, folder)
+    if manifest.shards and fs.isfile(posixpath.join(folder, manifest.shards[0].name)):
+        return storage.unstrip(fs, folder)  # a version directory copied under another name
     found = storage.find_upward(fs, folder, root)
     if found is not None and fs.isdir(found):
         return storage.unstrip(fs, found)
-    if manifest.shards and fs.isfile(posixpath.join(folder, manifest.shards[0].name)):
-        return storage.unstrip(fs, folder)  # a version directory copied under another name
     raise InputError(
         f"{url}: root: expected the version directory {root} under the manifest's folder or "
         f"one above it, up to the project's top (a folder with .dvc or .git); found it "

@@ -11,6 +11,8 @@ from tfshards.errors import ConfigError
 from tfshards.training.stall import LoopTiming
 
 MODEL_METRICS = ("loss", "accuracy", "val_loss", "val_accuracy")  # val_* need a val set
+# Every series an epoch logs (:meth:`EpochResult.metrics`): dvclive's plots/metrics/<name>.tsv.
+SERIES = (*MODEL_METRICS, "examples_per_s", "input_bound_fraction")
 
 
 @dataclass(frozen=True)

@@ -18,14 +18,16 @@ from collections.abc import Sequence
 from tfshards.errors import ConfigError
 from tfshards.shardset.layout import MANIFEST_NAME
 from tfshards.shardset.manifest import Manifest
+from tfshards.training.history import SERIES
 from tfshards.training.trainconfig import OUTPUTS, TrainConfig
 
 _FILES = ("metrics", "model_out", "split_out")  # outputs that are one file each
 # What a run's dvclive folder holds (save_dvc_exp, dvcyaml and report off): the metrics,
-# the per-epoch series, the two plots and the confusion matrix. dvclive itself would also
-# remove a params.yaml, dvc.yaml or report there, which a run never writes.
+# the per-epoch series (those a run logs, by name: any .tsv let a user's own series of
+# another run be deleted), the two plots and the confusion matrix. dvclive itself would
+# also remove a params.yaml, dvc.yaml or report there, which a run never writes.
 _LIVE_FILES = re.compile(  # relative paths, "/" between folders
-    r"metrics\.json|confusion\.csv|plots/metrics/[^/]+\.tsv"
+    r"metrics\.json|confusion\.csv|plots/metrics/(?:" + "|".join(SERIES) + r")\.tsv"
     r"|plots/custom/val_class_accuracy\.json|plots/sklearn/confusion_matrix\.json"
 )
 

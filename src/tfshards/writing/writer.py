@@ -84,6 +84,7 @@ def write(config: WriteConfig, listing: FileListing | str, *, progress: bool = T
     (with ``on_error="fail"``), and never leaves a manifest for a partial set.
     """
     start, options = time.monotonic(), config.out_options
+    _check_manifest_copy(config)
     pool = _start_pool(config, _checked(listing))
     # Workers start before the listing is loaded: forked later, each would count it in its RSS.
     with pool:
@@ -377,6 +378,31 @@ def _check_own_folder(fs: Any, version_path: str) -> None:
             f"{len(entries)} entries and no {layout.WORK_DIR}/ nor {MANIFEST_NAME} (first: "
             f"{entries[0]!r}): remove it or pass another --out",
             path=where,
+        )
+
+
+def _check_manifest_copy(config: WriteConfig) -> None:
+    """Refuse a manifest copy (``--manifest``) inside the shard folder (``--out``): there it
+    is a version's own ``manifest.json``, or a file beside the versions, which the copy of
+    another version's manifest replaced without a word (the version then read as another).
+
+    Raises:
+        ConfigError: one line naming both.
+    """
+    if config.manifest_copy is None:
+        return
+    fs_out, out = storage.open_url(config.out, **config.out_options)
+    fs_copy, copy = storage.open_url(config.manifest_copy)
+    if storage.protocol(fs_out) != storage.protocol(fs_copy):
+        return
+    if storage.is_local(fs_out):
+        out, copy = os.path.realpath(out), os.path.realpath(copy)
+    if copy.startswith(out.rstrip("/") + "/"):
+        raise ConfigError(
+            f"manifest: expected a path outside the shard folder {config.out} (--out), found "
+            f"{config.manifest_copy} inside it, where it would replace a version's own "
+            "manifest; keep the copy beside that folder (data/manifest.json beside data/shards)",
+            option="manifest",
         )
 
 
