@@ -401,3 +401,30 @@ def test_a_storage_error_names_the_storage_url_not_the_scheduler_address(capsys)
         "error: s3://shards/m.json: cannot use remote storage (EndpointConnectionError: "
         "Could not connect)\n"
     )
+
+
+def test_json_nested_too_deep_is_one_line_naming_the_file_in_every_command(listing_dir, tmp_path):
+    """Arrays nested 5,000 deep as a manifest or a listing's meta.json: RecursionError tracebacks."""
+    deep = tmp_path / "deep.json"
+    deep.write_text("[" * 5_000 + "]" * 5_000)
+    out = str(tmp_path / "shards")
+    done = _invoke("write", str(listing_dir), "--out", out, "--manifest", str(tmp_path / "m.json"))
+    assert done[0] == 0, done
+    commands = [
+        ["validate", str(deep)],
+        ["show", str(deep)],
+        ["diff", str(deep), str(tmp_path / "m.json")],
+        ["prune", "--manifest", str(deep), "--out", out],
+        ["write", str(listing_dir), "--out", out, "--previous", str(deep)],
+        ["write", str(listing_dir), "--out", out, "--manifest", str(deep)],
+    ]
+    for args in commands:
+        code, _, stderr = _invoke(*args)
+        line = _one_line(code, stderr)
+        assert line.endswith(
+            f"{deep}: expected a manifest, found JSON values nested too deep to read"
+        ), args
+    (listing_dir / "meta.json").write_text("[" * 5_000 + "]" * 5_000)
+    code, _, stderr = _invoke("write", str(listing_dir), "--out", out)
+    line = _one_line(code, stderr)
+    assert line.endswith("meta.json: expected a JSON object, found values nested too deep to read")

@@ -84,6 +84,10 @@ def read_meta(fs: Any, base: str) -> tuple[dict[str, Any], str]:
         raise InputError(
             f"{path}: expected a JSON object, found invalid JSON ({exc})", path=path
         ) from None
+    except RecursionError:  # arrays or objects nested ~1,000 deep
+        raise InputError(
+            f"{path}: expected a JSON object, found values nested too deep to read", path=path
+        ) from None
     expected = {
         "version": int,
         "root": str,

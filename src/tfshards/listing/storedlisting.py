@@ -179,7 +179,7 @@ def _scan_lines(lines: list[bytes], labels: int) -> list[tuple[str, str, int]] |
     try:
         records = json.loads(b"[" + b",".join(lines) + b"]")
         rows = [(r["path"], r["token"], r["label_index"]) for r in records]
-    except (UnicodeDecodeError, ValueError, KeyError, TypeError):
+    except (UnicodeDecodeError, ValueError, KeyError, TypeError, RecursionError):
         return None
     if len(rows) != len(lines):
         return None
@@ -342,7 +342,7 @@ def _parse_lines(
     """Parse lines (each with its leading newline) in one ``json.loads`` call when all are valid."""
     try:
         records = json.loads(b"[" + b",".join(t[1:-1] for t in texts) + b"]")
-    except (UnicodeDecodeError, json.JSONDecodeError):
+    except (UnicodeDecodeError, json.JSONDecodeError, RecursionError):
         records = None
     if records is None or len(records) != len(texts):  # find the bad line, for its message
         return [
@@ -364,7 +364,7 @@ def _parse_array(
     """Lines joined as one JSON array, checked; None when some line is not one valid object."""
     try:
         records = json.loads(text)
-    except (UnicodeDecodeError, json.JSONDecodeError):
+    except (UnicodeDecodeError, json.JSONDecodeError, RecursionError):
         return None
     if len(records) != len(numbers):
         return None
@@ -386,6 +386,12 @@ def parse_line(
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise InputError(
             f"{path}:{n}: expected a JSON object, found invalid JSON ({exc})", path=path, line=n
+        ) from None
+    except RecursionError:  # arrays or objects nested ~1,000 deep
+        raise InputError(
+            f"{path}:{n}: expected a JSON object, found values nested too deep to read",
+            path=path,
+            line=n,
         ) from None
     return check_record(path, n, record, labels, columns)
 

@@ -237,6 +237,11 @@ class Manifest:
             doc = json.loads(data)
         except (json.JSONDecodeError, UnicodeDecodeError) as exc:
             raise InputError(f"{source}: not valid JSON ({exc})", path=source) from exc
+        except RecursionError:  # arrays or objects nested ~1,000 deep
+            raise InputError(
+                f"{source}: expected a manifest, found JSON values nested too deep to read",
+                path=source,
+            ) from None
         version = doc.get("version") if isinstance(doc, dict) else None
         if isinstance(doc, dict) and "shards" not in doc and "files_sha256" in doc:
             raise InputError(

@@ -51,7 +51,7 @@ def decode(data: bytes, source: str, *, trusted: bool = False) -> list[Row]:
     body = data.removesuffix(b"\n")
     try:
         rows = json.loads(b"[" + body.replace(b"\n", b",") + b"]")
-    except ValueError:
+    except (ValueError, RecursionError):
         rows = None
     lines = body.count(b"\n") + 1 if body else 0
     if rows is None or len(rows) != lines or not (trusted or all(map(_is_row, rows))):
@@ -188,7 +188,7 @@ def _by_line(data: bytes, source: str) -> Iterator[Member]:
     for number, line in enumerate(data.splitlines(), 1):
         try:
             row = json.loads(line)
-        except ValueError:
+        except (ValueError, RecursionError):  # RecursionError: nested ~1,000 deep
             row = None
         if not _is_row(row):
             raise InputError(

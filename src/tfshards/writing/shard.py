@@ -334,7 +334,7 @@ def _reuse(fs: Any, out_dir: str, task: ShardTask) -> ShardResult | None:
         sidecar = storage.read_bytes(fs, layout.sidecar_path(out_dir, task.name))
         info, rejected, schema = sidecar_from_json(sidecar)
         data = storage.read_bytes(fs, storage.join(out_dir, task.name))
-    except (OSError, ValueError, KeyError, TypeError):
+    except (OSError, ValueError, KeyError, TypeError, RecursionError):
         return None
     if len(data) != info.bytes or hashlib.sha256(data).hexdigest() != info.sha256:
         return None
