@@ -404,7 +404,7 @@ def test_a_storage_error_names_the_storage_url_not_the_scheduler_address(capsys)
 
 
 def test_json_nested_too_deep_is_one_line_naming_the_file_in_every_command(listing_dir, tmp_path):
-    """Arrays nested 5,000 deep as a manifest or a listing's meta.json: RecursionError tracebacks."""
+    """Arrays nested 5,000 deep as a manifest or a meta.json: RecursionError tracebacks."""
     deep = tmp_path / "deep.json"
     deep.write_text("[" * 5_000 + "]" * 5_000)
     out = str(tmp_path / "shards")
