@@ -16,7 +16,7 @@ import re
 import socket
 import uuid
 from collections.abc import Iterable
-from typing import Any
+from typing import Any, NoReturn
 
 from tfshards.processes import pid_alive, process_start
 from tfshards.storage import Chunk, is_local
@@ -85,7 +85,10 @@ class AtomicSink:
 
     def write(self, chunks: Iterable[Chunk]) -> None:
         if self._fd is not None:
-            self.size += _write_all(self._fd, chunks)
+            try:
+                self.size += _write_all(self._fd, chunks)
+            except OSError as exc:  # a full disk: name the file, not a bare errno
+                _raise_named(exc, self.path)
         else:
             for chunk in chunks:  # a view's buffer is reused by the caller: keep a copy
                 self._chunks.append(bytes(chunk) if isinstance(chunk, memoryview) else chunk)
@@ -105,7 +108,10 @@ class AtomicSink:
             # Durable before visible: without the fsync a power loss can leave the final
             # name pointing at missing content; the directory's fsync makes the rename last.
             if durable:
-                os.fsync(self._fd)
+                try:
+                    os.fsync(self._fd)
+                except OSError as exc:
+                    _raise_named(exc, self.path)
             fd, self._fd = self._fd, None  # forget it first: a Ctrl-C here must not close it twice
             os.close(fd)
             try:
@@ -132,6 +138,14 @@ class AtomicSink:
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(self._tmp)
             self._tmp = ""
+
+
+def _raise_named(exc: OSError, path: str) -> NoReturn:
+    """Raise ``exc``, naming ``path`` where it names no file (``os.write``, ``os.fsync``):
+    the error says which file could not be written."""
+    if exc.filename is not None:
+        raise exc
+    raise type(exc)(exc.errno, exc.strerror, path) from exc
 
 
 def make_dirs(directory: str) -> None:

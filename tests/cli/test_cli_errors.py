@@ -428,3 +428,36 @@ def test_json_nested_too_deep_is_one_line_naming_the_file_in_every_command(listi
     code, _, stderr = _invoke("write", str(listing_dir), "--out", out)
     line = _one_line(code, stderr)
     assert line.endswith("meta.json: expected a JSON object, found values nested too deep to read")
+
+
+def test_a_full_disk_under_any_output_is_one_line_naming_the_file(
+    raw, listing_dir, tmp_path, monkeypatch
+):
+    """os.writev and os.fsync name no file: list, a metrics file and diff's printed 50-line
+    OSError tracebacks on a full disk."""
+    out = str(tmp_path / "shards")
+    assert (
+        _invoke("write", str(listing_dir), "--out", out, "--manifest", str(tmp_path / "m"))[0] == 0
+    )
+    real_writev = os.writev
+
+    def full(fd: int, buffers: list[bytes]) -> int:
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(os, "writev", full)
+    commands = {
+        "listing/files.jsonl": ["list", str(raw), "--out", str(tmp_path / "listing")],
+        "v.json": ["validate", str(tmp_path / "m"), "--metrics", str(tmp_path / "v.json")],
+        "d.json": [
+            "diff",
+            str(tmp_path / "m"),
+            str(tmp_path / "m"),
+            "--metrics",
+            str(tmp_path / "d.json"),
+        ],
+    }
+    for name, args in commands.items():
+        code, _, stderr = _invoke(*args)
+        line = _one_line(code, stderr)
+        assert line == f"error: {tmp_path / name}: No space left on device (ENOSPC)", args
+    monkeypatch.setattr(os, "writev", real_writev)
