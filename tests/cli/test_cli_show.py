@@ -59,6 +59,33 @@ def test_show_prints_the_record_and_writes_its_png(version: Manifest, tmp_path: 
     assert Image.open(png).format == "PNG" and Image.open(png).size == (24, 24)
 
 
+def test_show_replaces_only_a_png_it_wrote(
+    version: Manifest, shared_raw: RawMaker, tmp_path: Path
+) -> None:
+    """--png raw/00/x.jpg turned the raw JPEG into a PNG in place (exit 0): a file show did
+    not write is refused, and its own PNG (or sheet) is replaced whole."""
+    theirs = tmp_path / "raw" / "00" / "a.jpg"  # a copy: the shared tree stays as it is
+    theirs.parent.mkdir(parents=True)
+    theirs.write_bytes(next(shared_raw(40, 24, classes=4).rglob("*.jpg")).read_bytes())
+    before = theirs.read_bytes()
+    for option in ("--png", "--sheet"):
+        args = ["show", manifest_path(version), *(["0:0"] if option == "--png" else [])]
+        result = runner.invoke(app, [*args, option, str(theirs)])
+        assert result.exit_code == 1 and theirs.read_bytes() == before, result.output
+        assert result.stderr.strip() == (
+            f"error: {theirs}: expected a new file or a PNG that show wrote, found a file "
+            f"show did not write: pass another {option} or remove it"
+        )
+        ours = tmp_path / f"ours{option}.png"
+        for _ in range(2):  # written, then replaced
+            assert runner.invoke(app, [*args, option, str(ours)]).exit_code == 0
+        assert Image.open(ours).format == "PNG"
+    folder = tmp_path / "folder.png"
+    folder.mkdir()
+    result = runner.invoke(app, ["show", manifest_path(version), "0:0", "--png", str(folder)])
+    assert result.exit_code == 1 and "found a folder: pass another --png" in result.stderr
+
+
 def test_a_sheet_of_one_label_on_one_side(version: Manifest, tmp_path: Path) -> None:
     sheet = tmp_path / "sheet.png"
     args = ["show", manifest_path(version), "--sheet", str(sheet), "--label", "01"]

@@ -43,10 +43,19 @@ def show_command(
             show_default=False,
         ),
     ] = None,
-    png: Annotated[str | None, typer.Option(help="Write the record's image here as PNG.")] = None,
+    png: Annotated[
+        str | None,
+        typer.Option(
+            help="Write the record's image here as PNG: a new file, or a PNG show wrote "
+            "(any other file is refused, never replaced)."
+        ),
+    ] = None,
     sheet: Annotated[
         str | None,
-        typer.Option(help="Write a contact sheet PNG of --count images here (of --label, --side)."),
+        typer.Option(
+            help="Write a contact sheet PNG of --count images here (of --label, --side): a "
+            "new file, or a PNG show wrote."
+        ),
     ] = None,
     label: Annotated[
         str | None, typer.Option(help="Only this label's records on the sheet.")
@@ -102,7 +111,7 @@ def show_command(
         (r.path, sheets.image_bytes(r.features, image)) for r in itertools.islice(chosen, count)
     ]
     unshown: list[str] = []
-    _save(open_url, sheet, sheets.contact_sheet(picked, columns, unshown=unshown))
+    _save(open_url, sheet, sheets.contact_sheet(picked, columns, unshown=unshown), "--sheet")
     typer.echo(f"{len(picked)} image{'s' if len(picked) != 1 else ''} -> {sheet}")
     for line in unshown:
         typer.echo(f"warning: left as an empty cell: {line}", err=True)
@@ -122,7 +131,7 @@ def _print_record(version: Any, record: str, image: str, png: str | None) -> Non
         typer.echo(f"  {image}: {said}")
     if png is not None:
         data = sheets.to_png(sheets.image_bytes(found.features, image), found.path)
-        _save(open_url, png, data)
+        _save(open_url, png, data, "--png")
         typer.echo(f"image -> {png}")
 
 
@@ -174,7 +183,25 @@ def _split_side(manifest: Any, side: str, val_fraction: float, seed: int) -> lis
     return list(chosen.train if side == "train" else chosen.val)
 
 
-def _save(open_url: Any, url: str, data: bytes) -> None:
+def _save(open_url: Any, url: str, data: bytes, option: str) -> None:
+    """Publish ``data`` at ``url`` whole (a temp file renamed), replacing only a PNG that
+    show wrote: a raw JPEG given as --png was turned into a PNG in place, and a full disk
+    left a cut file.
+
+    Raises:
+        ConfigError: something else is there (one line naming it and the option).
+    """
+    from tfshards import atomicfile
+    from tfshards.errors import ConfigError
+    from tfshards.reading import sheet as sheets
+
     fs, path = open_url(url)
-    with fs.open(path, "wb") as f:
-        f.write(data)
+    if fs.exists(path):
+        found = "a folder" if fs.isdir(path) else "a file show did not write"
+        if found == "a folder" or not sheets.made_here(fs.cat_file(path, start=0, end=4096)):
+            raise ConfigError(
+                f"{url}: expected a new file or a PNG that show wrote, found {found}: pass "
+                f"another {option} or remove it",
+                option=option.removeprefix("--"),
+            )
+    atomicfile.write_atomic(fs, path, [data])

@@ -13,6 +13,26 @@ CELL = 96  # a sheet cell's side in pixels: enough to tell images apart, 10 x 10
 GAP = 4  # white pixels at least between two images
 MAX_IMAGES = 1_000  # a sheet of more is no longer looked at, and costs ~30 KB of memory each
 PNG_MODES = ("1", "L", "LA", "I;16", "I;16B", "P", "RGB", "RGBA")  # what Pillow writes as PNG
+# A PNG written here says so in a tEXt chunk, before its pixels: what ``show`` may replace.
+MARK = ("Software", "tfshards show")
+_MARK_BYTES = b"tEXt" + MARK[0].encode() + b"\0" + MARK[1].encode()
+_MARK_WITHIN = 4096  # bytes from the start: the chunk follows the 25-byte header
+
+
+def made_here(head: bytes) -> bool:
+    """Whether ``head``, a file's first bytes, is a PNG that :func:`to_png` or
+    :func:`contact_sheet` wrote."""
+    return head.startswith(b"\x89PNG\r\n\x1a\n") and _MARK_BYTES in head[:_MARK_WITHIN]
+
+
+def _png_bytes(image: Any) -> bytes:
+    from PIL.PngImagePlugin import PngInfo
+
+    info = PngInfo()
+    info.add_text(*MARK)
+    out = io.BytesIO()
+    image.save(out, format="PNG", pnginfo=info)
+    return out.getvalue()
 
 
 def image_bytes(features: Mapping[str, tuple[str, Sequence[Any]]], feature: str) -> bytes:
@@ -34,9 +54,7 @@ def to_png(data: bytes, source: str) -> bytes:
     image = _open(data, source)
     if image.mode not in PNG_MODES:
         image = _eight_bit(image, data, source)
-    out = io.BytesIO()
-    image.save(out, format="PNG")
-    return out.getvalue()
+    return _png_bytes(image)
 
 
 def contact_sheet(
@@ -73,9 +91,7 @@ def contact_sheet(
     for i, thumb in enumerate(thumbs):
         x, y = (i % columns) * cell, (i // columns) * cell
         sheet.paste(thumb, (x + (cell - thumb.width) // 2, y + (cell - thumb.height) // 2))
-    out = io.BytesIO()
-    sheet.save(out, format="PNG")
-    return out.getvalue()
+    return _png_bytes(sheet)
 
 
 def _fitted(image: Any, cell: int) -> Any:
