@@ -461,3 +461,28 @@ def test_a_full_disk_under_any_output_is_one_line_naming_the_file(
         line = _one_line(code, stderr)
         assert line == f"error: {tmp_path / name}: No space left on device (ENOSPC)", args
     monkeypatch.setattr(os, "writev", real_writev)
+
+
+def test_list_replaces_only_listing_files_it_wrote_and_lists_into_no_root(raw, tmp_path):
+    """`list --out mydir` replaced a user's meta.json, files.jsonl and files.idx (exit 0),
+    and `--out` the root itself was taken."""
+    mine = tmp_path / "mydir"
+    mine.mkdir()
+    for name, text in (("files.idx", "my index\n"), ("files.jsonl", "my lines\n")):
+        (mine / name).write_text(text)
+        code, _, stderr = _invoke("list", str(raw), "--out", str(mine))
+        assert _one_line(code, stderr) == (
+            f"error: {mine / name}: expected a listing file that tfshards list wrote (or none), "
+            "found a file list did not write: pass another --out or remove it"
+        )
+        assert (mine / name).read_text() == text
+        (mine / name).unlink()
+    (mine / "meta.json").write_text('{"my": "meta"}')
+    assert _invoke("list", str(raw), "--out", str(mine))[0] == 1
+    assert (mine / "meta.json").read_text() == '{"my": "meta"}'
+    for inside in (raw, raw / "listing"):
+        code, _, stderr = _invoke("list", str(raw), "--out", str(inside))
+        assert "expected a folder outside the listed root" in _one_line(code, stderr)
+    ours = tmp_path / "ours"
+    for _ in range(2):  # its own listing is replaced
+        assert _invoke("list", str(raw), "--out", str(ours))[0] == 0

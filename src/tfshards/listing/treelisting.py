@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import json
 import os
 from array import array
 from collections import Counter
@@ -21,6 +22,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from tfshards import atomicfile, jsonfile, storage
+from tfshards.errors import ConfigError
 from tfshards.format.columns import Column
 from tfshards.listing import jsonlines
 from tfshards.listing.foldertokens import Tokens
@@ -88,6 +90,7 @@ def list_to(
     """
     options = dict(storage_options or {})
     fs, base = storage.open_url(root, **options)
+    check_out(fs, base, root, out)
     with no_cycle_collection():
         if index is None and storage.is_local(fs):
             empty: frozenset[str] = frozenset()
@@ -108,6 +111,60 @@ def list_to(
         )
         write_listing(listing, out)
         return ListedSummary.of(listing)
+
+
+def check_out(fs_root: Any, base: str, root: str, out: str) -> None:
+    """Refuse an ``out`` folder whose listing files ``list`` did not write (a user's
+    ``meta.json`` or ``files.jsonl`` was replaced), or one inside the listed root (its
+    files would be listed by the next run). ``fs_root``, ``base``: ``root`` opened.
+
+    Raises:
+        ConfigError: one line naming the folder or the file.
+    """
+    fs, folder = storage.open_url(out)
+    if storage.is_local(fs) and storage.is_local(fs_root):
+        inside, top = os.path.realpath(folder), os.path.realpath(base)
+        if inside == top or inside.startswith(top.rstrip("/") + "/"):
+            raise ConfigError(
+                f"out: expected a folder outside the listed root {root}, found {out} inside "
+                "it, where the next listing would list its files: pass another --out",
+                option="out",
+            )
+    for name in (FILES_NAME, OFFSETS_NAME, META_NAME):
+        path = storage.join(folder, name)
+        if not fs.exists(path):
+            continue
+        if fs.isdir(path) or not _written_by_list(name, _head(fs, path, name)):
+            where = storage.unstrip(fs, path)
+            found = "a folder" if fs.isdir(path) else "a file list did not write"
+            raise ConfigError(
+                f"{where}: expected a listing file that tfshards list wrote (or none), found "
+                f"{found}: pass another --out or remove it",
+                option="out",
+            )
+
+
+def _head(fs: Any, path: str, name: str) -> bytes:
+    """What :func:`_written_by_list` reads of a listing file: all of ``meta.json``, the
+    first MB of the others."""
+    if name == META_NAME:
+        return storage.read_bytes(fs, path)
+    return bytes(fs.cat_file(path, start=0, end=1 << 20))
+
+
+def _written_by_list(name: str, head: bytes) -> bool:
+    """Whether ``head`` (:func:`_head` of the listing file ``name``) is one ``list`` wrote:
+    ``files.idx`` starts at offset 0, a ``files.jsonl`` line and ``meta.json`` are JSON
+    objects with the listing's keys."""
+    if name == OFFSETS_NAME:
+        return head.startswith(bytes(8))
+    text = head if name == META_NAME else head.split(b"\n", 1)[0]
+    try:
+        doc = json.loads(text)
+    except (ValueError, RecursionError):
+        return name == FILES_NAME and not head  # an empty listing's file
+    wanted = ("files_sha256", "labels") if name == META_NAME else ("path", "token")
+    return isinstance(doc, dict) and all(key in doc for key in wanted)
 
 
 def _stream(
