@@ -15,6 +15,7 @@ import json
 from typing import Any
 
 from tfshards import atomicfile, storage
+from tfshards.errors import ConfigError
 
 
 def encode(doc: Any, *, indent: int | None = 2, sort_keys: bool = True) -> bytes:
@@ -28,8 +29,10 @@ def digest(doc: Any) -> str:
 
 
 def save(doc: Any, url: str) -> None:
-    """Write ``doc`` to ``url`` (a local path or fsspec URL) as a JSON file, atomically."""
+    """Write ``doc`` to ``url`` (a local path or fsspec URL) as a JSON file, atomically,
+    where no file is or one like it (:func:`check_replaceable`)."""
     fs, path = storage.open_url(url)
+    check_replaceable(fs, path, doc)
     atomicfile.write_atomic(fs, path, [encode(doc)])
 
 
@@ -41,4 +44,48 @@ def save_metrics(doc: Any, url: str) -> None:
     ``ok``) at the front. The order is fixed in code: the same bytes every run.
     """
     fs, path = storage.open_url(url)
+    check_replaceable(fs, path, doc)
     atomicfile.write_atomic(fs, path, [encode(doc, sort_keys=False)])
+
+
+_LARGEST = 64 << 20  # bytes of an existing file read to tell whether it is one of these
+
+
+def check_replaceable(fs: Any, path: str, doc: Any) -> None:
+    """Refuse to replace a file at ``path`` that is not this kind of JSON file: one whose
+    top level is an object sharing a key with ``doc`` (an earlier run's; an empty object,
+    or any object where ``doc`` is empty), or of ``doc``'s type when that is no object.
+    A user's notes or another tool's JSON given as a --metrics was replaced without a word.
+
+    Raises:
+        ConfigError: one line naming the file and what it holds.
+    """
+    if not fs.exists(path):
+        return
+    found = _what_is_there(fs, path, doc)
+    if found:
+        where = storage.unstrip(fs, path)
+        raise ConfigError(
+            f"{where}: expected a new file or a JSON file tfshards wrote there before, found "
+            f"{found}: pass another path or remove it",
+            path=where,
+        )
+
+
+def _what_is_there(fs: Any, path: str, doc: Any) -> str:
+    """What makes the file at ``path`` not one to replace with ``doc`` ("" when none)."""
+    if fs.isdir(path):
+        return "a folder"
+    if fs.size(path) > _LARGEST:
+        return f"a file of {fs.size(path)} bytes"
+    try:
+        old = json.loads(storage.read_bytes(fs, path))
+    except (ValueError, RecursionError):
+        return "a file that is not JSON"
+    if not isinstance(doc, dict):
+        return "" if type(old) is type(doc) else f"JSON of another kind ({type(old).__name__})"
+    if not isinstance(old, dict):
+        return f"JSON of another kind ({type(old).__name__})"
+    if old and doc and not set(old) & set(doc):
+        return f"JSON with none of its keys (first: {sorted(old)[0]!r})"
+    return ""

@@ -486,3 +486,28 @@ def test_list_replaces_only_listing_files_it_wrote_and_lists_into_no_root(raw, t
     ours = tmp_path / "ours"
     for _ in range(2):  # its own listing is replaced
         assert _invoke("list", str(raw), "--out", str(ours))[0] == 0
+
+
+def test_a_metrics_file_replaces_only_json_like_the_one_it_writes(raw, listing_dir, tmp_path):
+    """--metrics over a user's notes (or another tool's JSON) replaced it without a word."""
+    out = str(tmp_path / "shards")
+    assert (
+        _invoke("write", str(listing_dir), "--out", out, "--manifest", str(tmp_path / "m"))[0] == 0
+    )
+    notes, other = tmp_path / "notes.txt", tmp_path / "other.json"
+    notes.write_text("my notes\n")
+    other.write_text('{"learning_rate": 0.1}\n')
+    commands = [
+        ["list", str(raw), "--out", str(tmp_path / "l2"), "--metrics"],
+        ["validate", str(tmp_path / "m"), "--no-progress", "--metrics"],
+        ["diff", str(tmp_path / "m"), str(tmp_path / "m"), "--metrics"],
+    ]
+    for args in commands:
+        for theirs, found in ((notes, "a file that is not JSON"), (other, "JSON with none")):
+            code, _, stderr = _invoke(*args, str(theirs))
+            said = f"{theirs}: expected a new file or a JSON file tfshards wrote there before"
+            assert f"{said}, found {found}" in _one_line(code, stderr), args
+        assert notes.read_text() == "my notes\n" and other.read_text() == '{"learning_rate": 0.1}\n'
+        ours = tmp_path / f"{args[0]}.json"
+        for _ in range(2):  # its own metrics are replaced
+            assert _invoke(*args, str(ours))[0] == 0, args

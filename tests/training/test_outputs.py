@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import shutil
+import zipfile
 from pathlib import Path
 
 import pytest
@@ -223,3 +224,22 @@ def test_a_batch_above_the_training_records_is_said_in_one_line():
     said.clear()
     train._say_oversized_batch(TrainConfig(batch_size=64), parts, None, said.append)
     assert said == []
+
+
+def test_file_outputs_replace_only_what_a_run_wrote(tmp_path):
+    """--metrics, --split-out and --model-out over a user's files wrote over them at the
+    end of the run; refused before it starts, where an earlier run's files pass."""
+    mine = {"metrics": "my/metrics.json", "split_out": "my/split.json", "model_out": "my/m.keras"}
+    (tmp_path / "my").mkdir()
+    for name, rel in mine.items():
+        (tmp_path / rel).write_text('{"notes": "mine"}')
+        with pytest.raises(ConfigError) as refused:
+            outputs.check(_config(tmp_path, **{name: rel}), [])
+        assert refused.value.option == name and str(refused.value).startswith(f"{name}: ")
+        assert "\n" not in str(refused.value)
+        assert (tmp_path / rel).read_text() == '{"notes": "mine"}'
+    (tmp_path / mine["metrics"]).write_text('{"val_accuracy": 0.9, "epochs": 3}')
+    (tmp_path / mine["split_out"]).write_text('{"train": {}, "val": {}, "seed": 0}')
+    with zipfile.ZipFile(tmp_path / mine["model_out"], "w") as archive:
+        archive.writestr("metadata.json", "{}")
+    outputs.check(_config(tmp_path, **mine), [])  # an earlier run's: replaced

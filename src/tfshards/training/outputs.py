@@ -5,8 +5,9 @@ A run replaces its outputs: dvclive clears its folder (``metrics.json``, ``plots
 and a ``params.yaml`` or ``dvc.yaml`` it finds there), an export replaces a folder,
 the metrics, model and split files are written over. So each must be a path the
 run may take: not a manifest it reads nor inside a version folder it reads (that
-set would then fail ``validate``), a file where a file goes, and a folder that holds
-only what such a run writes. Each refusal is one line naming the option.
+set would then fail ``validate``), a file where a file goes and one like a run
+writes (JSON with its keys, a Keras archive), and a folder that holds only what
+such a run writes. Each refusal is one line naming the option.
 """
 
 from __future__ import annotations
@@ -15,10 +16,11 @@ import os
 import re
 from collections.abc import Sequence
 
+from tfshards import jsonfile, storage
 from tfshards.errors import ConfigError
 from tfshards.shardset.layout import MANIFEST_NAME
 from tfshards.shardset.manifest import Manifest
-from tfshards.training.history import SERIES
+from tfshards.training.history import MODEL_METRICS, SERIES
 from tfshards.training.trainconfig import OUTPUTS, TrainConfig
 
 _FILES = ("metrics", "model_out", "split_out")  # outputs that are one file each
@@ -67,10 +69,54 @@ def check(config: TrainConfig, manifests: Sequence[Manifest]) -> None:
                 f"{name}: expected a file path, found a folder at {value!r}; pass another",
                 option=name,
             )
+        if name in _FILES and os.path.isfile(path):
+            _check_replaceable(name, value, path)
     if config.live_dir and _resolved(config.live_dir):
         check_live_dir(config.live_dir)
     if config.export_out and _resolved(config.export_out):
         check_target(os.path.abspath(config.export_out))
+
+
+# What each file output holds, for telling an earlier run's file from one of the user's:
+# the metrics' and the split's top-level keys (tfshards.jsonfile.check_replaceable).
+_KEYS = {
+    "metrics": (*MODEL_METRICS, "epochs"),
+    "split_out": ("train", "val", "fingerprint", "seed", "val_fraction"),
+}
+
+
+def _check_replaceable(name: str, value: str, path: str) -> None:
+    """Refuse a file output that holds a file no run wrote: a JSON file without the keys
+    the run writes, or a model that is no Keras archive (a user's files given as
+    --metrics, --split-out or --model-out were written over at the end of the run).
+
+    Raises:
+        ConfigError: naming the option and what is there.
+    """
+    if name == "model_out":
+        if not _keras_archive(path):
+            raise ConfigError(
+                f"model_out: expected a new file or a Keras model a run saved, found a file "
+                f"that is none at {value!r}: pass another --model-out or remove it",
+                option=name,
+            )
+        return
+    fs, local = storage.open_url(path)
+    try:
+        jsonfile.check_replaceable(fs, local, dict.fromkeys(_KEYS[name]))
+    except ConfigError as exc:
+        raise ConfigError(f"{name}: {exc}", option=name) from None
+
+
+def _keras_archive(path: str) -> bool:
+    """Whether ``path`` is a ``.keras`` archive: a zip holding Keras' ``metadata.json``."""
+    import zipfile
+
+    try:
+        with zipfile.ZipFile(path) as archive:
+            return "metadata.json" in archive.namelist()
+    except (OSError, zipfile.BadZipFile):
+        return False
 
 
 def _resolved(path: str) -> str:
