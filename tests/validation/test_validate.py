@@ -283,6 +283,23 @@ def test_manifest_count_off_by_one_is_reported_per_shard_and_in_total(shard_set)
     ]
 
 
+def test_a_feature_the_records_hold_and_the_schema_lacks_is_a_problem(shard_set):
+    """`image` dropped from the manifest's schema by hand validated OK, and make_dataset
+    then failed: the rules checked the schema's features in each record, nothing else."""
+    manifest_path, manifest = shard_set
+
+    def drop_image(doc):  # type: ignore[no-untyped-def]
+        del doc["schema"]["image"]
+
+    _edit_manifest(manifest_path, drop_image)
+    names = sorted(spec.name for spec in manifest.schema if spec.name != "image")
+    said = f"features ['image'] are in the records but not in the manifest's schema {names}"
+    lines = _lines(_check(manifest_path))
+    assert [line for line in lines if said in line] == [
+        f"{name}: record 0 at byte 0: {said}" for name in SHARD[: len(manifest.shards)]
+    ], lines
+
+
 def test_wrong_sha256_in_manifest_is_the_only_problem(shard_set):
     manifest_path, manifest = shard_set
     _edit_manifest(manifest_path, lambda doc: doc["shards"][1].update(sha256="0" * 64))

@@ -17,17 +17,18 @@ import hashlib
 import itertools
 import posixpath
 import zlib
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from tfshards import storage
 from tfshards.format import phash
 from tfshards.format.columns import Column
+from tfshards.format.exampleparser import DecodeError, decode
 from tfshards.format.records import parse_records
 from tfshards.format.schema import FeatureSpec
-from tfshards.format.tfrecord import inflate
-from tfshards.format.wire import HEADER_BYTES
+from tfshards.format.tfrecord import inflate, masked_crc, read_header
+from tfshards.format.wire import FOOTER_BYTES, HEADER_BYTES
 from tfshards.shardset import buckets, check, layout
 from tfshards.shardset.grouping import GroupBy
 from tfshards.shardset.manifest import Manifest, ShardInfo
@@ -415,11 +416,43 @@ def _check_window(
     def add(what: str, index: int, at: int) -> None:
         found.add(what, first + index, offset + at)
 
+    if first == 0:
+        _unlisted_features(window, tally.task.schema, add)
     count = check_records(window, tally.checker(add, here))
     tally.kept.digests += here.digests[: 32 * min(count, wanted)]
     tally.kept.labels += here.labels[: 4 * min(count, wanted)]
     tally.hash_images(window, min(count, wanted))
     return count
+
+
+def _unlisted_features(
+    window: bytes | memoryview, schema: Sequence[FeatureSpec], add: Callable[[str, int, int], None]
+) -> None:
+    """The features the shard's first record holds and the manifest's schema lacks (a
+    schema edited by hand, or a writer's bug): the rules check the schema's features in
+    each record, not what else it holds. One record a shard: a writer gives every record
+    of a set the same features, and a shard that matches the manifest is its bytes."""
+    if len(window) < HEADER_BYTES:
+        return
+    length, problem = read_header(memoryview(window)[:HEADER_BYTES])
+    end = HEADER_BYTES + length
+    if problem is not None or len(window) < end + FOOTER_BYTES:
+        return  # the framing rules say so
+    data = memoryview(window)[HEADER_BYTES:end]
+    if int.from_bytes(window[end : end + FOOTER_BYTES], "little") != masked_crc(data):
+        return  # damaged: the record rules say so, and its names may be garbled
+    try:
+        names = decode(data)
+    except (DecodeError, UnicodeDecodeError):
+        return  # the record rules say so
+    extra = sorted(set(names) - {spec.name for spec in schema})
+    if extra:
+        listed = sorted(spec.name for spec in schema)
+        add(
+            f"features {extra} are in the records but not in the manifest's schema {listed}",
+            0,
+            0,
+        )
 
 
 def _check_inflating(held: bytes, tally: _Tally) -> int | None:
@@ -453,6 +486,7 @@ def _check_records(buf: bytes, tally: _Tally) -> int:
     """Every record of a shard held in memory (one that cannot seek, within its manifest size)."""
     # A record takes at least 16 bytes, so a manifest claiming more records cannot inflate this.
     tally.kept.make_room(min(tally.task.records, len(buf) // 16))
+    _unlisted_features(buf, tally.task.schema, tally.found.add)
     count = check_records(buf, tally.checker(tally.found.add, tally.kept))
     tally.hash_images(buf, min(count, tally.task.records))
     return count
