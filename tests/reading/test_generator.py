@@ -48,6 +48,18 @@ def fails_on_third(path: str, label: int) -> tuple[np.ndarray[Any, Any], int]:
     return np.zeros((8, 8, 3), np.float32), label
 
 
+def exits_on_third(path: str, label: int) -> tuple[np.ndarray[Any, Any], int]:
+    if path.endswith("000002.jpg"):
+        raise SystemExit(3)
+    return np.zeros((8, 8, 3), np.float32), label
+
+
+def interrupts_on_third(path: str, label: int) -> tuple[np.ndarray[Any, Any], int]:
+    if path.endswith("000002.jpg"):
+        raise KeyboardInterrupt
+    return np.zeros((8, 8, 3), np.float32), label
+
+
 def variable_length(path: str, label: int) -> tuple[np.ndarray[Any, Any], int]:
     return np.arange(label + 1, dtype=np.int64), label
 
@@ -284,6 +296,25 @@ def test_inside_file_errors_a_failing_file_is_the_input_error_itself(listing, mo
         "fails_on_third failed: ValueError: cannot open"
     )
     assert info.value.path.endswith("000002.jpg")
+
+
+@pytest.mark.parametrize(
+    ("fn", "mode", "said"),
+    [
+        (exits_on_third, "process", "exits_on_third failed: SystemExit: 3"),
+        (exits_on_third, "thread", "exits_on_third failed: SystemExit: 3"),
+        (interrupts_on_third, "thread", "interrupts_on_third failed: KeyboardInterrupt: "),
+    ],
+)
+def test_a_function_that_exits_or_interrupts_off_the_main_thread_names_the_file(
+    listing, fn, mode, said
+):
+    """sys.exit() in fn, or a KeyboardInterrupt where no Ctrl-C lands, reached TensorFlow
+    as an UnknownError with a screen of traceback and no file named."""
+    ds = generator.from_files(listing, fn, output_signature=_image_signature(), mode=mode)
+    with pytest.raises(InputError) as info, generator.file_errors():
+        list(ds)
+    assert str(info.value).endswith(said) and info.value.path.endswith("000002.jpg")
 
 
 def test_file_errors_lets_other_errors_through():

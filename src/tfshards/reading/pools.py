@@ -147,7 +147,12 @@ def apply_chunk(
             value = fn(path, label)
         except InputError:
             raise
-        except Exception as exc:  # a user's function can raise anything; report which file
+        except (Exception, SystemExit, KeyboardInterrupt) as exc:
+            # A user's function can raise anything: report which file. A sys.exit() there
+            # too, and a KeyboardInterrupt off a process's main thread, where no Ctrl-C
+            # lands: both reached TensorFlow as an UnknownError with a screen of traceback.
+            if isinstance(exc, KeyboardInterrupt) and _on_main_thread():
+                raise
             raise InputError(
                 f"{path}: {getattr(fn, '__name__', 'fn')} failed: {type(exc).__name__}: {exc}",
                 path=path,
@@ -156,6 +161,12 @@ def apply_chunk(
     if not stack:
         return elements
     return [[np.stack(column) for column in zip(*elements, strict=True)]]
+
+
+def _on_main_thread() -> bool:
+    import threading
+
+    return threading.current_thread() is threading.main_thread()
 
 
 # ----------------------------------------------------------------------------- pools
