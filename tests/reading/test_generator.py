@@ -267,6 +267,22 @@ def test_integers_out_of_the_declared_range_are_refused_not_wrapped(value, dtype
         pools.check_element((np.array(value, np.int64),), leaves, "a.jpg")
 
 
+def test_a_list_returned_for_one_tensor_says_how_tf_nest_counts_it():
+    """([1, 2, 3, 4], label) was "fn returned 5 values, output_signature declares 2"."""
+    leaves = [pools.Leaf("int32", (4,), ""), pools.Leaf("int64", (), "")]
+    with pytest.raises(InputError) as raised:
+        pools.check_element(([1, 2, 3, 4], 0), leaves, "a.jpg")
+    assert str(raised.value) == (
+        "a.jpg: fn returned 5 values, output_signature declares 2 (a Python list inside the "
+        "result is a structure whose every item is a value, as tf.nest flattens it: return "
+        "np.asarray(the list) for one tensor)"
+    )
+    (out, label) = pools.check_element((np.asarray([1, 2, 3, 4]), 0), leaves, "a.jpg")
+    assert out.tolist() == [1, 2, 3, 4] and label == 0
+    with pytest.raises(InputError, match=r"declares 2$"):  # no list: no hint
+        pools.check_element((1, 2, 3), leaves, "a.jpg")
+
+
 def test_integers_that_fit_the_declared_type_are_cast():
     (out,) = pools.check_element(
         (np.array([0, 255], np.int64),), [pools.Leaf("uint8", (2,), "")], "a"

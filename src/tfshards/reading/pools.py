@@ -68,6 +68,20 @@ def _flatten(value: Any) -> list[Any]:
 _KINDS = {"b": "biu", "i": "iu", "u": "iu", "f": "fiu", "c": "cfiu"}
 
 
+def _nested_list_hint(value: Any) -> str:
+    """Why the count is off when an output is a Python list: ``([1, 2, 3, 4], label)`` is 5
+    values to ``tf.nest``, not a tensor of 4 and a label."""
+    items = value.values() if isinstance(value, Mapping) else value
+    if not isinstance(items, (tuple, list)) and not isinstance(value, Mapping):
+        return ""
+    if not any(isinstance(item, list) for item in items):
+        return ""
+    return (
+        " (a Python list inside the result is a structure whose every item is a value, "
+        "as tf.nest flattens it: return np.asarray(the list) for one tensor)"
+    )
+
+
 def check_element(value: Any, leaves: Sequence[Leaf], path: str) -> list[np.ndarray[Any, Any]]:
     """Flatten ``value`` and check it against ``leaves``; returns arrays of the declared dtypes.
 
@@ -80,7 +94,8 @@ def check_element(value: Any, leaves: Sequence[Leaf], path: str) -> list[np.ndar
     found = _flatten(value)
     if len(found) != len(leaves):
         raise InputError(
-            f"{path}: fn returned {len(found)} values, output_signature declares {len(leaves)}",
+            f"{path}: fn returned {len(found)} values, output_signature declares "
+            f"{len(leaves)}{_nested_list_hint(value)}",
             path=path,
         )
     out = []
