@@ -657,6 +657,11 @@ def slow(path, data, label):
 
 def nothing(path, data, label):
     return {}
+
+def exits(path, data, label):
+    if path.endswith("000007.jpg"):
+        raise SystemExit(3)
+    return {}
 """
 
 
@@ -734,6 +739,14 @@ def test_transform_failure_is_skipped_with_its_reason(
 def test_transform_failure_fails_naming_the_file(write_set, listing, tmp_path, transforms_module):
     with pytest.raises(TransformError, match=r"000007\.jpg: transform tx_mod:flaky failed"):
         write_set(listing, tmp_path / "out", num_shards=2, transform="tx_mod:flaky")
+
+
+def test_a_transform_that_exits_is_a_failure_naming_the_file(
+    write_set, listing, tmp_path, transforms_module
+):
+    """sys.exit(3) in a transform ended the write with exit 3 and no word."""
+    with pytest.raises(TransformError, match=r"000007\.jpg: transform tx_mod:exits failed: Sys"):
+        write_set(listing, tmp_path / "out", num_shards=2, transform="tx_mod:exits")
 
 
 # --------------------------------------------------------------------------- real processes
