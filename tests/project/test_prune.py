@@ -128,6 +128,18 @@ def test_a_manifest_from_another_location_is_refused(write_set, versions, listin
     assert len(list((tmp_path / "shards").iterdir())) == 6
 
 
+def test_an_out_that_is_a_file_is_refused_as_one(versions, tmp_path):
+    """It listed the file itself and said "found 0 other versions"."""
+    notes = tmp_path / "notes.txt"
+    notes.write_text("mine")
+    with pytest.raises(ConfigError) as refused:
+        prune(PruneConfig(manifest=str(tmp_path / "m.json"), out=str(notes), delete=True))
+    assert str(refused.value) == (
+        f"{notes}: expected the folder of the shard versions (--out), found a file"
+    )
+    assert notes.read_text() == "mine"
+
+
 def _git(cwd: Path, *args: str) -> None:
     env = {**os.environ, "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@e", "DVC_NO_ANALYTICS": "1"}
     env |= {"GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@e"}

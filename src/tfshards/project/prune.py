@@ -181,6 +181,11 @@ def prune(config: PruneConfig, *, now: float | None = None) -> PruneReport:
         listed = fs.ls(base, detail=True)
     except FileNotFoundError:
         raise InputError(f"{out}: shard location not found", path=out) from None
+    if storage.is_local(fs) and not fs.isdir(base):  # ls of a file lists the file itself
+        raise ConfigError(
+            f"{out}: expected the folder of the shard versions (--out), found a file",
+            option="out",
+        )
     names = sorted(
         storage_name
         for info in listed
