@@ -322,3 +322,15 @@ def test_with_no_validation_side_the_check_says_it_compared_nothing(near_tree, t
     assert any("no validation side" in line for line in report.warnings)
     assert report.metrics()["near_duplicates"]["across_splits"] is None  # not a clean 0
     assert not any("no validation side" in line for line in _validate(m).warnings)
+
+
+def test_no_validation_side_says_why_with_the_fraction_asked(near_tree, tmp_path, cache):
+    """One shard and val_fraction 0.5 said "no validation side (val_fraction 0)"."""
+    config = WriteConfig(out=str(tmp_path / "out"), num_shards=1)
+    m = write(config, list_files(str(near_tree)), progress=False).manifest
+    report = _validate(m, near_duplicates=True)
+    said = [w for w in report.warnings if w.startswith("near-duplicates:")]
+    assert said == [
+        "near-duplicates: no validation side (val_fraction 0.5 chose no shard of 1), so no "
+        "pair was compared"
+    ]

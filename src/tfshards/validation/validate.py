@@ -240,7 +240,12 @@ def _unsplit(near: NearDuplicates | None, part: splits.Split) -> tuple[str, ...]
     """A line when the near-duplicate check ran with no validation side to compare with."""
     if near is None or part.val:
         return ()
-    return ("near-duplicates: no validation side (val_fraction 0), so no pair was compared",)
+    why = (
+        "val_fraction 0"
+        if not part.val_fraction
+        else f"val_fraction {part.val_fraction} chose no shard of {len(part.train)}"
+    )
+    return (f"near-duplicates: no validation side ({why}), so no pair was compared",)
 
 
 def _near_duplicates(
@@ -303,8 +308,8 @@ def _check_shards(
 
 def _split(manifest: Manifest, config: ValidateConfig) -> splits.Split:
     """The training stage's split of these shards (all training when ``val_fraction`` is 0)."""
-    if config.val_fraction == 0 or len(manifest.shards) < 2:
-        return splits.Split(tuple(manifest.shards), (), config.split_seed, 0.0, 0.0)
+    if config.val_fraction == 0 or len(manifest.shards) < 2:  # val_fraction: as asked
+        return splits.Split(tuple(manifest.shards), (), config.split_seed, config.val_fraction, 0.0)
     with warnings.catch_warnings():  # an inexact fraction is the training stage's to report
         warnings.simplefilter("ignore", splits.SplitWarning)
         return splits.split(manifest, config.val_fraction, config.split_seed)
