@@ -172,6 +172,16 @@ def test_a_path_feature_in_any_script_is_printed_as_text(
     assert "  path (bytes): 'a/ünï cödé.png'" in result.output.splitlines()
 
 
+def test_a_path_with_a_line_break_keeps_the_record_header_on_one_line(
+    write_set: SetWriter, tmp_path: Path
+) -> None:
+    path = _one_image_set(write_set, tmp_path, "two\nlines.png")
+    result = runner.invoke(app, ["show", path, "a/two\nlines.png"])
+    assert result.exit_code == 0, result.output
+    header = result.output.splitlines()[0]
+    assert header.endswith("  'a/two\\nlines.png'  label a"), header
+
+
 def test_bytes_that_are_no_image_are_named_by_their_first_bytes(
     write_set: SetWriter, tmp_path: Path
 ) -> None:

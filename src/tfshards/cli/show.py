@@ -123,7 +123,8 @@ def _print_record(version: Any, record: str, image: str, png: str | None) -> Non
     from tfshards.storage import open_url
 
     found = version.find(record)
-    typer.echo(f"{found.shard}:{found.index}  {found.path}  label {found.label}")
+    path, label = _one_line(found.path), _one_line(str(found.label))
+    typer.echo(f"{found.shard}:{found.index}  {path}  label {label}")
     for name, (kind, values) in sorted(found.features.items()):
         typer.echo(f"  {name} ({kind}): {_value(kind, values)}")
     said = _image_line(found.features.get(image))
@@ -133,6 +134,12 @@ def _print_record(version: Any, record: str, image: str, png: str | None) -> Non
         data = sheets.to_png(sheets.image_bytes(found.features, image), found.path)
         _save(open_url, png, data, "--png")
         typer.echo(f"image -> {png}")
+
+
+def _one_line(text: str) -> str:
+    """``text`` as is when printable, else as a Python string literal: a path holding a
+    line break printed the record's header over two lines."""
+    return text if text.isprintable() else repr(text)
 
 
 def _image_line(feature: Any) -> str:
