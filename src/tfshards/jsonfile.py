@@ -53,9 +53,10 @@ _LARGEST = 64 << 20  # bytes of an existing file read to tell whether it is one 
 
 def check_replaceable(fs: Any, path: str, doc: Any) -> None:
     """Refuse to replace a file at ``path`` that is not this kind of JSON file: one whose
-    top level is an object sharing a key with ``doc`` (an earlier run's; an empty object,
-    or any object where ``doc`` is empty), or of ``doc``'s type when that is no object.
-    A user's notes or another tool's JSON given as a --metrics was replaced without a word.
+    top level is an object at least half of whose keys ``doc`` has too (an earlier run's;
+    an empty object, or any object where ``doc`` is empty), or of ``doc``'s type when
+    that is no object; never a manifest or a listing's ``meta.json``. A user's notes,
+    another tool's JSON or the manifest itself given as a --metrics was replaced.
 
     Raises:
         ConfigError: one line naming the file and what it holds.
@@ -86,6 +87,12 @@ def _what_is_there(fs: Any, path: str, doc: Any) -> str:
         return "" if type(old) is type(doc) else f"JSON of another kind ({type(old).__name__})"
     if not isinstance(old, dict):
         return f"JSON of another kind ({type(old).__name__})"
-    if old and doc and not set(old) & set(doc):
-        return f"JSON with none of its keys (first: {sorted(old)[0]!r})"
+    if _OWN_KEYS.issubset(old) or "files_sha256" in old:
+        return "a shard set's manifest" if "shards" in old else "a listing's meta.json"
+    shared = set(old) & set(doc)
+    if old and doc and 2 * len(shared) < len(old):  # a manifest shared "records" with metrics
+        return f"JSON with other keys ({len(old) - len(shared)} of {len(old)} are not its own)"
     return ""
+
+
+_OWN_KEYS = frozenset({"fingerprint", "shards"})  # a manifest's: never a command's output

@@ -503,7 +503,7 @@ def test_a_metrics_file_replaces_only_json_like_the_one_it_writes(raw, listing_d
         ["diff", str(tmp_path / "m"), str(tmp_path / "m"), "--metrics"],
     ]
     for args in commands:
-        for theirs, found in ((notes, "a file that is not JSON"), (other, "JSON with none")):
+        for theirs, found in ((notes, "a file that is not JSON"), (other, "JSON with other keys")):
             code, _, stderr = _invoke(*args, str(theirs))
             said = f"{theirs}: expected a new file or a JSON file tfshards wrote there before"
             assert f"{said}, found {found}" in _one_line(code, stderr), args
@@ -511,3 +511,18 @@ def test_a_metrics_file_replaces_only_json_like_the_one_it_writes(raw, listing_d
         ours = tmp_path / f"{args[0]}.json"
         for _ in range(2):  # its own metrics are replaced
             assert _invoke(*args, str(ours))[0] == 0, args
+    # A manifest and a listing's meta.json are never a metrics file, whatever keys they share.
+    manifest = (tmp_path / "m").read_bytes()
+    code, _, stderr = _invoke("validate", str(tmp_path / "m"), "--metrics", str(tmp_path / "m"))
+    assert _one_line(code, stderr).endswith(
+        "found a shard set's manifest: pass another path or remove it"
+    )
+    assert (tmp_path / "m").read_bytes() == manifest
+    meta = tmp_path / "l2" / "meta.json"
+    code, _, stderr = _invoke(
+        "list", str(raw), "--out", str(tmp_path / "l2"), "--metrics", str(meta)
+    )
+    assert _one_line(code, stderr).endswith(
+        "found a listing's meta.json: pass another path or remove it"
+    )
+    assert "files_sha256" in meta.read_text()

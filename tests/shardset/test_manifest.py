@@ -174,6 +174,10 @@ def test_a_version_directory_copied_inside_the_project_is_its_own_root_not_the_o
     (copy / first).write_bytes(b"cut")
     checked = CliRunner().invoke(app, ["validate", str(copy / MANIFEST_NAME), "--no-progress"])
     assert checked.exit_code == 1 and f"{first}: size mismatch: expected" in checked.output
+    # Its first shard gone too: still the copy (its other files say so), one shard missing.
+    (copy / first).unlink()
+    checked = CliRunner().invoke(app, ["validate", str(copy / MANIFEST_NAME), "--no-progress"])
+    assert checked.exit_code == 1 and f"{first}: missing" in checked.output, checked.output
     # The manifest copy alone (no shard beside it) still finds the version above it.
     assert load(str(tmp_path / "A/data/manifest.json")).fingerprint == fingerprint
 

@@ -21,6 +21,7 @@ from tfshards import jsonfile, storage
 from tfshards.errors import ConfigError, InputError
 from tfshards.format.columns import Column, parse_columns
 from tfshards.format.schema import FeatureSpec, schema_from_json, schema_to_json
+from tfshards.shardset import layout
 from tfshards.shardset import manifestfields as fields
 from tfshards.shardset.layout import MANIFEST_NAME
 from tfshards.shardset.resize import Resize
@@ -357,7 +358,7 @@ def locate(manifest: Manifest, fs: Any, path: str, url: str) -> str:
     folder = posixpath.dirname(posixpath.normpath(path))
     if posixpath.basename(folder) == manifest.fingerprint:
         return storage.unstrip(fs, folder)
-    if manifest.shards and fs.isfile(posixpath.join(folder, manifest.shards[0].name)):
+    if _holds_version_files(fs, folder, manifest):
         return storage.unstrip(fs, folder)  # a version directory copied under another name
     found = storage.find_upward(fs, folder, root)
     if found is not None and fs.isdir(found):
@@ -368,6 +369,20 @@ def locate(manifest: Manifest, fs: Any, path: str, url: str) -> str:
         f"under none from {folder} up",
         path=url,
     )
+
+
+def _holds_version_files(fs: Any, folder: str, manifest: Manifest) -> bool:
+    """Whether ``folder`` holds a file only a version directory holds: one of the
+    manifest's shards, its TFDS metadata or image statistics (not a companion folder's
+    name, which a project's folder may have too).
+    A copy of a version missing its first shard was taken for a manifest copy and read
+    the original above it (OK where the copy lacked a shard)."""
+    try:
+        names = {posixpath.basename(str(p).rstrip("/")) for p in fs.ls(folder, detail=False)}
+    except (FileNotFoundError, NotADirectoryError):
+        return False
+    own = {*layout.TFDS_FILES, layout.IMAGESTATS_NAME}
+    return bool(names & own) or any(shard.name in names for shard in manifest.shards)
 
 
 def sidecar_json(
