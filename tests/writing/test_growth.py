@@ -236,6 +236,17 @@ def test_a_numeric_folder_fills_the_gap_its_number_left_and_gaps_are_no_labels(t
     assert _members(third)["05/b.png"][1] == 5
     assert (third.changes["labels_added"], third.changes["labels_removed"]) == (1, 0)
     assert third.changes["ids_changed"] == 0 and third.changes == _compared(second, third)
+    assert third.params["label_gaps"] == [4, 6]
+    # A folder named as a gap is (4): a label added. A label removed from the folders (01)
+    # keeps its id, which no folder of its number (1) takes: refused as a rename.
+    _grey_png(raw / "4" / "c.png", 44)
+    shutil.rmtree(raw / "01")
+    fourth = _grow(raw, tmp_path, num_shards=2).manifest
+    assert fourth.params["label_gaps"] == [6] and fourth.changes["labels_added"] == 1
+    assert fourth.changes["labels_removed"] == 0 and fourth.labels == third.labels
+    _grey_png(raw / "1" / "d.png", 11)
+    with pytest.raises(ConfigError, match=r"folder '1' has the number of the previous"):
+        _grow(raw, tmp_path, num_shards=2)
 
 
 def _grey_png(path: Path, value: int) -> None:

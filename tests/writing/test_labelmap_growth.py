@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from tfshards.errors import ConfigError
-from tfshards.writing.labelmap import resolve
+from tfshards.writing.labelmap import gap_ids, resolve
 
 TEN = tuple("abcdefghij")
 NUMBERS = tuple(str(n) for n in range(26))
@@ -167,12 +167,23 @@ def test_the_map_the_renumber_hint_pins_keeps_every_other_id():
 
 
 def test_a_new_numeric_folder_takes_the_gap_its_number_falls_on():
-    """03 then 07 left ids 4-6 as gaps (named 4, 5, 6); a folder 05 takes id 5 when no
-    record of the previous version carried it, and is a renamed label's folder otherwise."""
+    """03 then 07 left ids 4-6 as gaps (named 4, 5, 6); a folder 05 takes id 5 where the
+    previous version kept 5 as a gap, and is a renamed label's folder otherwise."""
     previous = ("00", "01", "02", "03", "4", "5", "6", "07")
     listed = ["00", "01", "02", "03", "05"]
-    names = resolve(listed, None, previous, False, lambda: {0, 1, 2, 3, 7})
+    names = resolve(listed, None, previous, False, {4, 5, 6})
     assert names == ("00", "01", "02", "03", "4", "05", "6", "07")
-    message = str(_refused(listed, None, previous, False, lambda: {0, 5}))
-    assert "folder '05' has the number of the previous version's label '5'" in message
-    assert "folder '05'" in str(_refused(listed, None, previous, False, None))  # unknown
+    for gaps in ({4, 6}, ()):  # 5 a label removed from the folders, or gaps not kept (older)
+        message = str(_refused(listed, None, previous, False, gaps))
+        assert "folder '05' has the number of the previous version's label '5'" in message
+
+
+def test_gap_ids_are_the_ids_no_folder_names_and_never_a_removed_label():
+    labels = ("00", "01", "02", "03", "4", "5", "6", "07")
+    listed = ["00", "01", "02", "03", "07"]
+    assert gap_ids(labels, listed, None, (), pinned=False) == (4, 5, 6)
+    assert gap_ids(labels, listed, labels[:4], (), pinned=False) == (4, 5, 6)  # new ids
+    assert gap_ids(labels, listed, labels, (4, 5, 6), pinned=False) == (4, 5, 6)  # kept
+    assert gap_ids(labels, listed, labels, (), pinned=False) == ()  # removed labels, kept ids
+    assert gap_ids(labels, [*listed, "5"], labels, (4, 5, 6), pinned=False) == (4, 6)
+    assert gap_ids(labels, listed, None, (), pinned=True) == ()  # a pinned map names each id

@@ -215,10 +215,8 @@ def compare(
         changed_paths=tuple(sorted(changed)),
         relabeled_paths=tuple(sorted(relabeled)),
         label_deltas=_deltas(old.labels, known.counts, new.labels, new_counts),
-        labels_added=tuple(sorted(set(new.labels) - set(old.labels) - _gaps(names, new_counts))),
-        labels_removed=tuple(
-            sorted(set(old.labels) - set(new.labels) - _gaps(old.labels, known.counts))
-        ),
+        labels_added=tuple(sorted(_real(new) - _real(old))),
+        labels_removed=tuple(sorted(_real(old) - _real(new))),
         labels_emptied=_emptied(old.labels, known.counts, new.labels, new_counts),
         ids_changed=_ids_changed(old.labels, new.labels),
         moved_buckets=None if note else moved,
@@ -333,14 +331,11 @@ def _deltas(
     return {name: n for name, n in sorted(delta.items()) if n}
 
 
-def _gaps(labels: Sequence[str], counts: list[int]) -> set[str]:
-    """The ids of a numeric map that no folder named: ``str(k)`` at id ``k`` with no
-    record (``4`` between folders ``03`` and ``07``). A label to neither add nor remove."""
-    if any(
-        not (name.isascii() and name.isdigit()) or int(name) != i for i, name in enumerate(labels)
-    ):
-        return set()
-    return {name for i, name in enumerate(labels) if name == str(i) and not counts[i]}
+def _real(manifest: Manifest) -> set[str]:
+    """The names of ``manifest``'s label map that are labels: not a gap its writer kept
+    (``params["label_gaps"]``: ids between numeric folders, named ``str(k)``)."""
+    gaps = {int(k) for k in manifest.params.get("label_gaps", ())}
+    return {name for k, name in enumerate(manifest.labels) if k not in gaps}
 
 
 def _emptied(

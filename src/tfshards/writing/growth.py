@@ -28,7 +28,6 @@ from tfshards.shardset import layout, members
 from tfshards.shardset import manifest as manifests
 from tfshards.shardset.layout import MANIFEST_NAME
 from tfshards.shardset.manifest import Manifest, ShardInfo
-from tfshards.writing import labelmap
 
 # Params that must match for a previous shard's bytes to be this write's: the
 # others (the shard count, the label map) are settled record by record.
@@ -357,24 +356,26 @@ def changes(
     previous: Manifest,
     labels: Sequence[str],
     moved: tuple[int, int],
-    listed: Sequence[str] = (),
+    gaps: Sequence[int] = (),
 ) -> dict[str, int]:
     """The counts the manifest keeps under ``changes`` (``diff.Changes.to_metrics``), as the
     member lists match; the writer takes the files it leaves out off them. ``moved``:
     records in another bucket by path, and files moved or renamed into another bucket
     (``moved_files``, kept only when there are any: older manifests keep their bytes).
-    A numeric map's gaps (``labelmap.gaps``: ids between the ``listed`` folders'
-    numbers) are no label: one is neither added nor, once a folder takes it, removed."""
+    A label map's gaps (ids no folder names: ``gaps`` of ``labels``, and the previous
+    version's ``params["label_gaps"]``) are no label to add or remove."""
     old, new = previous.labels, tuple(labels)
     position = {name: i for i, name in enumerate(new)}
     by_path, files = moved
-    unnamed = labelmap.gaps(old, listed) | labelmap.gaps(new, listed)
+    old_gaps = {int(k) for k in previous.params.get("label_gaps", ())}
+    real_old = {name for k, name in enumerate(old) if k not in old_gaps}
+    real_new = {name for k, name in enumerate(new) if k not in set(gaps)}
     return {
         "added": found.added,
         "changed": found.changed,
         "ids_changed": sum(position.get(name, i) != i for i, name in enumerate(old)),
-        "labels_added": len(set(new) - set(old) - unnamed),
-        "labels_removed": len(set(old) - set(new) - unnamed),
+        "labels_added": len(real_new - real_old),
+        "labels_removed": len(real_old - real_new),
         "moved_buckets": by_path,
         **({"moved_files": files} if files else {}),
         "relabeled": found.relabeled,

@@ -15,7 +15,7 @@ names that are all decimal numbers map to their number (``"k"`` gets id ``k``).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Collection, Iterator, Sequence
 from dataclasses import dataclass
 
 from tfshards.errors import ConfigError, InputError
@@ -93,16 +93,15 @@ def resolve(
     pinned: Sequence[str] | None,
     previous: Sequence[str] | None,
     relabel: bool,
-    held: Callable[[], set[int]] | None = None,
+    previous_gaps: Collection[int] = (),
 ) -> tuple[str, ...]:
     """The new version's label names in id order (a label's id is its position).
 
     ``pinned`` (write.labels) is the map; else ``previous`` (the previous version's
     manifest labels) with the listed labels it lacks appended; else the ``listed``
     names sorted, or ``0..max`` where every one is a decimal number (its id).
-    ``held``: the ids the previous version's records carry, asked only when a new
-    numeric folder meets an id of a numeric map that may be a gap (:func:`_grown`);
-    None: unknown, so such a folder is refused as before.
+    ``previous_gaps``: the ids of ``previous`` that are gaps (:func:`gap_ids`), which
+    a new numeric folder of that number takes.
 
     Raises:
         ConfigError: one line: a listed label is not pinned; the pinned map changes a
@@ -123,7 +122,7 @@ def resolve(
             _check_unchanged(previous, names)
         return names
     if previous:
-        return _grown(listed, tuple(previous), held)
+        return _grown(listed, tuple(previous), frozenset(previous_gaps))
     by_value = _numbers(listed)
     if by_value is None:
         return tuple(sorted(set(listed)))
@@ -149,13 +148,13 @@ def _check_unchanged(previous: Sequence[str], pinned: tuple[str, ...]) -> None:
 
 
 def _grown(
-    listed: Sequence[str], previous: tuple[str, ...], held: Callable[[], set[int]] | None
+    listed: Sequence[str], previous: tuple[str, ...], previous_gaps: frozenset[int]
 ) -> tuple[str, ...]:
     """``previous`` with the listed labels it lacks appended; every old id kept.
 
     A numeric previous map (label ``k``'s number is ``k``) grows to ``0..m`` for
     a new number ``m``; other new labels follow, sorted. A new folder of number
-    ``k`` takes id ``k`` where the map holds a gap there (:func:`gaps`).
+    ``k`` takes id ``k`` where ``previous`` has a gap there (``previous_gaps``).
     """
     new = sorted(set(listed) - set(previous))
     if not new:
@@ -166,7 +165,7 @@ def _grown(
     rest = tuple(name for name in new if not _digits(name))
     if not numbered:
         return previous + rest
-    previous = _filled(listed, previous, numbered, held)
+    previous = _filled(listed, previous, numbered, previous_gaps)
     numbered = [name for name in numbered if name not in previous]
     _check_renumbered(listed, previous, numbered)
     by_value = _numbers([*previous, *numbered])
@@ -174,39 +173,45 @@ def _grown(
     return _numeric(by_value, [*previous, *numbered]) + rest
 
 
-def gaps(labels: Sequence[str], listed: Sequence[str] = ()) -> set[str]:
-    """The names of a numeric map that stand for no folder: ``str(k)`` at id ``k``
-    (how :func:`_numeric` names an id between two folders' numbers, ``4`` between
-    ``03`` and ``07``) where no listed folder has that name. Only a map of
-    numbers holds them."""
-    if not labels or any(not _digits(name) or int(name) != i for i, name in enumerate(labels)):
-        return set()
-    present = set(listed)
-    return {name for i, name in enumerate(labels) if name == str(i) and name not in present}
+def gap_ids(
+    labels: Sequence[str],
+    listed: Sequence[str],
+    previous: Sequence[str] | None,
+    previous_gaps: Collection[int],
+    pinned: bool,
+) -> tuple[int, ...]:
+    """The ids of ``labels`` that name no folder: ids between two folders' numbers in a
+    numeric map, which :func:`_numeric` names ``str(k)`` (``03`` and ``07``: 4, 5, 6).
+
+    Such an id is new in ``labels`` (past ``previous``) or one of ``previous_gaps``,
+    and still no listed folder's name: a label removed from the folders keeps its id
+    and is no gap, so no new folder takes it. A pinned map names every id. Kept in
+    the manifest (``params["label_gaps"]``), so the next version knows them.
+    """
+    if pinned:
+        return ()
+    present, before = set(listed), len(previous or ())
+    return tuple(
+        k
+        for k, name in enumerate(labels)
+        if name == str(k) and name not in present and (k >= before or k in previous_gaps)
+    )
 
 
 def _filled(
     listed: Sequence[str],
     previous: tuple[str, ...],
     numbered: Sequence[str],
-    held: Callable[[], set[int]] | None,
+    previous_gaps: frozenset[int],
 ) -> tuple[str, ...]:
-    """``previous`` with each gap a new numeric folder's number falls on named after it.
-
-    A gap is a name :func:`gaps` finds that no record of the previous version
-    carried (``held``): ``05`` then takes id 5 where ``03`` and ``07`` left
-    ``5`` in between. A label with records in the previous version is a folder
-    renamed, which :func:`_check_renumbered` refuses.
-    """
-    free = gaps(previous, listed)
-    wanted = [name for name in numbered if str(int(name)) in free and int(name) < len(previous)]
-    if not wanted or held is None:
-        return previous
-    carried = held()
-    names = list(previous)
-    for name in wanted:
-        if int(name) not in carried:
-            names[int(name)] = name
+    """``previous`` with each gap a new numeric folder's number falls on named after it
+    (``05`` takes id 5 where ``03`` and ``07`` left a gap). Another id of a previous
+    label is a renamed folder's, which :func:`_check_renumbered` refuses."""
+    names, present = list(previous), set(listed)
+    for name in numbered:
+        k = int(name)
+        if k in previous_gaps and k < len(names) and names[k] not in present:
+            names[k] = name
     return tuple(names)
 
 

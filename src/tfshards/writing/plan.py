@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import math
 from array import array
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -22,7 +22,7 @@ from tfshards import jsonfile, storage
 from tfshards.errors import ConfigError, InputError
 from tfshards.format.columns import Column, columns_json
 from tfshards.listing.protocol import FileListing
-from tfshards.shardset import buckets, diff, grouping, layout
+from tfshards.shardset import buckets, grouping, layout
 from tfshards.shardset.manifest import FORMAT_VERSION, Manifest, Reject, ShardInfo
 from tfshards.writing import growth, labelmap, orientation, placement, sharding
 from tfshards.writing.config import WriteConfig
@@ -157,6 +157,7 @@ def plan(
     groups: grouping.Groups | None = None,
     previous: Manifest | None = None,
     carried: Sequence[str] | None = None,
+    carried_gaps: Sequence[int] = (),
 ) -> Plan:
     """The version directory, manifest params and shard tasks of writing ``listing``.
 
@@ -168,7 +169,8 @@ def plan(
     :func:`read_groups` of the same listing; read here when None.
     ``previous`` (:func:`growth.find`) lends its shards whose records are all
     listed again unchanged (:mod:`.placement`); label ids come from it, else
-    from ``carried`` (:func:`growth.last`: the pipeline's last version).
+    from ``carried`` (:func:`growth.last`: the pipeline's last version) and the
+    gaps of its map, ``carried_gaps`` (:func:`labelmap.gap_ids`).
     """
     if transform_identity.split("@", 1)[0] != (config.transform or "none"):
         raise ConfigError(
@@ -178,9 +180,10 @@ def plan(
     if not listing.files:
         raise InputError(f"{listing.root}: the listing has no files", path=listing.root)
     if previous is not None:
-        carried = previous.labels
-    labels = labelmap.resolve(
-        listing.labels, config.labels, carried, config.relabel, _held_ids(previous, config)
+        carried, carried_gaps = previous.labels, label_gaps(previous)
+    labels = labelmap.resolve(listing.labels, config.labels, carried, config.relabel, carried_gaps)
+    gaps = labelmap.gap_ids(
+        labels, listing.labels, carried, carried_gaps, pinned=config.labels is not None
     )
     ids = labelmap.label_ids(listing.labels, labels)
     if config.group_by is not None and groups is None:
@@ -188,7 +191,7 @@ def plan(
     if grouping.GroupBy.parse(config.group_by) is None:
         groups = None
     num_shards = _num_shards(listing, config, groups)
-    params = _params(config, num_shards, transform_identity, labels, listing.labels)
+    params = _params(config, num_shards, transform_identity, labels, listing.labels, gaps)
     _check_columns(listing.columns, config.image_feature)
     if listing.columns:  # absent otherwise: sets without columns keep their bytes and name
         params["columns"] = columns_json(listing.columns)
@@ -214,9 +217,7 @@ def plan(
         if isinstance(p, placement.KeptShard) and base is not None
     )
     changes = (
-        {}
-        if found is None or base is None
-        else growth.changes(found, base, labels, moved, listing.labels)
+        {} if found is None or base is None else growth.changes(found, base, labels, moved, gaps)
     )
     return Plan(
         version,
@@ -376,6 +377,7 @@ def _params(
     transform_identity: str,
     labels: Sequence[str],
     listed: Sequence[str],
+    gaps: Sequence[int] = (),
 ) -> dict[str, Any]:
     """The parameters that shape the bytes, hashed into the version name."""
     params: dict[str, Any] = {
@@ -397,14 +399,12 @@ def _params(
         params["exif"] = exif
     if tuple(labels) != tuple(listed):  # a pinned, carried or numeric map: absent otherwise
         params["labels"] = list(labels)
+    if gaps:  # absent otherwise: sets without gaps keep their bytes and name
+        params["label_gaps"] = list(gaps)
     return params
 
 
-def _held_ids(previous: Manifest | None, config: WriteConfig) -> Callable[[], set[int]] | None:
-    """The label ids ``previous``'s records carry, read from its member lists when asked
-    (:func:`labelmap.resolve`); None without a previous version to read."""
-    if previous is None:
-        return None
-    return lambda: {
-        int(row[2]) for _, rows in diff.load_members(previous, **config.out_options) for row in rows
-    }
+def label_gaps(manifest: Manifest) -> tuple[int, ...]:
+    """The ids of ``manifest``'s label map that name no folder (``params["label_gaps"]``;
+    none in a version written before they were kept)."""
+    return tuple(int(k) for k in manifest.params.get("label_gaps", ()))

@@ -44,7 +44,7 @@ from tfshards.shardset.manifest import Manifest
 from tfshards.writing import growth, imagestats, reuse, sharding
 from tfshards.writing.config import BASE_FEATURES, WriteConfig
 from tfshards.writing.features import keys_differ
-from tfshards.writing.plan import Plan, plan, read_groups
+from tfshards.writing.plan import Plan, label_gaps, plan, read_groups
 from tfshards.writing.shard import (
     ShardResult,
     ShardTask,
@@ -93,10 +93,7 @@ def write(config: WriteConfig, listing: FileListing | str, *, progress: bool = T
         previous = growth.find(config.previous, config.manifest_copy, **options)
         last = previous or growth.last(config.manifest_copy)
         identity = transforms.identity(config.transform)
-        labels = last.labels if last else None
-        planned, previous, damaged, unlent = _plan(
-            loaded, config, identity, groups, previous, labels
-        )
+        planned, previous, damaged, unlent = _plan(loaded, config, identity, groups, previous, last)
         if planned.is_base and previous is not None:  # nothing changed since that version
             if config.manifest_copy:
                 _publish(*storage.open_url(config.manifest_copy), previous)
@@ -193,23 +190,26 @@ def _plan(
     identity: str,
     groups: Any,
     previous: Manifest | None,
-    labels: Sequence[str] | None,
+    last: Manifest | None,
 ) -> tuple[Plan, Manifest | None, str, str]:
     """The plan; the previous version it may grow from (None when it lacks a shard); that
     damage, when the plan repairs that very version; why a damaged one lends nothing.
+    ``last``: the pipeline's last version, whose label map (and its gaps) is kept.
 
     Raises:
         ShardError: the previous version lacks a shard it would lend (or is unchanged): a
             clone holding the shard grows it and names another version than a fresh plan.
     """
+    labels = last.labels if last else None  # the ids, and gaps, of the last version kept
+    gaps = label_gaps(last) if last else ()
     damaged = growth.damage(previous, **config.out_options) if previous else ""
     if not damaged:
-        return plan(loaded, config, identity, groups, previous, labels), previous, "", ""
+        return plan(loaded, config, identity, groups, previous, labels, gaps), previous, "", ""
     assert previous is not None
-    planned = plan(loaded, config, identity, groups, None, labels)
+    planned = plan(loaded, config, identity, groups, None, labels, gaps)
     if planned.fingerprint == previous.fingerprint:  # the same version: its shards resume
         return planned, None, damaged, ""
-    trial = plan(loaded, config, identity, groups, previous, labels)
+    trial = plan(loaded, config, identity, groups, previous, labels, gaps)
     if trial.base is not None:
         raise ShardError(
             f"{damaged}: restore it (dvc checkout, dvc pull, or a copy) to grow from it, or "
