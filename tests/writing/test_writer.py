@@ -662,6 +662,11 @@ def exits(path, data, label):
     if path.endswith("000007.jpg"):
         raise SystemExit(3)
     return {}
+
+def closes(path, data, label):
+    if path.endswith("000007.jpg"):
+        raise GeneratorExit
+    return {}
 """
 
 
@@ -744,9 +749,12 @@ def test_transform_failure_fails_naming_the_file(write_set, listing, tmp_path, t
 def test_a_transform_that_exits_is_a_failure_naming_the_file(
     write_set, listing, tmp_path, transforms_module
 ):
-    """sys.exit(3) in a transform ended the write with exit 3 and no word."""
-    with pytest.raises(TransformError, match=r"000007\.jpg: transform tx_mod:exits failed: Sys"):
-        write_set(listing, tmp_path / "out", num_shards=2, transform="tx_mod:exits")
+    """sys.exit(3) in a transform ended the write with exit 3 and no word; a GeneratorExit
+    was a traceback."""
+    for name, what in (("exits", "SystemExit: 3;"), ("closes", "GeneratorExit: ;")):
+        with pytest.raises(TransformError) as raised:
+            write_set(listing, tmp_path / name, num_shards=2, transform=f"tx_mod:{name}")
+        assert f"000007.jpg: transform tx_mod:{name} failed: {what}" in str(raised.value)
 
 
 # --------------------------------------------------------------------------- real processes

@@ -162,7 +162,7 @@ def apply_chunk(
             value = fn(path, label)
         except InputError:
             raise
-        except (Exception, SystemExit, KeyboardInterrupt) as exc:
+        except (Exception, SystemExit, KeyboardInterrupt, GeneratorExit) as exc:
             # A user's function can raise anything: report which file. A sys.exit() there
             # too, and a KeyboardInterrupt off a process's main thread, where no Ctrl-C
             # lands: both reached TensorFlow as an UnknownError with a screen of traceback.

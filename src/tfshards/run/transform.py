@@ -50,7 +50,7 @@ def load(spec: str) -> Transform:
         raise TransformError(
             f"transform {spec!r}: cannot import module {module_name!r} ({exc})", transform=spec
         ) from exc
-    except (Exception, SystemExit) as exc:  # a module's own code can raise anything
+    except (Exception, SystemExit, GeneratorExit) as exc:  # a module's code can raise anything
         raise TransformError(
             f"transform {spec!r}: cannot import module {module_name!r} "
             f"({type(exc).__name__}: {exc})",
@@ -92,8 +92,8 @@ def apply(fn: Transform, spec: str, path: str, data: bytes, label: int) -> Mappi
     """
     try:
         out = fn(path, data, label)
-    except (Exception, SystemExit) as exc:  # a user's code can raise anything; we report it
-        # (a sys.exit() there ended the write with its code and no word)
+    except (Exception, SystemExit, GeneratorExit) as exc:  # a user's code can raise anything
+        # (a sys.exit() there ended the write with its code and no word; Ctrl-C goes on)
         raise TransformError(
             f"{path}: transform {spec} failed: {type(exc).__name__}: {exc}",
             path=path,
