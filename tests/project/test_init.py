@@ -513,15 +513,17 @@ def test_the_gitignore_block_is_the_only_part_init_rewrites():
     user = "*.pyc\n# my notes\n/build/\n"
     once = ignores.merge(user, ignores.wanted("data/raw"))
     assert once.startswith(user)
-    assert once.endswith(f"\n{ignores.BEGIN}\n/data/raw/\n/checkpoints/\n{ignores.END}\n")
+    assert once.endswith(
+        f"\n{ignores.BEGIN}\n/data/raw/\n/checkpoints/\n/dvc_plots/\n{ignores.END}\n"
+    )
     assert ignores.merge(once, ignores.wanted("data/raw")) == once
     moved = ignores.merge(once + "/dist/\n", ignores.wanted("photos"))
     assert "/photos/\n" in moved and "/data/raw/" not in moved and moved.endswith("/dist/\n")
-    assert ignores.wanted("s3://bucket/raw") == ["/checkpoints/"]  # not in the repository
-    assert ignores.wanted("../elsewhere") == ["/checkpoints/"]
+    assert ignores.wanted("s3://bucket/raw") == ["/checkpoints/", "/dvc_plots/"]  # not inside
+    assert ignores.wanted("../elsewhere") == ["/checkpoints/", "/dvc_plots/"]
     outs = ["data/listing/", "data/manifest.json", "s3://bucket/shards/"]
     assert ignores.wanted("data/raw", outs) == [
-        "/data/raw/", "/data/listing/", "/data/manifest.json", "/checkpoints/"
+        "/data/raw/", "/data/listing/", "/data/manifest.json", "/checkpoints/", "/dvc_plots/"
     ]  # fmt: skip
 
 

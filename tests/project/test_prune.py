@@ -693,3 +693,11 @@ def test_interrupted_spares_a_recent_write_and_one_holding_a_live_lease(versions
     lease.write_text("")
     state = {v.name: v for v in prune(config).versions}["00000000deadbeef"]
     assert state.action == "keep" and "holds a lease" in state.reason
+
+
+def test_nothing_to_delete_says_so_under_delete_too(write_set, listing, tmp_path):
+    """It said "would delete 0 (0.0 MB)" after --delete, as a dry run does."""
+    write_set(listing, tmp_path / "shards", manifest_copy=str(tmp_path / "m.json"))
+    for delete in (False, True):
+        report = prune(PruneConfig(manifest=str(tmp_path / "m.json"), delete=delete))
+        assert report.summary() == f"{tmp_path / 'shards'}: 1 version, 1 kept, nothing to delete"

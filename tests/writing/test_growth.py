@@ -820,6 +820,12 @@ def test_the_moved_files_line_names_the_group_when_records_are_keyed_by_group(ra
     line = diff.moved_files_line(second)
     assert "(the same bytes under another group_by group)" in line
     assert "choose a group_by that a move leaves alone" in line
+    assert line.startswith("split: 1 file moved or renamed since version")
+    plain = dataclasses.replace(second, params={**second.params, "group_by": None})
+    assert (
+        "(write.group_by: '[^/]+$', which a lineage takes from its first version: with "
+        "write.previous: none once" in diff.moved_files_line(plain)
+    )
 
 
 def test_another_num_shards_over_unchanged_data_keeps_the_version(make_raw, tmp_path):

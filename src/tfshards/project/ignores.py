@@ -7,9 +7,11 @@ cached outputs (the listing, the manifest, local shards) are DVC's too: DVC
 ignores each when its stage runs, but a first ``dvc repro`` that stopped at
 ``write`` left the listing unignored, ``git add -A`` committed it, and every
 later ``dvc repro`` failed ("output 'data/listing' is already tracked by SCM").
-Training checkpoints are scratch that a killed run leaves behind. ``tfshards
-init`` writes these lines between two marker comments and only ever rewrites
-that block; every other line of the file stays as it was.
+Training checkpoints are scratch that a killed run leaves behind, and so is the
+page ``dvc plots show`` writes (``dvc_plots/``, which the docs have a user run
+before ``git add -A``). ``tfshards init`` writes these lines between two marker
+comments and only ever rewrites that block; every other line of the file stays as
+it was.
 """
 
 from __future__ import annotations
@@ -25,11 +27,13 @@ from tfshards.storage import split_protocol
 
 BEGIN = "# >>> tfshards init: raw data is tracked by DVC, checkpoints are scratch"
 END = "# <<< tfshards init"
+DVC_PLOTS = "dvc_plots"  # where `dvc plots show` writes its page by default
 
 
 def wanted(root: str, outs: Sequence[str] = ()) -> list[str]:
     """The lines to keep ignored: the raw root and each of ``outs`` (a folder when it ends
-    with ``/``) that is a path inside the repository, then the checkpoints."""
+    with ``/``) that is a path inside the repository, then the checkpoints and DVC's
+    plots page."""
     lines = []
     for where in (f"{root.rstrip('/')}/", *outs):
         protocol, path = split_protocol(where)
@@ -37,6 +41,7 @@ def wanted(root: str, outs: Sequence[str] = ()) -> list[str]:
         if protocol is None and not posixpath.isabs(rel) and not rel.startswith(".."):
             lines.append(f"/{rel}/" if where.endswith("/") else f"/{rel}")
     lines.append(f"/{CHECKPOINTS.split('/')[0]}/")
+    lines.append(f"/{DVC_PLOTS}/")
     return lines
 
 

@@ -139,11 +139,12 @@ class PruneReport:
                 f"{freed / 1e6:.1f} MB freed; their files hold {total / 1e6:.1f} MB counting "
                 "each hard link, shared among them or with versions kept"
             )
-        return (
-            f"{self.out}: {len(self.versions)} version{'' if len(self.versions) == 1 else 's'}, "
-            f"{len(kept)} kept, "
-            f"{verb} {len(gone)} ({size}){tail}"
+        versions = (
+            f"{self.out}: {len(self.versions)} version{'' if len(self.versions) == 1 else 's'}"
         )
+        if not gone:  # "would delete 0 (0.0 MB)" under --delete read as a dry run
+            return f"{versions}, {len(kept)} kept, nothing to delete"
+        return f"{versions}, {len(kept)} kept, {verb} {len(gone)} ({size}){tail}"
 
 
 def _freed(gone: Sequence[VersionState]) -> int:

@@ -137,12 +137,17 @@ def moved_files_line(manifest: Manifest) -> str:
         return ""
     if manifest.params.get("group_by") is None:
         key = "path"
-        keep = "key records by file name (write.group_by: '[^/]+$')"
+        keep = (
+            "key records by file name (write.group_by: '[^/]+$', which a lineage takes from "
+            "its first version: with write.previous: none once, where records may change "
+            "sides that one time)"
+        )
     else:
         key = "group_by group"
         keep = "choose a group_by that a move leaves alone"
     return (
-        f"split: {moved} files moved or renamed since version {manifest.base} (the same bytes "
+        f"split: {moved} file{'s' if moved != 1 else ''} moved or renamed since version "
+        f"{manifest.base} (the same bytes "
         f"under another {key}) went to another split bucket, so they may have crossed between "
         f"training and validation; to keep a file's side when it moves, {keep}, or fix "
         "labels in an index file"
