@@ -30,6 +30,16 @@ def _value(kind: str, values: list[Any]) -> str:
     return ", ".join(shown) + (f" (+{len(values) - 3} more)" if len(values) > 3 else "")
 
 
+_PNG_HELP = (
+    "Write the record's image here as PNG: a new file, or a PNG show wrote (any other file "
+    "is refused, never replaced)."
+)
+_SHEET_HELP = (
+    "Write a contact sheet PNG of --count images here (of --label, --side): a new file, or a "
+    "PNG show wrote."
+)
+
+
 @one_line_errors
 def show_command(
     manifest: Annotated[
@@ -43,20 +53,8 @@ def show_command(
             show_default=False,
         ),
     ] = None,
-    png: Annotated[
-        str | None,
-        typer.Option(
-            help="Write the record's image here as PNG: a new file, or a PNG show wrote "
-            "(any other file is refused, never replaced)."
-        ),
-    ] = None,
-    sheet: Annotated[
-        str | None,
-        typer.Option(
-            help="Write a contact sheet PNG of --count images here (of --label, --side): a "
-            "new file, or a PNG show wrote."
-        ),
-    ] = None,
+    png: Annotated[str | None, typer.Option(help=_PNG_HELP)] = None,
+    sheet: Annotated[str | None, typer.Option(help=_SHEET_HELP)] = None,
     label: Annotated[
         str | None, typer.Option(help="Only this label's records on the sheet.")
     ] = None,
