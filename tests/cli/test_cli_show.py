@@ -232,6 +232,11 @@ def test_an_image_over_pillows_size_guard_is_an_empty_cell_and_one_line(
     assert Image.open(io.BytesIO(sheet)).size == (40, 20)
     said = "a/big.png: too large to show: Image size (900 pixels) exceeds limit of 200 pixels"
     assert [line.split(", could be")[0] for line in unshown] == [said]
+    # Over the limit, under twice it: Pillow only warns, and decoded one 13,000 px square
+    # RGBA PNG into 2 GB; refused as write --resize refuses it.
+    monkeypatch.setattr(Image, "MAX_IMAGE_PIXELS", 600)
+    with pytest.raises(InputError, match=r"^a/big\.png: too large to show: Image size \(900 "):
+        to_png(big, "a/big.png")
 
 
 def test_a_path_left_out_of_the_version_says_why(write_set: SetWriter, tmp_path: Path) -> None:
