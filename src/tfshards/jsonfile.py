@@ -52,10 +52,8 @@ _LARGEST = 64 << 20  # bytes of an existing file read to tell whether it is one 
 
 
 def check_replaceable(fs: Any, path: str, doc: Any) -> None:
-    """Refuse to replace a file at ``path`` that is not this kind of JSON file: one whose
-    top level is an object at least half of whose keys ``doc`` has too (an earlier run's;
-    an empty object, or any object where ``doc`` is empty), or of ``doc``'s type when
-    that is no object; never a manifest or a listing's ``meta.json``. A user's notes,
+    """Refuse to replace a file at ``path`` that is not this kind of JSON file
+    (:func:`_unlike`), never a manifest or a listing's ``meta.json``. A user's notes,
     another tool's JSON or the manifest itself given as a --metrics was replaced.
 
     Raises:
@@ -83,14 +81,22 @@ def _what_is_there(fs: Any, path: str, doc: Any) -> str:
         old = json.loads(storage.read_bytes(fs, path))
     except (ValueError, RecursionError):
         return "a file that is not JSON"
-    if not isinstance(doc, dict):
-        return "" if type(old) is type(doc) else f"JSON of another kind ({type(old).__name__})"
-    if not isinstance(old, dict):
+    return _unlike(old, doc)
+
+
+def _unlike(old: Any, doc: Any) -> str:
+    """How the JSON value ``old`` is not one like ``doc`` ("" when it is): an object most
+    of whose keys ``doc`` has, or which has every key of ``doc`` (a check that knows only
+    the keys a run surely writes); a list whose first item is like ``doc``'s (a user's
+    list of words was taken for one of rows); an empty one of either."""
+    if type(old) is not type(doc) or not isinstance(doc, (dict, list)):
         return f"JSON of another kind ({type(old).__name__})"
+    if isinstance(old, list):
+        return _unlike(old[0], doc[0]) if old and doc else ""
     if _OWN_KEYS.issubset(old) or "files_sha256" in old:
         return "a shard set's manifest" if "shards" in old else "a listing's meta.json"
     shared = set(old) & set(doc)
-    if old and doc and 2 * len(shared) < len(old):  # a manifest shared "records" with metrics
+    if old and doc and 2 * len(shared) < len(old) and not set(doc) <= set(old):
         return f"JSON with other keys ({len(old) - len(shared)} of {len(old)} are not its own)"
     return ""
 

@@ -526,3 +526,21 @@ def test_a_metrics_file_replaces_only_json_like_the_one_it_writes(raw, listing_d
         "found a listing's meta.json: pass another path or remove it"
     )
     assert "files_sha256" in meta.read_text()
+
+
+def test_a_plot_file_replaces_only_rows_like_its_own(listing_dir, tmp_path):
+    """validate --balance wrote over a user's JSON list of words (any list passed)."""
+    out = str(tmp_path / "shards")
+    assert (
+        _invoke("write", str(listing_dir), "--out", out, "--manifest", str(tmp_path / "m"))[0] == 0
+    )
+    plots = tmp_path / "bal"
+    plots.mkdir()
+    (plots / "train.json").write_text('["my", "todo", "list"]')
+    args = ["validate", str(tmp_path / "m"), "--no-progress", "--balance", str(plots)]
+    code, _, stderr = _invoke(*args)
+    assert "found JSON of another kind (str)" in _one_line(code, stderr)
+    assert (plots / "train.json").read_text() == '["my", "todo", "list"]'
+    (plots / "train.json").unlink()
+    for _ in range(2):  # its own rows are replaced
+        assert _invoke(*args)[0] == 0

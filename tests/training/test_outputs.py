@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import json
 import shutil
 import zipfile
 from pathlib import Path
@@ -238,8 +239,31 @@ def test_file_outputs_replace_only_what_a_run_wrote(tmp_path):
         assert refused.value.option == name and str(refused.value).startswith(f"{name}: ")
         assert "\n" not in str(refused.value)
         assert (tmp_path / rel).read_text() == '{"notes": "mine"}'
-    (tmp_path / mine["metrics"]).write_text('{"val_accuracy": 0.9, "epochs": 3}')
+    run = [  # every key a run's metrics.json holds: a second run was refused its own file
+        "val_accuracy", "val_loss", "accuracy", "loss", "epochs", "examples_per_s",
+        "input_bound_fraction", "device", "train_records", "val_records", "model",
+        "mixed_precision", "jit_compile", "replicas", "strategy", "seconds",
+    ]  # fmt: skip
+    (tmp_path / mine["metrics"]).write_text(json.dumps(dict.fromkeys(run, 1)))
     (tmp_path / mine["split_out"]).write_text('{"train": {}, "val": {}, "seed": 0}')
     with zipfile.ZipFile(tmp_path / mine["model_out"], "w") as archive:
         archive.writestr("metadata.json", "{}")
     outputs.check(_config(tmp_path, **mine), [])  # an earlier run's: replaced
+
+
+def test_outputs_given_as_file_urls_or_through_links_are_the_paths_they_name(tmp_path):
+    """file:///abs was taken for the folder ./file:/abs by the live folder's and the
+    checkpoint's checks (and dvclive), so a user's files there were written over; two
+    outputs through a link to one folder were two paths."""
+    live = tmp_path / "mine/live"
+    live.mkdir(parents=True)
+    (live / "notes.txt").write_text("mine")
+    config = _config(tmp_path, live_dir=None)
+    config = dataclasses.replace(config, live_dir=f"file://{live}")
+    assert config.live_dir == str(live)
+    with pytest.raises(ConfigError, match=r"found 'notes.txt' in "):
+        outputs.check(config, [])
+    (tmp_path / "real").mkdir()
+    (tmp_path / "lk").symlink_to(tmp_path / "real")
+    with pytest.raises(ConfigError, match=r"^split_out: expected a path of its own"):
+        _config(tmp_path, metrics="real/same.json", split_out="lk/same.json")

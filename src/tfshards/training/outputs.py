@@ -20,7 +20,7 @@ from tfshards import jsonfile, storage
 from tfshards.errors import ConfigError
 from tfshards.shardset.layout import MANIFEST_NAME
 from tfshards.shardset.manifest import Manifest
-from tfshards.training.history import MODEL_METRICS, SERIES
+from tfshards.training.history import SERIES
 from tfshards.training.trainconfig import OUTPUTS, TrainConfig
 
 _FILES = ("metrics", "model_out", "split_out")  # outputs that are one file each
@@ -77,10 +77,10 @@ def check(config: TrainConfig, manifests: Sequence[Manifest]) -> None:
         check_target(os.path.abspath(config.export_out))
 
 
-# What each file output holds, for telling an earlier run's file from one of the user's:
-# the metrics' and the split's top-level keys (tfshards.jsonfile.check_replaceable).
+# Keys every such file of a run holds, for telling an earlier run's file from one of the
+# user's (tfshards.jsonfile.check_replaceable: an object holding them all is a run's).
 _KEYS = {
-    "metrics": (*MODEL_METRICS, "epochs"),
+    "metrics": ("loss", "accuracy", "epochs"),
     "split_out": ("train", "val", "fingerprint", "seed", "val_fraction"),
 }
 

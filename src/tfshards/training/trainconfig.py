@@ -105,6 +105,10 @@ class TrainConfig:
     checkpoint_every_steps: int = 0
 
     def __post_init__(self) -> None:
+        for name in OUTPUTS:  # a local file:// URL is its path: the checks, dvclive and Keras
+            value = getattr(self, name)  # took "file:///a" for the folder ./file:/a
+            if isinstance(value, str) and value.startswith("file://"):
+                object.__setattr__(self, name, value[len("file://") :] or "/")
         for name in ("epochs", "batch_size", "image_size"):
             value = getattr(self, name)
             if value < 1:
@@ -178,12 +182,12 @@ class TrainConfig:
         """The checkpoint folder holds no output and lies in none: its files are removed."""
         if not self.checkpoint_dir:
             return
-        folder = os.path.abspath(self.checkpoint_dir)
+        folder = os.path.realpath(self.checkpoint_dir)  # links followed: one folder
         for name in OUTPUTS:
             value = getattr(self, name)
             if name == "checkpoint_dir" or not value or "://" in value:
                 continue
-            path = os.path.abspath(value)
+            path = os.path.realpath(value)
             if path == folder or _inside(path, folder) or _inside(folder, path):
                 raise ConfigError(
                     f"checkpoint_dir: expected a folder of its own, found {name} "
@@ -195,8 +199,8 @@ class TrainConfig:
     def _check_outputs(self) -> None:
         """No two outputs share a path or lie one inside the other: the export replaced a
         folder holding the model or dvclive's plots, and a split file the metrics."""
-        local = [
-            (name, value, os.path.abspath(value))
+        local = [  # as the system resolves them: a link to a folder is that folder
+            (name, value, os.path.realpath(value))
             for name in OUTPUTS
             if name != "checkpoint_dir" and (value := getattr(self, name)) and "://" not in value
         ]
