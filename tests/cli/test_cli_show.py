@@ -80,6 +80,10 @@ def test_show_replaces_only_a_png_it_wrote(
         for _ in range(2):  # written, then replaced
             assert runner.invoke(app, [*args, option, str(ours)]).exit_code == 0
         assert Image.open(ours).format == "PNG"
+    inside = os.path.join(version.directory, "x.png")  # validate then failed the version
+    result = runner.invoke(app, ["show", manifest_path(version), "--sheet", inside])
+    assert result.exit_code == 1 and not os.path.exists(inside), result.output
+    assert "expected a path outside the version folder" in result.stderr
     folder = tmp_path / "folder.png"
     folder.mkdir()
     result = runner.invoke(app, ["show", manifest_path(version), "0:0", "--png", str(folder)])

@@ -93,6 +93,9 @@ def show_command(
             "RECORD (--png writes one record's image)"
         )
     version = Version(load(manifest))
+    for option, url in (("--png", png), ("--sheet", sheet)):
+        if url is not None:
+            _check_outside(url, version.manifest.directory, option)
     image = feature or str(version.manifest.params.get("image_feature", "image"))
     if record is not None:
         _print_record(version, record, image, png)
@@ -186,6 +189,31 @@ def _split_side(manifest: Any, side: str, val_fraction: float, seed: int) -> lis
         warnings.simplefilter("ignore", SplitWarning)
         chosen = split(manifest, val_fraction, seed)
     return list(chosen.train if side == "train" else chosen.val)
+
+
+def _check_outside(url: str, directory: str, option: str) -> None:
+    """Refuse an image path inside the version folder shown: its file made the version
+    fail validate ("file not listed in the manifest").
+
+    Raises:
+        ConfigError: one line naming both.
+    """
+    import os
+
+    from tfshards.errors import ConfigError
+    from tfshards.storage import is_local, open_url
+
+    fs, path = open_url(url)
+    fs_version, folder = open_url(directory)
+    if not (is_local(fs) and is_local(fs_version)):
+        return
+    inside, top = os.path.realpath(path), os.path.realpath(folder)
+    if inside.startswith(top.rstrip("/") + "/"):
+        raise ConfigError(
+            f"{url}: expected a path outside the version folder {directory} it shows (a "
+            f"file there fails validate): pass another {option}",
+            option=option.removeprefix("--"),
+        )
 
 
 def _save(open_url: Any, url: str, data: bytes, option: str) -> None:
