@@ -19,9 +19,10 @@ from collections.abc import Iterable
 from typing import Any, NoReturn
 
 from tfshards.processes import pid_alive, process_start
-from tfshards.storage import Chunk, is_local
+from tfshards.storage import Chunk, is_local, protocol, unstrip
 
 _SYNC_THREADS = 8  # sync_files' concurrent fsyncs
+_BUCKET_STORES = frozenset({"s3", "s3a", "gs", "gcs", "az", "abfs", "abfss"})
 
 
 def write_atomic(
@@ -123,9 +124,17 @@ class AtomicSink:
                 fsync_dir(os.path.dirname(self.path) or ".")
             return
         parent = posixpath.dirname(self.path)
-        if parent:
+        # A store of buckets has no folders to make, and its makedirs makes a missing
+        # bucket: a mistyped one in --metrics s3://typo/m.json was created, not refused.
+        if parent and protocol(self.fs) not in _BUCKET_STORES:
             self.fs.makedirs(parent, exist_ok=True)
-        self.fs.pipe_file(self.path, b"".join(self._chunks))
+        try:
+            self.fs.pipe_file(self.path, b"".join(self._chunks))
+        except OSError as exc:  # no such bucket, refused: the URL it was to become
+            if exc.filename is not None:
+                raise
+            why = exc.strerror or str(exc) or type(exc).__name__
+            raise type(exc)(exc.errno, why, unstrip(self.fs, self.path)) from exc
         self._chunks = []
 
     def abort(self) -> None:

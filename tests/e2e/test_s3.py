@@ -9,13 +9,17 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from typer.testing import CliRunner
 
 from tfshards import storage
+from tfshards.cli import app
 from tfshards.errors import ShardError
 from tfshards.listing.listing import list_files, write_listing
 from tfshards.project.sample import write_synthetic
 from tfshards.shardset.layout import MANIFEST_NAME
-from tfshards.shardset.manifest import Manifest
+from tfshards.shardset.manifest import Manifest, load
+from tfshards.validation.config import ValidateConfig
+from tfshards.validation.validate import validate
 from tfshards.writing.config import WriteConfig
 from tfshards.writing.writer import write
 
@@ -149,3 +153,41 @@ def test_a_bucket_that_does_not_exist_is_named(tmp_path, raw_on_s3, s3):
     config = WriteConfig(out="s3://nosuchbucket/set", num_shards=2, out_options=s3)
     with pytest.raises(ShardError, match=r"cannot write: the store has no bucket 'nosuchbucket'"):
         write(config, listing, progress=False)
+
+
+def test_a_local_copy_of_an_s3_version_is_read_for_itself(tmp_path, raw_on_s3, s3):
+    """A download of an s3:// version kept the root s3://..., so validate, show and prune
+    read the original: a damaged copy validated OK."""
+    import s3fs
+
+    listing = list_files(raw_on_s3, storage_options=s3)
+    config = WriteConfig(out="s3://bucket/set", num_shards=2, out_options=s3, source_options=s3)
+    manifest = write(config, listing, progress=False).manifest
+    copy = tmp_path / "copy"
+    s3fs.S3FileSystem(**s3).get(f"bucket/set/{manifest.fingerprint}", str(copy), recursive=True)
+    assert load(str(copy / "manifest.json")).directory == str(copy)
+    first = copy / manifest.shards[0].name
+    data = bytearray(first.read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    first.write_bytes(bytes(data))
+    report = validate(ValidateConfig(manifest=str(copy / "manifest.json"), executor="serial"))
+    assert not report.ok and any(manifest.shards[0].name in str(p) for p in report.problems)
+
+
+def test_an_output_to_a_bucket_that_does_not_exist_is_refused_not_made(tmp_path, s3, monkeypatch):
+    """--metrics s3://typo/m.json made the bucket typo (s3fs' makedirs) and wrote there."""
+    import s3fs
+
+    local = tmp_path / "raw"
+    write_synthetic(str(local), 6, 16, workers=1)
+    config = WriteConfig(out=str(tmp_path / "shards"), num_shards=1)
+    manifest = write(config, list_files(str(local)), progress=False).manifest
+    monkeypatch.setenv("AWS_ENDPOINT_URL", s3["endpoint_url"])
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "testing")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "testing")
+    s3fs.S3FileSystem.clear_instance_cache()
+    path = os.path.join(manifest.directory, "manifest.json")
+    result = CliRunner().invoke(app, ["validate", path, "--metrics", "s3://typo-bucket/m.json"])
+    assert result.exit_code == 1 and "Traceback" not in result.output, result.output
+    assert result.stderr.strip().startswith("error: s3://typo-bucket/m.json: "), result.stderr
+    assert not s3fs.S3FileSystem(**s3, skip_instance_cache=True).exists("typo-bucket")

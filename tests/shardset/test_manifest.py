@@ -182,6 +182,20 @@ def test_a_version_directory_copied_inside_the_project_is_its_own_root_not_the_o
     assert load(str(tmp_path / "A/data/manifest.json")).fingerprint == fingerprint
 
 
+def test_a_copy_of_a_version_written_to_an_absolute_out_is_read_for_itself(listing, tmp_path):
+    """An absolute root was taken as is: a copy (even under the version's own name)
+    validated, and showed, the original."""
+    config = WriteConfig(out=str(tmp_path / "abs_shards"), num_shards=2, executor="serial")
+    manifest = write(config, listing, progress=False).manifest
+    copy = tmp_path / "backup" / manifest.fingerprint
+    shutil.copytree(manifest.directory, copy)
+    assert load(str(copy / MANIFEST_NAME)).directory == str(copy)
+    (copy / manifest.shards[1].name).unlink()
+    checked = CliRunner().invoke(app, ["validate", str(copy / MANIFEST_NAME), "--no-progress"])
+    assert checked.exit_code == 1 and f"{manifest.shards[1].name}: missing" in checked.output
+    assert load(os.path.join(manifest.directory, MANIFEST_NAME)).directory == manifest.directory
+
+
 def test_a_folder_given_as_the_manifest_is_read_through_the_manifest_in_it(
     listing, tmp_path, monkeypatch
 ):

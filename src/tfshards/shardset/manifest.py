@@ -339,7 +339,8 @@ def load(url: str, **storage_options: Any) -> Manifest:
 def locate(manifest: Manifest, fs: Any, path: str, url: str) -> str:
     """The version directory of the manifest at ``path`` on ``fs`` (``url``, for errors).
 
-    A URL or absolute ``root`` is itself. A relative one is relative to the
+    A URL or absolute ``root`` is itself, unless the manifest lies elsewhere beside
+    files of its version (a copy: it validated the original). A relative one is relative to the
     writer's working directory, which the manifest's own place recovers: a
     manifest inside a folder named by its fingerprint, or beside its first
     shard (a version directory copied under another name), is in its version
@@ -353,9 +354,12 @@ def locate(manifest: Manifest, fs: Any, path: str, url: str) -> str:
         InputError: a relative ``root`` that is under none of those folders.
     """
     root = manifest.root
-    if storage.split_protocol(root)[0] is not None or posixpath.isabs(root):
-        return root
     folder = posixpath.dirname(posixpath.normpath(path))
+    if storage.split_protocol(root)[0] is not None or posixpath.isabs(root):
+        own = storage.unstrip(fs, folder)
+        if own.rstrip("/") != root.rstrip("/") and _holds_version_files(fs, folder, manifest):
+            return own  # a copy (a download of an s3:// version) is read for itself
+        return root
     if posixpath.basename(folder) == manifest.fingerprint:
         return storage.unstrip(fs, folder)
     if _holds_version_files(fs, folder, manifest):
