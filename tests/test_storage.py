@@ -154,3 +154,13 @@ def test_a_temp_file_whose_pid_now_names_another_process_is_swept(tmp_path):
     finally:
         other.kill()
         other.wait()
+
+
+def test_inside_resolves_local_links_and_compares_urls_of_one_store(tmp_path):
+    (tmp_path / "real" / "v").mkdir(parents=True)
+    (tmp_path / "link").symlink_to(tmp_path / "real")
+    assert storage.inside(str(tmp_path / "link" / "v" / "x.png"), str(tmp_path / "real" / "v"))
+    assert storage.inside(f"file://{tmp_path}/real/v/x", str(tmp_path / "real" / "v"))
+    assert not storage.inside(str(tmp_path / "real" / "vx"), str(tmp_path / "real" / "v"))
+    assert storage.inside("memory://set/v/x.png", "memory://set/v")
+    assert not storage.inside("memory://set/v/x.png", str(tmp_path))

@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from tfshards import atomicfile, storage
@@ -26,6 +28,28 @@ def encode(doc: Any, *, indent: int | None = 2, sort_keys: bool = True) -> bytes
 def digest(doc: Any) -> str:
     """The SHA-256 (hex) of ``doc`` as compact sorted ASCII JSON; non-JSON values as ``str``."""
     return hashlib.sha256(json.dumps(doc, sort_keys=True, default=str).encode()).hexdigest()
+
+
+@dataclass(frozen=True)
+class Output:
+    """A JSON file a command writes: ``doc`` at ``url``; ``like``: what a file of this kind
+    holds when ``doc`` is empty (a side with no records); ``ordered``: keys in ``doc``'s
+    order (a metrics file, :func:`save_metrics`), else sorted."""
+
+    doc: Any
+    url: str
+    like: Any = None
+    ordered: bool = False
+
+
+def save_outputs(outputs: Sequence[Output]) -> None:
+    """Write every output, each atomically, once every one is known replaceable
+    (:func:`check_replaceable`): a refusal of the last wrote the first ones before."""
+    opened = [(storage.open_url(o.url), o) for o in outputs]
+    for (fs, path), o in opened:
+        check_replaceable(fs, path, o.doc, o.like)
+    for (fs, path), o in opened:
+        atomicfile.write_atomic(fs, path, [encode(o.doc, sort_keys=not o.ordered)])
 
 
 def save(doc: Any, url: str) -> None:
@@ -51,7 +75,7 @@ def save_metrics(doc: Any, url: str) -> None:
 _LARGEST = 64 << 20  # bytes of an existing file read to tell whether it is one of these
 
 
-def check_replaceable(fs: Any, path: str, doc: Any) -> None:
+def check_replaceable(fs: Any, path: str, doc: Any, like: Any = None) -> None:
     """Refuse to replace a file at ``path`` that is not this kind of JSON file
     (:func:`_unlike`), never a manifest or a listing's ``meta.json``. A user's notes,
     another tool's JSON or the manifest itself given as a --metrics was replaced.
@@ -61,7 +85,7 @@ def check_replaceable(fs: Any, path: str, doc: Any) -> None:
     """
     if not fs.exists(path):
         return
-    found = _what_is_there(fs, path, doc)
+    found = _what_is_there(fs, path, doc if doc or like is None else like)
     if found:
         where = storage.unstrip(fs, path)
         raise ConfigError(
@@ -92,11 +116,15 @@ def _unlike(old: Any, doc: Any) -> str:
     if type(old) is not type(doc) or not isinstance(doc, (dict, list)):
         return f"JSON of another kind ({type(old).__name__})"
     if isinstance(old, list):
+        if old and not doc:  # nothing to tell rows by: only an empty list is one's own
+            return "a list of other rows"
         return _unlike(old[0], doc[0]) if old and doc else ""
     if _OWN_KEYS.issubset(old) or "files_sha256" in old:
         return "a shard set's manifest" if "shards" in old else "a listing's meta.json"
     shared = set(old) & set(doc)
-    if old and doc and 2 * len(shared) < len(old) and not set(doc) <= set(old):
+    if old and not doc:  # nothing to tell keys by: only an empty object is one's own
+        return f"JSON with other keys (first: {sorted(old)[0]!r})"
+    if old and 2 * len(shared) < len(old) and not set(doc) <= set(old):
         return f"JSON with other keys ({len(old) - len(shared)} of {len(old)} are not its own)"
     return ""
 

@@ -105,6 +105,18 @@ def protocol(fs: Any) -> str:
     return str(proto[0] if isinstance(proto, (tuple, list)) else proto)
 
 
+def inside(url: str, directory: str) -> bool:
+    """Whether ``url`` lies inside ``directory``: local paths as the system resolves them
+    (links followed, ``file://`` read as a path), URLs of one store by their text."""
+    fs, path = open_url(url)
+    fs_dir, folder = open_url(directory)
+    if protocol(fs) != protocol(fs_dir):
+        return False
+    if is_local(fs):
+        path, folder = os.path.realpath(path), os.path.realpath(folder)
+    return path.startswith(folder.rstrip("/") + "/")
+
+
 def join(base: str, *parts: str) -> str:
     """Join path parts with ``/`` (fsspec paths are posix on every backend)."""
     return posixpath.join(base.rstrip("/") or "/", *parts)

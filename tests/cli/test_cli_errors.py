@@ -416,7 +416,6 @@ def test_json_nested_too_deep_is_one_line_naming_the_file_in_every_command(listi
         ["diff", str(deep), str(tmp_path / "m.json")],
         ["prune", "--manifest", str(deep), "--out", out],
         ["write", str(listing_dir), "--out", out, "--previous", str(deep)],
-        ["write", str(listing_dir), "--out", out, "--manifest", str(deep)],
     ]
     for args in commands:
         code, _, stderr = _invoke(*args)
@@ -424,6 +423,10 @@ def test_json_nested_too_deep_is_one_line_naming_the_file_in_every_command(listi
         assert line.endswith(
             f"{deep}: expected a manifest, found JSON values nested too deep to read"
         ), args
+    code, _, stderr = _invoke("write", str(listing_dir), "--out", out, "--manifest", str(deep))
+    assert _one_line(code, stderr).endswith(
+        "found a file that is no manifest: pass another --manifest"
+    )
     (listing_dir / "meta.json").write_text("[" * 5_000 + "]" * 5_000)
     code, _, stderr = _invoke("write", str(listing_dir), "--out", out)
     line = _one_line(code, stderr)
@@ -544,3 +547,28 @@ def test_a_plot_file_replaces_only_rows_like_its_own(listing_dir, tmp_path):
     (plots / "train.json").unlink()
     for _ in range(2):  # its own rows are replaced
         assert _invoke(*args)[0] == 0
+
+
+def test_validate_writes_no_output_until_each_may_be_written(listing_dir, tmp_path):
+    """Its outputs were written one by one, so a refusal of the last left the first
+    written; a user's file was replaced whenever the new content was empty (the val side
+    at val_fraction 0); a metrics file inside the version folder failed the next run."""
+    out = str(tmp_path / "shards")
+    assert (
+        _invoke("write", str(listing_dir), "--out", out, "--manifest", str(tmp_path / "m"))[0] == 0
+    )
+    plots = tmp_path / "plots"
+    plots.mkdir()
+    (plots / "val.json").write_text('[{"todo": "x"}]')  # the val side is [] at val_fraction 0
+    args = ["validate", str(tmp_path / "m"), "--no-progress", "--val-fraction", "0"]
+    code, _, stderr = _invoke(
+        *args, "--metrics", str(tmp_path / "v.json"), "--image-plots", str(plots)
+    )
+    said = "val.json: expected a new file or a JSON file tfshards wrote there before, found"
+    assert f"{said} JSON with other keys" in _one_line(code, stderr)
+    assert not (tmp_path / "v.json").exists() and not (plots / "train.json").exists()
+    assert (plots / "val.json").read_text() == '[{"todo": "x"}]'
+    version = next(Path(out).iterdir())
+    code, _, stderr = _invoke(*args, "--metrics", str(version / "metrics.json"))
+    assert "expected a path outside the version folder" in _one_line(code, stderr)
+    assert not (version / "metrics.json").exists()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import os
+import random
 from collections.abc import Callable
 from pathlib import Path
 
@@ -88,6 +89,23 @@ def test_show_replaces_only_a_png_it_wrote(
     folder.mkdir()
     result = runner.invoke(app, ["show", manifest_path(version), "0:0", "--png", str(folder)])
     assert result.exit_code == 1 and "found a folder: pass another --png" in result.stderr
+
+
+def test_its_own_png_is_known_behind_a_large_icc_profile(
+    write_set: SetWriter, tmp_path: Path
+) -> None:
+    """Pillow writes the source's ICC profile before the mark: a rerun over a PNG of an image
+    with a 20 KB profile was refused as a file show did not write."""
+    raw = tmp_path / "raw" / "a"
+    raw.mkdir(parents=True)
+    profile = random.Random(0).randbytes(20_000)  # stored as given, zlib cannot shrink it
+    Image.new("RGB", (8, 8), (200, 0, 0)).save(raw / "p.jpg", icc_profile=profile)
+    path = manifest_path(write_set(tmp_path / "raw", tmp_path / "shards", num_shards=1))
+    png = tmp_path / "p.png"
+    for _ in range(2):
+        result = runner.invoke(app, ["show", path, "a/p.jpg", "--png", str(png)])
+        assert result.exit_code == 0, result.output
+    assert png.read_bytes().index(b"tEXtSoftware") > 4096
 
 
 def test_a_sheet_of_one_label_on_one_side(version: Manifest, tmp_path: Path) -> None:

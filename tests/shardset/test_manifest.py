@@ -196,6 +196,16 @@ def test_a_copy_of_a_version_written_to_an_absolute_out_is_read_for_itself(listi
     assert load(os.path.join(manifest.directory, MANIFEST_NAME)).directory == manifest.directory
 
 
+def test_a_manifest_copy_beside_a_users_file_named_like_tfds_metadata_finds_its_version(
+    listing, tmp_path, monkeypatch
+):
+    """data/label.labels.txt of the user's made data/ pass for a version folder (by name)."""
+    fingerprint = _write_in(tmp_path / "A", listing, 1, monkeypatch)
+    (tmp_path / "A/data/label.labels.txt").write_text("00\n01\n")
+    found = load(str(tmp_path / "A/data/manifest.json"))
+    assert found.fingerprint == fingerprint and found.directory.endswith(f"shards/{fingerprint}")
+
+
 def test_a_folder_given_as_the_manifest_is_read_through_the_manifest_in_it(
     listing, tmp_path, monkeypatch
 ):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import multiprocessing
@@ -1001,3 +1002,32 @@ def test_a_manifest_copy_inside_the_shard_folder_is_refused_and_no_manifest_repl
     done = CliRunner().invoke(app, [*args, "--seed", "7", "--no-progress"])
     assert done.exit_code != 0 and "Traceback" not in done.output
     assert done.output.strip().splitlines()[-1].endswith("(data/manifest.json beside data/shards)")
+
+
+def test_a_manifest_copy_over_another_sets_version_manifest_or_a_user_file_is_refused(
+    listing, tmp_path
+):
+    """--manifest other_set/<version>/manifest.json replaced that version's own manifest
+    (it read as the previous version first); --manifest notes.txt replaced the notes."""
+    other = write(
+        WriteConfig(out=str(tmp_path / "other"), num_shards=2, executor="serial"), listing
+    )
+    own = Path(other.manifest.directory) / MANIFEST_NAME
+    notes = tmp_path / "notes.txt"
+    notes.write_text("mine")
+    for target, found in ((own, "the own manifest of version"), (notes, "a file that is no")):
+        before = target.read_bytes()
+        config = WriteConfig(
+            out=str(tmp_path / "shards"), num_shards=2, seed=1, executor="serial",
+            manifest_copy=str(target),
+        )  # fmt: skip
+        with pytest.raises(ConfigError, match=rf"manifest: expected a new file .*found {found}"):
+            write(config, listing, progress=False)
+        assert target.read_bytes() == before
+    copy = tmp_path / "data" / "manifest.json"  # its own earlier copy: replaced, gone version too
+    first = WriteConfig(
+        out=str(tmp_path / "s2"), num_shards=2, executor="serial", manifest_copy=str(copy)
+    )
+    gone = write(first, listing).manifest
+    shutil.rmtree(gone.directory)
+    write(dataclasses.replace(first, seed=3, previous="none"), listing)

@@ -192,23 +192,16 @@ def _split_side(manifest: Any, side: str, val_fraction: float, seed: int) -> lis
 
 
 def _check_outside(url: str, directory: str, option: str) -> None:
-    """Refuse an image path inside the version folder shown: its file made the version
-    fail validate ("file not listed in the manifest").
+    """Refuse an image path inside the version folder shown (on any store): its file made
+    the version fail validate ("file not listed in the manifest").
 
     Raises:
         ConfigError: one line naming both.
     """
-    import os
-
     from tfshards.errors import ConfigError
-    from tfshards.storage import is_local, open_url
+    from tfshards.storage import inside
 
-    fs, path = open_url(url)
-    fs_version, folder = open_url(directory)
-    if not (is_local(fs) and is_local(fs_version)):
-        return
-    inside, top = os.path.realpath(path), os.path.realpath(folder)
-    if inside.startswith(top.rstrip("/") + "/"):
+    if inside(url, directory):
         raise ConfigError(
             f"{url}: expected a path outside the version folder {directory} it shows (a "
             f"file there fails validate): pass another {option}",
@@ -231,10 +224,17 @@ def _save(open_url: Any, url: str, data: bytes, option: str) -> None:
     fs, path = open_url(url)
     if fs.exists(path):
         found = "a folder" if fs.isdir(path) else "a file show did not write"
-        if found == "a folder" or not sheets.made_here(fs.cat_file(path, start=0, end=4096)):
+        if found == "a folder" or not sheets.made_here(_head(fs, path)):
             raise ConfigError(
                 f"{url}: expected a new file or a PNG that show wrote, found {found}: pass "
                 f"another {option} or remove it",
                 option=option.removeprefix("--"),
             )
     atomicfile.write_atomic(fs, path, [data])
+
+
+_HEAD_BYTES = 16 << 20  # read of an existing PNG, for its chunks before its pixels
+
+
+def _head(fs: Any, path: str) -> bytes:
+    return bytes(fs.cat_file(path, start=0, end=_HEAD_BYTES))

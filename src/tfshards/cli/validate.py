@@ -18,7 +18,7 @@ _DAMAGE = ("sha256 mismatch", "CRC mismatch")  # a shard's bytes, not its record
 
 
 def _validate(values: dict[str, Any]) -> None:
-    from tfshards.validation.validate import validate, write_balance, write_images, write_metrics
+    from tfshards.validation.validate import validate, write_outputs
 
     split_seed = values["split_seed"]
     config = stageoptions.config(
@@ -28,11 +28,13 @@ def _validate(values: dict[str, Any]) -> None:
         split_seed=values["seed"] if split_seed is None else split_seed,
     )
     report = validate(config, progress=values["progress"])
-    if values["metrics"] is not None:
-        write_metrics(report, values["metrics"])
-    if values["balance"] is not None:
-        write_balance(report, values["balance"])
-    write_images(report, values["image_metrics"], values["image_plots"])
+    write_outputs(
+        report,
+        metrics=values["metrics"],
+        balance=values["balance"],
+        image_metrics=values["image_metrics"],
+        image_plots=values["image_plots"],
+    )
     if report.images is None and config.image_gates != type(config.image_gates)():  # a gate on
         typer.echo("warning: no image statistics to gate (a version written before them)", err=True)
     dups = report.duplicates

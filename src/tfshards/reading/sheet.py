@@ -16,14 +16,25 @@ MAX_IMAGES = 1_000  # a sheet of more is no longer looked at, and costs ~30 KB o
 PNG_MODES = ("1", "L", "LA", "I;16", "I;16B", "P", "RGB", "RGBA")  # what Pillow writes as PNG
 # A PNG written here says so in a tEXt chunk, before its pixels: what ``show`` may replace.
 MARK = ("Software", "tfshards show")
-_MARK_BYTES = b"tEXt" + MARK[0].encode() + b"\0" + MARK[1].encode()
-_MARK_WITHIN = 4096  # bytes from the start: the chunk follows the 25-byte header
+_MARK_TEXT = MARK[0].encode() + b"\0" + MARK[1].encode()
+_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 
 
 def made_here(head: bytes) -> bool:
-    """Whether ``head``, a file's first bytes, is a PNG that :func:`to_png` or
-    :func:`contact_sheet` wrote."""
-    return head.startswith(b"\x89PNG\r\n\x1a\n") and _MARK_BYTES in head[:_MARK_WITHIN]
+    """Whether ``head``, a file's first bytes up to its pixels, is a PNG that
+    :func:`to_png` or :func:`contact_sheet` wrote: its chunks are walked to the first
+    ``IDAT`` for the mark (Pillow writes a source's ICC profile, often over 4 KB, first)."""
+    if not head.startswith(_SIGNATURE):
+        return False
+    at = len(_SIGNATURE)
+    while at + 8 <= len(head):
+        length, kind = int.from_bytes(head[at : at + 4], "big"), head[at + 4 : at + 8]
+        if kind == b"IDAT":
+            return False
+        if kind == b"tEXt" and head[at + 8 : at + 8 + length] == _MARK_TEXT:
+            return True
+        at += 12 + length  # length, type, data, CRC
+    return False
 
 
 def _png_bytes(image: Any) -> bytes:

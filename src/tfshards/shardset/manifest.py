@@ -10,6 +10,7 @@ from __future__ import annotations
 import builtins
 import dataclasses
 import functools
+import hashlib
 import json
 import os
 import posixpath
@@ -21,7 +22,6 @@ from tfshards import jsonfile, storage
 from tfshards.errors import ConfigError, InputError
 from tfshards.format.columns import Column, parse_columns
 from tfshards.format.schema import FeatureSpec, schema_from_json, schema_to_json
-from tfshards.shardset import layout
 from tfshards.shardset import manifestfields as fields
 from tfshards.shardset.layout import MANIFEST_NAME
 from tfshards.shardset.resize import Resize
@@ -375,18 +375,31 @@ def locate(manifest: Manifest, fs: Any, path: str, url: str) -> str:
     )
 
 
+def in_version_folder(manifest: Manifest, fs: Any, folder: str) -> bool:
+    """Whether ``folder`` (where ``manifest`` lies) is a version directory of it: named by
+    its fingerprint, or holding its files (:func:`_holds_version_files`)."""
+    named = posixpath.basename(folder.rstrip("/")) == manifest.fingerprint
+    return named or _holds_version_files(fs, folder, manifest)
+
+
 def _holds_version_files(fs: Any, folder: str, manifest: Manifest) -> bool:
-    """Whether ``folder`` holds a file only a version directory holds: one of the
-    manifest's shards, its TFDS metadata or image statistics (not a companion folder's
-    name, which a project's folder may have too).
+    """Whether ``folder`` holds a file only a version directory of ``manifest`` holds: one
+    of its shards, or TFDS metadata with the sha256 it records (a project folder may hold
+    a ``label.labels.txt`` of its own: by name alone it passed for a version folder).
     A copy of a version missing its first shard was taken for a manifest copy and read
     the original above it (OK where the copy lacked a shard)."""
     try:
         names = {posixpath.basename(str(p).rstrip("/")) for p in fs.ls(folder, detail=False)}
     except (FileNotFoundError, NotADirectoryError):
         return False
-    own = {*layout.TFDS_FILES, layout.IMAGESTATS_NAME}
-    return bool(names & own) or any(shard.name in names for shard in manifest.shards)
+    if any(shard.name in names for shard in manifest.shards):
+        return True
+    for name, sha in manifest.metadata_files.items():
+        if name in names:
+            data = storage.read_bytes(fs, posixpath.join(folder, name))
+            if hashlib.sha256(data).hexdigest() == sha:
+                return True
+    return False
 
 
 def sidecar_json(

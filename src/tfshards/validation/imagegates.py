@@ -80,14 +80,22 @@ def plot_rows(s: ImageStats) -> list[dict[str, int]]:
     return [{"images": n, "width_px": bin_bounds(b)[0]} for b, n in enumerate(s.width.counts) if n]
 
 
-def save(stats: SideStats | None, metrics_url: str | None, plots: str | None) -> None:
-    """Write the metrics file and ``plots/train.json``, ``plots/val.json`` (empty: no stats)."""
+def outputs(
+    stats: SideStats | None, metrics_url: str | None, plots: str | None
+) -> list[jsonfile.Output]:
+    """The metrics file and ``plots/train.json``, ``plots/val.json`` (empty: no stats), with
+    what such a file holds when empty (``like``): only then can a user's file be told."""
+    out = []
     if metrics_url is not None:
-        jsonfile.save_metrics(metrics(stats) if stats is not None else {}, metrics_url)
-    if plots is not None:
-        for side in SIDES:
-            rows = plot_rows(stats.sides[side]) if stats is not None else []
-            jsonfile.save(rows, storage.join(plots, f"{side}.json"))
+        doc = metrics(stats) if stats is not None else {}
+        like: dict[str, Any] = {side: {} for side in SIDES}
+        out.append(jsonfile.Output(doc, metrics_url, like=like, ordered=True))
+    for side in SIDES if plots is not None else ():
+        assert plots is not None
+        rows = plot_rows(stats.sides[side]) if stats is not None else []
+        url = storage.join(plots, f"{side}.json")
+        out.append(jsonfile.Output(rows, url, like=[{"images": 0, "width_px": 0}]))
+    return out
 
 
 def check(stats: SideStats, gates: ImageGates) -> list[Problem]:

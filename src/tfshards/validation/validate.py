@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 
 from tfshards import jsonfile, storage
-from tfshards.errors import ValidationError
+from tfshards.errors import ConfigError, ValidationError
 from tfshards.format import phash
 from tfshards.progress import Progress
 from tfshards.run import executor as executors
@@ -43,9 +43,8 @@ __all__ = [
     "ValidateConfig",
     "ValidationReport",
     "validate",
-    "write_balance",
-    "write_images",
     "write_metrics",
+    "write_outputs",
 ]
 
 
@@ -76,7 +75,7 @@ class ValidationReport:
         """Byte-stable metrics for DVC (no timings), the verdict first.
 
         Records per label, on each side, are the balance plots
-        (:func:`write_balance`); the metrics stay few so ``dvc exp show``
+        (:func:`write_outputs`); the metrics stay few so ``dvc exp show``
         stays narrow.
         """
         return {
@@ -317,31 +316,47 @@ def _split(manifest: Manifest, config: ValidateConfig) -> splits.Split:
 
 def write_metrics(report: ValidationReport, url: str) -> None:
     """Save :meth:`ValidationReport.metrics` as indented JSON in its key order (byte-stable)."""
-    jsonfile.save_metrics(report.metrics(), url)
+    write_outputs(report, metrics=url)
 
 
-def write_balance(report: ValidationReport, folder: str) -> None:
-    """Save each side's records per label as ``folder/train.json`` and ``folder/val.json``.
+def write_outputs(
+    report: ValidationReport,
+    *,
+    metrics: str | None = None,
+    balance: str | None = None,
+    image_metrics: str | None = None,
+    image_plots: str | None = None,
+) -> None:
+    """Save the outputs asked for, each refused before any is written where it would
+    replace a file of another kind (:func:`tfshards.jsonfile.save_outputs`), or lie in
+    the version folder checked (a file there fails the next validate).
 
-    Rows ``{"label": ..., "count": ...}`` in label order: the data of a DVC bar
-    plot (``template: bar_horizontal``, ``x: count``, ``y: label``). A side
-    with no shards (``val_fraction`` 0) gets an empty list.
+    ``metrics``: :meth:`ValidationReport.metrics`, in its key order (byte-stable).
+    ``balance``: a folder for ``train.json`` and ``val.json``, each side's records per
+    label, rows ``{"label", "count"}`` in label order: the data of a DVC bar plot
+    (``template: bar_horizontal``, ``x: count``, ``y: label``); a side with no shards
+    (``val_fraction`` 0) gets an empty list. ``image_metrics``, ``image_plots``: each
+    side's image statistics (:func:`tfshards.validation.imagegates.outputs`).
+
+    Raises:
+        ConfigError: an output in the version folder, or one that may not be replaced.
     """
-    for side in ("train", "val"):
+    outputs = []
+    if metrics is not None:
+        outputs.append(jsonfile.Output(report.metrics(), metrics, ordered=True))
+    for side in ("train", "val") if balance is not None else ():
+        assert balance is not None
         counts = report.split_counts.get(side, {})
         rows = [{"count": n, "label": label} for label, n in counts.items()]
-        _write_json(rows, storage.join(folder, f"{side}.json"))
-
-
-def write_images(report: ValidationReport, metrics: str | None, plots: str | None) -> None:
-    """Save each side's image statistics: a few metrics, and width histograms (DVC plots).
-
-    ``metrics``: ``{"train": {"images", "non_rgb_share", "formats", "median_width",
-    "median_height"}, "val": {...}}`` (``{}`` for a version written before them);
-    ``plots``: a folder for ``train.json`` and ``val.json``, rows ``{"width_px", "images"}``.
-    """
-    imagegates.save(report.images, metrics, plots)
-
-
-def _write_json(doc: Any, url: str) -> None:
-    jsonfile.save(doc, url)
+        url = storage.join(balance, f"{side}.json")
+        outputs.append(jsonfile.Output(rows, url, like=[{"count": 0, "label": ""}]))
+    outputs += imagegates.outputs(report.images, image_metrics, image_plots)
+    for output in outputs:
+        if storage.inside(output.url, report.manifest.directory):
+            raise ConfigError(
+                f"{output.url}: expected a path outside the version folder "
+                f"{report.manifest.directory} it checks (a file there fails the next "
+                "validate): pass another",
+                path=output.url,
+            )
+    jsonfile.save_outputs(outputs)

@@ -38,6 +38,7 @@ from tfshards.run import executor as executors
 from tfshards.run import transform as transforms
 from tfshards.run.executor import Needs
 from tfshards.shardset import datasetinfo, diff, layout, lease
+from tfshards.shardset import manifest as manifests
 from tfshards.shardset.imagestats import ImageStats, VersionStats
 from tfshards.shardset.layout import MANIFEST_NAME
 from tfshards.shardset.manifest import Manifest
@@ -385,23 +386,47 @@ def _check_manifest_copy(config: WriteConfig) -> None:
     """Refuse a manifest copy (``--manifest``) inside the shard folder (``--out``): there it
     is a version's own ``manifest.json``, or a file beside the versions, which the copy of
     another version's manifest replaced without a word (the version then read as another).
+    Elsewhere, :func:`_check_copy_target`.
 
     Raises:
         ConfigError: one line naming both.
     """
     if config.manifest_copy is None:
         return
-    fs_out, out = storage.open_url(config.out, **config.out_options)
-    fs_copy, copy = storage.open_url(config.manifest_copy)
-    if storage.protocol(fs_out) != storage.protocol(fs_copy):
+    if not storage.inside(config.manifest_copy, config.out):
+        _check_copy_target(config.manifest_copy)
         return
-    if storage.is_local(fs_out):
-        out, copy = os.path.realpath(out), os.path.realpath(copy)
-    if copy.startswith(out.rstrip("/") + "/"):
+    raise ConfigError(
+        f"manifest: expected a path outside the shard folder {config.out} (--out), found "
+        f"{config.manifest_copy} inside it, where it would replace a version's own "
+        "manifest; keep the copy beside that folder (data/manifest.json beside data/shards)",
+        option="manifest",
+    )
+
+
+def _check_copy_target(url: str) -> None:
+    """Refuse a manifest copy path that holds a file no write made there: not a manifest
+    (a user's file), or a version's own manifest in its folder (of another shard set:
+    that version then read as the new one, its shards failing validate).
+
+    Raises:
+        ConfigError: one line naming the file and what it is.
+    """
+    fs, path = storage.open_url(url)
+    if not fs.isfile(path):  # none, or a folder or a FIFO: refused where it is written
+        return
+    found = ""
+    try:  # parsed only: the version it names may be gone (pruned), and that is fine
+        existing = Manifest.from_json(storage.read_bytes(fs, path), source=url)
+    except (TfshardsError, OSError):
+        found = "a file that is no manifest"
+    else:
+        if manifests.in_version_folder(existing, fs, posixpath.dirname(path)):
+            found = f"the own manifest of version {existing.fingerprint}, in its folder"
+    if found:
         raise ConfigError(
-            f"manifest: expected a path outside the shard folder {config.out} (--out), found "
-            f"{config.manifest_copy} inside it, where it would replace a version's own "
-            "manifest; keep the copy beside that folder (data/manifest.json beside data/shards)",
+            f"manifest: expected a new file or an earlier copy of a manifest at {url}, "
+            f"found {found}: pass another --manifest",
             option="manifest",
         )
 
