@@ -570,5 +570,32 @@ def test_validate_writes_no_output_until_each_may_be_written(listing_dir, tmp_pa
     assert (plots / "val.json").read_text() == '[{"todo": "x"}]'
     version = next(Path(out).iterdir())
     code, _, stderr = _invoke(*args, "--metrics", str(version / "metrics.json"))
-    assert "expected a path outside the version folder" in _one_line(code, stderr)
+    assert "expected a path outside every shard version folder" in _one_line(code, stderr)
     assert not (version / "metrics.json").exists()
+
+
+def test_no_output_goes_into_any_version_folder(raw, listing_dir, tmp_path):
+    """list --out, validate/diff --metrics and show --png into another set's version folder
+    wrote files there, and that version then failed validate."""
+    out, other = str(tmp_path / "shards"), str(tmp_path / "other")
+    assert (
+        _invoke("write", str(listing_dir), "--out", out, "--manifest", str(tmp_path / "m"))[0] == 0
+    )
+    args = ["write", str(listing_dir), "--out", other, "--manifest", str(tmp_path / "m2")]
+    assert _invoke(*args, "--seed", "3")[0] == 0
+    theirs = next(Path(other).iterdir())
+    m = str(tmp_path / "m")
+    record = next(p.relative_to(raw).as_posix() for p in sorted(raw.rglob("*.jpg")))
+    commands = [
+        ["list", str(raw), "--out", str(theirs / "l")],
+        ["list", str(raw), "--out", str(tmp_path / "l"), "--metrics", str(theirs / "l.json")],
+        ["validate", m, "--no-progress", "--metrics", str(theirs / "v.json")],
+        ["diff", m, m, "--metrics", str(theirs / "d.json")],
+        ["show", m, record, "--png", str(theirs / "x.png")],
+    ]
+    before = sorted(p.name for p in theirs.rglob("*"))
+    for args in commands:
+        code, _, stderr = _invoke(*args)
+        assert "expected a path outside every shard version folder" in _one_line(code, stderr), args
+    assert sorted(p.name for p in theirs.rglob("*")) == before
+    assert _invoke("validate", str(theirs), "--no-progress")[0] == 0

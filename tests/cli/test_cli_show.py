@@ -84,7 +84,7 @@ def test_show_replaces_only_a_png_it_wrote(
     inside = os.path.join(version.directory, "x.png")  # validate then failed the version
     result = runner.invoke(app, ["show", manifest_path(version), "--sheet", inside])
     assert result.exit_code == 1 and not os.path.exists(inside), result.output
-    assert "expected a path outside the version folder" in result.stderr
+    assert "expected a path outside every shard version folder" in result.stderr
     folder = tmp_path / "folder.png"
     folder.mkdir()
     result = runner.invoke(app, ["show", manifest_path(version), "0:0", "--png", str(folder)])
@@ -136,6 +136,7 @@ def test_a_sheet_of_one_label_on_one_side(version: Manifest, tmp_path: Path) -> 
         ([], "give a RECORD, or --sheet FILE"),
         (["0:0", "--sheet", "x.png"], "give them without RECORD"),
         (["0:0", "--label", "a"], "give them without RECORD"),
+        (["--sheet", "x.png", "--png", "y.png"], "--png writes one record's image"),
     ],
 )
 def test_a_bad_request_is_one_line(version: Manifest, args: list[str], said: str) -> None:

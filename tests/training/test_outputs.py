@@ -267,3 +267,16 @@ def test_outputs_given_as_file_urls_or_through_links_are_the_paths_they_name(tmp
     (tmp_path / "lk").symlink_to(tmp_path / "real")
     with pytest.raises(ConfigError, match=r"^split_out: expected a path of its own"):
         _config(tmp_path, metrics="real/same.json", split_out="lk/same.json")
+
+
+def test_an_output_inside_a_version_folder_the_run_does_not_read_is_refused(tmp_path):
+    """Only the version folders the run reads were refused: a file in another one failed
+    that version's validate."""
+    other = tmp_path / "other_set/v2"
+    (other / "_work").mkdir(parents=True)
+    (other / "manifest.json").write_text("{}")
+    for name, rel in (("metrics", "other_set/v2/m.json"), ("live_dir", "other_set/v2/live")):
+        with pytest.raises(ConfigError) as refused:
+            outputs.check(_config(tmp_path, **{name: rel}), [])
+        assert refused.value.option == name
+        assert "expected a path outside every shard version folder" in str(refused.value)

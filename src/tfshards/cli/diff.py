@@ -14,6 +14,7 @@ import typer
 from tfshards import storage
 from tfshards.cli._common import one_line_errors
 from tfshards.errors import InputError
+from tfshards.shardset import layout
 from tfshards.shardset.layout import MANIFEST_NAME
 
 if TYPE_CHECKING:
@@ -134,6 +135,7 @@ def diff_command(
         old_manifest, new_manifest, load_members(old_manifest), load_members(new_manifest)
     )
     if metrics is not None:  # first: whatever reads the lines may stop early (``| head``)
+        layout.refuse_in_version(metrics, "--metrics")
         jsonfile.save({"diff": changes.to_metrics()}, metrics)
     for side, manifest in (("old", old_manifest), ("new", new_manifest)):
         typer.echo(

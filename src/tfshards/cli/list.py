@@ -13,10 +13,12 @@ from tfshards.project import stageoptions
 
 
 def _list(values: dict[str, Any]) -> None:
-    from tfshards import jsonfile
+    from tfshards import jsonfile, storage
     from tfshards.format.columns import parse_columns
     from tfshards.listing.listing import format_skipped
+    from tfshards.listing.meta import FILES_NAME
     from tfshards.listing.treelisting import list_to
+    from tfshards.shardset import layout
 
     hash_cache = values["hash_cache"]
     if hash_cache is None:
@@ -24,6 +26,9 @@ def _list(values: dict[str, Any]) -> None:
     elif hash_cache.strip().lower() == OFF:
         hash_cache = None
     out = values["out"]
+    layout.refuse_in_version(storage.join(out, FILES_NAME), "--out")
+    if values["metrics"] is not None:
+        layout.refuse_in_version(values["metrics"], "--metrics")
     summary = list_to(
         values["root"],
         out,

@@ -92,6 +92,8 @@ def show_command(
             "--sheet and --label draw a contact sheet of many records: give them without "
             "RECORD (--png writes one record's image)"
         )
+    if record is None and png is not None:  # with --sheet it was left unwritten, unsaid
+        raise typer.BadParameter("--png writes one record's image: give a RECORD with it")
     version = Version(load(manifest))
     for option, url in (("--png", png), ("--sheet", sheet)):
         if url is not None:
@@ -199,8 +201,10 @@ def _check_outside(url: str, directory: str, option: str) -> None:
         ConfigError: one line naming both.
     """
     from tfshards.errors import ConfigError
+    from tfshards.shardset import layout
     from tfshards.storage import inside
 
+    layout.refuse_in_version(url, option)  # another version's folder
     if inside(url, directory):
         raise ConfigError(
             f"{url}: expected a path outside the version folder {directory} it shows (a "

@@ -12,6 +12,7 @@ another per-shard file, add a :class:`Companion` to :data:`COMPANIONS`.
 
 from __future__ import annotations
 
+import os
 import posixpath
 import re
 from collections.abc import Iterable
@@ -68,6 +69,42 @@ def expected_paths(shards: Iterable[str]) -> set[str]:
     companions = (c.path(s) for s in names for c in COMPANIONS)
     own = {MANIFEST_NAME, IMAGESTATS_NAME, PHASH_NAME, DELETING, *TFDS_FILES, *names}
     return own | set(companions)
+
+
+def enclosing_version(url: str) -> str | None:
+    """The version directory ``url`` (a local path or ``file://`` URL) lies in: the first
+    folder above it holding a manifest and the ``_work/`` folder every writer makes; None
+    when there is none (or ``url`` is on another store). A file an output put in one made
+    that version fail ``validate`` ("file not listed in the manifest")."""
+    if url.startswith("file://"):
+        url = url[len("file://") :]
+    elif "://" in url:
+        return None
+    folder = os.path.dirname(os.path.realpath(url))
+    while True:
+        if os.path.isfile(os.path.join(folder, MANIFEST_NAME)) and os.path.isdir(
+            os.path.join(folder, WORK_DIR)
+        ):
+            return folder
+        parent = os.path.dirname(folder)
+        if parent == folder:
+            return None
+        folder = parent
+
+
+def refuse_in_version(url: str, option: str) -> None:
+    """Refuse an output ``url`` inside any version directory (:func:`enclosing_version`).
+
+    Raises:
+        ConfigError: one line naming the output, the version folder and the option.
+    """
+    version = enclosing_version(url)
+    if version is not None:
+        raise ConfigError(
+            f"{url}: expected a path outside every shard version folder, found it inside "
+            f"{version} (a file there fails that version's validate): pass another {option}",
+            option=option.removeprefix("--").replace("-", "_"),
+        )
 
 
 def work_dir(version: str) -> str:

@@ -18,6 +18,7 @@ from collections.abc import Sequence
 
 from tfshards import jsonfile, storage
 from tfshards.errors import ConfigError
+from tfshards.shardset import layout
 from tfshards.shardset.layout import MANIFEST_NAME
 from tfshards.shardset.manifest import Manifest
 from tfshards.training.history import SERIES
@@ -64,6 +65,9 @@ def check(config: TrainConfig, manifests: Sequence[Manifest]) -> None:
                     f"{value!r}, which {where} {what}; pass another",
                     option=name,
                 )
+        # any version's folder, not only those the run reads: a file there fails validate
+        where = path if name in _FILES else os.path.join(path, "_")
+        layout.refuse_in_version(where, "--" + name.replace("_", "-"))
         if name in _FILES and os.path.isdir(path):
             raise ConfigError(
                 f"{name}: expected a file path, found a folder at {value!r}; pass another",

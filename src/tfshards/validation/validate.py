@@ -27,7 +27,7 @@ from tfshards.format import phash
 from tfshards.progress import Progress
 from tfshards.run import executor as executors
 from tfshards.run.executor import Needs
-from tfshards.shardset import diff, grouping
+from tfshards.shardset import diff, grouping, layout
 from tfshards.shardset import split as splits
 from tfshards.shardset.manifest import Manifest, load
 from tfshards.validation import imagegates, nearduplicates, rules
@@ -352,6 +352,7 @@ def write_outputs(
         outputs.append(jsonfile.Output(rows, url, like=[{"count": 0, "label": ""}]))
     outputs += imagegates.outputs(report.images, image_metrics, image_plots)
     for output in outputs:
+        layout.refuse_in_version(output.url, "path")  # another version's folder
         if storage.inside(output.url, report.manifest.directory):
             raise ConfigError(
                 f"{output.url}: expected a path outside the version folder "
