@@ -22,7 +22,7 @@ from typing import Any
 from tfshards import storage
 from tfshards.errors import InputError
 from tfshards.shardset import buckets, members
-from tfshards.shardset.manifest import Manifest, ShardInfo
+from tfshards.shardset.manifest import Manifest, ShardInfo, named_labels
 from tfshards.shardset.members import Row
 
 # One shard and its members, in record order: what :func:`load_members` yields.
@@ -220,8 +220,8 @@ def compare(
         changed_paths=tuple(sorted(changed)),
         relabeled_paths=tuple(sorted(relabeled)),
         label_deltas=_deltas(old.labels, known.counts, new.labels, new_counts),
-        labels_added=tuple(sorted(_real(new) - _real(old))),
-        labels_removed=tuple(sorted(_real(old) - _real(new))),
+        labels_added=tuple(sorted(_named(new) - _named(old))),
+        labels_removed=tuple(sorted(_named(old) - _named(new))),
         labels_emptied=_emptied(old.labels, known.counts, new.labels, new_counts),
         ids_changed=_ids_changed(old.labels, new.labels),
         moved_buckets=None if note else moved,
@@ -336,11 +336,8 @@ def _deltas(
     return {name: n for name, n in sorted(delta.items()) if n}
 
 
-def _real(manifest: Manifest) -> set[str]:
-    """The names of ``manifest``'s label map that are labels: not a gap its writer kept
-    (``params["label_gaps"]``: ids between numeric folders, named ``str(k)``)."""
-    gaps = {int(k) for k in manifest.params.get("label_gaps", ())}
-    return {name for k, name in enumerate(manifest.labels) if k not in gaps}
+def _named(manifest: Manifest) -> set[str]:
+    return named_labels(manifest.labels, manifest.label_gaps)
 
 
 def _emptied(

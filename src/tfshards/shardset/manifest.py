@@ -14,7 +14,7 @@ import hashlib
 import json
 import os
 import posixpath
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -185,6 +185,12 @@ class Manifest:
     def resize(self) -> Resize | None:
         """How the images were resized when written (None: stored as listed)."""
         return Resize.from_params(self.params)
+
+    @property
+    def label_gaps(self) -> tuple[int, ...]:
+        """The ids of the label map that name no folder (ids between numeric folders,
+        named ``str(k)``); none in a version written before they were kept."""
+        return tuple(int(k) for k in self.params.get("label_gaps", ()))
 
     @property
     def columns(self) -> tuple[Column, ...]:
@@ -373,6 +379,13 @@ def locate(manifest: Manifest, fs: Any, path: str, url: str) -> str:
         f"under none from {folder} up",
         path=url,
     )
+
+
+def named_labels(labels: Sequence[str], gaps: Iterable[int]) -> set[str]:
+    """The names of the label map ``labels`` that are labels, not ``gaps``: what a label
+    added or removed counts by (a gap is neither)."""
+    skip = set(gaps)
+    return {name for k, name in enumerate(labels) if k not in skip}
 
 
 def in_version_folder(manifest: Manifest, fs: Any, folder: str) -> bool:

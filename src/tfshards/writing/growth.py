@@ -363,13 +363,12 @@ def changes(
     records in another bucket by path, and files moved or renamed into another bucket
     (``moved_files``, kept only when there are any: older manifests keep their bytes).
     A label map's gaps (ids no folder names: ``gaps`` of ``labels``, and the previous
-    version's ``params["label_gaps"]``) are no label to add or remove."""
+    version's :attr:`Manifest.label_gaps`) are no label to add or remove."""
     old, new = previous.labels, tuple(labels)
     position = {name: i for i, name in enumerate(new)}
     by_path, files = moved
-    old_gaps = {int(k) for k in previous.params.get("label_gaps", ())}
-    real_old = {name for k, name in enumerate(old) if k not in old_gaps}
-    real_new = {name for k, name in enumerate(new) if k not in set(gaps)}
+    real_old = manifests.named_labels(old, previous.label_gaps)
+    real_new = manifests.named_labels(new, gaps)
     return {
         "added": found.added,
         "changed": found.changed,

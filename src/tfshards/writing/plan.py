@@ -180,7 +180,7 @@ def plan(
     if not listing.files:
         raise InputError(f"{listing.root}: the listing has no files", path=listing.root)
     if previous is not None:
-        carried, carried_gaps = previous.labels, label_gaps(previous)
+        carried, carried_gaps = previous.labels, previous.label_gaps
     labels = labelmap.resolve(listing.labels, config.labels, carried, config.relabel, carried_gaps)
     gaps = labelmap.gap_ids(
         labels, listing.labels, carried, carried_gaps, pinned=config.labels is not None
@@ -402,9 +402,3 @@ def _params(
     if gaps:  # absent otherwise: sets without gaps keep their bytes and name
         params["label_gaps"] = list(gaps)
     return params
-
-
-def label_gaps(manifest: Manifest) -> tuple[int, ...]:
-    """The ids of ``manifest``'s label map that name no folder (``params["label_gaps"]``;
-    none in a version written before they were kept)."""
-    return tuple(int(k) for k in manifest.params.get("label_gaps", ()))

@@ -45,7 +45,7 @@ from tfshards.shardset.manifest import Manifest
 from tfshards.writing import growth, imagestats, reuse, sharding
 from tfshards.writing.config import BASE_FEATURES, WriteConfig
 from tfshards.writing.features import keys_differ
-from tfshards.writing.plan import Plan, label_gaps, plan, read_groups
+from tfshards.writing.plan import Plan, plan, read_groups
 from tfshards.writing.shard import (
     ShardResult,
     ShardTask,
@@ -202,7 +202,7 @@ def _plan(
             clone holding the shard grows it and names another version than a fresh plan.
     """
     labels = last.labels if last else None  # the ids, and gaps, of the last version kept
-    gaps = label_gaps(last) if last else ()
+    gaps = last.label_gaps if last else ()
     damaged = growth.damage(previous, **config.out_options) if previous else ""
     if not damaged:
         return plan(loaded, config, identity, groups, previous, labels, gaps), previous, "", ""
