@@ -55,9 +55,7 @@ def save_outputs(outputs: Sequence[Output]) -> None:
 def save(doc: Any, url: str) -> None:
     """Write ``doc`` to ``url`` (a local path or fsspec URL) as a JSON file, atomically,
     where no file is or one like it (:func:`check_replaceable`)."""
-    fs, path = storage.open_url(url)
-    check_replaceable(fs, path, doc)
-    atomicfile.write_atomic(fs, path, [encode(doc)])
+    save_outputs([Output(doc, url)])
 
 
 def save_metrics(doc: Any, url: str) -> None:
@@ -67,9 +65,7 @@ def save_metrics(doc: Any, url: str) -> None:
     so each stage puts the numbers a user compares first (``val_accuracy``,
     ``ok``) at the front. The order is fixed in code: the same bytes every run.
     """
-    fs, path = storage.open_url(url)
-    check_replaceable(fs, path, doc)
-    atomicfile.write_atomic(fs, path, [encode(doc, sort_keys=False)])
+    save_outputs([Output(doc, url, ordered=True)])
 
 
 _LARGEST = 64 << 20  # bytes of an existing file read to tell whether it is one of these
@@ -99,8 +95,9 @@ def _what_is_there(fs: Any, path: str, doc: Any) -> str:
     """What makes the file at ``path`` not one to replace with ``doc`` ("" when none)."""
     if fs.isdir(path):
         return "a folder"
-    if fs.size(path) > _LARGEST:
-        return f"a file of {fs.size(path)} bytes"
+    size = fs.size(path)
+    if size > _LARGEST:
+        return f"a file of {size} bytes"
     try:
         old = json.loads(storage.read_bytes(fs, path))
     except (ValueError, RecursionError):
@@ -121,9 +118,9 @@ def _unlike(old: Any, doc: Any) -> str:
         return _unlike(old[0], doc[0]) if old and doc else ""
     if _OWN_KEYS.issubset(old) or "files_sha256" in old:
         return "a shard set's manifest" if "shards" in old else "a listing's meta.json"
-    shared = set(old) & set(doc)
     if old and not doc:  # nothing to tell keys by: only an empty object is one's own
         return f"JSON with other keys (first: {sorted(old)[0]!r})"
+    shared = set(old) & set(doc)
     if old and 2 * len(shared) < len(old) and not set(doc) <= set(old):
         return f"JSON with other keys ({len(old) - len(shared)} of {len(old)} are not its own)"
     return ""

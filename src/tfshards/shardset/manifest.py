@@ -366,10 +366,8 @@ def locate(manifest: Manifest, fs: Any, path: str, url: str) -> str:
         if own.rstrip("/") != root.rstrip("/") and _holds_version_files(fs, folder, manifest):
             return own  # a copy (a download of an s3:// version) is read for itself
         return root
-    if posixpath.basename(folder) == manifest.fingerprint:
+    if in_version_folder(manifest, fs, folder):  # its own, or one copied under another name
         return storage.unstrip(fs, folder)
-    if _holds_version_files(fs, folder, manifest):
-        return storage.unstrip(fs, folder)  # a version directory copied under another name
     found = storage.find_upward(fs, folder, root)
     if found is not None and fs.isdir(found):
         return storage.unstrip(fs, found)
