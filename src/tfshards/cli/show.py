@@ -84,6 +84,7 @@ def show_command(
     """
     from tfshards.reading import sheet as sheets
     from tfshards.reading.lookup import Version
+    from tfshards.shardset import layout
     from tfshards.shardset.manifest import load
     from tfshards.storage import open_url
 
@@ -96,8 +97,8 @@ def show_command(
         raise typer.BadParameter("--png writes one record's image: give a RECORD with it")
     version = Version(load(manifest))
     for option, url in (("--png", png), ("--sheet", sheet)):
-        if url is not None:
-            _check_outside(url, version.manifest.directory, option)
+        if url is not None:  # a file there fails validate
+            layout.refuse_in_version(url, option, read=version.manifest.directory)
     image = feature or str(version.manifest.params.get("image_feature", "image"))
     if record is not None:
         _print_record(version, record, image, png)
@@ -191,26 +192,6 @@ def _split_side(manifest: Any, side: str, val_fraction: float, seed: int) -> lis
         warnings.simplefilter("ignore", SplitWarning)
         chosen = split(manifest, val_fraction, seed)
     return list(chosen.train if side == "train" else chosen.val)
-
-
-def _check_outside(url: str, directory: str, option: str) -> None:
-    """Refuse an image path inside the version folder shown (on any store): its file made
-    the version fail validate ("file not listed in the manifest").
-
-    Raises:
-        ConfigError: one line naming both.
-    """
-    from tfshards.errors import ConfigError
-    from tfshards.shardset import layout
-    from tfshards.storage import inside
-
-    layout.refuse_in_version(url, option)  # another version's folder
-    if inside(url, directory):
-        raise ConfigError(
-            f"{url}: expected a path outside the version folder {directory} it shows (a "
-            f"file there fails validate): pass another {option}",
-            option=option.removeprefix("--"),
-        )
 
 
 def _save(open_url: Any, url: str, data: bytes, option: str) -> None:

@@ -122,14 +122,12 @@ def check_out(fs_root: Any, base: str, root: str, out: str) -> None:
         ConfigError: one line naming the folder or the file.
     """
     fs, folder = storage.open_url(out)
-    if storage.is_local(fs) and storage.is_local(fs_root):
-        inside, top = os.path.realpath(folder), os.path.realpath(base)
-        if inside == top or inside.startswith(top.rstrip("/") + "/"):
-            raise ConfigError(
-                f"out: expected a folder outside the listed root {root}, found {out} inside "
-                "it, where the next listing would list its files: pass another --out",
-                option="out",
-            )
+    if storage.is_local(fs_root) and storage.inside(storage.join(out, FILES_NAME), base):
+        raise ConfigError(
+            f"out: expected a folder outside the listed root {root}, found {out} inside "
+            "it, where the next listing would list its files: pass another --out",
+            option="out",
+        )
     for name in (FILES_NAME, OFFSETS_NAME, META_NAME):
         path = storage.join(folder, name)
         if not fs.exists(path):

@@ -18,6 +18,7 @@ import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+from tfshards import storage
 from tfshards.errors import ConfigError
 
 MANIFEST_NAME = "manifest.json"
@@ -92,13 +93,16 @@ def enclosing_version(url: str) -> str | None:
         folder = parent
 
 
-def refuse_in_version(url: str, option: str) -> None:
-    """Refuse an output ``url`` inside any version directory (:func:`enclosing_version`).
+def refuse_in_version(url: str, option: str, read: str | None = None) -> None:
+    """Refuse an output ``url`` inside any version directory (:func:`enclosing_version`),
+    or inside ``read``, the version the command reads, on any store.
 
     Raises:
         ConfigError: one line naming the output, the version folder and the option.
     """
     version = enclosing_version(url)
+    if version is None and read is not None and storage.inside(url, read):
+        version = read
     if version is not None:
         raise ConfigError(
             f"{url}: expected a path outside every shard version folder, found it inside "
