@@ -77,11 +77,10 @@ def enclosing_version(url: str) -> str | None:
     folder above it holding a manifest and the ``_work/`` folder every writer makes; None
     when there is none (or ``url`` is on another store). A file an output put in one made
     that version fail ``validate`` ("file not listed in the manifest")."""
-    if url.startswith("file://"):
-        url = url[len("file://") :]
-    elif "://" in url:
+    fs, path = storage.open_url(url)
+    if not storage.is_local(fs):
         return None
-    folder = os.path.dirname(os.path.realpath(url))
+    folder = os.path.dirname(os.path.realpath(path))
     while True:
         if os.path.isfile(os.path.join(folder, MANIFEST_NAME)) and os.path.isdir(
             os.path.join(folder, WORK_DIR)
