@@ -131,10 +131,7 @@ class AtomicSink:
         try:
             self.fs.pipe_file(self.path, b"".join(self._chunks))
         except OSError as exc:  # no such bucket, refused: the URL it was to become
-            if exc.filename is not None:
-                raise
-            why = exc.strerror or str(exc) or type(exc).__name__
-            raise type(exc)(exc.errno, why, unstrip(self.fs, self.path)) from exc
+            _raise_named(exc, unstrip(self.fs, self.path))
         self._chunks = []
 
     def abort(self) -> None:
@@ -150,11 +147,12 @@ class AtomicSink:
 
 
 def _raise_named(exc: OSError, path: str) -> NoReturn:
-    """Raise ``exc``, naming ``path`` where it names no file (``os.write``, ``os.fsync``):
-    the error says which file could not be written."""
+    """Raise ``exc``, naming ``path`` where it names no file (``os.write``, ``os.fsync``, a
+    store's refusal): the error says which file could not be written."""
     if exc.filename is not None:
         raise exc
-    raise type(exc)(exc.errno, exc.strerror, path) from exc
+    why = exc.strerror or str(exc) or type(exc).__name__  # a store's errors carry no strerror
+    raise type(exc)(exc.errno, why, path) from exc
 
 
 def make_dirs(directory: str) -> None:
