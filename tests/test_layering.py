@@ -31,6 +31,7 @@ RANKS: list[tuple[str, tuple[str, ...]]] = [
             "tfshards.processes",
             "tfshards.option",
             "tfshards.cachedir",
+            "tfshards.heavyimport",
         ),
     ),
     ("0b", ("tfshards.storage",)),  # raises errors' InputError/ShardError

@@ -16,6 +16,7 @@ from typing import Annotated
 
 import typer
 
+from tfshards import heavyimport
 from tfshards._version import __version__
 
 # Every distribution that installs the `tensorflow` module, in the order a user
@@ -76,6 +77,7 @@ def _devices() -> str:
     if not any(_version(d) for d in TENSORFLOW):
         return f"{cpus}; GPUs unknown (TensorFlow is not installed)"
     try:
+        heavyimport.load("tensorflow")
         import tensorflow as tf
 
         found = [

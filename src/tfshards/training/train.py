@@ -23,7 +23,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from tfshards import atomicfile, jsonfile, storage
+from tfshards import atomicfile, heavyimport, jsonfile, storage
 from tfshards.errors import ConfigError, InputError, RecordError
 from tfshards.shardset import manifest as manifests
 from tfshards.shardset import members
@@ -185,7 +185,7 @@ def _load(config: TrainConfig) -> tuple[Manifest, Split, Mix | None]:
             f"{config.manifest}: a classifier needs records of at least 2 labels, found "
             f"records of {len(present)} ({names}) of the {len(labels)} in its label map"
         )
-    import tensorflow  # noqa: F401  (a missing install is said before the split's warnings)
+    heavyimport.load("tensorflow", "keras")  # a missing install is said before the split's warnings
 
     seed = config.seed if config.split_seed is None else config.split_seed
     parts = split(manifest, config.val_fraction, seed)

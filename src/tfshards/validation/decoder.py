@@ -9,6 +9,8 @@ import re
 import sys
 from typing import Any
 
+from tfshards import heavyimport
+
 _OP_NOISE = re.compile(r"^\{\{function_node [^}]*\}\}\s*|\s*\[Op:\w+\].*$", re.DOTALL)
 
 
@@ -23,7 +25,8 @@ def _decode_image() -> Any:
     """
     if "tensorflow" not in sys.modules:
         os.environ.setdefault("TF_ENABLE_ONEDNN_OPTS", "0")
-    import tensorflow as tf  # only with --decode, or where training already imported it
+    heavyimport.load("tensorflow")  # only with --decode, or where training already imported it
+    import tensorflow as tf
 
     spec = tf.TensorSpec([], tf.string)
     return tf.function(lambda data: tf.io.decode_image(data, expand_animations=False), [spec])

@@ -1,0 +1,53 @@
+"""tfshards.heavyimport: the collector paused for the import, what is alive frozen after."""
+
+from __future__ import annotations
+
+import gc
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tfshards import heavyimport
+
+MODULE = """
+import gc
+COLLECTING = gc.isenabled()
+"""
+
+
+@pytest.fixture
+def module(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
+    name = f"heavy_{tmp_path.name.replace('-', '_')}"
+    (tmp_path / f"{name}.py").write_text(MODULE)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    yield name
+    sys.modules.pop(name, None)
+
+
+def test_the_import_runs_with_the_collector_paused_and_what_lives_is_frozen(module):
+    gc.unfreeze()
+    assert gc.get_freeze_count() == 0 and gc.isenabled()
+    heavyimport.load(module)
+    assert sys.modules[module].COLLECTING is False
+    assert gc.isenabled()  # on again after
+    assert gc.get_freeze_count() > 1000  # the interpreter's objects, and the module's
+
+
+def test_a_collector_paused_before_stays_paused_and_a_loaded_module_is_not_imported_again(module):
+    gc.disable()
+    try:
+        heavyimport.load(module)
+        assert not gc.isenabled()
+    finally:
+        gc.enable()
+    sys.modules[module].COLLECTING = "kept"
+    heavyimport.load(module)
+    assert sys.modules[module].COLLECTING == "kept"
+
+
+def test_a_missing_module_raises_and_leaves_the_collector_on():
+    with pytest.raises(ImportError):
+        heavyimport.load("tfshards_no_such_module")
+    assert gc.isenabled()
