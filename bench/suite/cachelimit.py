@@ -24,6 +24,7 @@ from bench.common.timing import spread
 
 GROUP = "cachelimit"
 IMAGES, SIZE, SHARDS, BATCH = 8000, 96, 80, 64
+QUICK_SHARDS = 10  # a smoke run (--quick): 8 images a shard, 8x fewer requests to moto
 UNLIMITED, LIMITED = "unlimited cache", f"cache limited to {limitedcache.SHARE:.0%} of the set"
 TRAIN_SIZE = 16  # the train stage's default image_size
 # What consumes the batches: nothing (the input alone), or Keras fitting small_cnn.
@@ -36,13 +37,18 @@ def data_set(scale: float) -> DataSet:
 
 
 def compare(
-    listing: Any, reps: int, log: Callable[[str], None], kind: str = "s3", warmup: bool = True
+    listing: Any,
+    reps: int,
+    log: Callable[[str], None],
+    kind: str = "s3",
+    warmup: bool = True,
+    shards: int = SHARDS,
 ) -> list[dict[str, Any]]:
     """For each consumer (reading only, then fitting ``small_cnn``): two rows (unlimited,
     limited: wall s, CPU s, peak bytes), then the ratio row; a warm-up run of each first
-    unless ``warmup`` is false."""
+    unless ``warmup`` is false. The set is written as ``shards`` shards."""
     with limitedcache.store(kind) as options:
-        manifest = limitedcache.write_set(listing, kind, SHARDS, options)
+        manifest = limitedcache.write_set(listing, kind, shards, options)
         limit = int(manifest.bytes * limitedcache.SHARE)
         rows: list[dict[str, Any]] = []
         for consumer, size in CONSUMERS.items():
@@ -65,7 +71,7 @@ def _rows(
         "group": GROUP,
         "consumer": consumer,
         "records": limitedcache.EPOCHS * manifest.records // BATCH * BATCH,
-        "shards": SHARDS,
+        "shards": len(manifest.shards),
         "set_bytes": manifest.bytes,
         "limit_bytes": limit,
         "largest_shard": max(s.bytes for s in manifest.shards),

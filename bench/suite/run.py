@@ -66,8 +66,9 @@ def main(
         bool,
         typer.Option(
             help="A smoke run: no warm-up run where a section does without one, --reps "
-            "rounds of the start and show commands instead of at least 5, and the bound's "
-            "pieces timed over one pass of their files. Its numbers include "
+            "rounds of the start and show commands instead of at least 5, the bound's "
+            "pieces timed over one pass of their files, and the cache-limit set in 10 "
+            "shards, not 80. Its numbers include "
             "imports and cold caches: a check that every section runs, not a table."
         ),
     ] = False,

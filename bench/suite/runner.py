@@ -434,7 +434,10 @@ def run(
 
             log("cachelimit / 3 epochs from moto's S3, the cache limited to 20% and unlimited")
             root, _ = ensure(cachelimit.data_set(scale), data_dir)
-            bench.rows += cachelimit.compare(listing_of(root), reps, log, warmup=not quick)
+            shards = cachelimit.QUICK_SHARDS if quick else cachelimit.SHARDS
+            bench.rows += cachelimit.compare(
+                listing_of(root), reps, log, warmup=not quick, shards=shards
+            )
     finally:
         shutil.rmtree(workroot, ignore_errors=True)
     info["load_after"] = _load()
