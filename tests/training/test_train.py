@@ -168,11 +168,17 @@ def test_same_seed_trains_the_same_model(
     out, _ = tiny_run
     first = json.loads((out / "results/train/metrics.json").read_text())
     config = TrainConfig(manifest=digits, **TINY, **_outputs(tmp_path))  # type: ignore[arg-type]
+    import keras
+
+    keras.utils.clear_session()  # layer names as a fresh process numbers them (conv2d, not _4)
     again = train(config).metrics
     timings = {"examples_per_s", "input_bound_fraction", "seconds"}
     assert {k: v for k, v in again.items() if k not in timings} == {
         k: v for k, v in first.items() if k not in timings
     }
+    # The same weights, the same file (another process, another time): dvc.lock stays put.
+    model = (tmp_path / "models/model.keras").read_bytes()
+    assert model == (out / "models/model.keras").read_bytes()
 
 
 @pytest.mark.slow

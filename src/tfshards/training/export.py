@@ -9,9 +9,12 @@ TensorFlow Serving, without this package.
 
 from __future__ import annotations
 
+import io
+import json
 import os
 import shutil
 import tempfile
+import zipfile
 from collections.abc import Sequence
 from typing import Any
 
@@ -25,9 +28,58 @@ def save_model(model: Any, url: str) -> None:
         local = os.path.join(tmp, "model.keras")  # Keras writes only to local files
         model.save(local)
         with open(local, "rb") as f:
-            data = f.read()
+            data = _reproducible(f.read())
     fs, path = storage.open_url(url)
     atomicfile.write_atomic(fs, path, [data])
+
+
+# The zip entries' time: the earliest a zip can hold, as Keras gives its other entries.
+_ZIP_EPOCH = (1980, 1, 1, 0, 0, 0)
+
+
+def _reproducible(archive: bytes) -> bytes:
+    """``archive`` (a ``.keras`` zip) without what differs between two saves of the same
+    model: ``metadata.json``'s ``date_saved`` left out, every entry dated 1980-01-01, and
+    ``config.json``'s ``shared_object_id`` values (Python ``id()`` of an object the model
+    uses twice) numbered 0, 1, ... in order of first appearance.
+
+    Keras 3.15 writes the save time, the clock's time on the weights entry and those
+    ids, so two trainings of the same weights (two processes, a second apart)
+    differed: every retrain on the same data changed ``dvc.lock`` and stored a new
+    copy in DVC's cache. Entries keep their order, names, compression and content
+    otherwise; Keras reads no save time and matches shared objects by equal ids.
+    Layer names stay Keras' own: a model built after others in one process has
+    suffixed names (``conv2d_4``); the train stage builds one in a fresh process.
+    """
+    out = io.BytesIO()
+    with zipfile.ZipFile(io.BytesIO(archive)) as source, zipfile.ZipFile(out, "w") as target:
+        for info in source.infolist():
+            body = source.read(info)
+            if info.filename == "metadata.json":
+                metadata = json.loads(body)
+                metadata.pop("date_saved", None)
+                body = json.dumps(metadata).encode()
+            elif info.filename == "config.json":
+                body = json.dumps(_renumbered(json.loads(body), {})).encode()
+            entry = zipfile.ZipInfo(info.filename, date_time=_ZIP_EPOCH)
+            entry.compress_type = info.compress_type
+            entry.external_attr = info.external_attr
+            target.writestr(entry, body)
+    return out.getvalue()
+
+
+def _renumbered(node: Any, ids: dict[Any, int]) -> Any:
+    """``node`` with each ``shared_object_id`` replaced by its order of first appearance."""
+    if isinstance(node, list):
+        return [_renumbered(item, ids) for item in node]
+    if not isinstance(node, dict):
+        return node
+    return {
+        key: ids.setdefault(value, len(ids))
+        if key == "shared_object_id"
+        else _renumbered(value, ids)
+        for key, value in node.items()
+    }
 
 
 def export_serving(
