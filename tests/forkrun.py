@@ -30,7 +30,8 @@ import importlib, json, os, resource, signal, sys, tempfile, traceback
 
 from tfshards import heavyimport
 
-heavyimport.load(*json.loads(sys.argv[1]))  # frozen: no fork's collector walks them again
+heavyimport.own_process()  # frozen: no fork's collector walks them again
+heavyimport.load(*json.loads(sys.argv[1]))
 usage = resource.getrusage(resource.RUSAGE_SELF)
 print(f"imported in {usage.ru_utime + usage.ru_stime:.2f} s of CPU", file=sys.stderr, flush=True)
 ended = {}  # pid: exit status of each run reaped and not yet waited for

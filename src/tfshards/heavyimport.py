@@ -7,10 +7,11 @@ tensorflow, keras"` with the collector on and off, three runs each) and on each
 full collection of the training that follows (~0.15 s each). A 3-epoch
 ``tfshards train`` of 48 images spent 1.1 s of its 5.4 s of CPU in the collector.
 
-:func:`load` pauses the collector for the import, then moves every object alive
-(the modules' and whatever the process held before) into the permanent
-generation, which later collections skip. Garbage cycles that exist at that moment
-are never freed; the import makes few, and a process imports TensorFlow once.
+:func:`load` pauses the collector for the import. In a tfshards command's own
+process (:func:`own_process`, called by the CLI), it then moves every object alive
+into the permanent generation, which later collections skip: garbage cycles alive
+at that moment are never freed, and a command holds few then. A library caller's
+process is left unfrozen: its own objects stay collectable.
 """
 
 from __future__ import annotations
@@ -19,10 +20,18 @@ import gc
 import importlib
 import sys
 
+_OWN = [False]  # whether this process is a tfshards command's, set by own_process()
+
+
+def own_process() -> None:
+    """Say that this process runs a tfshards command (nothing else's objects live in it)."""
+    _OWN[0] = True
+
 
 def load(*modules: str) -> None:
-    """Import ``modules`` (TensorFlow's, in order) with the collector paused, then freeze
-    what is alive; nothing to do when every one is imported already."""
+    """Import ``modules`` (TensorFlow's, in order) with the collector paused, then, in a
+    command's own process, freeze what is alive; nothing to do when every one is
+    imported already."""
     if all(name in sys.modules for name in modules):
         return
     enabled = gc.isenabled()
@@ -31,6 +40,7 @@ def load(*modules: str) -> None:
         for name in modules:
             importlib.import_module(name)
     finally:
-        gc.freeze()
+        if _OWN[0]:
+            gc.freeze()
         if enabled:
             gc.enable()

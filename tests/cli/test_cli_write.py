@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import os
 import subprocess
 import sys
@@ -187,6 +188,41 @@ def test_remove_is_refused_where_the_shards_are_not_on_local_disk(listing_dir, t
     ]
 
 
+def test_a_shard_changed_in_place_after_its_version_was_written_is_refused_not_kept(
+    listing_dir, tmp_path
+):
+    """Same size, other bytes (a hand, a tool): a re-run that changes nothing had kept the
+    version as it is, and DVC, running the stage again for its changed output, recorded
+    the damaged folder in dvc.lock."""
+    import shutil
+
+    out = tmp_path / "shards"
+    assert _write(listing_dir, out)[0] == 0
+    (version,) = _versions(out)
+    shard = sorted((out / version).glob("*.tfrecord"))[1]
+    os.utime(shard)  # touched, not changed: kept
+    code, said = _write(listing_dir, out)
+    assert code == 0 and "kept it as it is" in said, said
+    copy = tmp_path / "copy" / "shards"  # as DVC checks out copies: every file dated now,
+    shutil.copytree(out, copy, copy_function=shutil.copyfile)  # shards after the manifest
+    shutil.copyfile(tmp_path / "manifest.json", copy.parent / "manifest.json")
+    code, said = _write(listing_dir, copy)  # each read once: kept
+    assert code == 0 and "kept it as it is" in said, said
+    data = bytearray(shard.read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    good = hashlib.sha256(shard.read_bytes()).hexdigest()
+    shard.write_bytes(bytes(data))
+    code, said = _write(listing_dir, out)
+    assert code == 1
+    assert said == (
+        f"error: {shard}: changed since version {version} was written: expected sha256 "
+        f"{good}, found {hashlib.sha256(data).hexdigest()}; nothing written: restore it "
+        "(`dvc checkout --force`: DVC's cache holds the version as written, or a copy), or "
+        "set write.previous: none (--previous none) to write every shard anew as a new "
+        "lineage\n"
+    )
+
+
 def test_a_previous_version_missing_a_shard_is_written_again_or_named_as_it_lends_none(
     listing_dir, tmp_path
 ):
@@ -197,7 +233,7 @@ def test_a_previous_version_missing_a_shard_is_written_again_or_named_as_it_lend
     shard.unlink()
     code, said = _write(listing_dir, out, "--seed", "1")  # the same data: the same version
     assert code == 0, said
-    again = f"the previous version {first} lacks shard {shard.name} as listed: wrote it again"
+    again = f"the previous version {first} lacks shard {shard.name}: wrote it again"
     assert again in said
     assert shard.is_file()
     shard.unlink()

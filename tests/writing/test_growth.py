@@ -186,6 +186,9 @@ def test_groups_stay_whole_when_a_group_grows(raw, tmp_path):
     assert second.base == first.fingerprint and added
     report = validate(ValidateConfig(str(tmp_path / "manifest.json")))
     assert report.ok and report.groups is not None and report.groups.spanning == 0
+    # every count every time (the manifest keeps moved_files only when there are any)
+    assert "moved_files" not in second.changes
+    assert report.metrics()["growth"] == {"moved_files": 0, **second.changes}
 
 
 def test_a_new_label_is_appended_and_old_ids_hold(raw, tmp_path):
@@ -403,8 +406,8 @@ def test_a_previous_version_missing_a_shard_it_would_lend_is_refused_in_one_line
         with pytest.raises(ShardError) as refused:
             _grow(raw, tmp_path, num_shards=16)
         assert str(refused.value) == (
-            f"the previous version {grown.fingerprint} lacks shard {grown.shards[3].name} as "
-            "listed: restore it (dvc checkout, dvc pull, or a copy) to grow from it, or set "
+            f"the previous version {grown.fingerprint} lacks shard {grown.shards[3].name}: "
+            "restore it (dvc checkout --force, dvc pull, or a copy) to grow from it, or set "
             "write.previous: none (--previous none) to write every shard anew as a new lineage"
         )
     fresh = _grow(raw, tmp_path, num_shards=16, previous="none")
@@ -748,6 +751,9 @@ def test_files_moved_to_another_label_are_counted_warned_and_listed_when_they_ch
     warned = validate(ValidateConfig(manifest=manifest, fail_on_leakage=False))
     assert warned.problem_count == 0
     assert [w for w in warned.warnings if w.startswith(f"split: {crossed} files moved")]
+    balance = [w for w in warned.warnings if "files moved" not in w]  # class balance only
+    assert warned.metrics()["split"]["balance_warnings"] == len(balance)
+    assert warned.metrics()["growth"]["moved_files"] == crossed
     failed = validate(ValidateConfig(manifest=manifest, fail_on_leakage=True))
     assert [p for p in failed.problems if "files moved or renamed" in p.what]
 

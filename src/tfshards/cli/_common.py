@@ -15,6 +15,7 @@ from typing import Any, NoReturn, ParamSpec, TypeVar
 import typer
 import typer.exceptions
 
+from tfshards import heavyimport
 from tfshards.errors import TfshardsError, one_line
 from tfshards.processes import cpu_count
 from tfshards.storage import backend_error, reject_credentials
@@ -149,6 +150,7 @@ def run_app(app: typer.Typer, args: Sequence[str] | None = None) -> NoReturn:
     silenced unless ``TF_CPP_MIN_LOG_LEVEL`` is already set.
     """
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    heavyimport.own_process()  # TensorFlow's objects, once imported, frozen for good
     warnings.formatwarning = _warning_line
     try:
         code: Any = app(args=list(args) if args is not None else None, standalone_mode=False)

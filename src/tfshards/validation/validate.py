@@ -62,7 +62,8 @@ class ValidationReport:
     duplicates: Duplicates = field(default_factory=Duplicates)
     # Records per label on each side of the split: {"train": {label: n}, "val": {...}}.
     split_counts: Mapping[str, Mapping[str, int]] = field(default_factory=dict)
-    warnings: tuple[str, ...] = ()  # class balance across the split; not problems
+    warnings: tuple[str, ...] = ()  # class balance, moved files, ...: not problems
+    balance_warnings: int = 0  # of them, about class balance across the split
     groups: grouping.Spread | None = None  # None: the set was written without group_by
     images: imagegates.SideStats | None = None  # None: written before image statistics
     near_duplicates: NearDuplicates | None = None  # None: the check was off
@@ -70,6 +71,9 @@ class ValidationReport:
     @property
     def ok(self) -> bool:
         return self.problem_count == 0
+
+    def _growth(self) -> dict[str, int]:
+        return dict(sorted({"moved_files": 0, **self.manifest.changes}.items()))
 
     def metrics(self) -> dict[str, Any]:
         """Byte-stable metrics for DVC (no timings), the verdict first.
@@ -87,12 +91,14 @@ class ValidationReport:
                     side: {"records": sum(counts.values())}
                     for side, counts in self.split_counts.items()
                 },
-                "balance_warnings": len(self.warnings),
+                "balance_warnings": self.balance_warnings,
             },
             "duplicates": self.duplicates.metrics(),
             **({"grouping": self.groups.metrics()} if self.groups is not None else {}),
-            # What changed since the version this one grew from (absent: written from scratch).
-            **({"growth": dict(self.manifest.changes)} if self.manifest.changes else {}),
+            # What changed since the version this one grew from (absent: written from scratch);
+            # the manifest keeps moved_files only when there are any: here always, as a key
+            # that comes and goes reads as a change in `dvc metrics diff`.
+            **({"growth": self._growth()} if self.manifest.changes else {}),
             **({"near_duplicates": self._near_metrics(n)} if (n := self.near_duplicates) else {}),
             "rejected_inputs": len(self.manifest.rejected),
             "shards": len(self.manifest.shards),
@@ -182,6 +188,7 @@ def validate(config: ValidateConfig, *, progress: bool = False) -> ValidationRep
         pairs = [Problem(p.train[0], str(p).split(": ", 1)[1]) for p in near.examples]
         extra = rules.Findings(extra.problems + pairs, extra.total + near.across_splits)
     counts = splits.label_counts(part, {r.name: r.label_counts for r in done}, manifest.labels)
+    balance = splits.balance_warnings(counts)
     return ValidationReport(
         manifest=manifest,
         records=sum(r.records for r in done),
@@ -192,10 +199,11 @@ def validate(config: ValidateConfig, *, progress: bool = False) -> ValidationRep
         seconds=time.monotonic() - start,
         duplicates=dups,
         split_counts=counts,
-        warnings=tuple(splits.balance_warnings(counts))
+        warnings=tuple(balance)
         + _unsplit(near, part)
         + _moved(manifest, config)
         + _not_for_tfds(manifest, images),
+        balance_warnings=len(balance),
         groups=spread,
         images=images,
         near_duplicates=near,

@@ -96,6 +96,7 @@ def write(config: WriteConfig, listing: FileListing | str, *, progress: bool = T
         identity = transforms.identity(config.transform)
         planned, previous, damaged, unlent = _plan(loaded, config, identity, groups, previous, last)
         if planned.is_base and previous is not None:  # nothing changed since that version
+            growth.check_unchanged(previous, **options)
             if config.manifest_copy:
                 _publish(*storage.open_url(config.manifest_copy), previous)
             seconds = time.monotonic() - start
@@ -213,9 +214,9 @@ def _plan(
     trial = plan(loaded, config, identity, groups, previous, labels, gaps)
     if trial.base is not None:
         raise ShardError(
-            f"{damaged}: restore it (dvc checkout, dvc pull, or a copy) to grow from it, or "
-            "set write.previous: none (--previous none) to write every shard anew as a new "
-            "lineage",
+            f"{damaged}: restore it (dvc checkout --force, dvc pull, or a copy) to grow from "
+            "it, or set write.previous: none (--previous none) to write every shard anew as a "
+            "new lineage",
             path=previous.directory,
         )
     return planned, None, "", trial.fresh  # it lends nothing either way: why not
