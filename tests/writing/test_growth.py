@@ -655,9 +655,12 @@ def test_a_kept_shard_damaged_in_the_base_fails_validate_with_the_way_out(raw, t
     assert checked.exit_code == 1
     hint = [line for line in checked.stderr.splitlines() if line.startswith("hint:")]
     assert hint == [
-        f"hint: version {second.fingerprint} grew from {first.fingerprint} and links the "
-        "shards it kept without reading them, so a shard damaged there is damaged here; "
-        "`tfshards write --previous none` (write.previous: none) writes every shard anew"
+        f"hint: version {second.fingerprint} grew from {first.fingerprint} and shares the "
+        "files of the shards it kept (hard links, never read when linked), so damage to one "
+        "is damage to both; restore the version (`dvc checkout --force`, or `git checkout "
+        "dvc.lock && dvc checkout --force` if this run's write recorded it), or `tfshards "
+        "write --previous none` (write.previous: none) writes every shard anew as a new "
+        "lineage, in which records may change sides of the split"
     ]
     fresh = _grow(raw, tmp_path, num_shards=8, previous=None).manifest
     assert (

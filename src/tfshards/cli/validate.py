@@ -70,9 +70,12 @@ def _validate(values: dict[str, Any]) -> None:
         if _damaged_where_kept(report, shown):
             m = report.manifest
             typer.echo(
-                f"hint: version {m.fingerprint} grew from {m.base} and links the shards it kept "
-                "without reading them, so a shard damaged there is damaged here; `tfshards write "
-                "--previous none` (write.previous: none) writes every shard anew",
+                f"hint: version {m.fingerprint} grew from {m.base} and shares the files of the "
+                "shards it kept (hard links, never read when linked), so damage to one is damage "
+                "to both; restore the version (`dvc checkout --force`, or `git checkout "
+                "dvc.lock && dvc checkout --force` if this run's write recorded it), or `tfshards "
+                "write --previous none` (write.previous: none) writes every shard anew as a new "
+                "lineage, in which records may change sides of the split",
                 err=True,
             )
         report.raise_for_problems()

@@ -46,11 +46,13 @@ _REMOTE_RESTORE = (
     "back the manifest of the commit before it (`git checkout REV -- dvc.lock`, then `dvc "
     "checkout` of this manifest) and run `dvc repro -f write`, which writes the same version "
     "again from the same files and params; or set write.previous: none (--previous none) to "
-    "write every shard anew; label ids are kept either way"
+    "write every shard anew as a new lineage (records may change sides of the split); label "
+    "ids are kept either way"
 )
 _RESTORE = (
     "restore it (dvc checkout --force, or dvc pull), or set write.previous: none (--previous none) "
-    "to write every shard anew; label ids are kept either way"
+    "to write every shard anew as a new lineage (records may change sides of the split); "
+    "label ids are kept either way"
 )
 
 
