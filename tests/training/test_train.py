@@ -8,6 +8,7 @@ import re
 import signal
 import subprocess
 import sys
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -171,7 +172,9 @@ def test_same_seed_trains_the_same_model(
     import keras
 
     keras.utils.clear_session()  # layer names as a fresh process numbers them (conv2d, not _4)
+    threads = set(threading.enumerate())
     again = train(config).metrics
+    assert set(threading.enumerate()) <= threads  # none left behind (dvclive's Studio poster)
     timings = {"examples_per_s", "input_bound_fraction", "seconds"}
     assert {k: v for k, v in again.items() if k not in timings} == {
         k: v for k, v in first.items() if k not in timings

@@ -87,6 +87,15 @@ def _open(directory: str | None, *, resume: bool = False) -> Any:
             except SCMError:
                 self._dvc_repo = None
 
+        def post_data_to_studio(self) -> None:
+            # dvclive 3.49 starts a thread on each Live's first step to post to DVC
+            # Studio, whether one is set up or not, and it never ends: a process that
+            # trained ten times held ten of them (and each Live). Without Studio,
+            # nothing is posted: no thread.
+            if "data" in getattr(self, "_studio_events_to_skip", ()):
+                return
+            super().post_data_to_studio()  # type: ignore[no-untyped-call]
+
     # DVC runs this as a stage: dvclive must not edit dvc.yaml, make experiments or reports.
     # resume: the step count goes on from the last logged epoch instead of starting over.
     return _Live(dir=directory, save_dvc_exp=False, dvcyaml=False, report=None, resume=resume)
