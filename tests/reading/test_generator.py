@@ -9,6 +9,7 @@ import json
 import os
 import re
 import signal
+import sys
 import threading
 import time
 from pathlib import Path
@@ -427,6 +428,21 @@ def test_killed_worker_is_an_error_not_a_hang(listing):
         listing, load_image, output_signature=_image_signature(), mode="process"
     )
     assert len(list(again)) == 40  # a fresh pool replaces the broken one
+
+
+def test_a_dead_worker_under_a_script_hints_at_the_main_guard(monkeypatch):
+    """An unguarded script's work starts again in the workers' server, which Python refuses:
+    every worker died at once, and the line said only "killed by a signal or out of memory"."""
+    import types
+
+    from tfshards.reading import pools
+
+    script = types.ModuleType("__main__")
+    script.__file__ = "/home/me/prepare.py"
+    monkeypatch.setitem(sys.modules, "__main__", script)
+    assert 'needs its work under `if __name__ == "__main__":`' in pools._guard_hint()
+    monkeypatch.setitem(sys.modules, "__main__", types.ModuleType("__main__"))  # a notebook
+    assert pools._guard_hint() == ""
 
 
 def test_never_more_worker_processes_than_tasks(listing):

@@ -18,6 +18,7 @@ from __future__ import annotations
 import collections
 import concurrent.futures as cf
 import multiprocessing
+import sys
 import threading
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures.process import BrokenProcessPool
@@ -262,9 +263,22 @@ class Runner:
                     del _POOLS[key]
             raise InputError(
                 f"{first}: a worker process died (killed by a signal or out of memory) "
-                "while running fn on a chunk of files starting here",
+                f"while running fn on a chunk of files starting here{_guard_hint()}",
                 path=first,
             ) from exc
+
+
+def _guard_hint() -> str:
+    """Where the main module is a script: the workers' server imports it, and a script
+    without an ``if __name__ == "__main__":`` starts its work (and this pool) again there,
+    which Python refuses: the workers die at once, the reason only in their stderr."""
+    main = sys.modules.get("__main__")
+    if getattr(main, "__file__", None) is None:
+        return ""  # an interactive session, a notebook, python -c: nothing imported again
+    return (
+        '; a script using process mode needs its work under `if __name__ == "__main__":`'
+        ", or each worker's server runs it again"
+    )
 
 
 _POOLS: dict[int, cf.ProcessPoolExecutor] = {}
