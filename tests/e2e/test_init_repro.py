@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from dvcrepo import run as _run
-from tfshards.project.sample import write_synthetic
+from tfshards.project.sample import SyntheticSpec, render_synthetic, write_synthetic
 from tfshards.shardset.manifest import Manifest
 
 pytestmark = pytest.mark.slow
@@ -41,6 +41,13 @@ def _readme_steps() -> list[str]:
     section = text.split("\n## Use it in your own repository\n", 1)[1].split("\n## ", 1)[0]
     block = next(b for b in re.findall(r"```bash\n(.*?)```", section, re.S) if "tfshards init" in b)
     return [line.split("  #", 1)[0].strip() for line in block.splitlines() if line.strip()]
+
+
+def _throw_away_recipe() -> str:
+    """docs/project.md's command that throws an experiment's workspace away."""
+    text = (Path(__file__).resolve().parents[2] / "docs" / "project.md").read_text()
+    section = text.split("To throw an experiment's workspace away", 1)[1]
+    return re.findall(r"```bash\n(.*?)```", section, re.S)[0].strip()
 
 
 def _tracked(root: Path, env: dict[str, str]) -> list[str]:
@@ -83,10 +90,21 @@ def test_the_readme_steps_keep_images_and_checkpoints_out_of_git_and_clones_up_t
     old = Manifest.from_json((root / "data/manifest.json").read_bytes())
     assert old.records == 48
 
+    # An experiment on one more image, thrown away as docs/project.md says: the image stays
+    # (a bare `dvc checkout` deleted it), HEAD's version and params come back; then applied.
+    fresh = root / "data/raw/00/fresh.png"
+    fresh.write_bytes(render_synthetic(SyntheticSpec(1, 16, classes=1, seed=9), 0))
+    params_before = params.read_text()
+    _run(["dvc", "exp", "run", "-n", "seed5", "-S", "write.seed=5"], root, env)
+    assert Manifest.from_json((root / "data/manifest.json").read_bytes()).records == 49
+    _run(["bash", "-c", _throw_away_recipe()], root, env)
+    assert fresh.is_file() and params.read_text() == params_before
+    assert Manifest.from_json((root / "data/manifest.json").read_bytes()) == old
+    _run(["dvc", "exp", "apply", "seed5"], root, env)
+
     # A second version, committed: the shard out holds it alone (write.old_versions: remove).
-    _run(["dvc", "exp", "run", "-S", "write.seed=5"], root, env)
     new = Manifest.from_json((root / "data/manifest.json").read_bytes())
-    assert new.root != old.root and new.records == 48
+    assert new.root != old.root and new.records == 49
     assert [p.name for p in (root / "data/shards").iterdir()] == [Path(new.root).name]
     _run(["dvc", "remote", "add", "-q", "-d", "store", str(tmp_path / "remote")], root, env)
     _run(["bash", "-c", "git add -A && git commit -qm 'seed 5' && dvc push -q"], root, env)
