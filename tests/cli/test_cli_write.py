@@ -217,9 +217,9 @@ def test_a_shard_changed_in_place_after_its_version_was_written_is_refused_not_k
     assert said == (
         f"error: {shard}: changed since version {version} was written: expected sha256 "
         f"{good}, found {hashlib.sha256(data).hexdigest()}; nothing written: restore it "
-        "(`dvc checkout --force`: DVC's cache holds the version as written, or a copy), or "
-        "set write.previous: none (--previous none) to write every shard anew as a new "
-        "lineage\n"
+        "(`dvc checkout --force`: DVC's cache holds the version as written, unless its "
+        "cache.type links the file there too, then `dvc pull`; or a copy), or set "
+        "write.previous: none (--previous none) to write every shard anew as a new lineage\n"
     )
 
 

@@ -430,7 +430,7 @@ def test_killed_worker_is_an_error_not_a_hang(listing):
     assert len(list(again)) == 40  # a fresh pool replaces the broken one
 
 
-def test_a_dead_worker_under_a_script_hints_at_the_main_guard(monkeypatch):
+def test_a_dead_worker_under_a_script_hints_at_the_main_guard_it_lacks(monkeypatch, tmp_path):
     """An unguarded script's work starts again in the workers' server, which Python refuses:
     every worker died at once, and the line said only "killed by a signal or out of memory"."""
     import types
@@ -438,9 +438,12 @@ def test_a_dead_worker_under_a_script_hints_at_the_main_guard(monkeypatch):
     from tfshards.reading import pools
 
     script = types.ModuleType("__main__")
-    script.__file__ = "/home/me/prepare.py"
+    script.__file__ = str(tmp_path / "prepare.py")
     monkeypatch.setitem(sys.modules, "__main__", script)
-    assert 'needs its work under `if __name__ == "__main__":`' in pools._guard_hint()
+    (tmp_path / "prepare.py").write_text("import tfshards\nds = tfshards.from_files(...)\n")
+    assert 'the script has no `if __name__ == "__main__":`' in pools._guard_hint()
+    (tmp_path / "prepare.py").write_text("if __name__ == '__main__':\n    main()\n")
+    assert pools._guard_hint() == ""  # guarded: a worker died of something else
     monkeypatch.setitem(sys.modules, "__main__", types.ModuleType("__main__"))  # a notebook
     assert pools._guard_hint() == ""
 

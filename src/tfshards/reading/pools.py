@@ -18,6 +18,7 @@ from __future__ import annotations
 import collections
 import concurrent.futures as cf
 import multiprocessing
+import re
 import sys
 import threading
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -269,15 +270,23 @@ class Runner:
 
 
 def _guard_hint() -> str:
-    """Where the main module is a script: the workers' server imports it, and a script
-    without an ``if __name__ == "__main__":`` starts its work (and this pool) again there,
-    which Python refuses: the workers die at once, the reason only in their stderr."""
+    """Where the main module is a script without ``if __name__ == "__main__":``: the
+    workers' server imports it, its work starts this pool again there, which Python
+    refuses, and the workers die at once with the reason only in their stderr."""
     main = sys.modules.get("__main__")
-    if getattr(main, "__file__", None) is None:
+    script = getattr(main, "__file__", None)
+    if script is None:
         return ""  # an interactive session, a notebook, python -c: nothing imported again
+    try:
+        with open(script, encoding="utf-8", errors="replace") as f:
+            source = f.read(1 << 20)
+    except OSError:
+        return ""
+    if re.search(r"""__name__\s*==\s*['"]__main__['"]""", source):
+        return ""  # guarded: the worker died of something else
     return (
-        '; a script using process mode needs its work under `if __name__ == "__main__":`'
-        ", or each worker's server runs it again"
+        '; the script has no `if __name__ == "__main__":`, so each worker\'s server runs '
+        "its work again, which Python refuses: put the work under one"
     )
 
 

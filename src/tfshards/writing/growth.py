@@ -162,9 +162,10 @@ def check_unchanged(version: Manifest, **options: Any) -> None:
             raise ShardError(
                 f"{path}: changed since version {version.fingerprint} was written: expected "
                 f"sha256 {shard.sha256}, found {found}; nothing written: restore it "
-                "(`dvc checkout --force`: DVC's cache holds the version as written, or a "
-                "copy), or set write.previous: none (--previous none) to write every shard "
-                "anew as a new lineage",
+                "(`dvc checkout --force`: DVC's cache holds the version as written, unless "
+                "its cache.type links the file there too, then `dvc pull`; or a copy), or set "
+                "write.previous: none (--previous none) to write every shard anew as a new "
+                "lineage",
                 shard=shard.name,
             )
 
