@@ -15,6 +15,7 @@ from typer.testing import CliRunner
 from tfshards import storage
 from tfshards.cli import app
 from tfshards.listing.listing import list_files, write_listing
+from tfshards.project.sample import SyntheticSpec, render_synthetic
 from tfshards.shardset import lease
 
 
@@ -221,6 +222,43 @@ def test_a_shard_changed_in_place_after_its_version_was_written_is_refused_not_k
         "cache.type links the file there too, then `dvc pull`; or a copy), or set "
         "write.previous: none (--previous none) to write every shard anew as a new lineage\n"
     )
+
+
+def test_a_shard_changed_in_place_lends_nothing_and_each_newer_shard_is_read_once(
+    make_raw, tmp_path, monkeypatch
+):
+    """Growing, a damaged shard had been linked into the new version unread; a shard dated
+    after its manifest (a checkout of copies) is read once, not on every run."""
+    from tfshards.listing import hashcache
+    from tfshards.writing import changedshards
+
+    raw = make_raw(12, 16, classes=2)
+    listing = tmp_path / "listing"
+    write_listing(list_files(str(raw)), str(listing))
+    out = tmp_path / "shards"
+    assert _write(listing, out)[0] == 0
+    (version,) = _versions(out)
+    shards = sorted((out / version).glob("*.tfrecord"))
+    read: list[str] = []
+    real = changedshards._sha256_file
+    monkeypatch.setattr(changedshards, "_sha256_file", lambda p: read.append(p) or real(p))
+    monkeypatch.setattr(hashcache, "RACY_NS", 0)  # remembered though written just now
+    for shard in shards:
+        shard.write_bytes(shard.read_bytes())  # the same bytes, dated after the manifest
+    for _ in range(2):
+        code, said = _write(listing, out)
+        assert code == 0 and "kept it as it is" in said, said
+        assert len(read) == len(shards)  # each read the first time only
+    data = bytearray(shards[0].read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    shards[0].write_bytes(bytes(data))
+    spec = SyntheticSpec(2, 16, classes=1, seed=9)
+    for i in range(2):  # new files: the write would grow from the damaged version
+        (raw / "00" / f"new{i}.jpg").write_bytes(render_synthetic(spec, i))
+    write_listing(list_files(str(raw)), str(listing))
+    code, said = _write(listing, out)
+    assert code == 1 and said.startswith(f"error: {shards[0]}: changed since version {version}")
+    assert _versions(out) == [version]  # no version grown from it
 
 
 def test_a_previous_version_missing_a_shard_is_written_again_or_named_as_it_lends_none(

@@ -645,8 +645,10 @@ def test_a_kept_shard_damaged_in_the_base_fails_validate_with_the_way_out(raw, t
     first = _grow(raw, tmp_path, num_shards=8).manifest
     shard = Path(first.directory) / first.shards[0].name
     data = bytearray(shard.read_bytes())
-    data[len(data) // 2] ^= 0xFF  # damaged in place, at its size: the grown write links it
+    data[len(data) // 2] ^= 0xFF  # damaged in place, at its size, its mtime kept (as a
+    written = shard.stat()  # disk error leaves it): the grown write links it unread
     shard.write_bytes(bytes(data))
+    os.utime(shard, ns=(written.st_atime_ns, written.st_mtime_ns))
     _add(raw, 3)
     second = _grow(raw, tmp_path, num_shards=8).manifest
     assert second.base == first.fingerprint

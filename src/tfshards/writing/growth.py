@@ -11,8 +11,6 @@ its records are in the new listing.
 from __future__ import annotations
 
 import functools
-import hashlib
-import os
 import posixpath
 from array import array
 from collections.abc import Mapping, Sequence
@@ -22,7 +20,7 @@ from typing import Any
 import numpy as np
 
 from tfshards import storage
-from tfshards.errors import ConfigError, InputError, ShardError
+from tfshards.errors import ConfigError, InputError
 from tfshards.format import native
 from tfshards.listing.protocol import FileListing
 from tfshards.listing.storedlisting import plain_rows
@@ -129,53 +127,6 @@ def damage(previous: Manifest, **options: Any) -> str:
                 f"{size} bytes, not the {shard.bytes} its manifest lists"
             )
     return ""
-
-
-def check_unchanged(version: Manifest, **options: Any) -> None:
-    """Refuse to keep a finished local ``version`` as it is when a shard of it was changed
-    in place after its manifest was written (same size: :func:`damage` sees other sizes).
-
-    Only shards modified after the version's ``manifest.json`` are read (hashed);
-    a version as the writer left it has none, as kept shards are links of older
-    files. A shard edited by hand had been kept: DVC, which ran the write stage
-    again because its output changed, recorded the damaged folder in ``dvc.lock``.
-
-    Raises:
-        ShardError: the first such shard whose sha256 is not the manifest's, in one line.
-    """
-    fs, directory = storage.open_url(version.directory, **options)
-    if not storage.is_local(fs):
-        return  # an object is replaced, never changed in place
-    try:
-        written = os.stat(posixpath.join(directory, MANIFEST_NAME)).st_mtime_ns
-    except OSError:
-        return  # a manifest elsewhere: nothing to date the shards by
-    for shard in version.shards:
-        path = posixpath.join(directory, shard.name)
-        try:
-            if os.stat(path).st_mtime_ns <= written:
-                continue
-            found = _sha256_file(path)
-        except OSError:
-            continue  # gone: damage() says so
-        if found != shard.sha256:
-            raise ShardError(
-                f"{path}: changed since version {version.fingerprint} was written: expected "
-                f"sha256 {shard.sha256}, found {found}; nothing written: restore it "
-                "(`dvc checkout --force`: DVC's cache holds the version as written, unless "
-                "its cache.type links the file there too, then `dvc pull`; or a copy), or set "
-                "write.previous: none (--previous none) to write every shard anew as a new "
-                "lineage",
-                shard=shard.name,
-            )
-
-
-def _sha256_file(path: str) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb", buffering=0) as f:
-        while chunk := f.read(1 << 20):
-            digest.update(chunk)
-    return digest.hexdigest()
 
 
 def _as_param(value: Any) -> str:

@@ -42,7 +42,7 @@ from tfshards.shardset import manifest as manifests
 from tfshards.shardset.imagestats import ImageStats, VersionStats
 from tfshards.shardset.layout import MANIFEST_NAME
 from tfshards.shardset.manifest import Manifest
-from tfshards.writing import growth, imagestats, reuse, sharding
+from tfshards.writing import changedshards, growth, imagestats, reuse, sharding
 from tfshards.writing.config import BASE_FEATURES, WriteConfig
 from tfshards.writing.features import keys_differ
 from tfshards.writing.plan import Plan, plan, read_groups
@@ -95,8 +95,9 @@ def write(config: WriteConfig, listing: FileListing | str, *, progress: bool = T
         last = previous or growth.last(config.manifest_copy)
         identity = transforms.identity(config.transform)
         planned, previous, damaged, unlent = _plan(loaded, config, identity, groups, previous, last)
+        if previous is not None and (planned.is_base or planned.base is not None):
+            changedshards.check(previous, **options)  # before it is kept, or lends a shard
         if planned.is_base and previous is not None:  # nothing changed since that version
-            growth.check_unchanged(previous, **options)
             if config.manifest_copy:
                 _publish(*storage.open_url(config.manifest_copy), previous)
             seconds = time.monotonic() - start
