@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
 import stat
 import subprocess
 import sys
@@ -597,3 +598,35 @@ def test_init_says_so_when_it_adds_its_params_to_a_section_of_the_users(repo):
         "tfshards' train stage now reads its params there"
     ) in result.stderr
     assert _load(repo / "params.yaml")["train"]["epochs"] == 5  # the user's value stays
+
+
+def test_init_refuses_links_dvc_add_would_replace_and_writes_nothing(repo, tmp_path_factory):
+    """`dvc add data/raw` stores a link's target and puts a file in its place: a user's
+    link became a copy; a linked data/raw made `dvc add` fail after init wrote its files."""
+    outside = tmp_path_factory.mktemp("outside")
+    (outside / "a.png").write_bytes(b"png")
+    (repo / "data/raw/cat").mkdir(parents=True)
+    (repo / "data/raw/cat/real.png").write_bytes(b"png")
+    (repo / "data/raw/cat/linked.png").symlink_to(outside / "a.png")
+    before = sorted(p.name for p in repo.iterdir())
+    result = _init()
+    assert result.exit_code == 1
+    assert result.output == (
+        "error: data/raw/cat/linked.png: a symbolic link; `dvc add data/raw` would store its "
+        "target's bytes and put a file in its place: replace the links in data/raw with "
+        "their files (`cp -L`), or `dvc add data/raw` yourself and run `tfshards init` again\n"
+    )
+    assert (repo / "data/raw/cat/linked.png").is_symlink()
+    assert sorted(p.name for p in repo.iterdir()) == before
+
+    shutil.rmtree(repo / "data/raw")
+    (repo / "data/raw").symlink_to(outside)  # raw images kept on another disk
+    result = _init()
+    assert result.exit_code == 1
+    assert result.output == (
+        f"error: data/raw: a link to {outside}; DVC tracks no folder behind a link (`dvc add` "
+        f"refuses it): run `tfshards init --root {outside}` to list the images where they "
+        "are, or move them into data/raw\n"
+    )
+    assert sorted(p.name for p in repo.iterdir()) == before
+    assert _init("--root", str(outside)).exit_code == 0  # as it says

@@ -22,10 +22,8 @@ def track(directory: Path, root: str) -> bool:
         ConfigError: ``dvc add`` failed (e.g. git already tracks the images),
             with DVC's reason and how to fix it.
     """
-    rel = os.path.relpath(os.path.abspath(root), directory)
-    if rel.startswith(".."):
-        return False
-    if (directory / f"{rel}.dvc").exists() or rel in _stage_outs(directory / "dvc.yaml"):
+    rel = _to_add(directory, root)
+    if rel is None:
         return False
     done = subprocess.run(
         [sys.executable, "-m", "dvc", "add", rel],  # --quiet would silence its ERROR line too
@@ -46,6 +44,59 @@ def track(directory: Path, root: str) -> bool:
             step="dvc add",
         )
     return True
+
+
+def _to_add(directory: Path, root: str) -> str | None:
+    """``root`` relative to ``directory`` where :func:`track` runs ``dvc add`` on it; None
+    for a root outside, one a ``<root>.dvc`` tracks, one a stage of ``dvc.yaml`` writes."""
+    rel = os.path.relpath(os.path.abspath(root), directory)
+    if rel.startswith(".."):
+        return None
+    if (directory / f"{rel}.dvc").exists() or rel in _stage_outs(directory / "dvc.yaml"):
+        return None
+    return rel
+
+
+def check_links(directory: Path, root: str) -> None:
+    """Refuse, before init writes a file, a raw folder ``dvc add`` would refuse or change:
+    a linked folder (DVC adds no file inside one: init stopped half-way, dvc.yaml and
+    params.yaml written) and a link inside it (``dvc add`` stores the target's bytes and
+    puts a file in the link's place: a user's link became a copy, without a word).
+
+    Raises:
+        ConfigError: naming the link and what to do instead.
+    """
+    rel = _to_add(directory, root)
+    if rel is None or not os.path.lexists(directory / rel):
+        return
+    linked = next((p for p in _parts(directory, rel) if p.is_symlink()), None)
+    if linked is not None:
+        target = os.path.realpath(linked)
+        raise ConfigError(
+            f"{linked.relative_to(directory)}: a link to {target}; DVC tracks no folder "
+            f"behind a link (`dvc add` refuses it): run `tfshards init --root {target}` to "
+            f"list the images where they are, or move them into {rel}",
+            path=rel,
+            step="dvc add",
+        )
+    for folder, folders, files in os.walk(directory / rel):
+        for name in sorted([*folders, *files]):
+            path = Path(folder, name)
+            if path.is_symlink():
+                raise ConfigError(
+                    f"{path.relative_to(directory)}: a symbolic link; `dvc add {rel}` would "
+                    "store its target's bytes and put a file in its place: replace the "
+                    f"links in {rel} with their files (`cp -L`), or `dvc add {rel}` yourself "
+                    "and run `tfshards init` again",
+                    path=str(path),
+                    step="dvc add",
+                )
+
+
+def _parts(directory: Path, rel: str) -> list[Path]:
+    """``directory / rel`` and each folder between them, outermost first."""
+    parts = Path(rel).parts
+    return [directory.joinpath(*parts[: i + 1]) for i in range(len(parts))]
 
 
 def check_not_in_git(directory: Path, root: str) -> None:
@@ -88,4 +139,4 @@ def _stage_outs(dvc_yaml: Path) -> set[str]:
     return outs
 
 
-__all__ = ["check_not_in_git", "track"]
+__all__ = ["check_links", "check_not_in_git", "track"]

@@ -316,6 +316,7 @@ def init(directory: Path, explicit: Mapping[str, Any], *, force: bool, version: 
     for url in (spec.root, spec.shards):
         check_backend(url)
     rawdata.check_not_in_git(directory, spec.root)  # before a file is written
+    rawdata.check_links(directory, spec.root)
     wanted = pipeline.params(spec)
     asked: dict[str, dict[str, Any]] = {}
     for name in explicit:
