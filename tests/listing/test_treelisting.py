@@ -113,3 +113,21 @@ def test_index_and_other_storage_go_through_the_listing_in_memory(tmp_path: Path
     index = tmp_path / "index.csv"
     index.write_text("path,label\na/x.jpg,one\nb/y.jpg,two\n", encoding="utf-8")
     _same(root, tmp_path, index=str(index))
+
+
+def test_label_folders_of_one_name_in_two_unicode_forms_are_refused(tmp_path):
+    """NFC 'café' and NFD 'cafe' + U+0301 print alike: they were two labels, two outputs."""
+    raw = tmp_path / "raw"
+    for name in ("caf\u00e9", "cafe\u0301", "dog"):
+        (raw / name).mkdir(parents=True)
+        (raw / name / "a.png").write_bytes(name.encode())
+    said = (
+        f"{raw}: label folders 'cafe\\u0301' and 'caf\\xe9' are one name, 'caf\u00e9', in "
+        "two Unicode forms (NFC and NFD), so they print alike but would be two labels: "
+        "rename one to the other's form, or merge them"
+    )
+    for listed in (lambda: list_files(str(raw)), lambda: list_to(str(raw), str(tmp_path / "l"))):
+        with pytest.raises(InputError) as refused:
+            listed()
+        assert str(refused.value) == said
+    assert not (tmp_path / "l").exists()

@@ -33,7 +33,7 @@ from tfshards.listing.protocol import EntryRows
 from tfshards.listing.sortedscan import scan_local
 from tfshards.listing.storedlisting import OFFSETS_NAME, offsets_bytes, parse_line
 from tfshards.listing.treefilter import DEFAULT_EXTENSIONS, TreeFilter
-from tfshards.listing.walker import check_root, scan_tree
+from tfshards.listing.walker import check_label_forms, check_root, scan_tree
 
 SKIP_REASONS = ("hidden", "extension", "glob", "no-label", "not-a-file")
 _SIZE = operator.attrgetter("size")
@@ -221,6 +221,7 @@ def _list_files(
     skipped = {reason: counts[reason] for reason in SKIP_REASONS}
     if not entries:
         raise nothing_listed(index or root, bool(index), skipped, filt)
+    check_label_forms(labels, index or root)
     return Listing(normalize_root(root), tuple(labels), tuple(entries), skipped, tuple(columns))
 
 

@@ -40,7 +40,7 @@ from tfshards.listing.meta import FILES_NAME, META_NAME, meta_doc
 from tfshards.listing.sortedscan import label_runs
 from tfshards.listing.storedlisting import OFFSETS_NAME, offsets_bytes
 from tfshards.listing.treefilter import DEFAULT_EXTENSIONS, TreeFilter
-from tfshards.listing.walker import check_root
+from tfshards.listing.walker import check_label_forms, check_root
 
 _IDX_FLUSH = 1 << 16  # offsets held before they are written: 512 KB
 
@@ -193,6 +193,7 @@ def _stream(
     try:
         found, runs = label_runs(fs, base, filt, counts, threads, cache)
         labels = [name for name in found.names if name not in empty]
+        check_label_forms(labels, root)
         ids = {name: i for i, name in enumerate(labels)}
         label_heads = jsonlines.label_heads(labels)
         heads = [label_heads[ids[name]] if name in ids else "" for name in found.names]

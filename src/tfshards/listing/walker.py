@@ -12,6 +12,7 @@ from __future__ import annotations
 import errno
 import os
 import stat
+import unicodedata
 from collections import Counter
 from collections.abc import Iterator, Sequence
 from typing import Any
@@ -41,6 +42,23 @@ def check_root(fs: Any, base: str, root: str) -> None:
         raise InputError(f"{root}: cannot read root folder ({why(exc)})", path=root) from None
     if not is_dir:
         raise InputError(f"{root}: expected a folder of files, found a file", path=root)
+
+
+def check_label_forms(labels: Sequence[str], root: str) -> None:
+    """Raise :class:`InputError` for two label folders whose names differ only in Unicode
+    normalization (``café`` as one code point, and as ``e`` + a combining accent: what
+    macOS and some tools write): they print alike and were two classes of one name."""
+    seen: dict[str, str] = {}
+    for label in labels:
+        form = unicodedata.normalize("NFC", label)
+        if form in seen:
+            raise InputError(
+                f"{root}: label folders {seen[form]!a} and {label!a} are one name, {form!r}, "
+                "in two Unicode forms (NFC and NFD), so they print alike but would be two "
+                "labels: rename one to the other's form, or merge them",
+                path=root,
+            )
+        seen[form] = label
 
 
 def scan_tree(
