@@ -298,9 +298,14 @@ def test_an_id_change_needs_relabel_and_says_so_in_one_line(raw, tmp_path):
     assert again.exit_code == 0 and "nothing changed since version" in again.output
     reseeded = CliRunner().invoke(app, [*args, "--seed", "9"])
     assert (
-        "not grown from the previous version: seed differs from the previous version's"
+        "not grown from the previous version: seed 0 -> 9 differs from the previous version's"
         in reseeded.output
     )
+    resized = CliRunner().invoke(app, [*args, "--seed", "7", "--resize", "8"])
+    assert (  # every param that keeps old shards out, not the first alone
+        "not grown from the previous version: resize none -> 8; seed 9 -> 7 differ from the "
+        "previous version's" in resized.output
+    ), resized.output
 
 
 def test_another_bucket_count_is_refused_unless_the_lineage_starts_anew(raw, tmp_path):

@@ -130,8 +130,14 @@ def damage(previous: Manifest, **options: Any) -> str:
 
 
 def _as_param(value: Any) -> str:
-    """A param's value as params.yaml spells it: ``none`` for no value, else its repr."""
-    return "none" if value is None else repr(value)
+    """A param's value as params.yaml spells it: ``none`` for no value, a resize by its
+    size and an EXIF rule by its mode (the manifest keeps how, with which encoder), else
+    its repr."""
+    if value is None:
+        return "none"
+    if isinstance(value, Mapping) and ("size" in value or "mode" in value):
+        return repr(value.get("size", value.get("mode")))
+    return repr(value)
 
 
 def split_change(before: Manifest, params: Mapping[str, Any]) -> str:
@@ -173,10 +179,14 @@ def growable(previous: Manifest, params: Mapping[str, Any]) -> str:
     if "columns" in params or "columns" in previous.params:
         # A member list names path, token and label: a kept shard could hold stale values.
         return "extra columns: a set with them is written anew"
-    for key in SAME_BYTES:
-        old, new = previous.params.get(key), params.get(key)
-        if old != new:
-            return f"{key} differs from the previous version's ({old!r} -> {new!r})"
+    changed = [
+        f"{key} {_as_param(previous.params.get(key))} -> {_as_param(params.get(key))}"
+        for key in SAME_BYTES
+        if previous.params.get(key) != params.get(key)
+    ]
+    if changed:  # each one named: a resize asked with exif was left unsaid
+        verb = "differs" if len(changed) == 1 else "differ"
+        return f"{'; '.join(changed)} {verb} from the previous version's"
     return ""
 
 
