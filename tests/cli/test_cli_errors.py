@@ -252,6 +252,16 @@ def test_an_unknown_option_is_one_line():
     out = _run(TFSHARDS, "validate", "--bogus")
     assert out.returncode == 2 and len(out.stderr.splitlines()) == 1, out.stderr
     assert out.stderr.startswith("error: No such option: --bogus")
+    assert "goes after `--`" not in out.stderr
+
+
+def test_a_path_starting_with_a_dash_is_told_to_go_after_two_dashes():
+    """`show manifest.json -dash/a.jpg` said only "No such option: -d"."""
+    out = _run(TFSHARDS, "show", "manifest.json", "-dash/img000.jpg")
+    assert out.returncode == 2 and len(out.stderr.splitlines()) == 1, out.stderr
+    assert out.stderr.startswith(
+        "error: No such option: -d; a value that starts with '-' (a path) goes after `--`"
+    )
 
 
 def test_version_prints_the_installed_version():

@@ -160,7 +160,10 @@ def run_app(app: typer.Typer, args: Sequence[str] | None = None) -> NoReturn:
             _exit(0)
         ctx = getattr(exc, "ctx", None)
         hint = f" (see `{ctx.command_path} --help`)" if ctx is not None else ""
-        typer.echo(f"error: {' '.join(exc.format_message().split())}{hint}", err=True)
+        message = " ".join(exc.format_message().split())
+        if message.startswith("No such option: -") and not message.startswith("No such option: --"):
+            message += "; a value that starts with '-' (a path) goes after `--`"  # -dash/a.jpg
+        typer.echo(f"error: {message}{hint}", err=True)
         _exit(exc.exit_code)
     except (typer.Abort, KeyboardInterrupt):
         code = INTERRUPTED
