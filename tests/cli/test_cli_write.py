@@ -277,7 +277,9 @@ def test_a_previous_version_missing_a_shard_is_written_again_or_named_as_it_lend
     shard.unlink()
     code, said = _write(listing_dir, out, "--seed", "2")  # it would lend nothing anyway
     assert code == 0, said
-    assert "not grown from the previous version: seed 1 -> 2 differs" in said and "lacks" not in said
+    assert (
+        "not grown from the previous version: seed 1 -> 2 differs" in said and "lacks" not in said
+    )
 
 
 def test_a_manifest_path_that_is_a_folder_or_a_fifo_is_one_line(listing_dir, tmp_path):
