@@ -229,8 +229,7 @@ def test_a_shard_changed_in_place_lends_nothing_and_each_newer_shard_is_read_onc
 ):
     """Growing, a damaged shard had been linked into the new version unread; a shard dated
     after its manifest (a checkout of copies) is read once, not on every run."""
-    from tfshards.listing import hashcache
-    from tfshards.writing import changedshards
+    from tfshards.listing import contenthash, hashcache
 
     raw = make_raw(12, 16, classes=2)
     listing = tmp_path / "listing"
@@ -240,8 +239,13 @@ def test_a_shard_changed_in_place_lends_nothing_and_each_newer_shard_is_read_onc
     (version,) = _versions(out)
     shards = sorted((out / version).glob("*.tfrecord"))
     read: list[str] = []
-    real = changedshards._sha256_file
-    monkeypatch.setattr(changedshards, "_sha256_file", lambda p: read.append(p) or real(p))
+    real = contenthash.hash_local
+
+    def hash_local(batches, threads):  # type: ignore[no-untyped-def]
+        read.extend(folder + name for folder, _, names in batches for name in names)
+        return real(batches, threads)
+
+    monkeypatch.setattr(contenthash, "hash_local", hash_local)
     monkeypatch.setattr(hashcache, "RACY_NS", 0)  # remembered though written just now
     for shard in shards:
         shard.write_bytes(shard.read_bytes())  # the same bytes, dated after the manifest

@@ -12,7 +12,6 @@ re-run read them again. A size change is :func:`tfshards.writing.growth.damage`'
 
 from __future__ import annotations
 
-import hashlib
 import os
 from typing import Any
 
@@ -21,9 +20,6 @@ from tfshards.errors import ShardError, TfshardsError
 from tfshards.listing import contenthash, hashcache
 from tfshards.shardset.layout import MANIFEST_NAME
 from tfshards.shardset.manifest import Manifest
-
-_BYTES = hashcache.STAT_BYTES  # a file's stat, packed
-_STAT = _BYTES // 8  # int64 fields per file: dev, ino, size, mtime, ctime
 
 
 def check(version: Manifest, **options: Any) -> None:
@@ -41,39 +37,34 @@ def check(version: Manifest, **options: Any) -> None:
     except OSError:
         return  # a manifest elsewhere: nothing to date the shards by
     names = [shard.name for shard in version.shards]
-    stats = contenthash.stat_local(directory, names)
-    fields = memoryview(stats).cast("q")
-    newer = [
-        i
-        for i in range(len(names))
-        if fields[_STAT * i + 2] >= 0 and fields[_STAT * i + 3] > written  # gone: damage()'s
+    fields = memoryview(contenthash.stat_local(directory, names)).cast("q")
+    newer = [  # dev, ino, size (-errno: gone, damage()'s), mtime, ctime per file
+        shard
+        for i, shard in enumerate(version.shards)
+        if fields[5 * i + 2] >= 0 and fields[5 * i + 3] > written
     ]
     if not newer:
         return
-    folder = os.path.abspath(directory)
-    picked = [names[i] for i in newer]
-    picked_stats = b"".join(stats[_BYTES * i : _BYTES * (i + 1)] for i in newer)
     cache = _cache()
-    known = cache.lookup(folder, picked, picked_stats) if cache else [None] * len(picked)
-    digests = []
-    for i, digest in zip(newer, known, strict=True):
-        shard = version.shards[i]
-        path = os.path.join(directory, shard.name)
-        found = digest or _sha256_file(path)
-        if found != shard.sha256:
+    try:
+        rows = [(shard.name, shard.bytes) for shard in newer]
+        found = contenthash.hash_files(fs, os.path.abspath(directory), rows, directory, 1, cache)
+    finally:
+        if cache is not None:
+            cache.close()
+    for shard, (_, token) in zip(newer, found, strict=True):
+        digest = token.removeprefix("sha256:")
+        if digest != shard.sha256:
+            path = os.path.join(directory, shard.name)
             raise ShardError(
                 f"{path}: changed since version {version.fingerprint} was written: expected "
-                f"sha256 {shard.sha256}, found {found}; nothing written: restore it "
+                f"sha256 {shard.sha256}, found {digest}; nothing written: restore it "
                 "(`dvc checkout --force`: DVC's cache holds the version as written, unless "
                 "its cache.type links the file there too, then `dvc pull`; or a copy), or set "
                 "write.previous: none (--previous none) to write every shard anew as a new "
                 "lineage",
                 shard=shard.name,
             )
-        digests.append(bytes.fromhex(found))
-    if cache is not None:
-        cache.store(folder, picked, picked_stats, b"".join(digests))
-        cache.close()
 
 
 def _cache() -> hashcache.HashCache | None:
@@ -85,11 +76,3 @@ def _cache() -> hashcache.HashCache | None:
         return hashcache.HashCache(path)
     except (TfshardsError, OSError):
         return None
-
-
-def _sha256_file(path: str) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb", buffering=0) as f:
-        while chunk := f.read(1 << 20):
-            digest.update(chunk)
-    return digest.hexdigest()

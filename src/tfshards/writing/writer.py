@@ -95,8 +95,8 @@ def write(config: WriteConfig, listing: FileListing | str, *, progress: bool = T
         last = previous or growth.last(config.manifest_copy)
         identity = transforms.identity(config.transform)
         planned, previous, damaged, unlent = _plan(loaded, config, identity, groups, previous, last)
-        if previous is not None and (planned.is_base or planned.base is not None):
-            changedshards.check(previous, **options)  # before it is kept, or lends a shard
+        if planned.base is not None:  # before it is kept as it is, or lends a shard
+            changedshards.check(planned.base, **options)
         if planned.is_base and previous is not None:  # nothing changed since that version
             if config.manifest_copy:
                 _publish(*storage.open_url(config.manifest_copy), previous)
