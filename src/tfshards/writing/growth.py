@@ -143,11 +143,16 @@ def _as_param(value: Any) -> str:
 def split_change(before: Manifest, params: Mapping[str, Any]) -> str:
     """How a version written with ``params`` keys its split unlike ``before`` (the
     :data:`SAME_SPLIT` params that differ, ``"buckets 16 -> 32"``); "" when alike."""
-    return ", ".join(
+    return ", ".join(_changed(before, params, SAME_SPLIT))
+
+
+def _changed(before: Manifest, params: Mapping[str, Any], keys: Sequence[str]) -> list[str]:
+    """``"key old -> new"`` for each of ``keys`` whose value ``params`` changes."""
+    return [
         f"{key} {_as_param(before.params.get(key))} -> {_as_param(params.get(key))}"
-        for key in SAME_SPLIT
+        for key in keys
         if before.params.get(key) != params.get(key)
-    )
+    ]
 
 
 def growable(previous: Manifest, params: Mapping[str, Any]) -> str:
@@ -179,11 +184,7 @@ def growable(previous: Manifest, params: Mapping[str, Any]) -> str:
     if "columns" in params or "columns" in previous.params:
         # A member list names path, token and label: a kept shard could hold stale values.
         return "extra columns: a set with them is written anew"
-    changed = [
-        f"{key} {_as_param(previous.params.get(key))} -> {_as_param(params.get(key))}"
-        for key in SAME_BYTES
-        if previous.params.get(key) != params.get(key)
-    ]
+    changed = _changed(previous, params, SAME_BYTES)
     if changed:  # each one named: a resize asked with exif was left unsaid
         verb = "differs" if len(changed) == 1 else "differ"
         return f"{'; '.join(changed)} {verb} from the previous version's"
