@@ -92,7 +92,7 @@ def test_the_readme_steps_keep_images_and_checkpoints_out_of_git_and_clones_up_t
 
     # An experiment on one more image, thrown away as docs/project.md says: the image stays
     # (a bare `dvc checkout` deleted it), HEAD's version and params come back; then applied.
-    fresh = root / "data/raw/00/fresh.png"
+    fresh = root / "data/raw/00/fresh.jpg"  # a JPEG, as write_synthetic makes
     fresh.write_bytes(render_synthetic(SyntheticSpec(1, 16, classes=1, seed=9), 0))
     params_before = params.read_text()
     _run(["dvc", "exp", "run", "-n", "seed5", "-S", "write.seed=5"], root, env)
